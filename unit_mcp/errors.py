@@ -1,0 +1,133 @@
+"""The one error hierarchy of the service.
+
+Every refusal is a `UnitError` with a stable `code` a client can branch on, a
+`message` that names the unit and source (never a host path) and a `hint`
+that tells a model what to do next. The tool layer maps it to an MCP
+`isError` result in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class UnitError(Exception):
+    code: ClassVar[str] = "unit_error"
+    default_hint: ClassVar[str] = ""
+
+    def __init__(self, message: str, *, hint: str | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = self.default_hint if hint is None else hint
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message, "hint": self.hint}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}" + (f" Hint: {self.hint}" if self.hint else "")
+
+
+class InvalidArgument(UnitError):
+    code = "invalid_argument"
+
+
+class UnknownUnit(UnitError):
+    code = "unknown_unit"
+    default_hint = "Call unit_list (or unit_resolve) to see the unit ids that exist."
+
+
+class UnitNotLoaded(UnitError):
+    code = "not_loaded"
+    default_hint = "Fix the unit's load error (see unit_inspect and unit_read_log), then call unit_reload."
+
+
+class InvalidUnitId(UnitError):
+    code = "invalid_unit_id"
+    default_hint = "A unit id is a Python identifier of ASCII letters, digits and '_', e.g. 'counter'."
+
+
+class InvalidSourceId(UnitError):
+    code = "invalid_source_id"
+    default_hint = (
+        "A source id is a path relative to the unit root with '/' separators, e.g. 'helpers.py' or "
+        "'pkg/mod.py'; each segment matches [A-Za-z0-9_][A-Za-z0-9._-]*. Call unit_inspect to list them."
+    )
+
+
+class UnknownSource(UnitError):
+    code = "unknown_source"
+    default_hint = "Call unit_inspect to list the unit's source artifacts, or unit_create_source to add one."
+
+
+class BinarySource(UnitError):
+    code = "binary_source"
+    default_hint = "Only UTF-8 text sources can be read or patched."
+
+
+class StaleHash(UnitError):
+    code = "stale_hash"
+    default_hint = "The source changed since you read it: call unit_read_source again and redo the edit on the new content."
+
+
+class NoMatch(UnitError):
+    code = "no_match"
+    default_hint = (
+        "`old` must match the current source exactly, indentation included. "
+        "Call unit_read_source and copy the text to replace."
+    )
+
+
+class AmbiguousMatch(UnitError):
+    code = "ambiguous_match"
+    default_hint = "Include more surrounding lines in `old` so it matches once, or set replace_all=true."
+
+
+class PatchConflict(UnitError):
+    code = "patch_conflict"
+    default_hint = "A hunk's context does not match the current source: call unit_read_source and rebuild the diff."
+
+
+class InvalidPatch(UnitError):
+    code = "invalid_patch"
+    default_hint = (
+        "Send one unified diff for this source only (---/+++ headers optional, @@ hunks with correct counts), "
+        "or use old/new exact replacement instead."
+    )
+
+
+class Exists(UnitError):
+    code = "exists"
+    default_hint = "unit_create_source never overwrites: use unit_apply_patch to change an existing source."
+
+
+class SourceSyntaxError(UnitError):
+    code = "syntax_error"
+    default_hint = "Fix the Python syntax at the reported line and column; nothing was written."
+
+
+class NotSupported(UnitError):
+    code = "not_supported"
+
+
+class ReloadFailed(UnitError):
+    code = "reload_failed"
+    default_hint = "The previous version is still running. Read the error, fix the source and try again."
+
+
+class TestTimeout(UnitError):
+    __test__ = False  # not a pytest test class
+    code = "test_timeout"
+    default_hint = "The test run was killed at its timeout: look for an infinite loop or raise `timeout`."
+
+
+class TooLarge(UnitError):
+    code = "too_large"
+
+
+class SnapshotFailed(UnitError):
+    code = "snapshot_failed"
+    default_hint = "The unit's snapshot() raised or returned something that is not JSON: fix snapshot()."

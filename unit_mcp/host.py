@@ -1,0 +1,505 @@
+"""The headless engine: a units root, its loaded units, their activities, transactional reload and the app log."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .loader import FilesystemLoader, UnitKind
+from .models import ActivityEvidence, ReloadResult
+from .redact import Redactor
+
+LIFECYCLE = ("init", "drop", "snapshot", "restore")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_claimed_namespaces: dict[str, Host] = {}
+_claim_lock = threading.Lock()
+
+
+class ReloadError(Exception):
+    """A reload step failed; the previous version (if any) was put back. `evidence` says what happened."""
+
+    def __init__(self, unit_id: str, stage: str, error: str, evidence: dict[str, Any]) -> None:
+        super().__init__(f"{unit_id}: {stage} failed: {error}")
+        self.unit_id = unit_id
+        self.stage = stage
+        self.error = error
+        self.evidence = evidence
+
+
+@dataclass
+class Activity:
+    name: str
+    factory: Callable[[], Any]
+    unit_id: str | None
+
+
+@dataclass
+class LoadedUnit:
+    unit_id: str
+    module: types.ModuleType
+    modules: dict[str, types.ModuleType]
+    activities: list[str] = field(default_factory=list)
+
+
+class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compile unit sources from the file every time: no stale bytecode after a same-second, same-size edit."""
+
+    def path_stats(self, path: str) -> Any:
+        raise OSError("unit sources are never served from bytecode caches")
+
+
+class _UnitFinder(importlib.abc.MetaPathFinder):
+    """Finds `<namespace>.<unit>[.sub]` modules inside the units root only, refusing symlinked files."""
+
+    def __init__(self, namespace: str, root: Path) -> None:
+        self.namespace = namespace
+        self.root = root
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
+        if not fullname.startswith(self.namespace + "."):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.origin is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec
+        origin = Path(spec.origin)
+        try:
+            relative = origin.relative_to(self.root)
+        except ValueError:
+            raise ImportError(f"{fullname} resolves outside the units root") from None
+        probe = self.root
+        for part in relative.parts:
+            probe = probe / part
+            if probe.is_symlink():
+                raise ImportError(f"{fullname}: symlinked source refused")
+        return importlib.util.spec_from_file_location(
+            fullname,
+            spec.origin,
+            loader=_FreshSourceLoader(fullname, spec.origin),
+            submodule_search_locations=spec.submodule_search_locations,
+        )
+
+
+class Host:
+    """Hosts the units of one units root under a namespace package (default `units`).
+
+    All module work happens under one re-entrant lock (sys.modules is global);
+    `unit_lock(unit_id)` serialises edit-then-reload sequences of one unit.
+    """
+
+    def __init__(
+        self,
+        units_root: str | os.PathLike[str],
+        data_dir: str | os.PathLike[str],
+        *,
+        namespace: str = "units",
+        read_only: bool = False,
+        log_max_bytes: int = 5 * 1024 * 1024,
+        log_backups: int = 3,
+    ) -> None:
+        self.units_root = Path(units_root).resolve()
+        if not self.units_root.is_dir():
+            raise FileNotFoundError(f"units root {self.units_root} is not a directory")
+        self.data_dir = Path(data_dir).resolve()
+        self.namespace = namespace
+        self.loader = FilesystemLoader(self.units_root, read_only=read_only)
+        self.log_path = self.data_dir / "logs" / "app.log"
+        self.logger = logging.getLogger("unit_mcp.host")
+        self.redact = Redactor([(self.units_root, "<units>"), (self.data_dir, "<data>")])
+        self._log_max_bytes = log_max_bytes
+        self.log_backups = log_backups
+        self._lock = threading.RLock()
+        self._unit_locks: dict[str, threading.RLock] = {}
+        self._loaded: dict[str, LoadedUnit] = {}
+        self._load_errors: dict[str, str] = {}
+        self._activities: dict[str, Activity] = {}
+        self._active: Activity | None = None
+        self._active_session: Any = None
+        self._initialising: str | None = None
+        self._pending_activities: list[str] = []
+        self._own_writes: dict[str, str | None] = {}
+        self._finder: _UnitFinder | None = None
+        self._log_handler: logging.Handler | None = None
+        self._watcher: Any = None
+        self._started = False
+
+    # -- start / stop -----------------------------------------------------------------
+
+    def start(self, unit_ids: Sequence[str] | None = None) -> Host:
+        """Claim the namespace, open the app log and load units (all by default); load errors are recorded."""
+        with self._lock:
+            if self._started:
+                return self
+            with _claim_lock:
+                holder = _claimed_namespaces.get(self.namespace)
+                if holder is not None and holder is not self:
+                    raise RuntimeError(f"namespace {self.namespace!r} is already used by another open Host")
+                _claimed_namespaces[self.namespace] = self
+            self._open_log()
+            self._install_namespace()
+            self._started = True
+            for unit_id in self.loader.discover() if unit_ids is None else unit_ids:
+                try:
+                    self.reload(unit_id)
+                except ReloadError:
+                    pass
+            return self
+
+    def close(self) -> None:
+        """Stop watching, deactivate, drop every unit, release the namespace and the log."""
+        self.stop_watching()
+        with self._lock:
+            if not self._started:
+                return
+            self.deactivate()
+            for unit_id in list(self._loaded):
+                self._teardown(self._loaded.pop(unit_id))
+            if self._finder in sys.meta_path:
+                sys.meta_path.remove(self._finder)
+            sys.modules.pop(self.namespace, None)
+            with _claim_lock:
+                if _claimed_namespaces.get(self.namespace) is self:
+                    del _claimed_namespaces[self.namespace]
+            self._close_log()
+            self._started = False
+
+    def __enter__(self) -> Host:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open_log(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            self.log_path, maxBytes=self._log_max_bytes, backupCount=self.log_backups, encoding="utf-8"
+        )
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        for name in ("units", "unit_mcp"):
+            logger = logging.getLogger(name)
+            logger.addHandler(handler)
+            if logger.level == logging.NOTSET or logger.level > logging.INFO:
+                logger.setLevel(logging.INFO)
+        self._log_handler = handler
+
+    def _close_log(self) -> None:
+        if self._log_handler is None:
+            return
+        for name in ("units", "unit_mcp"):
+            logging.getLogger(name).removeHandler(self._log_handler)
+        self._log_handler.close()
+        self._log_handler = None
+
+    def _install_namespace(self) -> None:
+        spec = importlib.machinery.ModuleSpec(self.namespace, None, is_package=True)
+        spec.submodule_search_locations = [str(self.units_root)]
+        package = importlib.util.module_from_spec(spec)
+        package.__path__ = [str(self.units_root)]
+        sys.modules[self.namespace] = package
+        self._finder = _UnitFinder(self.namespace, self.units_root)
+        sys.meta_path.insert(0, self._finder)
+
+    # -- discovery and queries -----------------------------------------------------------
+
+    def unit_kinds(self) -> dict[str, UnitKind]:
+        return self.loader.discover()
+
+    def unit_kind(self, unit_id: str) -> UnitKind | None:
+        return self.loader.discover().get(unit_id)
+
+    def module_name(self, unit_id: str) -> str:
+        return f"{self.namespace}.{unit_id}"
+
+    def module(self, unit_id: str) -> types.ModuleType | None:
+        loaded = self._loaded.get(unit_id)
+        return loaded.module if loaded else None
+
+    def is_loaded(self, unit_id: str) -> bool:
+        return unit_id in self._loaded
+
+    def load_error(self, unit_id: str) -> str | None:
+        return self._load_errors.get(unit_id)
+
+    def unit_logger(self, unit_id: str) -> logging.Logger:
+        return logging.getLogger(f"units.{unit_id}")
+
+    def unit_lock(self, unit_id: str) -> threading.RLock:
+        with self._lock:
+            return self._unit_locks.setdefault(unit_id, threading.RLock())
+
+    # -- activities -----------------------------------------------------------------------
+
+    def register_activity(self, name: str, factory: Callable[[], Any]) -> None:
+        """Called by a unit's init(host). The factory makes the activity's live session object."""
+        with self._lock:
+            existing = self._activities.get(name)
+            if existing is not None and existing.unit_id != self._initialising:
+                raise ValueError(f"activity {name!r} is already registered by unit {existing.unit_id!r}")
+            self._activities[name] = Activity(name, factory, self._initialising)
+            if self._initialising is not None:
+                self._pending_activities.append(name)
+
+    def activities(self, unit_id: str | None = None) -> list[str]:
+        return sorted(n for n, a in self._activities.items() if unit_id is None or a.unit_id == unit_id)
+
+    def activate(self, name: str) -> Any:
+        """Make `name` the active activity; the previous one is deactivated first. Returns its session."""
+        with self._lock:
+            activity = self._activities.get(name)
+            if activity is None:
+                raise KeyError(f"no activity named {name!r} is registered")
+            self.deactivate()
+            self._active_session = activity.factory()
+            self._active = activity
+            self.logger.info("activity %s activated", name)
+            return self._active_session
+
+    def deactivate(self) -> None:
+        with self._lock:
+            session, self._active_session, self._active = self._active_session, None, None
+            close = getattr(session, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    self.logger.exception("closing the active session failed")
+
+    @property
+    def active_activity(self) -> str | None:
+        return self._active.name if self._active else None
+
+    @property
+    def active_session(self) -> Any:
+        return self._active_session
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def snapshot(self, unit_id: str) -> tuple[bool, Any]:
+        with self._lock:
+            module = self.module(unit_id)
+            fn = getattr(module, "snapshot", None)
+            if module is None or not callable(fn):
+                return False, None
+            return True, fn()
+
+    def unload(self, unit_id: str) -> None:
+        with self._lock:
+            loaded = self._loaded.pop(unit_id, None)
+            if loaded is not None:
+                self._teardown(loaded)
+            self._load_errors.pop(unit_id, None)
+
+    def reload(self, unit_id: str, *, rollback_source: Callable[[], None] | None = None) -> ReloadResult:
+        """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
+
+        On failure the old modules, their init and their state are put back, and
+        `rollback_source` (given when the reload follows a write) restores the old files first.
+        """
+        with self._lock:
+            started = time.perf_counter()
+            old = self._loaded.get(unit_id)
+            active_before = self.active_activity
+            owned_active = self._active is not None and self._active.unit_id == unit_id
+            state: Any = None
+            has_state = False
+            if old is not None and callable(getattr(old.module, "snapshot", None)):
+                try:
+                    state = old.module.snapshot()
+                    has_state = True
+                except Exception as exc:
+                    raise self._failure(unit_id, "snapshot", exc, rolled_back=True, source_restored=False) from exc
+            if old is not None:
+                self._teardown(old)
+                del self._loaded[unit_id]
+            stage = "import"
+            new: LoadedUnit | None = None
+            try:
+                new = self._import_and_init(unit_id)
+                stage = "restore"
+                restore = getattr(new.module, "restore", None)
+                restored = False
+                if has_state and callable(restore):
+                    restore(state)
+                    restored = True
+            except (Exception, SystemExit) as exc:
+                stage = getattr(exc, "_unit_stage", stage)
+                if new is not None:
+                    self._teardown(new)
+                else:
+                    self._discard(unit_id)
+                source_restored = False
+                if rollback_source is not None:
+                    rollback_source()
+                    source_restored = True
+                reinstated = old is not None and self._reinstate(old, state, has_state, active_before if owned_active else None)
+                if old is None:
+                    self._load_errors[unit_id] = self._describe(exc)
+                raise self._failure(
+                    unit_id, stage, exc, rolled_back=reinstated, source_restored=source_restored
+                ) from exc
+            self._loaded[unit_id] = new
+            self._load_errors.pop(unit_id, None)
+            evidence = self._reactivate(unit_id, active_before, owned_active)
+            duration = (time.perf_counter() - started) * 1000
+            self.logger.info("unit %s reloaded in %.1f ms", unit_id, duration)
+            return ReloadResult(
+                unit_id=unit_id, reloaded=True, restored_state=restored, activity=evidence, duration_ms=duration
+            )
+
+    def _import_and_init(self, unit_id: str) -> LoadedUnit:
+        name = self.module_name(unit_id)
+        self._purge(unit_id)
+        importlib.invalidate_caches()
+        self._pending_activities = []
+        module = importlib.import_module(name)
+        loaded = LoadedUnit(unit_id, module, self._unit_modules(unit_id))
+        init = getattr(module, "init", None)
+        if callable(init):
+            self._initialising = unit_id
+            try:
+                init(self)
+            except (Exception, SystemExit) as exc:
+                exc._unit_stage = "init"  # type: ignore[attr-defined]
+                raise
+            finally:
+                self._initialising = None
+        loaded.activities = list(self._pending_activities)
+        loaded.modules = self._unit_modules(unit_id)
+        return loaded
+
+    def _teardown(self, loaded: LoadedUnit) -> None:
+        """Deactivate the unit's activity, call drop(), unregister its activities, purge its modules."""
+        if self._active is not None and self._active.unit_id == loaded.unit_id:
+            self.deactivate()
+        drop = getattr(loaded.module, "drop", None)
+        if callable(drop):
+            try:
+                drop()
+            except Exception:
+                self.logger.exception("drop() of unit %s failed", loaded.unit_id)
+        self._discard(loaded.unit_id)
+
+    def _discard(self, unit_id: str) -> None:
+        """Forget the unit's activities and modules (after drop, or after a failed import or init)."""
+        for name in list(self._activities):
+            if self._activities[name].unit_id == unit_id:
+                del self._activities[name]
+        self._purge(unit_id)
+
+    def _reinstate(self, old: LoadedUnit, state: Any, has_state: bool, reactivate: str | None) -> bool:
+        """Put the previous module objects back and bring them up again with their state."""
+        sys.modules.update(old.modules)
+        self._pending_activities = []
+        try:
+            init = getattr(old.module, "init", None)
+            if callable(init):
+                self._initialising = old.unit_id
+                try:
+                    init(self)
+                finally:
+                    self._initialising = None
+            restore = getattr(old.module, "restore", None)
+            if has_state and callable(restore):
+                restore(state)
+        except Exception as exc:
+            self.logger.exception("putting back the previous version of unit %s failed", old.unit_id)
+            self._discard(old.unit_id)
+            self._load_errors[old.unit_id] = self._describe(exc)
+            return False
+        old.activities = list(self._pending_activities)
+        self._loaded[old.unit_id] = old
+        if reactivate is not None and reactivate in self._activities:
+            try:
+                self.activate(reactivate)
+            except Exception:
+                self.logger.exception("re-activating %s after a rollback failed", reactivate)
+        return True
+
+    def _reactivate(self, unit_id: str, active_before: str | None, owned_active: bool) -> ActivityEvidence:
+        registered_after = active_before is not None and active_before in self._activities
+        error = None
+        if owned_active and active_before is not None:
+            if registered_after:
+                try:
+                    self.activate(active_before)
+                except Exception as exc:
+                    error = self._describe(exc)
+                    self.logger.error("re-activating %s after reloading %s failed: %s", active_before, unit_id, error)
+            else:
+                error = f"activity {active_before!r} is no longer registered by unit {unit_id!r}"
+        return ActivityEvidence(
+            active_activity_before=active_before,
+            active_activity_after=self.active_activity,
+            reactivation_attempted=owned_active,
+            registered_after=registered_after,
+            has_active_session_after=self._active_session is not None,
+            error=error,
+        )
+
+    def _unit_modules(self, unit_id: str) -> dict[str, types.ModuleType]:
+        name = self.module_name(unit_id)
+        return {k: m for k, m in list(sys.modules.items()) if k == name or k.startswith(name + ".")}
+
+    def _purge(self, unit_id: str) -> None:
+        for key in self._unit_modules(unit_id):
+            del sys.modules[key]
+
+    def _describe(self, exc: BaseException) -> str:
+        if isinstance(exc, SyntaxError) and exc.lineno is not None:
+            where = self.redact(exc.filename or "?")
+            return f"SyntaxError: {exc.msg} ({where}, line {exc.lineno}, column {exc.offset})"
+        return self.redact(f"{type(exc).__name__}: {exc}")
+
+    def _failure(self, unit_id: str, stage: str, exc: BaseException, *, rolled_back: bool, source_restored: bool) -> ReloadError:
+        text = self._describe(exc)
+        frames = traceback.format_exception(exc)
+        evidence = {
+            "unit_id": unit_id,
+            "reloaded": False,
+            "stage": stage,
+            "error": text,
+            "traceback": self.redact("".join(frames[-12:]))[-4000:],
+            "rolled_back": rolled_back,
+            "source_restored": source_restored,
+            "previous_version_serving": unit_id in self._loaded,
+            "active_activity_after": self.active_activity,
+        }
+        self.logger.error("reloading unit %s failed at %s: %s", unit_id, stage, text)
+        return ReloadError(unit_id, stage, text, evidence)
+
+    # -- writes made through the service (so the watcher does not reload them twice) ---------
+
+    def note_own_write(self, path: Path, digest: str | None) -> None:
+        self._own_writes[str(path)] = digest
+
+    def is_own_write(self, path: Path, digest: str | None) -> bool:
+        key = str(path)
+        return key in self._own_writes and self._own_writes[key] == digest
+
+    # -- watching -------------------------------------------------------------------------
+
+    def start_watching(self, *, debounce_ms: int = 300) -> None:
+        from .watcher import UnitWatcher
+
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = UnitWatcher(self, debounce_ms=debounce_ms)
+                self._watcher.start()
+
+    def stop_watching(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()

@@ -1,0 +1,153 @@
+"""Result models of the service: one source for the schema, the validation and the docs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Risk = Literal["normal", "filesystem-read", "filesystem-write", "shell", "destructive"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceArtifact(_Model):
+    source_id: str = Field(description="Path relative to the unit root, '/' separators.")
+    kind: Literal["python", "text", "binary"]
+    size: int
+    hash: str = Field(description="'sha256:<hex>' of the raw bytes.")
+    primary: bool
+
+
+class SourceHandle(_Model):
+    kind: Literal["directory", "file"]
+    source_id: str = Field(description="The primary source artifact.")
+
+
+class UnitSummary(_Model):
+    unit_id: str
+    loader: str
+    source_handle: SourceHandle
+    edit_capabilities: list[str]
+    test_capabilities: list[str] = Field(description="Test names runnable with unit_run_tests.")
+    commit_capability: bool
+    loaded: bool
+    load_error: str | None = None
+
+
+class UnitListResult(_Model):
+    units: list[UnitSummary]
+
+
+class Evidence(_Model):
+    field: str = Field(description="What matched: unit_id, module, file, docstring or symbol.")
+    value: str
+    matched: list[str] = Field(description="Query terms found in the value.")
+
+
+class Candidate(_Model):
+    unit_id: str
+    confidence: float = Field(ge=0.0, le=1.0)
+    evidence: list[Evidence]
+
+
+class ResolveResult(_Model):
+    description: str
+    candidates: list[Candidate]
+
+
+class Lifecycle(_Model):
+    init: str | None
+    drop: str | None
+    snapshot: str | None
+    restore: str | None
+
+
+class InspectResult(_Model):
+    unit_id: str
+    loader: str
+    module: str
+    source_handle: SourceHandle
+    loaded: bool
+    load_error: str | None = None
+    docstring: str | None = None
+    lifecycle: Lifecycle
+    activities: list[str]
+    edit_capabilities: list[str]
+    test_capabilities: list[str]
+    source_artifacts: list[SourceArtifact]
+
+
+class ReadSourceResult(_Model):
+    unit_id: str
+    source_id: str
+    content: str
+    hash: str
+    size: int
+    line_ending: Literal["lf", "crlf", "mixed", "none"]
+
+
+class ActivityEvidence(_Model):
+    active_activity_before: str | None
+    active_activity_after: str | None
+    reactivation_attempted: bool
+    registered_after: bool = Field(description="The activity active before is registered again after the reload.")
+    has_active_session_after: bool
+    error: str | None = None
+
+
+class ReloadResult(_Model):
+    unit_id: str
+    reloaded: bool
+    restored_state: bool = Field(description="snapshot() state was handed to restore().")
+    activity: ActivityEvidence
+    duration_ms: float
+
+
+class ApplyPatchResult(_Model):
+    unit_id: str
+    source_id: str
+    mode: Literal["exact", "diff"]
+    dry_run: bool
+    changed: bool
+    replacements: int = Field(description="Occurrences replaced (exact mode) or hunks applied (diff mode).")
+    hash_before: str
+    hash: str = Field(description="Hash of the source after the edit (the would-be hash on a dry run).")
+    diff: str = Field(description="Unified diff of the change.")
+    reload: ReloadResult | None = None
+
+
+class CreateSourceResult(_Model):
+    unit_id: str
+    source_id: str
+    hash: str
+    size: int
+    reload: ReloadResult
+
+
+class RunTestsResult(_Model):
+    unit_id: str
+    test_name: str
+    runner: Literal["main", "pytest"]
+    passed: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    duration_ms: float
+    timed_out: bool
+
+
+class ReadLogResult(_Model):
+    lines: list[str]
+    returned: int
+    has_more: bool = Field(description="Older matching lines exist beyond this page.")
+    grep: str | None = None
+
+
+class SnapshotResult(_Model):
+    unit_id: str
+    supported: bool
+    state: Any = None

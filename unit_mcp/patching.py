@@ -1,0 +1,225 @@
+"""Pure text edits: exact replacement and unified-diff application that keep a file's line endings.
+
+Models write LF; files may be CRLF or mixed. Matching is done on an LF view of
+the text, and every newline the edit did not touch keeps its original ending;
+newlines the edit introduces take the file's dominant ending.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from .errors import AmbiguousMatch, InvalidArgument, InvalidPatch, NoMatch, PatchConflict
+
+
+@dataclass(frozen=True)
+class Lines:
+    """Text as lines without their endings, plus each line's ending ('\\n', '\\r\\n' or '' for the last)."""
+
+    body: list[str]
+    endings: list[str]
+
+    @classmethod
+    def parse(cls, text: str) -> Lines:
+        body: list[str] = []
+        endings: list[str] = []
+        for raw in text.split("\n"):
+            body.append(raw)
+            endings.append("\n")
+        endings[-1] = ""
+        if body[-1] == "":  # text ended with a newline (or was empty): no partial last line
+            body.pop()
+            endings.pop()
+        for i, line in enumerate(body):
+            if endings[i] and line.endswith("\r"):
+                body[i] = line[:-1]
+                endings[i] = "\r\n"
+        return cls(body, endings)
+
+    def render(self) -> str:
+        return "".join(line + ending for line, ending in zip(self.body, self.endings, strict=True))
+
+    @property
+    def dominant(self) -> str:
+        crlf = sum(1 for e in self.endings if e == "\r\n")
+        lf = sum(1 for e in self.endings if e == "\n")
+        return "\r\n" if crlf > lf else "\n"
+
+
+def line_ending_kind(text: str) -> str:
+    endings = {e for e in Lines.parse(text).endings if e}
+    if not endings:
+        return "none"
+    if endings == {"\n"}:
+        return "lf"
+    if endings == {"\r\n"}:
+        return "crlf"
+    return "mixed"
+
+
+def _to_lf(text: str) -> str:
+    return text.replace("\r\n", "\n")
+
+
+def replace_exact(text: str, old: str, new: str, *, replace_all: bool = False, label: str = "source") -> tuple[str, int]:
+    """Replace `old` by `new`; it must occur exactly once unless replace_all. Returns (new_text, count).
+
+    Each newline of `old` matches LF or CRLF; the replacement's newlines take the
+    ending of the text they replace (the file's dominant ending when they replace none).
+    """
+    if old == "":
+        raise InvalidArgument("`old` is empty.", hint="Pass the exact text to replace, or use `patch` to insert.")
+    old_lf, new_lf = _to_lf(old), _to_lf(new)
+    if old_lf == new_lf:
+        raise InvalidArgument("`old` and `new` are identical: nothing would change.", hint="Change `new`.")
+    pattern = re.compile(r"\r?\n".join(re.escape(part) for part in old_lf.split("\n")))
+    matches = list(pattern.finditer(text))
+    if not matches:
+        raise NoMatch(f"`old` was not found in {label} (0 matches).", matches=0)
+    line_numbers = [text.count("\n", 0, m.start()) + 1 for m in matches]
+    if len(matches) > 1 and not replace_all:
+        shown = ", ".join(str(n) for n in line_numbers[:20])
+        raise AmbiguousMatch(
+            f"`old` matches {len(matches)} times in {label}, at lines {shown}.",
+            matches=len(matches),
+            lines=line_numbers,
+        )
+    dominant = Lines.parse(text).dominant
+    pieces: list[str] = []
+    cursor = 0
+    for match in matches:
+        matched = match.group(0)
+        ending = "\r\n" if "\r\n" in matched else ("\n" if "\n" in matched else dominant)
+        pieces.append(text[cursor : match.start()])
+        pieces.append(new_lf.replace("\n", ending))
+        cursor = match.end()
+    pieces.append(text[cursor:])
+    return "".join(pieces), len(matches)
+
+
+def _strip_ending(value: str) -> str:
+    if value.endswith("\r\n"):
+        return value[:-2]
+    return value[:-1] if value.endswith("\n") else value
+
+
+def _with_headers(patch: str, source_id: str) -> str:
+    if any(line.startswith("--- ") for line in patch.splitlines()[:50]):
+        return patch
+    return f"--- a/{source_id}\n+++ b/{source_id}\n{patch}"
+
+
+def _patched_name(name: str) -> str:
+    name = name.strip().strip('"')
+    for prefix in ("a/", "b/"):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def apply_unified_diff(text: str, patch: str, source_id: str) -> tuple[str, int]:
+    """Apply a unified diff for `source_id` to text. Hunks are found by their context; returns (text, hunks)."""
+    patch = _to_lf(patch)
+    if not patch.endswith("\n"):
+        patch += "\n"
+    try:
+        patch_set = PatchSet(_with_headers(patch, source_id))
+    except UnidiffParseError as exc:
+        raise InvalidPatch(f"The patch for {source_id} is not a valid unified diff: {exc}.") from None
+    if len(patch_set) != 1:
+        raise InvalidPatch(f"The patch touches {len(patch_set)} files; it must touch only {source_id}.")
+    patched = patch_set[0]
+    raw_names = {_patched_name(patched.source_file), _patched_name(patched.target_file)}
+    if "/dev/null" in raw_names:
+        raise InvalidPatch("A patch cannot create or delete a source.", hint="Use unit_create_source to add a file.")
+    names = raw_names - {""}
+    if names and names != {source_id}:
+        raise InvalidPatch(
+            f"The patch is for {', '.join(sorted(names))}, not {source_id}.",
+            hint=f"Use headers '--- a/{source_id}' and '+++ b/{source_id}', or none.",
+        )
+    if len(patched) == 0:
+        raise InvalidPatch(f"The patch for {source_id} has no hunks.")
+
+    lines = Lines.parse(text)
+    body, endings = list(lines.body), list(lines.endings)
+    dominant = lines.dominant
+    delta = 0
+    floor = 0
+    for number, hunk in enumerate(patched, start=1):
+        old_lines = [_strip_ending(line.value) for line in hunk if line.line_type in (" ", "-")]
+        expected = (hunk.source_start - 1 if hunk.source_length else hunk.source_start) + delta
+        at = _locate(body, old_lines, max(expected, floor), floor)
+        if at is None:
+            shown_at = min(max(expected, 0), len(body))
+            raise PatchConflict(
+                f"Hunk {number} of the patch for {source_id} does not apply: its context and removed lines "
+                f"were not found (expected near line {shown_at + 1}).",
+                hunk=number,
+                expected_lines=old_lines,
+                actual_lines=body[shown_at : shown_at + len(old_lines)],
+            )
+        seg_body: list[str] = []
+        seg_end: list[str] = []
+        index = at
+        previous = ""
+        for line in hunk:
+            kind = line.line_type
+            if kind == "\\":
+                if previous in (" ", "+") and seg_end:
+                    seg_end[-1] = ""
+                continue
+            if kind == " ":
+                seg_body.append(body[index])
+                seg_end.append(endings[index] or dominant)
+                index += 1
+            elif kind == "-":
+                index += 1
+            elif kind == "+":
+                seg_body.append(_strip_ending(line.value))
+                seg_end.append(dominant)
+            previous = kind
+        stop = at + len(old_lines)
+        if seg_end and stop < len(body) and not seg_end[-1]:
+            seg_end[-1] = dominant
+        body[at:stop] = seg_body
+        endings[at:stop] = seg_end
+        delta += (at - expected) + len(seg_body) - len(old_lines)
+        floor = at + len(seg_body)
+    return Lines(body, endings).render(), len(patched)
+
+
+def _locate(body: list[str], needle: list[str], expected: int, floor: int) -> int | None:
+    """Nearest position at or after floor where needle occurs, searching outward from expected."""
+    if not needle:
+        return min(max(expected, floor), len(body))
+    limit = len(body) - len(needle)
+    if limit < floor:
+        return None
+    for distance in range(0, max(limit - floor, expected - floor, 0) + 1):
+        for candidate in (expected - distance, expected + distance) if distance else (expected,):
+            if floor <= candidate <= limit and body[candidate : candidate + len(needle)] == needle:
+                return candidate
+    return None
+
+
+def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -> str:
+    """A unified diff of before → after that unidiff and `patch` read back, with no-newline markers."""
+    a = Lines.parse(_to_lf(before))
+    b = Lines.parse(_to_lf(after))
+    a_lines = [line + ("\n" if ending else "") for line, ending in zip(a.body, a.endings, strict=True)]
+    b_lines = [line + ("\n" if ending else "") for line, ending in zip(b.body, b.endings, strict=True)]
+    out: list[str] = []
+    for line in difflib.unified_diff(a_lines, b_lines, f"a/{source_id}", f"b/{source_id}", n=context):
+        if line.startswith(("---", "+++")):
+            out.append(line.rstrip("\n") + "\n")
+            continue
+        out.append(line)
+        if not line.endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return "".join(out)

@@ -1,0 +1,216 @@
+"""Handles, not paths: unit and source id validation, and file access that never leaves the units root.
+
+Every access walks from the units root one segment at a time with directory
+file descriptors opened `O_NOFOLLOW`, so a symlinked ancestor or target is
+refused and a symlink swapped in between a check and the open cannot redirect
+it. Writes are atomic: a hidden temporary file in the same directory, fsync,
+then `os.replace` (or `os.link` when the file must not exist yet).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import keyword
+import os
+import re
+import secrets
+import stat
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import InvalidSourceId, InvalidUnitId
+
+_UNIT_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+MAX_SEGMENT_BYTES = 255
+MAX_SOURCE_ID_BYTES = 1024
+MAX_UNIT_ID_LENGTH = 128
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafePath(Exception):
+    """A symlink, or something other than a regular file or directory, stands on the path."""
+
+
+def hash_bytes(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def validate_unit_id(unit_id: object) -> str:
+    if not isinstance(unit_id, str) or not unit_id:
+        raise InvalidUnitId("unit_id must be a non-empty string.")
+    shown = unit_id if len(unit_id) <= 80 else unit_id[:80] + "…"
+    if len(unit_id) > MAX_UNIT_ID_LENGTH or not _UNIT_ID.fullmatch(unit_id) or keyword.iskeyword(unit_id):
+        raise InvalidUnitId(f"{shown!r} is not a valid unit id.")
+    return unit_id
+
+
+def validate_source_id(source_id: object) -> tuple[str, ...]:
+    """Split a source id into segments, refusing anything that is not a plain relative handle."""
+    if not isinstance(source_id, str) or not source_id:
+        raise InvalidSourceId("source_id must be a non-empty string.")
+    shown = ascii(source_id if len(source_id) <= 80 else source_id[:80] + "…")
+    encoded = source_id.encode("utf-8", "surrogatepass")
+    if len(encoded) > MAX_SOURCE_ID_BYTES:
+        raise InvalidSourceId(f"source_id {shown} is longer than {MAX_SOURCE_ID_BYTES} bytes.")
+    segments = tuple(source_id.split("/"))
+    for segment in segments:
+        if len(segment.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES:
+            raise InvalidSourceId(f"source_id {shown} has a segment longer than {MAX_SEGMENT_BYTES} bytes.")
+        if not _SEGMENT.fullmatch(segment) or segment in {".", ".."}:
+            raise InvalidSourceId(f"source_id {shown} is not a plain relative source handle.")
+    return segments
+
+
+def is_hidden_or_compiled(name: str) -> bool:
+    return name.startswith(".") or name == "__pycache__" or name.endswith((".pyc", ".pyo"))
+
+
+def _open_dir_at(parent_fd: int, name: str, *, create: bool = False) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except FileNotFoundError:
+        if not create:
+            raise
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            _refuse_if_link(parent_fd, name)
+        raise
+
+
+def _refuse_if_link(parent_fd: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(f"{name} is a symbolic link")
+
+
+@contextmanager
+def open_parent(root: Path, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
+    """Yield a descriptor of the directory holding parts[-1], walked from root without following links."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for name in parts[:-1]:
+            next_fd = _open_dir_at(fd, name, create=create)
+            os.close(fd)
+            fd = next_fd
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_regular(parent_fd: int, name: str) -> int:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(name, flags, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise UnsafePath(f"{name} is a symbolic link") from exc
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", name)
+        raise UnsafePath(f"{name} is not a regular file")
+    return fd
+
+
+def read_bytes(root: Path, parts: Sequence[str], *, max_bytes: int | None = None) -> bytes:
+    with open_parent(root, parts) as dir_fd:
+        fd = _open_regular(dir_fd, parts[-1])
+        with os.fdopen(fd, "rb") as handle:
+            if max_bytes is not None and os.fstat(fd).st_size > max_bytes:
+                raise OverflowError(f"larger than {max_bytes} bytes")
+            return handle.read()
+
+
+def exists(root: Path, parts: Sequence[str]) -> bool:
+    try:
+        with open_parent(root, parts) as dir_fd:
+            os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+            return True
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+
+
+def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
+    tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+    except BaseException:
+        os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    return tmp
+
+
+def replace_bytes(root: Path, parts: Sequence[str], data: bytes) -> None:
+    """Atomically replace an existing regular file, keeping its mode."""
+    with open_parent(root, parts) as dir_fd:
+        fd = _open_regular(dir_fd, parts[-1])
+        try:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        finally:
+            os.close(fd)
+        tmp = _write_temp(dir_fd, parts[-1], data, mode)
+        try:
+            os.replace(tmp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        os.fsync(dir_fd)
+
+
+def create_bytes(root: Path, parts: Sequence[str], data: bytes, *, mode: int = 0o644) -> list[str]:
+    """Atomically create a file that must not exist yet; return the parent folders it had to create."""
+    created: list[str] = []
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        for index, name in enumerate(parts[:-1]):
+            try:
+                next_fd = _open_dir_at(fd, name)
+            except FileNotFoundError:
+                next_fd = _open_dir_at(fd, name, create=True)
+                created.append("/".join(parts[: index + 1]))
+            os.close(fd)
+            fd = next_fd
+        tmp = _write_temp(fd, parts[-1], data, mode)
+        try:
+            os.link(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+        finally:
+            os.unlink(tmp, dir_fd=fd)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return created
+
+
+def remove_file(root: Path, parts: Sequence[str]) -> None:
+    with open_parent(root, parts) as dir_fd:
+        os.unlink(parts[-1], dir_fd=dir_fd)
+
+
+def remove_empty_dirs(root: Path, rel_dirs: Sequence[str]) -> None:
+    """Remove folders created for a file that was rolled back, deepest first, if they are empty."""
+    for rel in sorted(rel_dirs, key=len, reverse=True):
+        parts = rel.split("/")
+        try:
+            with open_parent(root, parts) as dir_fd:
+                os.rmdir(parts[-1], dir_fd=dir_fd)
+        except OSError:
+            continue

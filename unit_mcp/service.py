@@ -1,0 +1,477 @@
+"""Loader-neutral unit operations: one method per tool, pydantic results, `UnitError` refusals.
+
+Methods are blocking (file and process work); async callers run them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import applog, paths
+from .errors import (
+    BinarySource,
+    Exists,
+    InvalidArgument,
+    InvalidSourceId,
+    NotSupported,
+    ReloadFailed,
+    SnapshotFailed,
+    SourceSyntaxError,
+    StaleHash,
+    TestTimeout,
+    TooLarge,
+    UnitNotLoaded,
+    UnknownSource,
+    UnknownUnit,
+)
+from .host import LIFECYCLE, Host, ReloadError
+from .loader import UnitKind
+from .models import (
+    ApplyPatchResult,
+    CreateSourceResult,
+    InspectResult,
+    Lifecycle,
+    ReadLogResult,
+    ReadSourceResult,
+    ReloadResult,
+    ResolveResult,
+    RunTestsResult,
+    SnapshotResult,
+    SourceHandle,
+    UnitListResult,
+    UnitSummary,
+)
+from .patching import apply_unified_diff, line_ending_kind, replace_exact, unified_diff
+from .resolve import UnitFacts, python_facts, rank
+from .testrun import run_test_process
+
+_TEST_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
+_HASH = re.compile(r"(sha256:)?[0-9a-fA-F]{64}")
+MAX_LOG_LINES = 1000
+
+
+class UnitService:
+    def __init__(
+        self,
+        host: Host,
+        *,
+        test_timeout: float = 60.0,
+        max_test_timeout: float = 600.0,
+        max_source_bytes: int = 2 * 1024 * 1024,
+        max_test_output: int = 64 * 1024,
+    ) -> None:
+        self.host = host
+        self.loader = host.loader
+        self.test_timeout = test_timeout
+        self.max_test_timeout = max_test_timeout
+        self.max_source_bytes = max_source_bytes
+        self.max_test_output = max_test_output
+        self._facts_cache: dict[str, tuple[tuple[Any, ...], UnitFacts]] = {}
+        self._facts_lock = threading.Lock()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _unit(self, unit_id: Any) -> UnitKind:
+        unit_id = paths.validate_unit_id(unit_id)
+        kind = self.host.unit_kind(unit_id)
+        if kind is None:
+            raise UnknownUnit(f"There is no unit {unit_id!r}.")
+        return kind
+
+    def _segments(self, unit_id: str, kind: UnitKind, source_id: Any) -> tuple[str, ...]:
+        segments = paths.validate_source_id(source_id)
+        if kind == "file" and source_id != f"{unit_id}.py":
+            raise UnknownSource(
+                f"Unit {unit_id!r} is a file unit; its only source is {unit_id}.py, not {source_id!r}.",
+                hint=f"Use source_id {unit_id}.py.",
+            )
+        return segments
+
+    def _read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
+        self._segments(unit_id, kind, source_id)
+        try:
+            return self.loader.read(unit_id, kind, source_id)
+        except (FileNotFoundError, NotADirectoryError):
+            raise UnknownSource(f"Unit {unit_id!r} has no source {source_id!r}.") from None
+        except IsADirectoryError:
+            raise UnknownSource(f"{source_id!r} in unit {unit_id!r} is a folder, not a source file.") from None
+        except paths.UnsafePath:
+            raise InvalidSourceId(
+                f"{source_id!r} in unit {unit_id!r} is reached through a symbolic link or is not a regular file; refused.",
+                hint="Only regular files inside the unit can be read or written.",
+            ) from None
+
+    def _text(self, unit_id: str, source_id: str, data: bytes) -> str:
+        if b"\x00" in data:
+            raise BinarySource(f"{source_id!r} in unit {unit_id!r} is binary.")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BinarySource(f"{source_id!r} in unit {unit_id!r} is not UTF-8 text.") from None
+
+    def _require(self, capability: str, unit_id: str) -> None:
+        if not getattr(self.loader.capabilities, capability):
+            raise NotSupported(
+                f"The {self.loader.name} loader of unit {unit_id!r} cannot {capability} sources (read-only units root).",
+                hint="This server was started read-only; edit the unit another way or restart it writable.",
+            )
+
+    def _check_size(self, name: str, value: str) -> None:
+        if len(value) > self.max_source_bytes:
+            raise TooLarge(
+                f"`{name}` is {len(value)} characters; the limit is {self.max_source_bytes}.",
+                hint="Send a smaller edit (a diff or an exact replacement of the lines that change).",
+            )
+
+    def _compile(self, source_id: str, text: str) -> None:
+        if not source_id.endswith(".py"):
+            return
+        try:
+            compile(text, source_id, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise SourceSyntaxError(
+                f"{source_id}: {exc.msg} at line {exc.lineno}, column {exc.offset}; nothing was written.",
+                file=source_id,
+                line=exc.lineno,
+                column=exc.offset,
+                text=(exc.text or "").rstrip("\n")[:500],
+            ) from None
+        except ValueError as exc:
+            raise SourceSyntaxError(f"{source_id}: {exc}; nothing was written.", file=source_id) from None
+
+    def _abs(self, unit_id: str, kind: UnitKind, source_id: str) -> Path:
+        return self.host.units_root.joinpath(*self.loader.parts(unit_id, kind, paths.validate_source_id(source_id)))
+
+    def _reload(self, unit_id: str, rollback: Callable[[], None] | None = None) -> ReloadResult:
+        try:
+            return self.host.reload(unit_id, rollback_source=rollback)
+        except ReloadError as exc:
+            restored = " The previous source was restored and is still running." if rollback else ""
+            raise ReloadFailed(
+                f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}.{restored}", **exc.evidence
+            ) from None
+
+    def _test_names(self, unit_id: str, kind: UnitKind) -> list[str]:
+        if kind != "directory":
+            return []
+        names = []
+        for source_id in self.loader.source_ids(unit_id, kind):
+            match = re.fullmatch(r"test_([A-Za-z0-9_]+)\.py", source_id)
+            if match:
+                names.append(match.group(1))
+        return names
+
+    def _edit_capabilities(self, kind: UnitKind) -> list[str]:
+        caps = self.loader.capabilities
+        out = ["read"] if caps.read else []
+        if caps.write:
+            out.append("patch")
+        if caps.create and kind == "directory":
+            out.append("create")
+        return out
+
+    # -- operations -------------------------------------------------------------------------
+
+    def list(self) -> UnitListResult:
+        units = []
+        for unit_id, kind in self.host.unit_kinds().items():
+            units.append(
+                UnitSummary(
+                    unit_id=unit_id,
+                    loader=self.loader.name,
+                    source_handle=SourceHandle(kind=kind, source_id=self.loader.primary_source_id(unit_id, kind)),
+                    edit_capabilities=self._edit_capabilities(kind),
+                    test_capabilities=self._test_names(unit_id, kind),
+                    commit_capability=self.loader.capabilities.commit,
+                    loaded=self.host.is_loaded(unit_id),
+                    load_error=self.host.load_error(unit_id),
+                )
+            )
+        return UnitListResult(units=units)
+
+    def _facts(self, unit_id: str, kind: UnitKind) -> UnitFacts:
+        source_ids = self.loader.source_ids(unit_id, kind)
+        stamp_parts: list[Any] = []
+        for source_id in source_ids:
+            try:
+                st = os.stat(self._abs(unit_id, kind, source_id), follow_symlinks=False)
+                stamp_parts.append((source_id, st.st_mtime_ns, st.st_size))
+            except OSError:
+                continue
+        stamp = tuple(stamp_parts)
+        with self._facts_lock:
+            cached = self._facts_cache.get(unit_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        fields: list[tuple[str, str]] = [("unit_id", unit_id), ("module", self.host.module_name(unit_id))]
+        for source_id in source_ids:
+            fields.append(("file", source_id))
+            if not source_id.endswith(".py") or source_id.startswith("test_"):
+                continue
+            try:
+                text = self.loader.read(unit_id, kind, source_id).decode("utf-8")
+            except (OSError, paths.UnsafePath, UnicodeDecodeError):
+                continue
+            docstring, names = python_facts(text)
+            if docstring and source_id == self.loader.primary_source_id(unit_id, kind):
+                fields.append(("docstring", docstring.strip()))
+            fields.extend(("symbol", name) for name in names)
+        facts = UnitFacts(unit_id, tuple(fields))
+        with self._facts_lock:
+            self._facts_cache[unit_id] = (stamp, facts)
+        return facts
+
+    def resolve(self, description: str, limit: int = 20) -> ResolveResult:
+        if not isinstance(description, str) or not description.strip():
+            raise InvalidArgument("description is empty.", hint="Describe the unit in a few words, e.g. 'click counter'.")
+        if not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise InvalidArgument(f"limit must be between 1 and 100, not {limit!r}.")
+        facts = [self._facts(unit_id, kind) for unit_id, kind in self.host.unit_kinds().items()]
+        return ResolveResult(description=description, candidates=rank(description[:2000], facts, limit))
+
+    def inspect(self, unit_id: str) -> InspectResult:
+        kind = self._unit(unit_id)
+        module = self.host.module(unit_id)
+        lifecycle = {name: name if module is not None and callable(getattr(module, name, None)) else None for name in LIFECYCLE}
+        if module is None:
+            primary = self.loader.primary_source_id(unit_id, kind)
+            try:
+                tree = ast.parse(self.loader.read(unit_id, kind, primary))
+                defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                lifecycle = {name: name if name in defined else None for name in LIFECYCLE}
+            except (OSError, SyntaxError, ValueError, paths.UnsafePath):
+                pass
+        docstring = (module.__doc__ if module is not None else None) or None
+        return InspectResult(
+            unit_id=unit_id,
+            loader=self.loader.name,
+            module=self.host.module_name(unit_id),
+            source_handle=SourceHandle(kind=kind, source_id=self.loader.primary_source_id(unit_id, kind)),
+            loaded=module is not None,
+            load_error=self.host.load_error(unit_id),
+            docstring=docstring.strip() if docstring else None,
+            lifecycle=Lifecycle(**lifecycle),
+            activities=self.host.activities(unit_id),
+            edit_capabilities=self._edit_capabilities(kind),
+            test_capabilities=self._test_names(unit_id, kind),
+            source_artifacts=self.loader.artifacts(unit_id, kind),
+        )
+
+    def read_source(self, unit_id: str, source_id: str) -> ReadSourceResult:
+        kind = self._unit(unit_id)
+        self._require("read", unit_id)
+        data = self._read(unit_id, kind, source_id)
+        text = self._text(unit_id, source_id, data)
+        return ReadSourceResult(
+            unit_id=unit_id,
+            source_id=source_id,
+            content=text,
+            hash=paths.hash_bytes(data),
+            size=len(data),
+            line_ending=line_ending_kind(text),  # type: ignore[arg-type]
+        )
+
+    def apply_patch(
+        self,
+        unit_id: str,
+        source_id: str,
+        patch: str | None = None,
+        old: str | None = None,
+        new: str | None = None,
+        expected_hash: str | None = None,
+        replace_all: bool = False,
+        dry_run: bool = False,
+    ) -> ApplyPatchResult:
+        if patch is not None and (old is not None or new is not None):
+            raise InvalidArgument("Pass either `patch` or `old`+`new`, not both.", hint="Use one editing mode per call.")
+        if patch is None and (old is None or new is None):
+            raise InvalidArgument(
+                "Pass `patch` (a unified diff) or both `old` and `new`.",
+                hint="For an exact replacement give `old` (text to find) and `new` (its replacement; may be empty).",
+            )
+        for name, value in (("patch", patch), ("old", old), ("new", new)):
+            if value is not None:
+                if not isinstance(value, str):
+                    raise InvalidArgument(f"`{name}` must be a string.")
+                self._check_size(name, value)
+        if patch is not None and not patch.strip():
+            raise InvalidArgument("`patch` is empty.", hint="Send a unified diff with at least one @@ hunk.")
+        if expected_hash is not None:
+            if not isinstance(expected_hash, str) or not _HASH.fullmatch(expected_hash):
+                raise InvalidArgument(
+                    "expected_hash must be the 'sha256:<64 hex digits>' hash from unit_read_source.",
+                )
+            expected_hash = "sha256:" + expected_hash.removeprefix("sha256:").lower()
+        kind = self._unit(unit_id)
+        self._segments(unit_id, kind, source_id)
+        if not dry_run:
+            self._require("write", unit_id)
+        label = f"{source_id} of unit {unit_id}"
+        with self.host.unit_lock(unit_id):
+            data = self._read(unit_id, kind, source_id)
+            text = self._text(unit_id, source_id, data)
+            current = paths.hash_bytes(data)
+            if expected_hash is not None and expected_hash != current:
+                raise StaleHash(
+                    f"{label} changed since it was read: expected {expected_hash}, found {current}.",
+                    expected_hash=expected_hash,
+                    current_hash=current,
+                )
+            if patch is not None:
+                new_text, count = apply_unified_diff(text, patch, source_id)
+                mode = "diff"
+            else:
+                assert old is not None and new is not None
+                new_text, count = replace_exact(text, old, new, replace_all=replace_all, label=label)
+                mode = "exact"
+            changed = new_text != text
+            if changed:
+                self._compile(source_id, new_text)
+            new_data = new_text.encode("utf-8")
+            result = ApplyPatchResult(
+                unit_id=unit_id,
+                source_id=source_id,
+                mode=mode,  # type: ignore[arg-type]
+                dry_run=dry_run,
+                changed=changed,
+                replacements=count,
+                hash_before=current,
+                hash=paths.hash_bytes(new_data),
+                diff=unified_diff(text, new_text, source_id),
+            )
+            if dry_run or not changed:
+                return result
+            target = self._abs(unit_id, kind, source_id)
+
+            def rollback() -> None:
+                self.host.note_own_write(target, current)
+                self.loader.replace(unit_id, kind, source_id, data)
+
+            self.host.note_own_write(target, result.hash)
+            self.loader.replace(unit_id, kind, source_id, new_data)
+            result.reload = self._reload(unit_id, rollback)
+            return result
+
+    def create_source(self, unit_id: str, source_id: str, source: str) -> CreateSourceResult:
+        kind = self._unit(unit_id)
+        if kind != "directory":
+            raise NotSupported(
+                f"Unit {unit_id!r} is a file unit; only directory units can hold more sources.",
+                hint=f"Add code to {unit_id}.py with unit_apply_patch instead.",
+            )
+        self._require("create", unit_id)
+        paths.validate_source_id(source_id)
+        if not isinstance(source, str):
+            raise InvalidArgument("`source` must be a string.")
+        self._check_size("source", source)
+        if paths.is_hidden_or_compiled(source_id.rsplit("/", 1)[-1]) or "__pycache__" in source_id.split("/"):
+            raise InvalidSourceId(f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name.")
+        self._compile(source_id, source)
+        data = source.encode("utf-8")
+        with self.host.unit_lock(unit_id):
+            target = self._abs(unit_id, kind, source_id)
+            self.host.note_own_write(target, paths.hash_bytes(data))
+            try:
+                created_dirs = self.loader.create(unit_id, source_id, data)
+            except FileExistsError:
+                raise Exists(f"Unit {unit_id!r} already has {source_id!r}.") from None
+            except NotADirectoryError:
+                raise InvalidSourceId(f"A parent of {source_id!r} in unit {unit_id!r} is a file, not a folder.") from None
+            except paths.UnsafePath:
+                raise InvalidSourceId(f"A parent of {source_id!r} in unit {unit_id!r} is a symbolic link; refused.") from None
+
+            def rollback() -> None:
+                self.host.note_own_write(target, None)
+                self.loader.remove(unit_id, source_id, created_dirs)
+
+            reload = self._reload(unit_id, rollback)
+            return CreateSourceResult(unit_id=unit_id, source_id=source_id, hash=paths.hash_bytes(data), size=len(data), reload=reload)
+
+    def run_tests(self, unit_id: str, test_name: str = "init", timeout: float | None = None) -> RunTestsResult:
+        kind = self._unit(unit_id)
+        if not isinstance(test_name, str) or not _TEST_NAME.fullmatch(test_name):
+            raise InvalidArgument(f"test_name {test_name!r} is not a test name.", hint="Use e.g. 'init' for test_init.py.")
+        timeout = self.test_timeout if timeout is None else timeout
+        if not isinstance(timeout, (int, float)) or not 0 < timeout <= self.max_test_timeout:
+            raise InvalidArgument(f"timeout must be between 0 and {self.max_test_timeout} seconds, not {timeout!r}.")
+        if kind != "directory":
+            raise NotSupported(f"Unit {unit_id!r} is a file unit and has no tests.", hint="Tests live in directory units as test_<name>.py.")
+        names = self._test_names(unit_id, kind)
+        if test_name not in names:
+            raise UnknownSource(
+                f"Unit {unit_id!r} has no test module test_{test_name}.py.",
+                hint=f"Its tests: {', '.join(names) or 'none'}. Create one with unit_create_source.",
+            )
+        source = self._text(unit_id, f"test_{test_name}.py", self._read(unit_id, kind, f"test_{test_name}.py"))
+        try:
+            tree = ast.parse(source)
+            has_main = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "main" for n in tree.body)
+        except (SyntaxError, ValueError):
+            has_main = False
+        run = run_test_process(
+            self.host.units_root,
+            self.host.namespace,
+            unit_id,
+            test_name,
+            timeout=float(timeout),
+            max_output=self.max_test_output,
+            cwd=self.host.data_dir,
+        )
+        result = RunTestsResult(
+            unit_id=unit_id,
+            test_name=test_name,
+            runner="main" if has_main else "pytest",
+            passed=run.exit_code == 0 and not run.timed_out,
+            exit_code=run.exit_code,
+            stdout=self.host.redact(run.stdout),
+            stderr=self.host.redact(run.stderr),
+            truncated=run.truncated,
+            duration_ms=run.duration_ms,
+            timed_out=run.timed_out,
+        )
+        if run.timed_out:
+            raise TestTimeout(f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.", **result.model_dump())
+        return result
+
+    def reload(self, unit_id: str) -> ReloadResult:
+        self._unit(unit_id)
+        with self.host.unit_lock(unit_id):
+            return self._reload(unit_id)
+
+    def read_log(
+        self, grep: str | None = None, lines: int = 100, offset: int | None = None, limit: int | None = None
+    ) -> ReadLogResult:
+        """The newest matching log lines, oldest first. `offset` skips that many newest matches (paging back)."""
+        for name, value, low in (("lines", lines, 1), ("offset", offset, 0), ("limit", limit, 1)):
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= (10**9 if name == "offset" else MAX_LOG_LINES):
+                raise InvalidArgument(f"{name} must be an integer from {low} to {MAX_LOG_LINES if name != 'offset' else 10**9}, not {value!r}.")
+        if grep is not None and (not isinstance(grep, str) or len(grep) > 1000):
+            raise InvalidArgument("grep must be a string of at most 1000 characters.")
+        count = limit if offset is not None and limit is not None else lines
+        files = applog.log_files(self.host.log_path, self.host.log_backups)
+        found, has_more = applog.tail(files, grep=grep or None, skip=offset or 0, count=count)
+        shown = [self.host.redact(line) for line in found]
+        return ReadLogResult(lines=shown, returned=len(shown), has_more=has_more, grep=grep or None)
+
+    def snapshot(self, unit_id: str) -> SnapshotResult:
+        self._unit(unit_id)
+        if not self.host.is_loaded(unit_id):
+            raise UnitNotLoaded(f"Unit {unit_id!r} is not loaded: {self.host.load_error(unit_id)}")
+        try:
+            supported, state = self.host.snapshot(unit_id)
+        except Exception as exc:
+            raise SnapshotFailed(f"snapshot() of unit {unit_id!r} raised {self.host.redact(repr(exc))}.") from None
+        try:
+            state = json.loads(json.dumps(state))
+        except (TypeError, ValueError) as exc:
+            raise SnapshotFailed(f"snapshot() of unit {unit_id!r} returned a value that is not JSON: {exc}.") from None
+        return SnapshotResult(unit_id=unit_id, supported=supported, state=state)

@@ -1,0 +1,103 @@
+"""Child process of unit_run_tests: a headless host with one unit loaded runs one of its test modules.
+
+Exit status: 0 passed, 1 failed, 3 the unit did not load, 4 no such test module.
+`main()` returning None, 0 or True is a pass; a test module without `main()` runs under pytest,
+with the fixtures `host` (the headless Host) and `unit` (the loaded unit module).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import sys
+import tempfile
+import traceback
+from typing import Any
+
+from .host import Host
+
+
+class _Fixtures:
+    def __init__(self, host: Host, unit: Any) -> None:
+        self._host = host
+        self._unit = unit
+
+    def register(self) -> Any:
+        import pytest
+
+        outer = self
+
+        class Plugin:
+            @pytest.fixture
+            def host(self) -> Host:
+                return outer._host
+
+            @pytest.fixture
+            def unit(self) -> Any:
+                return outer._unit
+
+        return Plugin()
+
+
+def _passed(result: object) -> bool:
+    return result is None or result is True or (type(result) is int and result == 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m unit_mcp.testhost")
+    parser.add_argument("--units", required=True)
+    parser.add_argument("--namespace", default="units")
+    parser.add_argument("--unit", required=True)
+    parser.add_argument("--test", default="init")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="unit-mcp-test-") as data_dir:
+        host = Host(args.units, data_dir, namespace=args.namespace).start([args.unit])
+        try:
+            return _run(host, args.unit, args.test)
+        finally:
+            host.close()
+
+
+def _run(host: Host, unit_id: str, test_name: str) -> int:
+    if not host.is_loaded(unit_id):
+        print(f"unit {unit_id} did not load: {host.load_error(unit_id)}", file=sys.stderr)
+        return 3
+    name = f"{host.module_name(unit_id)}.test_{test_name}"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            print(f"unit {unit_id} has no test module test_{test_name}.py", file=sys.stderr)
+            return 4
+        traceback.print_exc()
+        return 1
+    except Exception:
+        traceback.print_exc()
+        return 1
+    test_main = getattr(module, "main", None)
+    if callable(test_main):
+        try:
+            result = test_main(host) if inspect.signature(test_main).parameters else test_main()
+        except Exception:
+            traceback.print_exc()
+            return 1
+        if _passed(result):
+            return 0
+        print(f"main() returned {result!r}: a pass is None, 0 or True", file=sys.stderr)
+        return 1
+    try:
+        import pytest
+    except ImportError:
+        print("pytest is not installed: give the test module a main() or install pytest", file=sys.stderr)
+        return 1
+    unit = host.module(unit_id)
+    code = pytest.main(
+        [str(module.__file__), "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", str(host.units_root)],
+        plugins=[_Fixtures(host, unit).register()],
+    )
+    return int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

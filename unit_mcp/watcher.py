@@ -1,0 +1,89 @@
+"""Reload a unit when a human edits its files on disk; never touch the human's files."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import watchfiles
+
+from . import paths
+from .host import ReloadError
+
+if TYPE_CHECKING:
+    from .host import Host
+
+
+def _interesting(change: watchfiles.Change, path: str) -> bool:
+    return not any(paths.is_hidden_or_compiled(part) for part in Path(path).parts)
+
+
+class UnitWatcher:
+    """A background thread running `watchfiles.watch` on the units root (debounced)."""
+
+    def __init__(self, host: Host, *, debounce_ms: int = 300) -> None:
+        self.host = host
+        self.debounce_ms = debounce_ms
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="unit-mcp-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        self._ready.set()
+        for changes in watchfiles.watch(
+            self.host.units_root,
+            watch_filter=_interesting,
+            debounce=self.debounce_ms,
+            step=50,
+            stop_event=self._stop,
+            raise_interrupt=False,
+        ):
+            self.handle(changes)
+
+    def handle(self, changes: set[tuple[watchfiles.Change, str]]) -> None:
+        by_unit: dict[str, list[Path]] = {}
+        for _change, raw in changes:
+            path = Path(raw)
+            try:
+                relative = path.relative_to(self.host.units_root)
+            except ValueError:
+                continue
+            if not relative.parts:
+                continue
+            first = relative.parts[0]
+            unit_id = first[:-3] if len(relative.parts) == 1 and first.endswith(".py") else first
+            by_unit.setdefault(unit_id, []).append(path)
+        for unit_id, changed in sorted(by_unit.items()):
+            if all(self.host.is_own_write(p, _digest(p)) for p in changed):
+                continue
+            self._reload(unit_id)
+
+    def _reload(self, unit_id: str) -> None:
+        host = self.host
+        with host.unit_lock(unit_id):
+            if host.unit_kind(unit_id) is None:
+                if host.is_loaded(unit_id):
+                    host.unload(unit_id)
+                    host.logger.info("unit %s removed on disk: unloaded", unit_id)
+                return
+            try:
+                host.reload(unit_id)
+                host.logger.info("unit %s reloaded after an edit on disk", unit_id)
+            except ReloadError as exc:
+                host.logger.error("edit on disk of unit %s not loaded (%s); previous version kept", unit_id, exc.error)
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return paths.hash_bytes(path.read_bytes()) if not path.is_symlink() else "symlink"
+    except OSError:
+        return None
