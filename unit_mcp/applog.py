@@ -39,7 +39,10 @@ def log_files(path: Path, backups: int) -> list[Path]:
 
 
 def tail(files: list[Path], *, grep: str | None, skip: int, count: int) -> tuple[list[str], bool]:
-    """The `count` newest lines containing grep after skipping the `skip` newest; oldest first, and whether more exist."""
+    """The `count` newest lines containing grep, after skipping the `skip` newest.
+
+    Returns them oldest first, and whether older matching lines exist.
+    """
     found: list[str] = []
     wanted = skip + count + 1
     seen = 0

@@ -33,6 +33,7 @@ class UnitError(Exception):
 
 class InvalidArgument(UnitError):
     code = "invalid_argument"
+    default_hint = "Correct the argument named in the message and call the tool again."
 
 
 class UnknownUnit(UnitError):
@@ -70,7 +71,9 @@ class BinarySource(UnitError):
 
 class StaleHash(UnitError):
     code = "stale_hash"
-    default_hint = "The source changed since you read it: call unit_read_source again and redo the edit on the new content."
+    default_hint = (
+        "The source changed since you read it: call unit_read_source again and redo the edit on the new content."
+    )
 
 
 class NoMatch(UnitError):
@@ -111,6 +114,7 @@ class SourceSyntaxError(UnitError):
 
 class NotSupported(UnitError):
     code = "not_supported"
+    default_hint = "This loader or unit kind does not offer the operation; unit_list shows each unit's capabilities."
 
 
 class ReloadFailed(UnitError):
@@ -126,6 +130,7 @@ class TestTimeout(UnitError):
 
 class TooLarge(UnitError):
     code = "too_large"
+    default_hint = "Send a smaller argument."
 
 
 class SnapshotFailed(UnitError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -152,10 +153,8 @@ class Host:
             self._install_namespace()
             self._started = True
             for unit_id in self.loader.discover() if unit_ids is None else unit_ids:
-                try:
+                with contextlib.suppress(ReloadError):
                     self.reload(unit_id)
-                except ReloadError:
-                    pass
             return self
 
     def close(self) -> None:
@@ -224,14 +223,17 @@ class Host:
         return f"{self.namespace}.{unit_id}"
 
     def module(self, unit_id: str) -> types.ModuleType | None:
-        loaded = self._loaded.get(unit_id)
-        return loaded.module if loaded else None
+        with self._lock:  # never observe a unit half-way through a reload
+            loaded = self._loaded.get(unit_id)
+            return loaded.module if loaded else None
 
     def is_loaded(self, unit_id: str) -> bool:
-        return unit_id in self._loaded
+        with self._lock:
+            return unit_id in self._loaded
 
     def load_error(self, unit_id: str) -> str | None:
-        return self._load_errors.get(unit_id)
+        with self._lock:
+            return self._load_errors.get(unit_id)
 
     def unit_logger(self, unit_id: str) -> logging.Logger:
         return logging.getLogger(f"units.{unit_id}")
@@ -253,7 +255,8 @@ class Host:
                 self._pending_activities.append(name)
 
     def activities(self, unit_id: str | None = None) -> list[str]:
-        return sorted(n for n, a in self._activities.items() if unit_id is None or a.unit_id == unit_id)
+        with self._lock:
+            return sorted(n for n, a in self._activities.items() if unit_id is None or a.unit_id == unit_id)
 
     def activate(self, name: str) -> Any:
         """Make `name` the active activity; the previous one is deactivated first. Returns its session."""
@@ -327,7 +330,9 @@ class Host:
             stage = "import"
             new: LoadedUnit | None = None
             try:
-                new = self._import_and_init(unit_id)
+                module = self._import(unit_id)
+                stage = "init"
+                new = self._init(unit_id, module)
                 stage = "restore"
                 restore = getattr(new.module, "restore", None)
                 restored = False
@@ -335,7 +340,6 @@ class Host:
                     restore(state)
                     restored = True
             except (Exception, SystemExit) as exc:
-                stage = getattr(exc, "_unit_stage", stage)
                 if new is not None:
                     self._teardown(new)
                 else:
@@ -344,7 +348,9 @@ class Host:
                 if rollback_source is not None:
                     rollback_source()
                     source_restored = True
-                reinstated = old is not None and self._reinstate(old, state, has_state, active_before if owned_active else None)
+                reinstated = old is not None and self._reinstate(
+                    old, state, has_state, active_before if owned_active else None
+                )
                 if old is None:
                     self._load_errors[unit_id] = self._describe(exc)
                 raise self._failure(
@@ -359,26 +365,21 @@ class Host:
                 unit_id=unit_id, reloaded=True, restored_state=restored, activity=evidence, duration_ms=duration
             )
 
-    def _import_and_init(self, unit_id: str) -> LoadedUnit:
-        name = self.module_name(unit_id)
+    def _import(self, unit_id: str) -> types.ModuleType:
         self._purge(unit_id)
         importlib.invalidate_caches()
         self._pending_activities = []
-        module = importlib.import_module(name)
-        loaded = LoadedUnit(unit_id, module, self._unit_modules(unit_id))
+        return importlib.import_module(self.module_name(unit_id))
+
+    def _init(self, unit_id: str, module: types.ModuleType) -> LoadedUnit:
         init = getattr(module, "init", None)
         if callable(init):
             self._initialising = unit_id
             try:
                 init(self)
-            except (Exception, SystemExit) as exc:
-                exc._unit_stage = "init"  # type: ignore[attr-defined]
-                raise
             finally:
                 self._initialising = None
-        loaded.activities = list(self._pending_activities)
-        loaded.modules = self._unit_modules(unit_id)
-        return loaded
+        return LoadedUnit(unit_id, module, self._unit_modules(unit_id), list(self._pending_activities))
 
     def _teardown(self, loaded: LoadedUnit) -> None:
         """Deactivate the unit's activity, call drop(), unregister its activities, purge its modules."""
@@ -463,7 +464,9 @@ class Host:
             return f"SyntaxError: {exc.msg} ({where}, line {exc.lineno}, column {exc.offset})"
         return self.redact(f"{type(exc).__name__}: {exc}")
 
-    def _failure(self, unit_id: str, stage: str, exc: BaseException, *, rolled_back: bool, source_restored: bool) -> ReloadError:
+    def _failure(
+        self, unit_id: str, stage: str, exc: BaseException, *, rolled_back: bool, source_restored: bool
+    ) -> ReloadError:
         text = self._describe(exc)
         frames = traceback.format_exception(exc)
         evidence = {

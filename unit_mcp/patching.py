@@ -66,7 +66,9 @@ def _to_lf(text: str) -> str:
     return text.replace("\r\n", "\n")
 
 
-def replace_exact(text: str, old: str, new: str, *, replace_all: bool = False, label: str = "source") -> tuple[str, int]:
+def replace_exact(
+    text: str, old: str, new: str, *, replace_all: bool = False, label: str = "source"
+) -> tuple[str, int]:
     """Replace `old` by `new`; it must occur exactly once unless replace_all. Returns (new_text, count).
 
     Each newline of `old` matches LF or CRLF; the replacement's newlines take the
@@ -76,7 +78,9 @@ def replace_exact(text: str, old: str, new: str, *, replace_all: bool = False, l
         raise InvalidArgument("`old` is empty.", hint="Pass the exact text to replace, or use `patch` to insert.")
     old_lf, new_lf = _to_lf(old), _to_lf(new)
     if old_lf == new_lf:
-        raise InvalidArgument("`old` and `new` are identical: nothing would change.", hint="Change `new`.")
+        raise InvalidArgument(
+            "`old` and `new` are identical: nothing would change.", hint="Put the changed text in `new`."
+        )
     pattern = re.compile(r"\r?\n".join(re.escape(part) for part in old_lf.split("\n")))
     matches = list(pattern.finditer(text))
     if not matches:

@@ -9,8 +9,52 @@ from dataclasses import dataclass
 from .models import Candidate, Evidence
 
 STOPWORDS = frozenset(
-    "a an and are as at be by can do does find for from get give has have i in into is it its me my of on or "
-    "that the this to unit units what where which who with would you plugin module".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "find",
+        "for",
+        "from",
+        "get",
+        "give",
+        "has",
+        "have",
+        "i",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "unit",
+        "units",
+        "what",
+        "where",
+        "which",
+        "who",
+        "with",
+        "would",
+        "you",
+        "plugin",
+        "module",
+    ]
 )
 FIELD_WEIGHTS = {"unit_id": 1.0, "module": 0.9, "symbol": 0.75, "file": 0.6, "docstring": 0.5}
 _SPLIT = re.compile(r"[^A-Za-z0-9]+")
@@ -85,6 +129,8 @@ def rank(description: str, units: list[UnitFacts], limit: int) -> list[Candidate
         if whole == unit.unit_id.lower():
             confidence = 1.0
         if confidence > 0:
-            candidates.append(Candidate(unit_id=unit.unit_id, confidence=round(min(confidence, 1.0), 3), evidence=evidence))
+            candidates.append(
+                Candidate(unit_id=unit.unit_id, confidence=round(min(confidence, 1.0), 3), evidence=evidence)
+            )
     candidates.sort(key=lambda c: (-c.confidence, c.unit_id))
     return candidates[:limit]

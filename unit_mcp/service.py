@@ -55,6 +55,7 @@ from .testrun import run_test_process
 _TEST_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 _HASH = re.compile(r"(sha256:)?[0-9a-fA-F]{64}")
 MAX_LOG_LINES = 1000
+MAX_LOG_OFFSET = 10**9
 
 
 class UnitService:
@@ -104,7 +105,7 @@ class UnitService:
             raise UnknownSource(f"{source_id!r} in unit {unit_id!r} is a folder, not a source file.") from None
         except paths.UnsafePath:
             raise InvalidSourceId(
-                f"{source_id!r} in unit {unit_id!r} is reached through a symbolic link or is not a regular file; refused.",
+                f"{source_id!r} in unit {unit_id!r} is a symbolic link, lies under one, or is not a regular file.",
                 hint="Only regular files inside the unit can be read or written.",
             ) from None
 
@@ -119,7 +120,7 @@ class UnitService:
     def _require(self, capability: str, unit_id: str) -> None:
         if not getattr(self.loader.capabilities, capability):
             raise NotSupported(
-                f"The {self.loader.name} loader of unit {unit_id!r} cannot {capability} sources (read-only units root).",
+                f"The {self.loader.name} loader of unit {unit_id!r} cannot {capability} sources (read-only root).",
                 hint="This server was started read-only; edit the unit another way or restart it writable.",
             )
 
@@ -230,7 +231,9 @@ class UnitService:
 
     def resolve(self, description: str, limit: int = 20) -> ResolveResult:
         if not isinstance(description, str) or not description.strip():
-            raise InvalidArgument("description is empty.", hint="Describe the unit in a few words, e.g. 'click counter'.")
+            raise InvalidArgument(
+                "description is empty.", hint="Describe the unit in a few words, e.g. 'click counter'."
+            )
         if not isinstance(limit, int) or not 1 <= limit <= 100:
             raise InvalidArgument(f"limit must be between 1 and 100, not {limit!r}.")
         facts = [self._facts(unit_id, kind) for unit_id, kind in self.host.unit_kinds().items()]
@@ -239,7 +242,9 @@ class UnitService:
     def inspect(self, unit_id: str) -> InspectResult:
         kind = self._unit(unit_id)
         module = self.host.module(unit_id)
-        lifecycle = {name: name if module is not None and callable(getattr(module, name, None)) else None for name in LIFECYCLE}
+        lifecycle = {
+            name: name if module is not None and callable(getattr(module, name, None)) else None for name in LIFECYCLE
+        }
         if module is None:
             primary = self.loader.primary_source_id(unit_id, kind)
             try:
@@ -290,7 +295,9 @@ class UnitService:
         dry_run: bool = False,
     ) -> ApplyPatchResult:
         if patch is not None and (old is not None or new is not None):
-            raise InvalidArgument("Pass either `patch` or `old`+`new`, not both.", hint="Use one editing mode per call.")
+            raise InvalidArgument(
+                "Pass either `patch` or `old`+`new`, not both.", hint="Use one editing mode per call."
+            )
         if patch is None and (old is None or new is None):
             raise InvalidArgument(
                 "Pass `patch` (a unified diff) or both `old` and `new`.",
@@ -372,7 +379,9 @@ class UnitService:
             raise InvalidArgument("`source` must be a string.")
         self._check_size("source", source)
         if paths.is_hidden_or_compiled(source_id.rsplit("/", 1)[-1]) or "__pycache__" in source_id.split("/"):
-            raise InvalidSourceId(f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name.")
+            raise InvalidSourceId(
+                f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name."
+            )
         self._compile(source_id, source)
         data = source.encode("utf-8")
         with self.host.unit_lock(unit_id):
@@ -383,26 +392,37 @@ class UnitService:
             except FileExistsError:
                 raise Exists(f"Unit {unit_id!r} already has {source_id!r}.") from None
             except NotADirectoryError:
-                raise InvalidSourceId(f"A parent of {source_id!r} in unit {unit_id!r} is a file, not a folder.") from None
+                raise InvalidSourceId(
+                    f"A parent of {source_id!r} in unit {unit_id!r} is a file, not a folder."
+                ) from None
             except paths.UnsafePath:
-                raise InvalidSourceId(f"A parent of {source_id!r} in unit {unit_id!r} is a symbolic link; refused.") from None
+                raise InvalidSourceId(
+                    f"A parent of {source_id!r} in unit {unit_id!r} is a symbolic link; refused."
+                ) from None
 
             def rollback() -> None:
                 self.host.note_own_write(target, None)
                 self.loader.remove(unit_id, source_id, created_dirs)
 
             reload = self._reload(unit_id, rollback)
-            return CreateSourceResult(unit_id=unit_id, source_id=source_id, hash=paths.hash_bytes(data), size=len(data), reload=reload)
+            return CreateSourceResult(
+                unit_id=unit_id, source_id=source_id, hash=paths.hash_bytes(data), size=len(data), reload=reload
+            )
 
     def run_tests(self, unit_id: str, test_name: str = "init", timeout: float | None = None) -> RunTestsResult:
         kind = self._unit(unit_id)
         if not isinstance(test_name, str) or not _TEST_NAME.fullmatch(test_name):
-            raise InvalidArgument(f"test_name {test_name!r} is not a test name.", hint="Use e.g. 'init' for test_init.py.")
+            raise InvalidArgument(
+                f"test_name {test_name!r} is not a test name.", hint="Use e.g. 'init' for test_init.py."
+            )
         timeout = self.test_timeout if timeout is None else timeout
         if not isinstance(timeout, (int, float)) or not 0 < timeout <= self.max_test_timeout:
             raise InvalidArgument(f"timeout must be between 0 and {self.max_test_timeout} seconds, not {timeout!r}.")
         if kind != "directory":
-            raise NotSupported(f"Unit {unit_id!r} is a file unit and has no tests.", hint="Tests live in directory units as test_<name>.py.")
+            raise NotSupported(
+                f"Unit {unit_id!r} is a file unit and has no tests.",
+                hint="Tests live in directory units as test_<name>.py.",
+            )
         names = self._test_names(unit_id, kind)
         if test_name not in names:
             raise UnknownSource(
@@ -412,7 +432,9 @@ class UnitService:
         source = self._text(unit_id, f"test_{test_name}.py", self._read(unit_id, kind, f"test_{test_name}.py"))
         try:
             tree = ast.parse(source)
-            has_main = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "main" for n in tree.body)
+            has_main = any(
+                isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "main" for n in tree.body
+            )
         except (SyntaxError, ValueError):
             has_main = False
         run = run_test_process(
@@ -437,7 +459,10 @@ class UnitService:
             timed_out=run.timed_out,
         )
         if run.timed_out:
-            raise TestTimeout(f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.", **result.model_dump())
+            raise TestTimeout(
+                f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.",
+                **result.model_dump(),
+            )
         return result
 
     def reload(self, unit_id: str) -> ReloadResult:
@@ -449,11 +474,13 @@ class UnitService:
         self, grep: str | None = None, lines: int = 100, offset: int | None = None, limit: int | None = None
     ) -> ReadLogResult:
         """The newest matching log lines, oldest first. `offset` skips that many newest matches (paging back)."""
-        for name, value, low in (("lines", lines, 1), ("offset", offset, 0), ("limit", limit, 1)):
-            if value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= (10**9 if name == "offset" else MAX_LOG_LINES):
-                raise InvalidArgument(f"{name} must be an integer from {low} to {MAX_LOG_LINES if name != 'offset' else 10**9}, not {value!r}.")
+        for name, value, low, high in (
+            ("lines", lines, 1, MAX_LOG_LINES),
+            ("offset", offset, 0, MAX_LOG_OFFSET),
+            ("limit", limit, 1, MAX_LOG_LINES),
+        ):
+            if value is not None and (type(value) is not int or not low <= value <= high):
+                raise InvalidArgument(f"{name} must be an integer from {low} to {high}, not {value!r}.")
         if grep is not None and (not isinstance(grep, str) or len(grep) > 1000):
             raise InvalidArgument("grep must be a string of at most 1000 characters.")
         count = limit if offset is not None and limit is not None else lines

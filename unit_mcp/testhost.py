@@ -93,7 +93,15 @@ def _run(host: Host, unit_id: str, test_name: str) -> int:
         return 1
     unit = host.module(unit_id)
     code = pytest.main(
-        [str(module.__file__), "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", str(host.units_root)],
+        [
+            str(module.__file__),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--import-mode=importlib",
+            "--rootdir",
+            str(host.units_root),
+        ],
         plugins=[_Fixtures(host, unit).register()],
     )
     return int(code)

@@ -1,0 +1,194 @@
+"""The headless engine: import under a namespace, lifecycle, activities, transactional reload, watcher, app log."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from unit_mcp import Host, ReloadError, UnitService
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_units_load_under_the_namespace_and_do_not_shadow_the_stdlib(host: Host) -> None:
+    assert host.module("json") is sys.modules["units.json"]
+    assert sys.modules["json"] is json
+    assert host.module("json").dumps({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
+    assert host.module("greeter").greet("Ada") == "Hello, Ada!"
+
+
+def test_a_unit_that_fails_to_load_is_recorded_not_fatal(host: Host) -> None:
+    assert not host.is_loaded("broken")
+    error = host.load_error("broken")
+    assert error is not None and "SyntaxError" in error and "line 3" in error
+    assert str(host.units_root) not in error
+
+
+def test_state_survives_a_reload_and_the_activity_is_reactivated(host: Host) -> None:
+    counter = host.module("counter")
+    assert counter is not None
+    session_before = host.activate("counter")
+    counter.increment()
+    counter.increment()
+    result = host.reload("counter")
+    new_counter = host.module("counter")
+    assert new_counter is not counter
+    assert new_counter.count == 2
+    assert result.restored_state
+    assert result.activity.active_activity_before == "counter"
+    assert result.activity.active_activity_after == "counter"
+    assert result.activity.reactivation_attempted
+    assert result.activity.registered_after
+    assert result.activity.has_active_session_after
+    assert result.activity.error is None
+    assert session_before.closed
+    assert host.active_session is not session_before
+    assert host.active_session.render() == "Clicks: 2"
+
+
+def test_reload_purges_sub_modules(host: Host) -> None:
+    panel_before = sys.modules["units.counter.panel"]
+    host.reload("counter")
+    assert sys.modules["units.counter.panel"] is not panel_before
+
+
+def test_a_same_size_edit_within_the_same_second_is_picked_up(host: Host) -> None:
+    source = host.units_root / "greeter.py"
+    edit(source, "Hello", "Howdy")
+    host.reload("greeter")
+    assert host.module("greeter").greet("Ada") == "Howdy, Ada!"
+    edit(source, "Howdy", "Hiyah")
+    host.reload("greeter")
+    assert host.module("greeter").greet("Ada") == "Hiyah, Ada!"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "stage"),
+    [
+        ("step = 1", "step = (", "import"),
+        ("step = 1", "step = 1\nimport units.counter.missing_module", "import"),
+        (
+            '    host.register_activity("counter"',
+            '    raise RuntimeError("init exploded")\n    host.register_activity("counter"',
+            "init",
+        ),
+        ("    count = int(state", "    raise ValueError('bad state')\n    count = int(state", "restore"),
+    ],
+)
+def test_a_failed_reload_leaves_the_old_version_serving_with_its_state(
+    host: Host, old: str, new: str, stage: str
+) -> None:
+    counter = host.module("counter")
+    host.activate("counter")
+    counter.increment()
+    edit(host.units_root / "counter" / "__init__.py", old, new)
+    with pytest.raises(ReloadError) as caught:
+        host.reload("counter")
+    assert caught.value.stage == stage
+    evidence = caught.value.evidence
+    assert evidence["rolled_back"] and evidence["previous_version_serving"]
+    assert not evidence["source_restored"]
+    assert str(host.units_root) not in json.dumps(evidence)
+    assert host.module("counter") is counter
+    assert counter.count == 1
+    assert counter.increment() == 2
+    assert host.active_activity == "counter"
+    assert host.active_session.render() == "Clicks: 2"
+    assert "counter" in host.activities("counter")
+
+
+def test_a_unit_that_exits_at_import_does_not_stop_the_host(host: Host) -> None:
+    edit(host.units_root / "greeter.py", "import logging", "import sys\nsys.exit(3)")
+    with pytest.raises(ReloadError):
+        host.reload("greeter")
+    assert host.module("greeter").greet("x") == "Hello, x!"
+
+
+def test_rollback_source_is_called_when_a_reload_after_a_write_fails(host: Host) -> None:
+    source = host.units_root / "greeter.py"
+    original = source.read_text()
+    source.write_text(original + "\nraise RuntimeError('nope')\n")
+    with pytest.raises(ReloadError) as caught:
+        host.reload("greeter", rollback_source=lambda: source.write_text(original))
+    assert caught.value.evidence["source_restored"]
+    assert source.read_text() == original
+
+
+def test_a_namespace_is_held_by_one_open_host(host: Host, tmp_path: Path) -> None:
+    other = Host(host.units_root, tmp_path / "other")
+    with pytest.raises(RuntimeError, match="already used"):
+        other.start()
+    with Host(host.units_root, tmp_path / "third", namespace="units_third") as third:
+        assert third.module("greeter") is sys.modules["units_third.greeter"]
+
+
+def test_close_drops_units_and_releases_the_namespace(units_root: Path, tmp_path: Path) -> None:
+    host = Host(units_root, tmp_path / "data").start()
+    host.activate("counter")
+    session = host.active_session
+    host.close()
+    assert session.closed
+    assert "units" not in sys.modules and "units.counter" not in sys.modules
+    assert "counter ready" in (tmp_path / "data" / "logs" / "app.log").read_text()
+    with Host(units_root, tmp_path / "again"):
+        pass
+
+
+def test_units_log_into_the_app_log(host: Host) -> None:
+    host.module("greeter").greet("Grace")
+    assert "units.greeter: greeting Grace" in host.log_path.read_text()
+
+
+def test_activities_register_only_once_across_units(host: Host) -> None:
+    (host.units_root / "thief.py").write_text("def init(host):\n    host.register_activity('counter', object)\n")
+    with pytest.raises(ReloadError, match="already registered"):
+        host.reload("thief")
+    assert host.activities("counter") == ["counter"]
+    assert host.activities("thief") == []
+
+
+def test_the_watcher_reloads_an_edit_on_disk_and_keeps_the_old_version_on_a_bad_one(host: Host) -> None:
+    host.start_watching(debounce_ms=50)
+    source = host.units_root / "greeter.py"
+    edit(source, "Hello", "Howdy")
+    assert wait_for(lambda: host.module("greeter").greet("A") == "Howdy, A!")
+    serving = host.module("greeter")
+    edit(source, "def greet(name):", "def greet(name:")
+    assert wait_for(lambda: "edit on disk of unit greeter not loaded" in host.log_path.read_text())
+    assert host.module("greeter") is serving
+    assert "def greet(name:" in source.read_text(), "the human's file is never reverted"
+
+
+def test_the_watcher_loads_a_new_unit_and_unloads_a_deleted_one(host: Host) -> None:
+    host.start_watching(debounce_ms=50)
+    (host.units_root / "fresh.py").write_text("VALUE = 7\n")
+    assert wait_for(lambda: host.is_loaded("fresh"))
+    (host.units_root / "fresh.py").unlink()
+    assert wait_for(lambda: not host.is_loaded("fresh"))
+
+
+def test_writes_through_the_service_are_not_reloaded_twice_by_the_watcher(host: Host) -> None:
+    host.start_watching(debounce_ms=50)
+    service = UnitService(host)
+    service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
+    time.sleep(1.0)
+    log = host.log_path.read_text()
+    assert log.count("unit greeter reloaded in") == 2  # the start-up load and the patch
+    assert "greeter reloaded after an edit on disk" not in log

@@ -1,0 +1,135 @@
+"""Pure text edits: exact replacement and unified diffs, line endings kept."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unit_mcp.errors import AmbiguousMatch, InvalidArgument, InvalidPatch, NoMatch, PatchConflict
+from unit_mcp.patching import Lines, apply_unified_diff, line_ending_kind, replace_exact, unified_diff
+
+line = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=10)
+common = st.sampled_from(["", "a", "b", "def f():", "    return 1", "x = 1"])
+lf_text = st.one_of(
+    st.lists(common | line, max_size=15).map("\n".join),
+    st.lists(common | line, max_size=15).map(lambda ls: "".join(s + "\n" for s in ls)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lf_text, lf_text)
+def test_applying_the_diff_between_two_texts_to_the_first_yields_the_second(a: str, b: str) -> None:
+    if a == b:
+        assert unified_diff(a, b, "m.py") == ""
+        return
+    patched, hunks = apply_unified_diff(a, unified_diff(a, b, "m.py"), "m.py")
+    assert patched == b
+    assert hunks >= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(lf_text, lf_text)
+def test_a_diff_applied_to_a_crlf_file_keeps_it_crlf(a: str, b: str) -> None:
+    if a == b or "\n" not in a:  # a file without newlines has no ending to keep
+        return
+    crlf = a.replace("\n", "\r\n")
+    patched, _ = apply_unified_diff(crlf, unified_diff(a, b, "m.py"), "m.py")
+    assert patched == b.replace("\n", "\r\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(common | line, min_size=1, max_size=10), st.data())
+def test_exact_replacement_of_a_unique_line_changes_only_that_line(lines: list[str], data: st.DataObject) -> None:
+    marker = "UNIQUE_MARKER_LINE"
+    index = data.draw(st.integers(0, len(lines)))
+    text = "\n".join([*lines[:index], marker, *lines[index:]]) + "\n"
+    new_text, count = replace_exact(text, marker, "replaced")
+    assert count == 1
+    assert new_text == text.replace(marker, "replaced")
+
+
+def test_lines_round_trip_keeps_mixed_endings() -> None:
+    text = "a\r\nb\nc\r\nd"
+    assert Lines.parse(text).render() == text
+    assert line_ending_kind(text) == "mixed"
+    assert line_ending_kind("a\r\nb\r\n") == "crlf"
+    assert line_ending_kind("a\nb") == "lf"
+    assert line_ending_kind("abc") == "none"
+
+
+def test_exact_replacement_matches_lf_old_against_crlf_text_and_keeps_crlf() -> None:
+    text = "def f():\r\n    return 1\r\n\r\nx = 2\r\n"
+    new_text, _ = replace_exact(text, "def f():\n    return 1\n", "def f():\n    return 42\n    # done\n")
+    assert new_text == "def f():\r\n    return 42\r\n    # done\r\n\r\nx = 2\r\n"
+
+
+def test_ambiguous_old_reports_count_and_lines() -> None:
+    text = "x = 1\ny = 2\nx = 1\nz = 3\nx = 1\n"
+    with pytest.raises(AmbiguousMatch) as caught:
+        replace_exact(text, "x = 1", "x = 9")
+    assert caught.value.details["matches"] == 3
+    assert caught.value.details["lines"] == [1, 3, 5]
+    assert "3 times" in caught.value.message and "1, 3, 5" in caught.value.message
+
+
+def test_replace_all_replaces_every_match() -> None:
+    new_text, count = replace_exact("x = 1\nx = 1\n", "x = 1", "x = 2", replace_all=True)
+    assert (new_text, count) == ("x = 2\nx = 2\n", 2)
+
+
+def test_missing_old_is_no_match_with_zero_count() -> None:
+    with pytest.raises(NoMatch) as caught:
+        replace_exact("a\n", "b", "c")
+    assert caught.value.details == {"matches": 0}
+
+
+@pytest.mark.parametrize(("old", "new"), [("", "x"), ("a", "a")])
+def test_empty_or_identical_old_is_refused(old: str, new: str) -> None:
+    with pytest.raises(InvalidArgument):
+        replace_exact("a\n", old, new)
+
+
+def test_hunk_is_found_at_an_offset() -> None:
+    before = "one\ntwo\nthree\nfour\n"
+    patch = "@@ -1,3 +1,3 @@\n two\n-three\n+THREE\n four\n"  # claims line 1, context really starts at line 2
+    assert apply_unified_diff(before, patch, "m.py") == ("one\ntwo\nTHREE\nfour\n", 1)
+
+
+def test_hunk_whose_context_changed_is_reported_with_expected_and_actual_lines() -> None:
+    patch = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n alpha\n-beta\n+BETA\n"
+    with pytest.raises(PatchConflict) as caught:
+        apply_unified_diff("alpha\ngamma\n", patch, "m.py")
+    assert caught.value.details["hunk"] == 1
+    assert caught.value.details["expected_lines"] == ["alpha", "beta"]
+    assert caught.value.details["actual_lines"] == ["alpha", "gamma"]
+
+
+def test_patch_for_another_file_is_refused() -> None:
+    patch = "--- a/other.py\n+++ b/other.py\n@@ -1 +1 @@\n-a\n+b\n"
+    with pytest.raises(InvalidPatch, match=r"other\.py"):
+        apply_unified_diff("a\n", patch, "m.py")
+
+
+def test_patch_touching_two_files_is_refused() -> None:
+    one = "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-a\n+b\n"
+    two = "--- a/n.py\n+++ b/n.py\n@@ -1 +1 @@\n-a\n+b\n"
+    with pytest.raises(InvalidPatch, match="2 files"):
+        apply_unified_diff("a\n", one + two, "m.py")
+
+
+def test_patch_creating_a_file_is_refused() -> None:
+    patch = "--- /dev/null\n+++ b/m.py\n@@ -0,0 +1 @@\n+a\n"
+    with pytest.raises(InvalidPatch, match="create or delete"):
+        apply_unified_diff("", patch, "m.py")
+
+
+def test_garbage_patch_is_invalid() -> None:
+    with pytest.raises(InvalidPatch):
+        apply_unified_diff("a\n", "@@ -1,5 +1,5 @@\n-a\n+b\n", "m.py")
+
+
+def test_no_newline_markers_are_honoured() -> None:
+    diff = unified_diff("a\nb", "a\nc\n", "m.py")
+    assert "\\ No newline at end of file" in diff
+    assert apply_unified_diff("a\nb", diff, "m.py")[0] == "a\nc\n"

@@ -1,0 +1,131 @@
+"""Source ids are handles: anything that is not a plain relative path is refused before the filesystem is touched."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from unit_mcp import paths
+from unit_mcp.errors import InvalidSourceId, InvalidUnitId
+
+HOSTILE = [
+    "../secret.py",
+    "..",
+    ".",
+    "a/../../b.py",
+    "/etc/passwd",
+    "//etc/passwd",
+    "a//b.py",
+    "a/./b.py",
+    "a/b/",
+    "~/x.py",
+    "$HOME/x.py",
+    "%2e%2e/x.py",
+    "..%2fx.py",
+    "a\\..\\b.py",
+    "C:\\win.py",
+    "a\x00.py",
+    "a b.py",
+    "a;b.py",
+    "\u2024\u2024/x.py",  # one-dot leader look-alikes
+    "\uff0e\uff0e/x.py",  # full-width dots
+    "a\u2215b.py",  # division slash
+    ".hidden.py",
+    "-rf",
+    "x" * 256,
+    "/".join(["a"] * 600),
+    "",
+]
+
+
+@pytest.mark.parametrize("source_id", HOSTILE)
+def test_hostile_source_ids_are_refused(source_id: str) -> None:
+    with pytest.raises(InvalidSourceId):
+        paths.validate_source_id(source_id)
+
+
+@pytest.mark.parametrize("source_id", ["__init__.py", "pkg/mod.py", "data/cities.json", "a-b/c_d.e.py", "9.txt"])
+def test_plain_source_ids_are_accepted(source_id: str) -> None:
+    assert paths.validate_source_id(source_id) == tuple(source_id.split("/"))
+
+
+@pytest.mark.parametrize("unit_id", ["", "1abc", "a-b", "class", "caf\u00e9", "a.b", "../x", "x" * 200])
+def test_bad_unit_ids_are_refused(unit_id: str) -> None:
+    with pytest.raises(InvalidUnitId):
+        paths.validate_unit_id(unit_id)
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(st.lists(st.sampled_from([*"ab./\\~$%\x00 _-", "\u2024", "\uff0e", "..", "/.."]), max_size=12).map("".join))
+def test_a_random_source_id_resolves_inside_the_unit_root_or_is_refused(tmp_path: Path, source_id: str) -> None:
+    root = tmp_path / "units"
+    (root / "u").mkdir(parents=True, exist_ok=True)
+    try:
+        segments = paths.validate_source_id(source_id)
+    except InvalidSourceId:
+        return
+    resolved = Path(os.path.realpath(root.joinpath("u", *segments)))
+    assert resolved.is_relative_to(os.path.realpath(root / "u"))
+    try:
+        paths.create_bytes(root, ["u", *segments], b"x")
+    except (FileExistsError, NotADirectoryError, IsADirectoryError):
+        return
+    assert paths.read_bytes(root, ["u", *segments]) == b"x"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "units"
+    (root / "u" / "sub").mkdir(parents=True)
+    (root / "u" / "__init__.py").write_text("x = 1\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.py").write_text("SECRET\n")
+    return root
+
+
+def test_symlinked_target_is_refused(tree: Path) -> None:
+    (tree / "u" / "link.py").symlink_to(tree.parent / "outside" / "secret.py")
+    with pytest.raises(paths.UnsafePath):
+        paths.read_bytes(tree, ["u", "link.py"])
+    with pytest.raises(paths.UnsafePath):
+        paths.replace_bytes(tree, ["u", "link.py"], b"pwned")
+    assert (tree.parent / "outside" / "secret.py").read_text() == "SECRET\n"
+
+
+def test_symlinked_ancestor_is_refused(tree: Path) -> None:
+    (tree / "u" / "lnk").symlink_to(tree.parent / "outside")
+    with pytest.raises(paths.UnsafePath):
+        paths.read_bytes(tree, ["u", "lnk", "secret.py"])
+    with pytest.raises(paths.UnsafePath):
+        paths.create_bytes(tree, ["u", "lnk", "new.py"], b"x")
+    assert not (tree.parent / "outside" / "new.py").exists()
+
+
+def test_fifo_is_refused_without_blocking(tree: Path) -> None:
+    os.mkfifo(tree / "u" / "pipe.py")
+    with pytest.raises(paths.UnsafePath):
+        paths.read_bytes(tree, ["u", "pipe.py"])
+
+
+def test_replace_is_atomic_and_keeps_the_mode(tree: Path) -> None:
+    target = tree / "u" / "__init__.py"
+    target.chmod(0o640)
+    paths.replace_bytes(tree, ["u", "__init__.py"], b"x = 2\n")
+    assert target.read_bytes() == b"x = 2\n"
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in (tree / "u").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_create_never_overwrites_and_makes_parents(tree: Path) -> None:
+    created = paths.create_bytes(tree, ["u", "a", "b", "c.py"], b"c\n")
+    assert created == ["u/a", "u/a/b"]
+    with pytest.raises(FileExistsError):
+        paths.create_bytes(tree, ["u", "a", "b", "c.py"], b"other\n")
+    assert (tree / "u" / "a" / "b" / "c.py").read_bytes() == b"c\n"
+    paths.remove_file(tree, ["u", "a", "b", "c.py"])
+    paths.remove_empty_dirs(tree, created)
+    assert not (tree / "u" / "a").exists()

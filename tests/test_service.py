@@ -1,0 +1,396 @@
+"""Every service operation and every refusal, against real files and real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from unit_mcp import Host, UnitService
+from unit_mcp.errors import UnitError
+
+
+def refusal(code: str, fn, *args, **kwargs) -> UnitError:  # type: ignore[no-untyped-def]
+    with pytest.raises(UnitError) as caught:
+        fn(*args, **kwargs)
+    assert caught.value.code == code, caught.value
+    assert caught.value.hint, "every refusal says what to do"
+    return caught.value
+
+
+def no_host_paths(service: UnitService, value: object) -> None:
+    text = json.dumps(value, default=str)
+    for root in (service.host.units_root, service.host.data_dir):
+        assert str(root) not in text
+
+
+# -- list / resolve / inspect -------------------------------------------------------------------
+
+
+def test_list_is_sorted_with_handles_and_capabilities(service: UnitService) -> None:
+    units = {u.unit_id: u for u in service.list().units}
+    assert list(units) == sorted(units)
+    assert units["counter"].source_handle.model_dump() == {"kind": "directory", "source_id": "__init__.py"}
+    assert units["greeter"].source_handle.model_dump() == {"kind": "file", "source_id": "greeter.py"}
+    assert units["counter"].edit_capabilities == ["read", "patch", "create"]
+    assert units["greeter"].edit_capabilities == ["read", "patch"]
+    assert units["weather"].test_capabilities == ["broken", "init"]
+    assert units["counter"].loader == "filesystem" and units["counter"].commit_capability is False
+    assert not units["broken"].loaded and "SyntaxError" in (units["broken"].load_error or "")
+    no_host_paths(service, service.list().model_dump())
+
+
+@pytest.mark.parametrize(
+    ("description", "best"),
+    [
+        ("click counter", "counter"),
+        ("weather forecast for a city", "weather"),
+        ("greet people by name", "greeter"),
+        ("notes in several languages", "notes"),
+        ("the forecast_for function", "weather"),
+        ("counter", "counter"),
+    ],
+)
+def test_resolve_ranks_the_right_unit_first(service: UnitService, description: str, best: str) -> None:
+    result = service.resolve(description)
+    assert result.candidates[0].unit_id == best
+    assert 0 < result.candidates[0].confidence <= 1
+    assert result.candidates[0].evidence
+    confidences = [c.confidence for c in result.candidates]
+    assert confidences == sorted(confidences, reverse=True)
+
+
+def test_resolve_is_deterministic_and_limited(service: UnitService) -> None:
+    first = service.resolve("unit with tests", limit=2)
+    assert first == service.resolve("unit with tests", limit=2)
+    assert len(service.resolve("e", limit=1).candidates) <= 1
+    assert service.resolve("zzzz qqqq").candidates == []
+    refusal("invalid_argument", service.resolve, "   ")
+    refusal("invalid_argument", service.resolve, "counter", limit=0)
+
+
+def test_inspect_reports_lifecycle_activities_and_artifacts(service: UnitService) -> None:
+    result = service.inspect("counter")
+    assert result.lifecycle.model_dump() == {
+        "init": "init",
+        "drop": "drop",
+        "snapshot": "snapshot",
+        "restore": "restore",
+    }
+    assert result.activities == ["counter"]
+    assert result.module == "units.counter"
+    artifacts = {a.source_id: a for a in result.source_artifacts}
+    assert set(artifacts) == {"__init__.py", "panel.py", "test_init.py"}
+    assert artifacts["__init__.py"].primary and not artifacts["panel.py"].primary
+    assert artifacts["__init__.py"].hash == service.read_source("counter", "__init__.py").hash
+    weather = {a.source_id: a.kind for a in service.inspect("weather").source_artifacts}
+    assert weather["data/cities.json"] == "text"
+    greeter = service.inspect("greeter")
+    assert greeter.lifecycle.init is None and [a.source_id for a in greeter.source_artifacts] == ["greeter.py"]
+
+
+def test_inspect_lists_binary_files_and_skips_caches_and_hidden_files(service: UnitService, host: Host) -> None:
+    (host.units_root / "counter" / "logo.png").write_bytes(b"\x89PNG\x00\x01")
+    (host.units_root / "counter" / ".secret").write_text("x")
+    (host.units_root / "counter" / "__pycache__").mkdir(exist_ok=True)
+    (host.units_root / "counter" / "__pycache__" / "x.pyc").write_bytes(b"\x00")
+    kinds = {a.source_id: a.kind for a in service.inspect("counter").source_artifacts}
+    assert kinds["logo.png"] == "binary"
+    assert ".secret" not in kinds and not any("pycache" in k for k in kinds)
+    refusal("binary_source", service.read_source, "counter", "logo.png")
+    refusal("binary_source", service.apply_patch, "counter", "logo.png", old="PNG", new="JPG")
+
+
+def test_inspect_of_a_unit_that_did_not_load(service: UnitService) -> None:
+    result = service.inspect("broken")
+    assert not result.loaded and result.load_error and "line 3" in result.load_error
+
+
+def test_unknown_and_invalid_units(service: UnitService) -> None:
+    refusal("unknown_unit", service.inspect, "nope")
+    refusal("invalid_unit_id", service.inspect, "../counter")
+    refusal("invalid_unit_id", service.read_source, "", "__init__.py")
+
+
+# -- read -----------------------------------------------------------------------------------------
+
+
+def test_read_source_returns_content_hash_and_line_endings(service: UnitService, host: Host) -> None:
+    result = service.read_source("notes", "__init__.py")
+    raw = (host.units_root / "notes" / "__init__.py").read_bytes()
+    assert result.content == raw.decode("utf-8")
+    assert result.hash.startswith("sha256:") and result.size == len(raw)
+    assert result.line_ending == "crlf" and "café" in result.content
+    assert service.read_source("weather", "data/cities.json").content.startswith("{")
+
+
+def test_read_source_refusals_name_unit_and_source_only(service: UnitService, host: Host, tmp_path: Path) -> None:
+    refusal("unknown_source", service.read_source, "counter", "missing.py")
+    refusal("unknown_source", service.read_source, "weather", "data")
+    refusal("unknown_source", service.read_source, "greeter", "other.py")
+    refusal("invalid_source_id", service.read_source, "counter", "../greeter.py")
+    refusal("invalid_source_id", service.read_source, "counter", "/etc/passwd")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    (host.units_root / "counter" / "leak.py").symlink_to(secret)
+    error = refusal("invalid_source_id", service.read_source, "counter", "leak.py")
+    no_host_paths(service, error.to_dict())
+    assert "top secret" not in str(error.to_dict())
+
+
+# -- patch ----------------------------------------------------------------------------------------
+
+
+def test_exact_patch_writes_reloads_and_keeps_state(service: UnitService, host: Host) -> None:
+    host.activate("counter")
+    host.module("counter").increment()
+    before = service.read_source("counter", "__init__.py")
+    result = service.apply_patch("counter", "__init__.py", old="step = 1", new="step = 10", expected_hash=before.hash)
+    assert result.changed and result.replacements == 1 and result.mode == "exact"
+    assert result.hash_before == before.hash and result.hash == service.read_source("counter", "__init__.py").hash
+    assert "-step = 1\n+step = 10\n" in result.diff
+    assert result.reload is not None and result.reload.reloaded
+    assert result.reload.activity.active_activity_after == "counter"
+    assert host.module("counter").increment() == 11
+
+
+def test_diff_patch_is_applied(service: UnitService, host: Host) -> None:
+    patch = (
+        "--- a/greeter.py\n+++ b/greeter.py\n@@ -9,3 +9,3 @@\n"
+        '     """Return a friendly greeting."""\n'
+        '     log.info("greeting %s", name)\n'
+        '-    return f"Hello, {name}!"\n'
+        '+    return f"Good day, {name}!"\n'
+    )
+    result = service.apply_patch("greeter", "greeter.py", patch=patch)
+    assert result.mode == "diff" and result.replacements == 1
+    assert host.module("greeter").greet("Ada") == "Good day, Ada!"
+
+
+def test_dry_run_returns_the_diff_and_writes_nothing(service: UnitService, host: Host) -> None:
+    source = host.units_root / "greeter.py"
+    before = source.read_bytes()
+    result = service.apply_patch("greeter", "greeter.py", old="Hello", new="Bonjour", dry_run=True)
+    assert result.dry_run and result.changed and result.reload is None
+    assert '+    return f"Bonjour, {name}!"' in result.diff
+    assert source.read_bytes() == before
+
+
+def test_a_stale_hash_is_refused_and_nothing_is_written(service: UnitService, host: Host) -> None:
+    read = service.read_source("greeter", "greeter.py")
+    service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
+    current = (host.units_root / "greeter.py").read_bytes()
+    error = refusal(
+        "stale_hash", service.apply_patch, "greeter", "greeter.py", old="Hi", new="Yo", expected_hash=read.hash
+    )
+    assert error.details["current_hash"] != read.hash
+    assert (host.units_root / "greeter.py").read_bytes() == current
+    refusal("invalid_argument", service.apply_patch, "greeter", "greeter.py", old="Hi", new="Yo", expected_hash="abc")
+
+
+def test_ambiguous_and_missing_old_are_refused_with_counts(service: UnitService) -> None:
+    error = refusal("ambiguous_match", service.apply_patch, "counter", "__init__.py", old="count", new="total")
+    assert error.details["matches"] > 1 and error.details["lines"][0] >= 1
+    assert "times" in error.message
+    error = refusal("no_match", service.apply_patch, "counter", "__init__.py", old="not there", new="x")
+    assert error.details["matches"] == 0
+
+
+def test_a_crlf_file_stays_crlf_after_a_patch(service: UnitService, host: Host) -> None:
+    service.apply_patch(
+        "notes",
+        "__init__.py",
+        old='    """Return the notes that contain word."""\n',
+        new='    """Notes containing word."""\n    word = word.strip()\n',
+    )
+    raw = (host.units_root / "notes" / "__init__.py").read_bytes()
+    assert raw.count(b"\r\n") == raw.count(b"\n")
+    assert b"    word = word.strip()\r\n" in raw
+    assert host.module("notes").search(" café ") == ["café au lait"]
+
+
+def test_a_syntax_error_is_reported_with_position_and_nothing_is_written(service: UnitService, host: Host) -> None:
+    before = (host.units_root / "greeter.py").read_bytes()
+    error = refusal(
+        "syntax_error", service.apply_patch, "greeter", "greeter.py", old="def greet(name):", new="def greet(name:"
+    )
+    assert error.details["file"] == "greeter.py" and error.details["line"] == 8 and error.details["column"]
+    assert (host.units_root / "greeter.py").read_bytes() == before
+
+
+def test_a_patch_whose_reload_fails_restores_the_original_bytes(service: UnitService, host: Host) -> None:
+    host.module("counter").increment()
+    before = (host.units_root / "counter" / "__init__.py").read_bytes()
+    error = refusal(
+        "reload_failed",
+        service.apply_patch,
+        "counter",
+        "__init__.py",
+        old="def init(host):\n",
+        new="def init(host):\n    1 / 0\n",
+    )
+    assert error.details["stage"] == "init" and "ZeroDivisionError" in error.details["error"]
+    assert error.details["source_restored"] and error.details["previous_version_serving"]
+    assert (host.units_root / "counter" / "__init__.py").read_bytes() == before
+    assert host.module("counter").count == 1
+    no_host_paths(service, error.to_dict())
+
+
+def test_patch_argument_refusals(service: UnitService) -> None:
+    refusal("invalid_argument", service.apply_patch, "greeter", "greeter.py")
+    refusal("invalid_argument", service.apply_patch, "greeter", "greeter.py", old="Hello")
+    refusal("invalid_argument", service.apply_patch, "greeter", "greeter.py", patch="x", old="a", new="b")
+    refusal("invalid_argument", service.apply_patch, "greeter", "greeter.py", patch="  ")
+    refusal("invalid_patch", service.apply_patch, "greeter", "greeter.py", patch="hello")
+    refusal(
+        "patch_conflict", service.apply_patch, "greeter", "greeter.py", patch="@@ -1 +1 @@\n-nothing like this\n+x\n"
+    )
+    refusal("too_large", service.apply_patch, "greeter", "greeter.py", old="Hello", new="x" * (3 * 1024 * 1024))
+
+
+def test_concurrent_patches_with_one_expected_hash_have_one_winner(service: UnitService, host: Host) -> None:
+    read = service.read_source("greeter", "greeter.py")
+    outcomes: list[str] = []
+
+    def attempt(n: int) -> None:
+        try:
+            service.apply_patch("greeter", "greeter.py", old="Hello", new=f"Hello{n}", expected_hash=read.hash)
+            outcomes.append(f"won{n}")
+        except UnitError as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=attempt, args=(n,)) for n in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [o for o in outcomes if o.startswith("won")]
+    assert len(winners) == 1 and outcomes.count("stale_hash") == 11
+    assert f"Hello{winners[0][3:]}, " in (host.units_root / "greeter.py").read_text()
+
+
+def test_a_read_only_loader_refuses_writes_loudly(units_root: Path, tmp_path: Path) -> None:
+    with Host(units_root, tmp_path / "ro", read_only=True) as host:
+        service = UnitService(host)
+        assert service.read_source("greeter", "greeter.py").content
+        refusal("not_supported", service.apply_patch, "greeter", "greeter.py", old="Hello", new="Hi")
+        refusal("not_supported", service.create_source, "counter", "x.py", "x = 1\n")
+        assert service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi", dry_run=True).changed
+
+
+# -- create ---------------------------------------------------------------------------------------
+
+
+def test_create_source_makes_parents_and_reloads(service: UnitService, host: Host) -> None:
+    result = service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+    assert result.reload.reloaded and result.size == len("BONUS = 3\n")
+    assert (host.units_root / "counter" / "extras" / "bonus.py").read_text() == "BONUS = 3\n"
+    assert "extras/bonus.py" in [a.source_id for a in service.inspect("counter").source_artifacts]
+
+
+def test_create_source_refusals(service: UnitService, host: Host) -> None:
+    refusal("exists", service.create_source, "counter", "panel.py", "x = 1\n")
+    refusal("not_supported", service.create_source, "greeter", "more.py", "x = 1\n")
+    error = refusal("syntax_error", service.create_source, "counter", "bad.py", "def f(:\n")
+    assert error.details["line"] == 1
+    assert not (host.units_root / "counter" / "bad.py").exists()
+    refusal("invalid_source_id", service.create_source, "counter", "../escape.py", "x = 1\n")
+    refusal("invalid_source_id", service.create_source, "counter", ".hidden.py", "x = 1\n")
+    refusal("invalid_source_id", service.create_source, "counter", "panel.py/x.py", "x = 1\n")
+
+
+def test_create_source_removes_the_file_when_the_reload_fails(service: UnitService, host: Host) -> None:
+    (host.units_root / "counter" / "__init__.py").write_text(
+        (host.units_root / "counter" / "__init__.py").read_text() + "\nfrom .plugins import hook\n"
+    )
+    error = refusal(
+        "reload_failed", service.create_source, "counter", "plugins/__init__.py", "raise ImportError('no')\n"
+    )
+    assert error.details["source_restored"]
+    assert not (host.units_root / "counter" / "plugins").exists()
+
+
+# -- tests, reload, log, snapshot -----------------------------------------------------------------
+
+
+def test_run_tests_main_and_pytest_runners(service: UnitService) -> None:
+    main = service.run_tests("counter")
+    assert main.passed and main.exit_code == 0 and main.runner == "main" and not main.timed_out
+    pytest_run = service.run_tests("weather")
+    assert pytest_run.passed and pytest_run.runner == "pytest" and "2 passed" in pytest_run.stdout
+    failed = service.run_tests("weather", "broken")
+    assert not failed.passed and failed.exit_code == 1 and "AssertionError" in failed.stdout
+    no_host_paths(service, failed.model_dump())
+
+
+def test_run_tests_refusals(service: UnitService) -> None:
+    refusal("unknown_source", service.run_tests, "counter", "nope")
+    refusal("not_supported", service.run_tests, "greeter")
+    refusal("invalid_argument", service.run_tests, "counter", "../x")
+    refusal("invalid_argument", service.run_tests, "counter", timeout=0)
+
+
+def test_an_infinite_loop_is_killed_at_its_timeout(service: UnitService) -> None:
+    error = refusal("test_timeout", service.run_tests, "looper", "init", timeout=2)
+    assert error.details["timed_out"] and error.details["exit_code"] is None
+    assert 2000 <= error.details["duration_ms"] < 20000
+
+
+def test_ten_megabytes_of_output_are_capped(service: UnitService) -> None:
+    result = service.run_tests("looper", "chatty", timeout=60)
+    assert result.passed and result.truncated
+    assert len(result.stdout) < 70 * 1024 and "bytes of output dropped" in result.stdout
+
+
+def test_a_test_that_spawns_children_leaves_none_behind(service: UnitService) -> None:
+    error = refusal("test_timeout", service.run_tests, "looper", "spawner", timeout=3)
+    pid = int(error.details["stdout"].split("child ")[1].split()[0])
+    assert not running(pid)
+
+
+def running(pid: int) -> bool:
+    """A killed orphan may linger as a zombie until init reaps it; that is not running."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_reload_tool_reports_evidence(service: UnitService, host: Host) -> None:
+    host.activate("counter")
+    result = service.reload("counter")
+    assert result.reloaded and result.activity.reactivation_attempted and result.activity.has_active_session_after
+    refusal("reload_failed", service.reload, "broken")
+    refusal("unknown_unit", service.reload, "nope")
+
+
+def test_read_log_tail_grep_and_paging(service: UnitService, host: Host) -> None:
+    for n in range(30):
+        host.module("greeter").greet(f"guest{n}")
+    tail = service.read_log(grep="greeting guest", lines=5)
+    assert [line.rsplit(" ", 1)[1] for line in tail.lines] == [f"guest{n}" for n in range(25, 30)]
+    assert tail.has_more
+    page = service.read_log(grep="greeting guest", offset=5, limit=3)
+    assert [line.rsplit(" ", 1)[1] for line in page.lines] == ["guest22", "guest23", "guest24"]
+    everything = service.read_log(grep="greeting guest", lines=1000)
+    assert everything.returned == 30 and not everything.has_more
+    assert service.read_log(grep="no such line").lines == []
+    refusal("invalid_argument", service.read_log, lines=0)
+    refusal("invalid_argument", service.read_log, offset=-1)
+
+
+def test_read_log_never_reveals_host_paths(service: UnitService, host: Host) -> None:
+    host.unit_logger("greeter").info("file is at %s", host.units_root / "greeter.py")
+    lines = service.read_log(grep="file is at").lines
+    assert lines and "<units>/greeter.py" in lines[-1]
+    no_host_paths(service, lines)
+
+
+def test_snapshot(service: UnitService, host: Host) -> None:
+    host.module("counter").increment()
+    assert service.snapshot("counter").model_dump() == {"unit_id": "counter", "supported": True, "state": {"count": 1}}
+    assert service.snapshot("greeter").model_dump() == {"unit_id": "greeter", "supported": False, "state": None}
+    refusal("not_loaded", service.snapshot, "broken")
