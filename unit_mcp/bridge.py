@@ -1,0 +1,372 @@
+"""The loopback bridge: one MCP server on 127.0.0.1 over Streamable HTTP and legacy SSE, plus an isolated
+OpenCode config that points at it.
+
+An application starts it inside its own process around its own host (`async with Bridge(server)` or
+`await bridge.start()` / `await bridge.stop()`); `python -m unit_mcp.server` is a thin wrapper over it.
+Every request is checked before any MCP code runs: a `Host` or `Origin` that is not loopback is refused
+(DNS rebinding: 421 / 403) and, unless auth is off, so is a request without the per-run bearer token (401).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from mcp.server import Server
+from mcp.server.sse import SseServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+MCP_PATH = "/mcp"
+SSE_PATH = "/sse"
+MESSAGE_PATH = "/messages/"
+OPENCODE_SCHEMA = "https://opencode.ai/config.json"
+_SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+log = logging.getLogger("unit_mcp.bridge")
+
+
+class BridgeError(RuntimeError):
+    """The bridge cannot start as asked: a non-loopback host, a port it cannot bind, a config it cannot write."""
+
+
+@dataclass(frozen=True)
+class BridgeStatus:
+    started: bool
+    host: str
+    port: int | None
+    url: str | None
+    sse_url: str | None
+    config_root: str | None
+    config_path: str | None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _security(host: str, port: int) -> TransportSecuritySettings:
+    """Only loopback names on our own port for Host; any loopback origin (e.g. a local Inspector web page)."""
+    names = {"127.0.0.1", "localhost", "[::1]", _url_host(host)}
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=sorted(f"{name}:{port}" for name in names),
+        allowed_origins=sorted(f"http://{name}:*" for name in names),
+    )
+
+
+class _Guard:
+    """Refuses DNS-rebinding requests, then requests without the bearer token, before the MCP transports see them."""
+
+    def __init__(self, app: ASGIApp, *, security: TransportSecuritySettings, token: str | None) -> None:
+        self.app = app
+        self.security = TransportSecurityMiddleware(security)
+        self.expected = f"Bearer {token}".encode() if token is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = await self.security.validate_request(Request(scope), is_post=False)
+        if refusal is None and self.expected is not None and not self._authorized(Headers(scope=scope)):
+            refusal = PlainTextResponse(
+                "Unauthorized: send the bearer token printed by the server.",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="unit-mcp"'},
+            )
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _authorized(self, headers: Headers) -> bool:
+        assert self.expected is not None
+        given = headers.get("authorization", "")
+        scheme, _, credentials = given.partition(" ")
+        candidate = f"Bearer {credentials.strip()}".encode() if scheme.lower() == "bearer" else b""
+        return secrets.compare_digest(candidate, self.expected)
+
+
+class _SseEndpoint:
+    """GET /sse: one legacy SSE connection served by the MCP server until the client goes away."""
+
+    def __init__(self, server: Server[Any], transport: SseServerTransport) -> None:
+        self.server = server
+        self.transport = transport
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with self.transport.connect_sse(scope, receive, send) as (read_stream, write_stream):
+            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+
+
+class _Uvicorn(uvicorn.Server):
+    """A uvicorn server that leaves SIGINT/SIGTERM to the embedding application (uvicorn would re-raise them)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def opencode_config(*, url: str, server_name: str, token: str | None) -> dict[str, Any]:
+    """Deny every native OpenCode tool and allow only this server's MCP tools (last matching rule wins)."""
+    entry: dict[str, Any] = {"type": "remote", "url": url, "enabled": True, "oauth": False}
+    if token is not None:
+        entry["headers"] = {"Authorization": f"Bearer {token}"}
+    return {
+        "$schema": OPENCODE_SCHEMA,
+        "autoupdate": False,
+        "share": "disabled",
+        "permission": {"*": "deny", f"{server_name}_*": "allow"},
+        "mcp": {server_name: entry},
+    }
+
+
+def _user_opencode_dirs() -> set[Path]:
+    homes = [Path.home() / ".config"]
+    if os.environ.get("XDG_CONFIG_HOME"):
+        homes.append(Path(os.environ["XDG_CONFIG_HOME"]))
+    return {(home / "opencode").resolve() for home in homes}
+
+
+def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Temporary file in the same folder, fsync, rename: a reader sees the old file or the new one, whole."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class Bridge:
+    """Serves one MCP server on loopback and writes `<config_root>/opencode/opencode.json` for it.
+
+    `config_root` defaults to a fresh temporary folder removed at stop; a given folder is kept. The bearer
+    token is new on every start. Start and stop are idempotent; call them from the same event loop.
+    """
+
+    def __init__(
+        self,
+        server: Server[Any],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        server_name: str = "unit-dev",
+        config_root: str | os.PathLike[str] | None = None,
+        auth: bool = True,
+        shutdown_timeout: int = 1,
+    ) -> None:
+        if not is_loopback(host):
+            raise BridgeError(
+                f"refusing to serve on {host!r}: unit-mcp binds to loopback only (127.0.0.1, ::1 or localhost)"
+            )
+        if not _SERVER_NAME.fullmatch(server_name):
+            raise BridgeError(f"server name {server_name!r} must be 1-64 of A-Z a-z 0-9 _ - (starting alphanumeric)")
+        self.server = server
+        self.host = "127.0.0.1" if host == "localhost" else host
+        self.requested_port = port
+        self.server_name = server_name
+        self.auth = auth
+        self.shutdown_timeout = shutdown_timeout
+        self._given_config_root = Path(config_root).resolve() if config_root is not None else None
+        self._config_root: Path | None = None
+        self._port: int | None = None
+        self._token: str | None = None
+        self._uvicorn: _Uvicorn | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._serving = False
+
+    # -- public surface -----------------------------------------------------------------------
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token of the current run (None before start or with auth off)."""
+        return self._token
+
+    @property
+    def url(self) -> str | None:
+        return None if self._port is None else f"http://{_url_host(self.host)}:{self._port}{MCP_PATH}"
+
+    @property
+    def sse_url(self) -> str | None:
+        return None if self._port is None else f"http://{_url_host(self.host)}:{self._port}{SSE_PATH}"
+
+    @property
+    def config_path(self) -> Path | None:
+        return None if self._config_root is None else self._config_root / "opencode" / "opencode.json"
+
+    def status(self) -> BridgeStatus:
+        return BridgeStatus(
+            started=self._task is not None,
+            host=self.host,
+            port=self._port,
+            url=self.url,
+            sse_url=self.sse_url,
+            config_root=str(self._config_root) if self._config_root is not None else None,
+            config_path=str(self.config_path) if self.config_path is not None else None,
+        )
+
+    def opencode_env(self) -> dict[str, str]:
+        """The environment an OpenCode process needs to use only this server: its own XDG_CONFIG_HOME."""
+        if self._config_root is None:
+            raise BridgeError("the bridge is not started")
+        return {"XDG_CONFIG_HOME": str(self._config_root)}
+
+    async def __aenter__(self) -> Bridge:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> BridgeStatus:
+        """Bind, write the OpenCode config, serve; returns once requests are accepted. Fails loudly."""
+        if self._task is not None:
+            return self.status()
+        if not self.auth:
+            log.warning("authentication is off: any local process can call the unit tools on this server")
+        sock = self._bind()
+        try:
+            self._port = sock.getsockname()[1]
+            self._token = secrets.token_urlsafe(32) if self.auth else None
+            self._config_root = self._prepare_config_root()
+            self._write_config()
+            app = self._app()
+            self._uvicorn = _Uvicorn(
+                uvicorn.Config(
+                    app,
+                    log_config=None,
+                    log_level="warning",
+                    access_log=False,
+                    lifespan="on",
+                    ws="none",
+                    timeout_graceful_shutdown=self.shutdown_timeout,
+                )
+            )
+            self._task = asyncio.get_running_loop().create_task(self._serve(self._uvicorn, sock))
+            await self._until_started(self._uvicorn, self._task)
+        except BaseException:
+            sock.close()
+            await self.stop()
+            raise
+        self._serving = True
+        log.info("serving MCP on %s and %s", self.url, self.sse_url)
+        return self.status()
+
+    async def stop(self) -> None:
+        """Stop serving (open streams get `shutdown_timeout` seconds), then remove a temporary config root."""
+        task, server, serving = self._task, self._uvicorn, self._serving
+        self._task, self._uvicorn, self._serving = None, None, False
+        try:
+            if task is not None and server is not None:
+                server.should_exit = True
+                await asyncio.wait([task])
+                failure = None if task.cancelled() else task.exception()
+                if failure is not None and serving:
+                    log.error("the MCP HTTP server failed", exc_info=failure)
+        finally:
+            self._release()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _bind(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.requested_port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise BridgeError(f"cannot listen on {_url_host(self.host)}:{self.requested_port}: {exc.strerror}") from exc
+        return sock
+
+    def _prepare_config_root(self) -> Path:
+        if self._given_config_root is None:
+            return Path(tempfile.mkdtemp(prefix="unit-mcp-opencode-"))
+        root = self._given_config_root
+        if (root / "opencode").resolve() in _user_opencode_dirs():
+            raise BridgeError(f"{root} is the user's own OpenCode config home; give the bridge a folder of its own")
+        return root
+
+    def _write_config(self) -> None:
+        path = self.config_path
+        assert path is not None and self.url is not None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_json_atomically(path, opencode_config(url=self.url, server_name=self.server_name, token=self._token))
+        except OSError as exc:
+            raise BridgeError(f"cannot write the OpenCode config {path}: {exc}") from exc
+
+    def _release(self) -> None:
+        if self._config_root is not None and self._given_config_root is None:
+            shutil.rmtree(self._config_root, ignore_errors=True)
+        self._config_root = self._port = self._token = None
+
+    def _app(self) -> Starlette:
+        assert self._port is not None
+        security = _security(self.host, self._port)
+        manager = StreamableHTTPSessionManager(app=self.server, security_settings=security)
+        sse = SseServerTransport(MESSAGE_PATH, security_settings=security)
+        return Starlette(
+            routes=[
+                Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
+                Route(SSE_PATH, endpoint=_SseEndpoint(self.server, sse), methods=["GET"]),
+                Mount(MESSAGE_PATH, app=sse.handle_post_message),
+            ],
+            middleware=[Middleware(_Guard, security=security, token=self._token)],
+            lifespan=lambda app: manager.run(),
+        )
+
+    @staticmethod
+    async def _serve(server: _Uvicorn, sock: socket.socket) -> None:
+        try:
+            await server.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn exits when the app's lifespan startup fails
+            raise BridgeError("the MCP app failed to start (lifespan startup failed)") from exc
+
+    @staticmethod
+    async def _until_started(server: _Uvicorn, task: asyncio.Task[None]) -> None:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise BridgeError("the HTTP server stopped before it started serving")
+            await asyncio.sleep(0.01)

@@ -1,0 +1,136 @@
+"""`python -m unit_mcp.server`: serve a units root to MCP clients on loopback until SIGINT or SIGTERM.
+
+A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge`. Without --units it serves a private
+copy of the built-in example units, so a newcomer can connect at once. Once listening it prints, one per
+line, the URLs, the token and the XDG_CONFIG_HOME an OpenCode session needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+
+from .bridge import Bridge, BridgeError, is_loopback
+from .host import Host
+from .service import UnitService
+from .tools import UnitTools, check_prefix
+
+EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
+
+log = logging.getLogger("unit_mcp.server")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m unit_mcp.server",
+        description="Serve the units of a units root to MCP clients (OpenCode, the MCP Inspector, ...) on loopback.",
+    )
+    parser.add_argument(
+        "--units",
+        type=Path,
+        help="units root to serve (default: a private copy of the built-in example units)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="keep the app log, the OpenCode config (and the example copy) here instead of a temporary folder "
+        "removed at exit",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (default: 0, a free port)")
+    parser.add_argument("--tool-prefix", default="", help="prefix for every tool name, e.g. space_ → space_unit_list")
+    parser.add_argument(
+        "--server-name", default="unit-dev", help="name of this server in the OpenCode config (default: unit-dev)"
+    )
+    parser.add_argument("--no-watch", action="store_true", help="do not reload units when their files change on disk")
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve without the bearer token, for clients that cannot send headers (loopback is still enforced)",
+    )
+    args = parser.parse_args(argv)
+    if not is_loopback(args.host):
+        parser.error(f"--host {args.host} is not a loopback address; unit-mcp serves on loopback only")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port} is not a port number")
+    try:
+        check_prefix(args.tool_prefix)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.units is not None and not args.units.is_dir():
+        parser.error(f"--units {args.units} is not a folder")
+    return args
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    """Run until SIGINT/SIGTERM, then stop the bridge, drop the units and remove temporary data."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with AsyncExitStack() as stack:
+            if args.data_dir is None:
+                data_dir = Path(tempfile.mkdtemp(prefix="unit-mcp-"))
+                stack.callback(shutil.rmtree, data_dir, True)
+            else:
+                data_dir = args.data_dir.resolve()
+                data_dir.mkdir(parents=True, exist_ok=True)
+            units = args.units
+            if units is None:
+                units = data_dir / "example-units"
+                if not units.exists():
+                    shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
+            host = Host(units, data_dir)
+            host.start()
+            stack.callback(host.close)
+            if not args.no_watch:
+                host.start_watching()
+            tools = UnitTools(UnitService(host), prefix=args.tool_prefix)
+            bridge = Bridge(
+                tools.server(),
+                host=args.host,
+                port=args.port,
+                server_name=args.server_name,
+                config_root=data_dir / "opencode-config",
+                auth=not args.no_auth,
+            )
+            await stack.enter_async_context(bridge)
+            status = bridge.status()
+            _say(f"MCP_URL={status.url}")
+            _say(f"MCP_SSE_URL={status.sse_url}")
+            if bridge.token is not None:
+                _say(f"MCP_TOKEN={bridge.token}")
+            _say(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
+            _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
+            async for signum in signals:
+                log.info("stopping on %s", signal.Signals(signum).name)
+                break
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("unit-mcp: %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        anyio.run(serve, args, backend="asyncio")
+    except BridgeError as exc:
+        print(f"unit-mcp: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+"""The ten unit tools, served on the MCP SDK's low-level `Server`.
+
+Each tool is a flat pydantic argument model (the input schema and its validation), a pydantic result model
+(the output schema and the structured content), a risk label and the standard annotations. The low-level
+server is used rather than `MCPServer` so that the schemas come straight from those models and every
+`UnitError` is mapped to an `isError` result in one place, `UnitTools.call_tool`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
+
+from . import __version__
+from .errors import UnitError
+from .models import (
+    ApplyPatchResult,
+    CreateSourceResult,
+    InspectResult,
+    ReadLogResult,
+    ReadSourceResult,
+    ReloadResult,
+    ResolveResult,
+    Risk,
+    RunTestsResult,
+    SnapshotResult,
+    UnitListResult,
+)
+from .service import UnitService
+
+RISK_META_KEY = "unit_mcp/risk"
+ERROR_META_KEY = "unit_mcp/error"
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
+_TOOL_NAME = re.compile(
+    r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot)\b"
+)
+
+log = logging.getLogger("unit_mcp.tools")
+
+INSTRUCTIONS = """\
+Develop the hot-reloadable units (plugins) of a running Python application. A unit is addressed by its \
+unit_id and its files by source_id (a path relative to the unit, '/' separators) - never by filesystem paths.
+
+Workflow:
+1. unit_list to see every unit, or unit_resolve with a few words to find the one you mean.
+2. unit_inspect the unit: its source artifacts (with hashes), lifecycle exports, activities and tests.
+3. unit_read_source to get a file's content and its hash.
+4. unit_apply_patch with expected_hash set to that hash: either `old`+`new` (exact text, matched once) or \
+`patch` (a unified diff). The unit is reloaded at once; if the reload fails the old source is put back. \
+unit_create_source adds a new file to a directory unit.
+5. unit_run_tests runs the unit's test_<name>.py in a separate process.
+6. unit_reload reloads a unit after a change made outside these tools; its evidence says whether the \
+active activity came back.
+7. unit_read_log reads the application log (filter with grep) to see what the units did.
+
+A refused call is an error result starting with a stable code in brackets, e.g. [stale_hash] or \
+[no_match], followed by a hint that says what to do next."""
+
+
+class _Args(BaseModel):
+    """Tool arguments: unknown keys are refused, so a misspelt `expected_hash` cannot be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+_UNIT_ID = Field(description="The unit id from unit_list or unit_resolve, e.g. 'counter'.")
+_SOURCE_ID = Field(
+    description="Path of the file relative to the unit root with '/' separators, as listed by unit_inspect, "
+    "e.g. '__init__.py' or 'data/cities.json'. A file unit's only source is '<unit_id>.py'."
+)
+
+
+class NoArgs(_Args):
+    pass
+
+
+class UnitArgs(_Args):
+    unit_id: str = _UNIT_ID
+
+
+class ResolveArgs(_Args):
+    description: str = Field(description="What the unit does or is called, in a few words, e.g. 'click counter'.")
+    limit: int = Field(20, description="The most candidates to return (1-100).")
+
+
+class ReadSourceArgs(_Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+
+
+class ApplyPatchArgs(_Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+    patch: str | None = Field(
+        None, description="A unified diff of this one file (@@ hunks; ---/+++ headers optional). Not with old/new."
+    )
+    old: str | None = Field(
+        None, description="Exact text to replace, copied from unit_read_source (indentation included). Needs `new`."
+    )
+    new: str | None = Field(None, description="The replacement for `old`; may be empty to delete it.")
+    expected_hash: str | None = Field(
+        None, description="The hash unit_read_source returned; the edit is refused if the file changed since."
+    )
+    replace_all: bool = Field(False, description="Replace every occurrence of `old` instead of requiring one.")
+    dry_run: bool = Field(False, description="Only show the diff and the would-be hash; write nothing.")
+
+
+class CreateSourceArgs(_Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = Field(
+        description="Path of the new file relative to the unit root, e.g. 'helpers.py' or 'test_more.py'; "
+        "missing folders are created."
+    )
+    source: str = Field(description="The full content of the new file (UTF-8 text).")
+
+
+class RunTestsArgs(_Args):
+    unit_id: str = _UNIT_ID
+    test_name: str = Field("init", description="Runs test_<test_name>.py of the unit; 'init' runs test_init.py.")
+    timeout: float | None = Field(None, description="Seconds before the run is killed; the server's default if unset.")
+
+
+class ReadLogArgs(_Args):
+    grep: str | None = Field(None, description="Only lines containing this text (case-sensitive substring).")
+    lines: int = Field(100, description="How many of the newest matching lines to return (1-1000).")
+    offset: int | None = Field(None, description="Skip this many newest matching lines first, to page back.")
+    limit: int | None = Field(None, description="Lines to return when paging with offset (instead of `lines`).")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its models, its risk and what its annotations promise. It calls the `UnitService` method
+    named like the tool without `unit_`, with the argument model's fields as keyword arguments."""
+
+    name: str
+    title: str
+    description: str
+    args: type[BaseModel]
+    result: type[BaseModel]
+    risk: Risk
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "unit_list",
+        "List units",
+        "List every unit of the application, sorted by unit_id: its loader, source handle (kind and primary "
+        "source_id), whether it is loaded (and its load error), what can be edited, its test names and "
+        "whether it can be committed. Start here.",
+        NoArgs,
+        UnitListResult,
+        "normal",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_resolve",
+        "Find a unit by description",
+        "Find the unit meant by a natural-language description. Returns ranked candidates with a confidence "
+        "from 0 to 1 and the evidence that matched (unit id, module, file names, docstring, symbols).",
+        ResolveArgs,
+        ResolveResult,
+        "normal",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_inspect",
+        "Inspect a unit",
+        "Describe one unit: loader, module, source handle, load state, docstring, lifecycle exports "
+        "(init/drop/snapshot/restore), registered activities, test names and every source artifact with "
+        "its kind, size and hash. Use it to learn the source_ids before reading or editing.",
+        UnitArgs,
+        InspectResult,
+        "normal",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_read_source",
+        "Read a unit source",
+        "Read one UTF-8 text file of a unit. Returns its content, its hash (pass it as expected_hash to "
+        "unit_apply_patch), its size and its line endings. Binary files are refused.",
+        ReadSourceArgs,
+        ReadSourceResult,
+        "filesystem-read",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_apply_patch",
+        "Edit a unit source",
+        "Edit one existing file of a unit, then reload the unit. Give either `old` and `new` (exact text that "
+        "must match exactly once, unless replace_all) or `patch` (a unified diff). Always pass expected_hash "
+        "from unit_read_source so a concurrent change is not overwritten. Python is compiled first: a syntax "
+        "error writes nothing. If the reload fails, the previous source is restored and the error is "
+        "returned. dry_run shows the diff without writing.",
+        ApplyPatchArgs,
+        ApplyPatchResult,
+        "filesystem-write",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
+    ToolSpec(
+        "unit_create_source",
+        "Create a unit source",
+        "Create a new file inside a directory unit (never overwrites; missing folders are created), then "
+        "reload the unit. Python is compiled first. If the reload fails, the new file is removed again. "
+        "Name a test module test_<name>.py to make it runnable with unit_run_tests.",
+        CreateSourceArgs,
+        CreateSourceResult,
+        "filesystem-write",
+        read_only=False,
+        destructive=False,
+        idempotent=False,
+    ),
+    ToolSpec(
+        "unit_run_tests",
+        "Run a unit's tests",
+        "Run the unit's test module test_<test_name>.py in a separate process with the unit loaded: its "
+        "main() if it has one (None, 0 or True passes), pytest otherwise. Returns passed, exit_code, stdout, "
+        "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
+        "Sends progress notifications while it runs.",
+        RunTestsArgs,
+        RunTestsResult,
+        "shell",
+        read_only=False,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_reload",
+        "Reload a unit",
+        "Reload a unit from its current source as one transaction (snapshot, drop, import, init, restore, "
+        "re-activate); on failure the previous version keeps running. Returns evidence: reloaded, whether "
+        "state was restored, and the activity active before and after. Edits through unit_apply_patch and "
+        "unit_create_source reload by themselves.",
+        UnitArgs,
+        ReloadResult,
+        "shell",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
+    ToolSpec(
+        "unit_read_log",
+        "Read the application log",
+        "Read the newest lines of the application log, oldest first, optionally only those containing "
+        "`grep`. Units log as 'units.<unit_id>'. Page back with offset and limit; has_more says whether "
+        "older matching lines exist.",
+        ReadLogArgs,
+        ReadLogResult,
+        "filesystem-read",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_snapshot",
+        "Snapshot a unit's state",
+        "Return the live state of a loaded unit as its snapshot() export gives it (the state a reload "
+        "carries over). supported is false when the unit has no snapshot().",
+        UnitArgs,
+        SnapshotResult,
+        "normal",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+)
+
+
+def check_prefix(prefix: str) -> str:
+    if not _PREFIX.fullmatch(prefix):
+        raise ValueError(f"tool prefix {prefix!r} must be at most 40 of A-Z a-z 0-9 _ -")
+    return prefix
+
+
+def tool_risks(prefix: str = "") -> dict[str, str]:
+    """The risk label of every tool by its (prefixed) name, for approval policies outside MCP."""
+    check_prefix(prefix)
+    return {prefix + spec.name: spec.risk for spec in TOOLS}
+
+
+class _InputSchema(GenerateJsonSchema):
+    """Optional arguments as their plain type (no `anyOf` with null, no `default: null`), which every
+    client's function-calling dialect accepts; leaving them out means the same as null."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        out = super().default_schema(schema)
+        if out.get("default", ...) is None:
+            del out["default"]
+        return out
+
+
+@functools.cache
+def _schemas(spec: ToolSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (
+        spec.args.model_json_schema(schema_generator=_InputSchema),
+        spec.result.model_json_schema(mode="serialization"),
+    )
+
+
+def _error_text(code: str, message: str, hint: str, details: dict[str, Any] | None) -> str:
+    text = f"[{code}] {message}"
+    if hint:
+        text += f"\nHint: {hint}"
+    if details:
+        text += "\nDetails: " + json.dumps(details, ensure_ascii=False, default=str)
+    return text
+
+
+class UnitTools:
+    """The tool surface over one `UnitService`: lists the tools and runs calls off the event loop."""
+
+    def __init__(self, service: UnitService, *, prefix: str = "", progress_interval: float = 1.0) -> None:
+        self.service = service
+        self.prefix = check_prefix(prefix)
+        self.progress_interval = progress_interval
+        self.specs = {prefix + spec.name: spec for spec in TOOLS}
+        self.instructions = self._prefixed(INSTRUCTIONS)
+        self.tools = [self._tool(name, spec) for name, spec in self.specs.items()]
+
+    def _prefixed(self, text: str) -> str:
+        """Names the tools with the prefix in descriptions, instructions and hints."""
+        return _TOOL_NAME.sub(lambda m: self.prefix + m.group(0), text) if self.prefix else text
+
+    def _tool(self, name: str, spec: ToolSpec) -> types.Tool:
+        input_schema, output_schema = _schemas(spec)
+        return types.Tool(
+            name=name,
+            title=spec.title,
+            description=self._prefixed(spec.description),
+            input_schema=input_schema,
+            output_schema=output_schema,
+            annotations=types.ToolAnnotations(
+                title=spec.title,
+                read_only_hint=spec.read_only,
+                destructive_hint=spec.destructive,
+                idempotent_hint=spec.idempotent,
+                open_world_hint=False,
+            ),
+            _meta={RISK_META_KEY: spec.risk},
+        )
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        spec = self.specs.get(name)
+        return None if spec is None else _schemas(spec)[0]
+
+    def server(self, name: str = "unit-mcp") -> Server[Any]:
+        """A fresh low-level server for one transport setup (a session manager runs once per server)."""
+        return Server(
+            name,
+            version=__version__,
+            title="Unit development tools",
+            instructions=self.instructions,
+            get_tool_input_schema=self.input_schema,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            on_list_resources=_no_resources,
+            on_list_prompts=_no_prompts,
+        )
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools)
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """Validate, run the service method in a worker thread and map every outcome to a result."""
+        spec = self.specs.get(params.name)
+        if spec is None:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        try:
+            args = spec.args.model_validate(params.arguments or {})
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()
+            )
+            return self._error(
+                "invalid_argument",
+                f"Invalid arguments for {params.name}: {problems}.",
+                "Check the argument names and types against the tool's input schema.",
+                None,
+            )
+        call = functools.partial(getattr(self.service, spec.name.removeprefix("unit_")), **args.model_dump())
+        try:
+            if isinstance(args, RunTestsArgs):
+                result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
+            else:
+                result = await anyio.to_thread.run_sync(call)
+        except UnitError as exc:
+            log.info("%s refused: [%s] %s", params.name, exc.code, exc.message)
+            return self._error(exc.code, exc.message, exc.hint, exc.details)
+        except Exception:
+            log.exception("%s failed unexpectedly", params.name)
+            return self._error(
+                "internal_error",
+                f"{params.name} failed unexpectedly; nothing more is known to the caller.",
+                "The server log has the details: unit_read_log with grep='unit_mcp.tools'.",
+                None,
+            )
+        structured = result.model_dump(mode="json")
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(structured, ensure_ascii=False))],
+            structured_content=structured,
+        )
+
+    def _error(self, code: str, message: str, hint: str, details: dict[str, Any] | None) -> types.CallToolResult:
+        """The one place a refusal becomes a wire result: redacted text for the model, the fields in `_meta`."""
+        redact = self.service.host.redact
+        error: dict[str, Any] = {"code": code, "message": redact(message), "hint": self._prefixed(redact(hint))}
+        if details:
+            error["details"] = json.loads(redact(json.dumps(details, ensure_ascii=False, default=str)))
+        text = _error_text(error["code"], error["message"], error["hint"], error.get("details"))
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=True, _meta={ERROR_META_KEY: error}
+        )
+
+    async def _with_progress(
+        self, ctx: ServerRequestContext[Any], call: Callable[[], BaseModel], label: str
+    ) -> BaseModel:
+        """Run `call` in a worker thread, reporting progress every `progress_interval` seconds until it ends."""
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append(call())
+            except Exception as exc:
+                outcome.append(exc)
+
+        async def report() -> None:
+            started = anyio.current_time()
+            while True:
+                await anyio.sleep(self.progress_interval)
+                elapsed = anyio.current_time() - started
+                try:
+                    await ctx.session.report_progress(elapsed, None, f"running {label}: {elapsed:.0f} s")
+                except Exception:
+                    log.debug("progress for %s could not be sent", label, exc_info=True)
+                    return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(report)
+            await anyio.to_thread.run_sync(run)
+            tg.cancel_scope.cancel()
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        result: BaseModel = outcome[0]
+        return result
+
+
+# Clients and the conformance suite list resources and prompts of every server; this one has none.
+async def _no_resources(
+    ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+) -> types.ListResourcesResult:
+    return types.ListResourcesResult(resources=[])
+
+
+async def _no_prompts(
+    ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+) -> types.ListPromptsResult:
+    return types.ListPromptsResult(prompts=[])
