@@ -22,7 +22,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import core_schema
 
 from . import __version__
@@ -306,7 +306,16 @@ def tool_risks(prefix: str = "") -> dict[str, str]:
 
 class _InputSchema(GenerateJsonSchema):
     """Optional arguments as their plain type (no `anyOf` with null, no `default: null`), which every
-    client's function-calling dialect accepts; leaving them out means the same as null."""
+    client's function-calling dialect accepts; leaving them out means the same as null. No titles: the
+    names and descriptions say it all, in fewer tokens."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: core_schema.CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
+        out = super().generate(schema, mode)
+        out.pop("title", None)
+        return out
 
     def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
         return self.generate_inner(schema["schema"])
