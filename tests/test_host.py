@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -192,3 +193,38 @@ def test_writes_through_the_service_are_not_reloaded_twice_by_the_watcher(host: 
     log = host.log_path.read_text()
     assert log.count("unit greeter reloaded in") == 2  # the start-up load and the patch
     assert "greeter reloaded after an edit on disk" not in log
+
+
+def test_a_unit_that_hangs_at_import_is_bounded_and_the_old_version_keeps_serving(host: Host) -> None:
+    """The hung import cannot be killed (it holds the import lock of its module name until it returns),
+    so it sleeps for a bounded time here; the host gives up waiting after reload_timeout."""
+    host.reload_timeout = 1.0
+    serving = host.module("greeter")
+    edit(host.units_root / "greeter.py", "import logging", "import logging\nimport time\ntime.sleep(4)")
+    started = time.monotonic()
+    with pytest.raises(ReloadError) as caught:
+        host.reload("greeter")
+    assert time.monotonic() - started < 3
+    assert caught.value.stage == "import" and "did not finish within 1 s" in caught.value.error
+    assert host.module("greeter") is serving and serving.greet("x") == "Hello, x!"
+    assert host.module("counter").increment() == 1, "the host keeps serving other units"
+    hung = [t for t in threading.enumerate() if t.name == "unit-mcp-reload-greeter"]
+    for thread in hung:
+        thread.join(10)
+    assert sys.modules["units.greeter"] is serving, "a late import does not replace the served module"
+
+
+def test_unit_code_may_call_the_host_during_init(host: Host) -> None:
+    init = "def init(host):\n    host.register_activity('starter', dict)\n    host.activate('starter')\n"
+    (host.units_root / "starter.py").write_text(init)
+    result = host.reload("starter")
+    assert result.reloaded and host.active_activity == "starter"
+
+
+def test_a_unit_that_removes_itself_from_sys_modules_fails_cleanly(host: Host) -> None:
+    serving = host.module("greeter")
+    edit(host.units_root / "greeter.py", "import logging", "import logging\nimport sys\ndel sys.modules[__name__]")
+    with pytest.raises(ReloadError) as caught:
+        host.reload("greeter")
+    assert caught.value.stage == "import"
+    assert host.module("greeter") is serving and sys.modules["units.greeter"] is serving

@@ -41,6 +41,10 @@ class ReloadError(Exception):
         self.evidence = evidence
 
 
+class ReloadTimeout(Exception):
+    """Unit code (import, init or restore) ran past the host's reload timeout."""
+
+
 @dataclass
 class Activity:
     name: str
@@ -54,6 +58,12 @@ class LoadedUnit:
     module: types.ModuleType
     modules: dict[str, types.ModuleType]
     activities: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Progress:
+    stage: str = "import"
+    loaded: LoadedUnit | None = None
 
 
 class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
@@ -110,6 +120,7 @@ class Host:
         read_only: bool = False,
         log_max_bytes: int = 5 * 1024 * 1024,
         log_backups: int = 3,
+        reload_timeout: float = 30.0,
     ) -> None:
         self.units_root = Path(units_root).resolve()
         if not self.units_root.is_dir():
@@ -130,6 +141,8 @@ class Host:
         self._active: Activity | None = None
         self._active_session: Any = None
         self._initialising: str | None = None
+        self._transaction_thread: int | None = None
+        self.reload_timeout = reload_timeout
         self._pending_activities: list[str] = []
         self._own_writes: dict[str, str | None] = {}
         self._finder: _UnitFinder | None = None
@@ -141,7 +154,7 @@ class Host:
 
     def start(self, unit_ids: Sequence[str] | None = None) -> Host:
         """Claim the namespace, open the app log and load units (all by default); load errors are recorded."""
-        with self._lock:
+        with self._guard():
             if self._started:
                 return self
             with _claim_lock:
@@ -160,7 +173,7 @@ class Host:
     def close(self) -> None:
         """Stop watching, deactivate, drop every unit, release the namespace and the log."""
         self.stop_watching()
-        with self._lock:
+        with self._guard():
             if not self._started:
                 return
             self.deactivate()
@@ -223,30 +236,30 @@ class Host:
         return f"{self.namespace}.{unit_id}"
 
     def module(self, unit_id: str) -> types.ModuleType | None:
-        with self._lock:  # never observe a unit half-way through a reload
+        with self._guard():  # never observe a unit half-way through a reload
             loaded = self._loaded.get(unit_id)
             return loaded.module if loaded else None
 
     def is_loaded(self, unit_id: str) -> bool:
-        with self._lock:
+        with self._guard():
             return unit_id in self._loaded
 
     def load_error(self, unit_id: str) -> str | None:
-        with self._lock:
+        with self._guard():
             return self._load_errors.get(unit_id)
 
     def unit_logger(self, unit_id: str) -> logging.Logger:
         return logging.getLogger(f"units.{unit_id}")
 
     def unit_lock(self, unit_id: str) -> threading.RLock:
-        with self._lock:
+        with self._guard():
             return self._unit_locks.setdefault(unit_id, threading.RLock())
 
     # -- activities -----------------------------------------------------------------------
 
     def register_activity(self, name: str, factory: Callable[[], Any]) -> None:
         """Called by a unit's init(host). The factory makes the activity's live session object."""
-        with self._lock:
+        with self._guard():
             existing = self._activities.get(name)
             if existing is not None and existing.unit_id != self._initialising:
                 raise ValueError(f"activity {name!r} is already registered by unit {existing.unit_id!r}")
@@ -255,12 +268,12 @@ class Host:
                 self._pending_activities.append(name)
 
     def activities(self, unit_id: str | None = None) -> list[str]:
-        with self._lock:
+        with self._guard():
             return sorted(n for n, a in self._activities.items() if unit_id is None or a.unit_id == unit_id)
 
     def activate(self, name: str) -> Any:
         """Make `name` the active activity; the previous one is deactivated first. Returns its session."""
-        with self._lock:
+        with self._guard():
             activity = self._activities.get(name)
             if activity is None:
                 raise KeyError(f"no activity named {name!r} is registered")
@@ -271,7 +284,7 @@ class Host:
             return self._active_session
 
     def deactivate(self) -> None:
-        with self._lock:
+        with self._guard():
             session, self._active_session, self._active = self._active_session, None, None
             close = getattr(session, "close", None)
             if callable(close):
@@ -291,7 +304,7 @@ class Host:
     # -- lifecycle ------------------------------------------------------------------------
 
     def snapshot(self, unit_id: str) -> tuple[bool, Any]:
-        with self._lock:
+        with self._guard():
             module = self.module(unit_id)
             fn = getattr(module, "snapshot", None)
             if module is None or not callable(fn):
@@ -299,7 +312,7 @@ class Host:
             return True, fn()
 
     def unload(self, unit_id: str) -> None:
-        with self._lock:
+        with self._guard():
             loaded = self._loaded.pop(unit_id, None)
             if loaded is not None:
                 self._teardown(loaded)
@@ -311,7 +324,7 @@ class Host:
         On failure the old modules, their init and their state are put back, and
         `rollback_source` (given when the reload follows a write) restores the old files first.
         """
-        with self._lock:
+        with self._guard():
             started = time.perf_counter()
             old = self._loaded.get(unit_id)
             active_before = self.active_activity
@@ -327,23 +340,17 @@ class Host:
             if old is not None:
                 self._teardown(old)
                 del self._loaded[unit_id]
-            stage = "import"
-            new: LoadedUnit | None = None
+            progress = _Progress()
             try:
-                module = self._import(unit_id)
-                stage = "init"
-                new = self._init(unit_id, module)
-                stage = "restore"
-                restore = getattr(new.module, "restore", None)
-                restored = False
-                if has_state and callable(restore):
-                    restore(state)
-                    restored = True
+                new, restored = self._bounded(
+                    unit_id, progress, lambda: self._bring_up(unit_id, state, has_state, progress)
+                )
             except (Exception, SystemExit) as exc:
-                if new is not None:
-                    self._teardown(new)
+                if progress.loaded is not None:
+                    self._teardown(progress.loaded)
                 else:
                     self._discard(unit_id)
+                stage = progress.stage
                 source_restored = False
                 if rollback_source is not None:
                     rollback_source()
@@ -364,6 +371,63 @@ class Host:
             return ReloadResult(
                 unit_id=unit_id, reloaded=True, restored_state=restored, activity=evidence, duration_ms=duration
             )
+
+    def _bring_up(self, unit_id: str, state: Any, has_state: bool, progress: _Progress) -> tuple[LoadedUnit, bool]:
+        """import → init → restore; `progress` tells the caller how far it got if it fails or hangs."""
+        module = self._import(unit_id)
+        progress.stage = "init"
+        progress.loaded = self._init(unit_id, module)
+        progress.stage = "restore"
+        restore = getattr(module, "restore", None)
+        if has_state and callable(restore):
+            restore(state)
+            return progress.loaded, True
+        return progress.loaded, False
+
+    def _bounded(self, unit_id: str, progress: _Progress, work: Callable[[], Any]) -> Any:
+        """Run unit code in a worker thread and stop waiting after `reload_timeout` seconds.
+
+        A hung import or init cannot be killed, but it no longer holds the host: the
+        transaction fails with `ReloadTimeout` and the previous version is put back. The
+        worker may act as the host's lock holder (its unit code calls host methods).
+        """
+        outcome: dict[str, Any] = {}
+        abandoned = threading.Event()
+
+        def run() -> None:
+            self._transaction_thread = threading.get_ident()
+            try:
+                outcome["value"] = work()
+            except BaseException as exc:
+                outcome["error"] = exc
+            finally:
+                if abandoned.is_set():
+                    with self._lock:
+                        self._resync_modules(unit_id)
+
+        worker = threading.Thread(target=run, name=f"unit-mcp-reload-{unit_id}", daemon=True)
+        worker.start()
+        worker.join(self.reload_timeout)
+        self._transaction_thread = None
+        if worker.is_alive():
+            abandoned.set()
+            raise ReloadTimeout(f"{progress.stage} of unit {unit_id} did not finish within {self.reload_timeout:g} s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
+
+    def _resync_modules(self, unit_id: str) -> None:
+        """After an abandoned (timed-out) import finally returns, make sys.modules match what the host serves."""
+        self._purge(unit_id)
+        loaded = self._loaded.get(unit_id)
+        if loaded is not None:
+            sys.modules.update(loaded.modules)
+
+    def _guard(self) -> Any:
+        """The host lock, except in the reload worker, which runs while its caller holds that lock."""
+        if self._transaction_thread is not None and threading.get_ident() == self._transaction_thread:
+            return contextlib.nullcontext()
+        return self._lock
 
     def _import(self, unit_id: str) -> types.ModuleType:
         self._purge(unit_id)
@@ -497,7 +561,7 @@ class Host:
     def start_watching(self, *, debounce_ms: int = 300) -> None:
         from .watcher import UnitWatcher
 
-        with self._lock:
+        with self._guard():
             if self._watcher is None:
                 self._watcher = UnitWatcher(self, debounce_ms=debounce_ms)
                 self._watcher.start()
