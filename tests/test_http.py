@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import signal
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,8 +23,8 @@ import pytest
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from server_process import ServerProcess
 
 from unit_mcp import UnitService
 from unit_mcp.bridge import Bridge, BridgeError
@@ -66,7 +64,7 @@ async def connect(bridge: Bridge, transport: str, token: str | None = None) -> A
     assert bridge.url is not None
     mode = "legacy" if transport == "streamable-http-legacy" else "auto"
     async with (
-        create_mcp_http_client(headers=headers) as http,
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
         Client(streamable_http_client(bridge.url, http_client=http), mode=mode) as client,
     ):
         yield client
@@ -288,58 +286,12 @@ async def test_an_unwritable_config_root_fails_loudly(tools: UnitTools, tmp_path
 # -- the real entry point --------------------------------------------------------------------------------
 
 
-class ServerProcess:
-    """`python -m unit_mcp.server` in its own process; stdout is read on a thread so reads can time out."""
-
-    def __init__(self, *args: str, tmp: Path) -> None:
-        env = {**os.environ, "TMPDIR": str(tmp)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "unit_mcp.server", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=tmp,
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        assert self.proc.stdout is not None
-        threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True).start()
-
-    def _pump(self, stream: Any) -> None:
-        for line in stream:
-            self.lines.put(line.rstrip("\n"))
-
-    def ready(self, timeout: float = 30) -> dict[str, str]:
-        """The printed `KEY=value` lines, up to the ready-to-paste `XDG_CONFIG_HOME=… opencode` line."""
-        printed: dict[str, str] = {}
-        while True:
-            try:
-                line = self.lines.get(timeout=timeout)
-            except queue.Empty:
-                self.proc.kill()
-                raise AssertionError(f"no ready line; stderr: {self.proc.communicate()[1]}") from None
-            key, _, value = line.partition("=")
-            printed[key] = value
-            if key == "XDG_CONFIG_HOME":
-                return printed
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(signum)
-        try:
-            return self.proc.wait(timeout=20)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-
-
 @pytest.fixture
 def server_process(tmp_path: Path) -> Iterator[list[ServerProcess]]:
     started: list[ServerProcess] = []
     yield started
     for process in started:
-        if process.proc.poll() is None:
-            process.proc.kill()
-            process.proc.wait()
+        process.kill()
 
 
 async def test_entry_point_prints_its_lines_serves_and_stops_on_sigterm(
@@ -359,7 +311,7 @@ async def test_entry_point_prints_its_lines_serves_and_stops_on_sigterm(
     assert data_dir.parent == tmp_path, "the private data (and example copy) live in a temporary folder"
     headers = {"Authorization": f"Bearer {printed['MCP_TOKEN']}"}
     async with (
-        create_mcp_http_client(headers=headers) as http,
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
         Client(streamable_http_client(printed["MCP_URL"], http_client=http), mode="legacy") as client,
     ):
         read = await client.call_tool("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})
@@ -389,7 +341,7 @@ async def test_entry_point_with_options_keeps_its_data_dir_on_sigint(
     assert list(config["mcp"]) == ["space-unit-dev"] and "space-unit-dev_*" in config["permission"]
     assert process.stop(signal.SIGINT) == 0
     assert (data / "logs" / "app.log").is_file() and (data / "example-units" / "counter").is_dir()
-    assert "authentication is off" in (process.proc.stderr.read() if process.proc.stderr else "")
+    assert "authentication is off" in process.stderr()
 
 
 @pytest.mark.parametrize(("args", "message"), [(["--host", "0.0.0.0"], "loopback"), (["--port", "70000"], "port")])

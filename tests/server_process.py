@@ -1,0 +1,64 @@
+"""`python -m unit_mcp.server` as a real child process, for the HTTP and the external-tool tests."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+
+class ServerProcess:
+    """Starts the entry point; stdout is read on a thread so waiting for the ready lines can time out."""
+
+    def __init__(self, *args: str, tmp: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "unit_mcp.server", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TMPDIR": str(tmp)},
+            cwd=tmp,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert self.proc.stdout is not None
+        threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
+
+    def ready(self, timeout: float = 30) -> dict[str, str]:
+        """The printed `KEY=value` lines, up to the ready-to-paste `XDG_CONFIG_HOME=… opencode` line."""
+        printed: dict[str, str] = {}
+        while True:
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                self.kill()
+                raise AssertionError(f"the server printed no ready line; stderr: {self.stderr()}") from None
+            key, _, value = line.partition("=")
+            printed[key] = value
+            if key == "XDG_CONFIG_HOME":
+                return printed
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        try:
+            return self.proc.wait(timeout=20)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stderr(self) -> str:
+        """What the server wrote to stderr; only once it has exited."""
+        assert self.proc.poll() is not None and self.proc.stderr is not None
+        return self.proc.stderr.read()
