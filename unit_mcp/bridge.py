@@ -179,7 +179,8 @@ class Bridge:
     """Serves one MCP server on loopback and writes `<config_root>/opencode/opencode.json` for it.
 
     `config_root` defaults to a fresh temporary folder removed at stop; a given folder is kept. The bearer
-    token is new on every start. Start and stop are idempotent; call them from the same event loop.
+    token is new on every start. Start and stop are idempotent; call them from the same asyncio event loop
+    (uvicorn runs on asyncio), e.g. `async with Bridge(tools.server()) as bridge: ...`.
     """
 
     def __init__(

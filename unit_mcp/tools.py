@@ -382,7 +382,7 @@ class UnitTools:
         return None if spec is None else _schemas(spec)[0]
 
     def server(self, name: str = "unit-mcp") -> Server[Any]:
-        """A fresh low-level server for one transport setup (a session manager runs once per server)."""
+        """A low-level MCP server for these tools: `Bridge` serves it over HTTP, `Client(server)` in memory."""
         return Server(
             name,
             version=__version__,
