@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import jsonschema
 import mcp_types as types
 import pytest
@@ -392,3 +393,20 @@ async def test_unexpected_failure_is_a_generic_error_and_the_server_keeps_servin
         assert log["returned"] >= 1
         assert all(str(units_root) not in line for line in log["lines"])
         await s.ok("unit_list")
+
+
+async def test_concurrent_edits_with_the_same_expected_hash_cannot_both_win(tools: UnitTools) -> None:
+    results: list[types.CallToolResult] = []
+    async with session(tools) as s:
+        read = await s.ok("unit_read_source", {"unit_id": "counter", "source_id": "__init__.py"})
+
+        async def edit(value: int) -> None:
+            arguments = {"unit_id": "counter", "source_id": "__init__.py", "old": "step = 1", "new": f"step = {value}"}
+            results.append(await s.client.call_tool("unit_apply_patch", {**arguments, "expected_hash": read["hash"]}))
+
+        async with anyio.create_task_group() as group:
+            for value in (2, 3, 4):
+                group.start_soon(edit, value)
+    assert sorted(result.is_error for result in results) == [False, True, True]
+    losers = [result.meta[ERROR_META_KEY]["code"] for result in results if result.is_error and result.meta]
+    assert losers == ["stale_hash", "stale_hash"]
