@@ -10,6 +10,7 @@ import importlib.util
 import logging
 import logging.handlers
 import os
+import queue
 import sys
 import threading
 import time
@@ -39,6 +40,26 @@ class ReloadError(Exception):
         self.stage = stage
         self.error = error
         self.evidence = evidence
+
+
+class _Worker:
+    """One reusable daemon thread that runs unit code (a thread per reload costs more than the reload)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+    def stop(self) -> None:
+        """The thread ends after its current job, if that job ever returns."""
+        self._jobs.put(None)
 
 
 class ReloadTimeout(Exception):
@@ -79,10 +100,12 @@ class _UnitFinder(importlib.abc.MetaPathFinder):
     def __init__(self, namespace: str, root: Path) -> None:
         self.namespace = namespace
         self.root = root
+        self.names: dict[str, set[str]] = {}  # unit id → module names imported for it (no scan of sys.modules)
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
         if not fullname.startswith(self.namespace + "."):
             return None
+        self.names.setdefault(fullname.split(".")[1], set()).add(fullname)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.origin is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
             return spec
@@ -142,6 +165,8 @@ class Host:
         self._active_session: Any = None
         self._initialising: str | None = None
         self._transaction_thread: int | None = None
+        self._worker: _Worker | None = None
+        self._batch_loading = False
         self.reload_timeout = reload_timeout
         self._pending_activities: list[str] = []
         self._own_writes: dict[str, str | None] = {}
@@ -165,9 +190,14 @@ class Host:
             self._open_log()
             self._install_namespace()
             self._started = True
-            for unit_id in self.loader.discover() if unit_ids is None else unit_ids:
-                with contextlib.suppress(ReloadError):
-                    self.reload(unit_id)
+            self._invalidate_finders()
+            self._batch_loading = True  # one directory listing for the whole start-up, not one per unit
+            try:
+                for unit_id in self.loader.discover() if unit_ids is None else unit_ids:
+                    with contextlib.suppress(ReloadError):
+                        self.reload(unit_id)
+            finally:
+                self._batch_loading = False
             return self
 
     def close(self) -> None:
@@ -186,6 +216,9 @@ class Host:
                 if _claimed_namespaces.get(self.namespace) is self:
                     del _claimed_namespaces[self.namespace]
             self._close_log()
+            if self._worker is not None:
+                self._worker.stop()
+                self._worker = None
             self._started = False
 
     def __enter__(self) -> Host:
@@ -230,7 +263,7 @@ class Host:
         return self.loader.discover()
 
     def unit_kind(self, unit_id: str) -> UnitKind | None:
-        return self.loader.discover().get(unit_id)
+        return self.loader.kind(unit_id)
 
     def module_name(self, unit_id: str) -> str:
         return f"{self.namespace}.{unit_id}"
@@ -385,14 +418,16 @@ class Host:
         return progress.loaded, False
 
     def _bounded(self, unit_id: str, progress: _Progress, work: Callable[[], Any]) -> Any:
-        """Run unit code in a worker thread and stop waiting after `reload_timeout` seconds.
+        """Run unit code on the reload worker thread and stop waiting after `reload_timeout` seconds.
 
         A hung import or init cannot be killed, but it no longer holds the host: the
-        transaction fails with `ReloadTimeout` and the previous version is put back. The
-        worker may act as the host's lock holder (its unit code calls host methods).
+        transaction fails with `ReloadTimeout`, the previous version is put back and the
+        stuck worker is replaced. The worker acts as the host's lock holder meanwhile
+        (unit code calls host methods from init).
         """
         outcome: dict[str, Any] = {}
         abandoned = threading.Event()
+        done = threading.Event()
 
         def run() -> None:
             self._transaction_thread = threading.get_ident()
@@ -404,13 +439,20 @@ class Host:
                 if abandoned.is_set():
                     with self._lock:
                         self._resync_modules(unit_id)
+                    self.logger.warning(
+                        "a timed-out reload of unit %s returned late; its result was discarded", unit_id
+                    )
+                done.set()
 
-        worker = threading.Thread(target=run, name=f"unit-mcp-reload-{unit_id}", daemon=True)
-        worker.start()
-        worker.join(self.reload_timeout)
+        if self._worker is None:
+            self._worker = _Worker("unit-mcp-reload")
+        self._worker.submit(run)
+        finished = done.wait(self.reload_timeout)
         self._transaction_thread = None
-        if worker.is_alive():
+        if not finished:
             abandoned.set()
+            self._worker.stop()
+            self._worker = None
             raise ReloadTimeout(f"{progress.stage} of unit {unit_id} did not finish within {self.reload_timeout:g} s")
         if "error" in outcome:
             raise outcome["error"]
@@ -429,9 +471,18 @@ class Host:
             return contextlib.nullcontext()
         return self._lock
 
+    def _invalidate_finders(self) -> None:
+        """Forget cached directory listings below the units root only (a new file must be seen at once)."""
+        root = str(self.units_root)
+        for path, finder in list(sys.path_importer_cache.items()):
+            invalidate = getattr(finder, "invalidate_caches", None)
+            if callable(invalidate) and isinstance(path, str) and path.startswith(root):
+                invalidate()
+
     def _import(self, unit_id: str) -> types.ModuleType:
         self._purge(unit_id)
-        importlib.invalidate_caches()
+        if not self._batch_loading:
+            self._invalidate_finders()
         self._pending_activities = []
         return importlib.import_module(self.module_name(unit_id))
 
@@ -515,8 +566,8 @@ class Host:
         )
 
     def _unit_modules(self, unit_id: str) -> dict[str, types.ModuleType]:
-        name = self.module_name(unit_id)
-        return {k: m for k, m in list(sys.modules.items()) if k == name or k.startswith(name + ".")}
+        names = self._finder.names.get(unit_id, ()) if self._finder is not None else ()
+        return {name: sys.modules[name] for name in sorted(names) if name in sys.modules}
 
     def _purge(self, unit_id: str) -> None:
         for key in self._unit_modules(unit_id):

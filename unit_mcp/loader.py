@@ -47,6 +47,19 @@ class FilesystemLoader:
                         found.setdefault(stem, "file")
         return dict(sorted(found.items()))
 
+    def kind(self, unit_id: str) -> UnitKind | None:
+        """The kind of one unit, by looking at its two possible places only (no scan of the root)."""
+        if not _is_unit_id(unit_id):
+            return None
+        folder = self.root / unit_id
+        init = folder / "__init__.py"
+        if not folder.is_symlink() and not init.is_symlink() and init.is_file():
+            return "directory"
+        module = self.root / f"{unit_id}.py"
+        if not module.is_symlink() and module.is_file():
+            return "file"
+        return None
+
     def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
         return "__init__.py" if kind == "directory" else f"{unit_id}.py"
 

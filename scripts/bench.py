@@ -1,0 +1,555 @@
+"""Benchmarks measured side by side in one run: medians, p95 and the ratios that matter.
+
+    .venv/bin/python scripts/bench.py            # everything (a few minutes), writes bench/results.{json,md}
+    .venv/bin/python scripts/bench.py --quick    # fewer rounds and smaller scale, for a smoke run
+    .venv/bin/python scripts/bench.py --only transport,reload
+
+The machine is shared and noisy: the two sides of every ratio are interleaved call by call in the same
+run, so drift hits both alike. Absolute times are context only. Nothing here is asserted; a figure that
+misses its goal is marked in the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server import Server
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from unit_mcp import Host, UnitService  # noqa: E402
+from unit_mcp.bridge import Bridge  # noqa: E402
+from unit_mcp.tools import UnitTools  # noqa: E402
+
+FS_SERVER = "@modelcontextprotocol/server-filesystem@2026.8.31"
+BENCH_TOOLS = REPO / ".cache" / "bench-tools"
+OUT = REPO / "bench"
+SECTIONS = ("transport", "filesystem", "reload", "scale", "log", "sessions", "concurrency", "tests")
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"median_ms": round(statistics.median(ordered), 4), "p95_ms": round(p95, 4), "n": len(ordered)}
+
+
+async def interleaved(
+    sides: dict[str, Callable[[], Awaitable[Any]]], rounds: int, warmup: int = 5
+) -> dict[str, list[float]]:
+    """Call each side once per round, in turn, and keep each call's wall time in milliseconds."""
+    for _ in range(warmup):
+        for fn in sides.values():
+            await fn()
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, fn in sides.items():
+            started = time.perf_counter()
+            await fn()
+            samples[name].append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def ratio_row(
+    name: str, numerator: dict[str, float], denominator: dict[str, float], goal: float | None
+) -> dict[str, Any]:
+    value = numerator["median_ms"] / denominator["median_ms"] if denominator["median_ms"] else float("inf")
+    row: dict[str, Any] = {"ratio": name, "value": round(value, 3)}
+    if goal is not None:
+        row["goal"] = f"<= {goal}"
+        row["met"] = value <= goal
+    return row
+
+
+def make_units(root: Path, count: int, *, body: str = "") -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(count):
+        (root / f"unit_{n:05d}.py").write_text(f'"""Unit number {n}: tracks widget {n % 97} totals."""\n{body}')
+
+
+def twenty_kb_unit(root: Path) -> None:
+    folder = root / "big"
+    folder.mkdir(parents=True)
+    lines = [f"VALUE_{n:04d} = {n}  # padding to make a twenty kilobyte source file ......\n" for n in range(280)]
+    (folder / "__init__.py").write_text('"""A 20 KB unit."""\n' + "".join(lines))
+
+
+@asynccontextmanager
+async def http_client(url: str, token: str | None) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        yield client
+
+
+def bare_server() -> Server[Any]:
+    """The transport floor: a server whose one tool does nothing."""
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name="noop", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
+
+    return Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args = args
+        self.work = work
+        self.quick = args.quick
+        self.rounds = 40 if args.quick else 300
+        self.results: dict[str, Any] = {"sections": {}, "ratios": []}
+
+    def record(self, section: str, figures: dict[str, Any], ratios: list[dict[str, Any]]) -> None:
+        self.results["sections"][section] = figures
+        self.results["ratios"].extend({"section": section, **r} for r in ratios)
+        print(f"\n## {section}")
+        for name, value in figures.items():
+            print(f"  {name}: {value}")
+        for row in ratios:
+            print(
+                f"  ratio {row['ratio']}: {row['value']}"
+                + (f"  (goal {row['goal']}, met: {row['met']})" if "goal" in row else "")
+            )
+
+    # -- sections ---------------------------------------------------------------------------------------
+
+    async def transport(self) -> None:
+        root = self.work / "transport-units"
+        twenty_kb_unit(root)
+        with Host(root, self.work / "transport-data", namespace="bench_transport") as host:
+            tools = UnitTools(UnitService(host))
+            async with (
+                Bridge(bare_server(), config_root=self.work / "cfg-bare") as bare,
+                Bridge(tools.server(), config_root=self.work / "cfg-unit") as ours,
+                http_client(str(bare.url), bare.token) as bare_client,
+                http_client(str(ours.url), ours.token) as unit_client,
+            ):
+                samples = await interleaved(
+                    {
+                        "bare_noop": lambda: bare_client.call_tool("noop", {}),
+                        "unit_read_source_20kb": lambda: unit_client.call_tool(
+                            "unit_read_source", {"unit_id": "big", "source_id": "__init__.py"}
+                        ),
+                    },
+                    self.rounds,
+                )
+        figures = {k: summary(v) for k, v in samples.items()}
+        self.record(
+            "transport",
+            figures,
+            [
+                ratio_row(
+                    "unit_read_source(20 KB) / bare no-op tool",
+                    figures["unit_read_source_20kb"],
+                    figures["bare_noop"],
+                    1.2,
+                )
+            ],
+        )
+
+    async def filesystem(self) -> None:
+        fs_bin = self._fs_server()
+        root = self.work / "fs-units"
+        twenty_kb_unit(root)
+        target = root / "big" / "__init__.py"
+        fs_root = self.work / "fs-root"
+        fs_root.mkdir()
+        shutil.copy(target, fs_root / "big.py")
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "unit_mcp.server",
+                "--units",
+                str(root),
+                "--no-watch",
+                "--data-dir",
+                str(self.work / "fs-data"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        try:
+            lines: dict[str, str] = {}
+            assert server.stdout is not None
+            while "MCP_URL" not in lines or "MCP_TOKEN" not in lines:
+                line = server.stdout.readline()
+                if not line:
+                    raise RuntimeError("the unit server exited before printing its URL")
+                if "=" in line:
+                    key, value = line.strip().split("=", 1)
+                    lines[key] = value
+            params = StdioServerParameters(command=fs_bin[0], args=[*fs_bin[1:], str(fs_root)])
+            state = {"unit": 0, "fs": 0}
+            texts = ("VALUE_0001 = 1  #", "VALUE_0001 = 2  #")
+            async with AsyncExitStack() as stack:
+                unit = await stack.enter_async_context(http_client(lines["MCP_URL"], lines["MCP_TOKEN"]))
+                fs = await stack.enter_async_context(Client(stdio_client(params), mode="legacy"))
+                fs_file = str(fs_root / "big.py")
+
+                def unit_patch(dry: bool) -> Callable[[], Awaitable[Any]]:
+                    async def call() -> Any:
+                        old, new = texts[state["unit"] % 2], texts[(state["unit"] + 1) % 2]
+                        if not dry:
+                            state["unit"] += 1
+                        args = {"unit_id": "big", "source_id": "__init__.py", "old": old, "new": new, "dry_run": dry}
+                        result = await unit.call_tool("unit_apply_patch", args)
+                        assert not result.is_error, result.content
+
+                    return call
+
+                def fs_edit(dry: bool) -> Callable[[], Awaitable[Any]]:
+                    async def call() -> Any:
+                        old, new = texts[state["fs"] % 2], texts[(state["fs"] + 1) % 2]
+                        if not dry:
+                            state["fs"] += 1
+                        args = {"path": fs_file, "edits": [{"oldText": old, "newText": new}], "dryRun": dry}
+                        result = await fs.call_tool("edit_file", args)
+                        assert not result.is_error, result.content
+
+                    return call
+
+                reads = await interleaved(
+                    {
+                        "unit_read_source": lambda: unit.call_tool(
+                            "unit_read_source", {"unit_id": "big", "source_id": "__init__.py"}
+                        ),
+                        "fs_read_text_file": lambda: fs.call_tool("read_text_file", {"path": fs_file}),
+                    },
+                    self.rounds,
+                )
+                dry = await interleaved(
+                    {"unit_apply_patch_dry_run": unit_patch(True), "fs_edit_file_dry_run": fs_edit(True)}, self.rounds
+                )
+                real = await interleaved(
+                    {"unit_apply_patch_reload": unit_patch(False), "fs_edit_file": fs_edit(False)}, self.rounds // 2
+                )
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(10)
+        figures = {k: summary(v) for group in (reads, dry, real) for k, v in group.items()}
+        self.record(
+            "filesystem",
+            figures,
+            [
+                ratio_row(
+                    "unit_read_source / fs read_text_file",
+                    figures["unit_read_source"],
+                    figures["fs_read_text_file"],
+                    1.0,
+                ),
+                ratio_row(
+                    "unit_apply_patch dry_run / fs edit_file dryRun",
+                    figures["unit_apply_patch_dry_run"],
+                    figures["fs_edit_file_dry_run"],
+                    1.0,
+                ),
+                ratio_row(
+                    "unit_apply_patch (write+reload) / fs edit_file",
+                    figures["unit_apply_patch_reload"],
+                    figures["fs_edit_file"],
+                    2.0,
+                ),
+            ],
+        )
+
+    def _fs_server(self) -> list[str]:
+        entry = BENCH_TOOLS / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+        if not entry.exists():
+            subprocess.run(
+                ["npm", "install", "--prefix", str(BENCH_TOOLS), "--no-audit", "--no-fund", FS_SERVER], check=True
+            )
+        return ["node", str(entry)]
+
+    async def reload(self) -> None:
+        root = self.work / "reload-units"
+        folder = root / "tenmods"
+        folder.mkdir(parents=True)
+        imports = "".join(f"from . import mod{n}\n" for n in range(9))
+        (folder / "__init__.py").write_text(f'"""Ten modules."""\n{imports}VERSION = 0\n')
+        for n in range(9):
+            body = "".join(f"def f{k}(x):\n    return x * {k} + {n}\n\n" for k in range(40))
+            (folder / f"mod{n}.py").write_text(body)
+        state = {"v": 0}
+        with Host(root, self.work / "reload-data", namespace="bench_reload") as host:
+            service = UnitService(host)
+
+            async def patch() -> None:
+                old = f"VERSION = {state['v']}"
+                state["v"] += 1
+                await anyio.to_thread.run_sync(
+                    lambda: service.apply_patch("tenmods", "__init__.py", old=old, new=f"VERSION = {state['v']}")
+                )
+
+            code = (
+                "import sys, time; sys.path.insert(0, sys.argv[1]); t = time.perf_counter(); import tenmods; "
+                "print((time.perf_counter() - t) * 1000)"
+            )
+            bare: list[float] = []
+
+            async def fresh_import() -> None:
+                out = await anyio.run_process([sys.executable, "-B", "-c", code, str(root)])
+                bare.append(float(out.stdout.decode().strip()))
+
+            rounds = 20 if self.quick else 60
+            samples = await interleaved(
+                {"patch_to_reloaded": patch, "fresh_interpreter_import": fresh_import}, rounds, warmup=2
+            )
+        figures = {
+            "patch_to_reloaded": summary(samples["patch_to_reloaded"]),
+            "bare_import_in_fresh_interpreter": summary(bare[-rounds:]),
+        }
+        self.record(
+            "reload",
+            figures,
+            [
+                ratio_row(
+                    "patch→reloaded (10 modules) / bare import",
+                    figures["patch_to_reloaded"],
+                    figures["bare_import_in_fresh_interpreter"],
+                    None,
+                )
+            ],
+        )
+
+    async def scale(self) -> None:
+        big_count = 1000 if self.quick else 10_000
+        figures: dict[str, Any] = {}
+        services = {}
+        stack = AsyncExitStack()
+        hosts = []
+        for count in (100, big_count):
+            root = self.work / f"scale-{count}"
+            make_units(root, count, body="def total(items):\n    return sum(items)\n")
+            host = Host(root, self.work / f"scale-data-{count}", namespace=f"bench_scale_{count}")
+            started = time.perf_counter()
+            host.start()
+            figures[f"host_start_{count}_units_ms"] = round((time.perf_counter() - started) * 1000, 1)
+            hosts.append(host)
+            services[count] = UnitService(host)
+        try:
+            rounds = 10 if self.quick else 20
+            calls: dict[str, Callable[[], Awaitable[Any]]] = {}
+            for count, service in services.items():
+                calls[f"list_{count}"] = (lambda s: lambda: anyio.to_thread.run_sync(s.list))(service)
+                calls[f"resolve_{count}"] = (
+                    lambda s: lambda: anyio.to_thread.run_sync(lambda: s.resolve("widget 42 totals"))
+                )(service)
+            samples = await interleaved(calls, rounds, warmup=1)
+        finally:
+            for host in hosts:
+                host.close()
+            await stack.aclose()
+        figures.update({k: summary(v) for k, v in samples.items()})
+        self.record(
+            "scale",
+            figures,
+            [
+                ratio_row(f"unit_list {big_count}/100 units", figures[f"list_{big_count}"], figures["list_100"], None),
+                ratio_row(
+                    f"unit_resolve {big_count}/100 units", figures[f"resolve_{big_count}"], figures["resolve_100"], None
+                ),
+            ],
+        )
+
+    async def log(self) -> None:
+        sizes = {"1MB": 1 << 20, "1GB": (64 << 20) if self.quick else (1 << 30)}
+        services = {}
+        hosts = []
+        line = "2026-12-02 12:00:00,000 INFO units.counter: count is now 12345 and the widget total is fine\n"
+        chunk = (line * (1 << 20 // len(line) + 1)).encode()
+        for label, size in sizes.items():
+            root = self.work / f"log-units-{label}"
+            root.mkdir()
+            host = Host(root, self.work / f"log-data-{label}", namespace=f"bench_log_{label}")
+            host.start()
+            with host.log_path.open("ab") as handle:
+                written = 0
+                while written < size:
+                    handle.write(chunk)
+                    written += len(chunk)
+            hosts.append(host)
+            services[label] = UnitService(host)
+        try:
+            calls: dict[str, Callable[[], Awaitable[Any]]] = {}
+            for label, service in services.items():
+                calls[f"tail_100_{label}"] = partial(anyio.to_thread.run_sync, service.read_log)
+                grep = partial(service.read_log, grep="count is now", lines=50)
+                calls[f"grep_tail_{label}"] = partial(anyio.to_thread.run_sync, grep)
+            samples = await interleaved(calls, self.rounds // 3)
+        finally:
+            for host in hosts:
+                host.close()
+        figures = {k: summary(v) for k, v in samples.items()}
+        big = list(sizes)[1]
+        self.record(
+            "log",
+            figures,
+            [ratio_row(f"unit_read_log tail {big}/1MB", figures[f"tail_100_{big}"], figures["tail_100_1MB"], 2.0)],
+        )
+
+    async def sessions(self) -> None:
+        script = REPO / "scripts" / "bench_sessions.py"
+        if not script.exists():
+            self.record("sessions", {"skipped": "scripts/bench_sessions.py is not in this checkout"}, [])
+            return
+        out = await anyio.run_process([sys.executable, str(script), "--json"], check=False)
+        if out.returncode != 0:
+            self.record("sessions", {"error": out.stderr.decode()[-500:]}, [])
+            return
+        data = json.loads(out.stdout.decode().strip().splitlines()[-1])
+        self.record(
+            "sessions",
+            data,
+            [
+                {
+                    "ratio": "session append 10000/10 items",
+                    "value": data.get("ratio"),
+                    "goal": "<= 1.5",
+                    "met": (data.get("ratio") or 99) <= 1.5,
+                }
+            ],
+        )
+
+    async def concurrency(self) -> None:
+        root = self.work / "conc-units"
+        twenty_kb_unit(root)
+        seconds = 2.0 if self.quick else 8.0
+        figures: dict[str, Any] = {}
+        with Host(root, self.work / "conc-data", namespace="bench_conc") as host:
+            tools = UnitTools(UnitService(host))
+            async with Bridge(tools.server(), config_root=self.work / "cfg-conc") as bridge:
+                for clients in (1, 16):
+                    done = 0
+                    errors = 0
+
+                    async def worker() -> None:
+                        nonlocal done, errors
+                        async with http_client(str(bridge.url), bridge.token) as client:
+                            deadline = time.perf_counter() + seconds
+                            while time.perf_counter() < deadline:
+                                result = await client.call_tool(
+                                    "unit_read_source", {"unit_id": "big", "source_id": "__init__.py"}
+                                )
+                                done += 1
+                                errors += bool(result.is_error)
+
+                    started = time.perf_counter()
+                    async with anyio.create_task_group() as group:
+                        for _ in range(clients):
+                            group.start_soon(worker)
+                    elapsed = time.perf_counter() - started
+                    figures[f"calls_per_second_{clients}_clients"] = round(done / elapsed, 1)
+                    figures[f"errors_{clients}_clients"] = errors
+        value = figures["calls_per_second_16_clients"] / figures["calls_per_second_1_clients"]
+        self.record("concurrency", figures, [{"ratio": "calls/s 16 clients / 1 client", "value": round(value, 3)}])
+
+    async def tests(self) -> None:
+        root = self.work / "tests-units"
+        (root / "trivial").mkdir(parents=True)
+        (root / "trivial" / "__init__.py").write_text("")
+        (root / "trivial" / "test_init.py").write_text("def main():\n    return True\n")
+        with Host(root, self.work / "tests-data", namespace="bench_tests") as host:
+            service = UnitService(host)
+            samples = await interleaved(
+                {
+                    "unit_run_tests_trivial": lambda: anyio.to_thread.run_sync(lambda: service.run_tests("trivial")),
+                    "python_c_pass": lambda: anyio.run_process([sys.executable, "-c", "pass"]),
+                },
+                15 if self.quick else 40,
+                warmup=2,
+            )
+        figures = {k: summary(v) for k, v in samples.items()}
+        self.record(
+            "tests",
+            figures,
+            [
+                ratio_row(
+                    "unit_run_tests(trivial) / python -c pass",
+                    figures["unit_run_tests_trivial"],
+                    figures["python_c_pass"],
+                    None,
+                )
+            ],
+        )
+
+
+def write_report(results: dict[str, Any], command: str) -> None:
+    OUT.mkdir(exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Made by `{command}` on {results['machine']} at {results['when']}.",
+        "Both sides of each ratio were measured interleaved in the same run; absolute times are context only.",
+        "",
+        "| section | ratio | value | goal | met |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in results["ratios"]:
+        lines.append(
+            f"| {row['section']} | {row['ratio']} | {row['value']} | {row.get('goal', '')} | {row.get('met', '')} |"
+        )
+    lines += ["", "## Figures", ""]
+    for section, figures in results["sections"].items():
+        lines.append(f"### {section}")
+        lines.append("")
+        for name, value in figures.items():
+            lines.append(f"- {name}: {value}")
+        lines.append("")
+    (OUT / "RESULTS.md").write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
+    args = parser.parse_args()
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    with tempfile.TemporaryDirectory(prefix="unit-mcp-bench-") as tmp:
+        bench = Bench(args, Path(tmp))
+
+        async def run() -> None:
+            for section in chosen:
+                await getattr(bench, section)()
+
+        anyio.run(run)
+    bench.results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    bench.results["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    command = "scripts/bench.py " + " ".join(sys.argv[1:])
+    write_report(bench.results, command.strip())
+    print(f"\nwritten: {OUT / 'RESULTS.md'} and {OUT / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
