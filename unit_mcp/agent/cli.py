@@ -1,0 +1,210 @@
+"""The agent command line: run one turn against a unit server, and browse stored sessions.
+
+    python -m unit_mcp.agent run --mcp-url URL --mcp-token T --base-url URL --model M "add a reset button"
+    python -m unit_mcp.agent sessions list
+    python -m unit_mcp.agent sessions show SESSION_ID
+
+`run` streams the reply to stdout and each tool call and result to stderr, and asks on the terminal
+before a tool whose risk needs approval (without a terminal such a call is denied; `--allow RISK` grants
+a risk up front). Ctrl-C cancels the turn cleanly. Defaults come from OPENAI_BASE_URL, OPENAI_API_KEY,
+UNIT_MCP_URL, UNIT_MCP_TOKEN and UNIT_MCP_AGENT_DATA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
+from .items import Item, MessageItem, ToolCallItem, ToolResultItem
+from .mcpsource import McpToolSource
+from .openai_agent import OpenAIAgent
+from .projections import transcript_line
+from .registry import AgentRegistry
+from .runner import AgentRunner
+from .sessions import SessionStore
+from .toolsurface import AgentToolSurface
+from .turns import TurnCallbacks, TurnStatus
+
+AGENT_ID = "unit-agent"
+INSTRUCTIONS = """\
+You develop the hot-reloadable units of a running Python application, using only the tools you are \
+offered. Inspect before you edit, pass the hash you read as expected_hash, run the unit's tests after a \
+change, and say plainly what you did and what you could not do."""
+
+
+def default_data_dir() -> Path:
+    if os.environ.get("UNIT_MCP_AGENT_DATA"):
+        return Path(os.environ["UNIT_MCP_AGENT_DATA"])
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "unit-mcp" / "agent-sessions"
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m unit_mcp.agent", description=__doc__.split("\n\n")[0])
+    top.add_argument("--data-dir", type=Path, default=None, help="session store (default: %(default)s)")
+    commands = top.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run one turn and stream it to the terminal")
+    run.add_argument("prompt", nargs="+", help="what to do")
+    run.add_argument("--model", required=True, help="model name at the OpenAI-compatible endpoint")
+    run.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible base URL")
+    run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="API key (not needed locally)")
+    run.add_argument("--mcp-url", default=os.environ.get("UNIT_MCP_URL"), help="the unit server's MCP URL")
+    run.add_argument("--mcp-token", default=os.environ.get("UNIT_MCP_TOKEN"), help="its bearer token")
+    run.add_argument("--session", help="continue this session (created with this id if missing)")
+    run.add_argument("--allow", action="append", default=[], choices=RISKS, help="allow a risk without asking")
+    run.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")
+    run.add_argument("--max-steps", type=int, default=20, help="model requests per turn (default 20)")
+    run.add_argument("--no-stream", action="store_true", help="ask for whole answers instead of deltas")
+
+    sessions = commands.add_parser("sessions", help="list or show stored sessions")
+    which = sessions.add_subparsers(dest="action", required=True)
+    listing = which.add_parser("list", help="every session, newest first")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    show = which.add_parser("show", help="one session's items")
+    show.add_argument("session_id")
+    show.add_argument("--json", action="store_true", help="print the session as one JSON document")
+    return top
+
+
+class Terminal:
+    """Streams a turn to the terminal: reply text to stdout, tool traffic and approvals to stderr."""
+
+    def __init__(self) -> None:
+        self.printed: dict[str, int] = {}
+
+    def item(self, item: Item) -> None:
+        if isinstance(item, MessageItem) and item.role == "assistant":
+            self.text(item)
+        elif isinstance(item, ToolCallItem | ToolResultItem):
+            self.err(transcript_line(item))
+
+    def text(self, item: Item) -> None:
+        if isinstance(item, MessageItem) and item.role == "assistant":
+            done = self.printed.get(item.id, 0)
+            sys.stdout.write(item.content[done:])
+            sys.stdout.flush()
+            self.printed[item.id] = len(item.content)
+
+    def err(self, line: str) -> None:
+        if any(self.printed.values()):
+            sys.stdout.write("\n")
+            self.printed = dict.fromkeys(self.printed, 10**9)
+        print(line, file=sys.stderr, flush=True)
+
+    async def approve(self, request: ApprovalRequest) -> ApprovalDecision:
+        arguments = json.dumps(request.arguments or {}, ensure_ascii=False)
+        question = f"Allow {request.tool} ({request.risk}) with {arguments}? [y]es / [N]o / [a]lways this session: "
+
+        def ask() -> str:
+            sys.stderr.write(question)
+            sys.stderr.flush()
+            return sys.stdin.readline().strip().lower()
+
+        answer = await anyio.to_thread.run_sync(ask, abandon_on_cancel=True)
+        return ApprovalDecision(
+            request_id=request.id,
+            risk=request.risk,
+            approved=answer in ("y", "yes", "a", "always"),
+            remember=answer in ("a", "always"),
+            reason=f"answered {answer or 'no'!r} on the terminal",
+        )
+
+
+async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
+    if not args.base_url:
+        print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
+        return 2
+    terminal = Terminal()
+    approvals = AgentApprovals(
+        {**dict.fromkeys(args.allow, "auto"), **dict.fromkeys(args.deny, "deny")},
+        approver=terminal.approve if sys.stdin.isatty() else None,
+    )
+    surface = AgentToolSurface(approvals)
+    registry = AgentRegistry()
+    registry.register(
+        AGENT_ID,
+        lambda deps: OpenAIAgent(
+            id=AGENT_ID,
+            model=args.model,
+            base_url=args.base_url,
+            api_key=args.api_key,
+            stream=not args.no_stream,
+            instructions=INSTRUCTIONS,
+            max_steps=args.max_steps,
+        ),
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        if args.mcp_url:
+            source = await stack.enter_async_context(McpToolSource(args.mcp_url, token=args.mcp_token))
+            surface.add_source(source)
+        runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
+        session = await runner.get_session(args.session) if args.session else None
+        if session is None:
+            session = await runner.create_session(AGENT_ID, session_id=args.session, title=" ".join(args.prompt)[:80])
+        callbacks = TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
+        handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
+        async with anyio.create_task_group() as tg:
+
+            async def interrupt() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        await handle.cancel("interrupted from the terminal")
+                        return
+
+            tg.start_soon(interrupt)
+            await handle.wait()
+            tg.cancel_scope.cancel()
+        sys.stdout.write("\n")
+        if handle.status is not TurnStatus.COMPLETED:
+            print(f"turn {handle.status}: {handle.error or ''}".rstrip(": "), file=sys.stderr)
+        print(f"session: {session.id}", file=sys.stderr)
+        return {TurnStatus.COMPLETED: 0, TurnStatus.CANCELLED: 130}.get(handle.status, 1)
+    return 1
+
+
+def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
+    store = SessionStore(data_dir)
+    try:
+        if args.action == "list":
+            metas = store.list()
+            if args.json:
+                print(json.dumps([meta.model_dump(mode="json") for meta in metas], indent=2))
+            for meta in [] if args.json else metas:
+                when = datetime.fromtimestamp(meta.updated_at).strftime("%Y-%m-%d %H:%M")
+                counts = f"{meta.status:<7} {meta.item_count:>5} items"
+                print(f"{meta.id}  {meta.agent_id:<14} {counts}  {when}  {meta.title or ''}")
+            return 0
+        session = store.load(args.session_id)
+        if session is None:
+            print(f"error: no session {args.session_id} in {data_dir}", file=sys.stderr)
+            return 1
+        if args.json:
+            print(session.model_dump_json(indent=2))
+        else:
+            print(f"{session.id}  agent={session.agent_id}  status={session.status}  items={len(session.items)}")
+            for item in session.items:
+                print(f"  {item.id:>8}  {transcript_line(item)}")
+        return 0
+    finally:
+        store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    data_dir: Path = args.data_dir or default_data_dir()
+    if args.command == "run":
+        outcome: Any = anyio.run(run_command, args, data_dir)
+        return int(outcome)
+    return sessions_command(args, data_dir)

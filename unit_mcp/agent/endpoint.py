@@ -1,0 +1,388 @@
+"""ApprovedEndpoint: a loopback MCP server exposing only the tools the approval policy allows right now.
+
+Provider-side tool callers (OpenCode, Codex) never see the unit server directly: they get this endpoint,
+which lists `AgentToolSurface.mcp_tool_defs()` (risk-filtered, with the risk in each tool's `_meta`), checks
+the policy again on every call, and tells connected clients `tools/list_changed` when the policy or an
+upstream tool list changes (a notification for handshake-era clients, a `subscriptions/listen` event for
+2026-era ones). Like the unit bridge it binds to loopback, refuses non-loopback `Host`/`Origin`, requires a
+per-run bearer token, and writes an isolated `<config_root>/opencode/opencode.json` that denies every
+native OpenCode tool and enables only this server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.server.sse import SseServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .errors import EndpointError, ToolFailed
+from .loopback import LoopbackServer, url_host
+from .toolsurface import AgentToolSurface
+
+log = logging.getLogger("unit_mcp.agent.endpoint")
+
+MCP_PATH = "/mcp"
+SSE_PATH = "/sse"
+MESSAGE_PATH = "/messages/"
+OPENCODE_SCHEMA = "https://opencode.ai/config.json"
+_MAX_TRACKED_SESSIONS = 256
+
+
+class EndpointStatus(BaseModel):
+    started: bool
+    host: str
+    port: int | None
+    url: str | None
+    sse_url: str | None
+    config_root: str | None
+    config_path: str | None
+    tools: list[str]
+
+
+class _ListChangedServer(Server[Any]):
+    """A low-level server that advertises `tools.listChanged` to handshake-era clients too."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
+
+
+class _Guard:
+    """Refuses DNS-rebinding requests (bad Host 421, bad Origin 403), then requests without the token (401)."""
+
+    def __init__(self, app: ASGIApp, *, security: TransportSecuritySettings, token: str | None) -> None:
+        self.app = app
+        self.security = TransportSecurityMiddleware(security)
+        self.expected = f"Bearer {token}".encode() if token is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = await self.security.validate_request(Request(scope), is_post=False)
+            if refusal is None and self.expected is not None:
+                given = Headers(scope=scope).get("authorization", "")
+                scheme, _, credentials = given.partition(" ")
+                candidate = f"Bearer {credentials.strip()}".encode() if scheme.lower() == "bearer" else b""
+                if not secrets.compare_digest(candidate, self.expected):
+                    refusal = PlainTextResponse("Unauthorized", status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _SseEndpoint:
+    def __init__(self, server: Server[Any], transport: SseServerTransport) -> None:
+        self.server = server
+        self.transport = transport
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with self.transport.connect_sse(scope, receive, send) as (read_stream, write_stream):
+            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+
+
+def opencode_config(
+    *, url: str, server_name: str, token: str | None, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Deny every native OpenCode tool, allow this server's (last matching rule wins); `extra` is merged in
+    (e.g. a provider and model), but can never loosen the permission rules."""
+    entry: dict[str, Any] = {"type": "remote", "url": url, "enabled": True, "oauth": False}
+    if token is not None:
+        entry["headers"] = {"Authorization": f"Bearer {token}"}
+    config: dict[str, Any] = {"$schema": OPENCODE_SCHEMA, "autoupdate": False, "share": "disabled", **(extra or {})}
+    config["permission"] = {"*": "deny", f"{server_name}_*": "allow"}
+    config["mcp"] = {server_name: entry}
+    return config
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Temporary file in the same folder, fsync, rename: readers see the old config or the new one, whole."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2)
+            out.write("\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class ApprovedEndpoint:
+    def __init__(
+        self,
+        surface: AgentToolSurface,
+        *,
+        server_name: str = "unit-agent",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config_root: str | os.PathLike[str] | None = None,
+        auth: bool = True,
+        grants: Iterable[str] = (),
+        config_extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`grants` are risks granted to whoever uses this endpoint (on top of the policy's `auto` risks);
+        `config_root` defaults to a temporary folder removed at stop."""
+        self.surface = surface
+        self.approvals = surface.approvals
+        self.server_name = server_name
+        self.host = host
+        self.port = port
+        self.auth = auth
+        self.grants = list(grants)
+        self.config_extra = dict(config_extra or {})
+        self._given_root = Path(config_root) if config_root is not None else None
+        self._config_root: Path | None = None
+        self._token: str | None = None
+        self._loopback: LoopbackServer | None = None
+        self._stack: AsyncExitStack | None = None
+        self._bus = InMemorySubscriptionBus()
+        self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
+        self._listed = self._signature()
+        self._wake = anyio.Event()
+        self._unsubscribe = [self.approvals.on_change(self._changed), surface.on_change(self._changed)]
+
+    # -- the MCP server ---------------------------------------------------------------------------
+
+    def tool_defs(self) -> list[types.Tool]:
+        return self.surface.mcp_tool_defs(self.grants)
+
+    def server(self) -> Server[Any]:
+        """A fresh low-level server (a session manager runs once per server); in-memory tests use it directly."""
+        return _ListChangedServer(
+            self.server_name,
+            title="Approved agent tools",
+            instructions=self._instructions(),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=ListenHandler(self._bus),
+        )
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            self._track(ctx)
+        return types.ListToolsResult(tools=self.tool_defs())
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if params.name not in {tool.name for tool in self.tool_defs()}:
+            return types.CallToolResult(
+                content=[
+                    types.TextContent(type="text", text=f"[not_available] {params.name} is not an approved tool.")
+                ],
+                is_error=True,
+            )
+        try:
+            output = await self.surface.call(params.name, dict(params.arguments or {}))
+        except ToolFailed as exc:
+            output_text, is_error, structured = str(exc), True, None
+        else:
+            output_text, is_error, structured = output.text, output.is_error, output.structured
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=output_text)],
+            structured_content=structured,
+            is_error=is_error,
+        )
+
+    def _instructions(self) -> str | None:
+        fragments = [fragment.text for fragment in self.surface.prompt_fragments()]
+        return "\n\n".join(fragments) or None
+
+    def _track(self, ctx: ServerRequestContext[Any]) -> None:
+        """Remember handshake-era client sessions, which get change notifications on their standalone stream."""
+        key: Any = ctx.request.headers.get("mcp-session-id") if isinstance(ctx.request, Request) else None
+        if key is None:
+            key = id(ctx.session.client_params) if ctx.session.client_params is not None else id(ctx.session)
+        self._sessions[key] = ctx.session
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > _MAX_TRACKED_SESSIONS:
+            self._sessions.popitem(last=False)
+
+    # -- change propagation -----------------------------------------------------------------------
+
+    def _signature(self) -> list[dict[str, Any]]:
+        return [tool.model_dump(by_alias=True, mode="json") for tool in self.tool_defs()]
+
+    def _changed(self) -> None:
+        self._wake.set()
+
+    async def resync(self) -> bool:
+        """If the approved tool list changed since it was last announced, tell every connected client."""
+        signature = self._signature()
+        if signature == self._listed:
+            return False
+        self._listed = signature
+        for session in list(self._sessions.values()):
+            try:
+                await session.send_tool_list_changed()
+            except Exception:
+                log.debug("a client session could not be notified of the tool-list change", exc_info=True)
+        await self._bus.publish(ToolsListChanged())
+        return True
+
+    async def _resync_forever(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            try:
+                await self.resync()
+            except Exception:
+                log.exception("resyncing the approved tool list failed")
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    @property
+    def token(self) -> str | None:
+        return self._token
+
+    @property
+    def url(self) -> str | None:
+        return None if self._loopback is None else f"{self._loopback.base_url}{MCP_PATH}"
+
+    @property
+    def sse_url(self) -> str | None:
+        return None if self._loopback is None else f"{self._loopback.base_url}{SSE_PATH}"
+
+    @property
+    def config_path(self) -> Path | None:
+        return None if self._config_root is None else self._config_root / "opencode" / "opencode.json"
+
+    def status(self) -> EndpointStatus:
+        return EndpointStatus(
+            started=self._loopback is not None,
+            host=self.host,
+            port=self._loopback.port if self._loopback else None,
+            url=self.url,
+            sse_url=self.sse_url,
+            config_root=str(self._config_root) if self._config_root else None,
+            config_path=str(self.config_path) if self.config_path else None,
+            tools=[tool.name for tool in self.tool_defs()],
+        )
+
+    def opencode_env(self) -> dict[str, str]:
+        """What an OpenCode process needs to see only this endpoint: its own XDG_CONFIG_HOME."""
+        if self._config_root is None:
+            raise EndpointError("the endpoint is not started")
+        return {"XDG_CONFIG_HOME": str(self._config_root)}
+
+    async def __aenter__(self) -> ApprovedEndpoint:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> EndpointStatus:
+        """Serve on loopback and write the isolated OpenCode config; start and stop in the same task."""
+        if self._stack is not None:
+            return self.status()
+        stack = AsyncExitStack()
+        try:
+            self._token = secrets.token_urlsafe(32) if self.auth else None
+            loopback = LoopbackServer(host=self.host, port=self.port)
+            stack.push_async_callback(loopback.stop)
+            await loopback.start(self._app(loopback.host, loopback.bind()))
+            self._loopback = loopback
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            tg.start_soon(self._resync_forever)
+            stack.callback(tg.cancel_scope.cancel)
+            self._config_root = self._given_root or Path(tempfile.mkdtemp(prefix="unit-mcp-agent-opencode-"))
+            self._listed = self._signature()
+            assert self.url is not None and self.config_path is not None
+            try:
+                _write_json(
+                    self.config_path,
+                    opencode_config(
+                        url=self.url, server_name=self.server_name, token=self._token, extra=self.config_extra
+                    ),
+                )
+            except OSError as exc:
+                raise EndpointError(f"cannot write the OpenCode config: {exc}") from exc
+        except BaseException:
+            await stack.aclose()
+            self._release()
+            raise
+        self._stack = stack
+        return self.status()
+
+    async def stop(self) -> None:
+        stack, self._stack = self._stack, None
+        try:
+            if stack is not None:
+                await stack.aclose()
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        """Stop listening to policy and surface changes (the endpoint object is done for good)."""
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+
+    def _release(self) -> None:
+        if self._config_root is not None and self._given_root is None:
+            shutil.rmtree(self._config_root, ignore_errors=True)
+        self._config_root = self._token = self._loopback = None
+        self._sessions.clear()
+
+    def _app(self, host: str, port: int) -> Starlette:
+        names = {"127.0.0.1", "localhost", "[::1]", url_host(host)}
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=sorted(f"{name}:{port}" for name in names),
+            allowed_origins=sorted(f"http://{name}:*" for name in names),
+        )
+        server = self.server()
+        manager = StreamableHTTPSessionManager(app=server, security_settings=security)
+        sse = SseServerTransport(MESSAGE_PATH, security_settings=security)
+        return Starlette(
+            routes=[
+                Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
+                Route(SSE_PATH, endpoint=_SseEndpoint(server, sse), methods=["GET"]),
+                Mount(MESSAGE_PATH, app=sse.handle_post_message),
+            ],
+            middleware=[Middleware(_Guard, security=security, token=self._token)],
+            lifespan=lambda app: manager.run(),
+        )

@@ -1,0 +1,47 @@
+"""One error hierarchy for the agent layer, so a caller can branch on the kind of failure."""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base of every error the agent layer raises on purpose."""
+
+
+class SessionNotFound(AgentError):
+    """No session with that id exists in the store."""
+
+
+class SessionCorrupt(AgentError):
+    """A session journal is damaged somewhere other than its last line (a crash only ever tears the tail)."""
+
+
+class TurnClosed(AgentError):
+    """The turn already ended (completed, failed or cancelled); late output from its agent is refused."""
+
+
+class UnknownAgent(AgentError):
+    """No agent is registered under that id, or its factory failed."""
+
+
+class ToolError(AgentError):
+    """Raised by a local tool to return an error result the model can act on (the turn goes on)."""
+
+
+class ToolFailed(AgentError):
+    """A tool crashed or its server is unreachable: this ends the turn, never the runner."""
+
+
+class HookError(AgentError):
+    """A loop hook raised; the message names the hook point and the hook."""
+
+
+class EnricherError(AgentError):
+    """A prompt enricher raised; the message names the enricher."""
+
+
+class StepLimitReached(AgentError):
+    """The turn used its step budget without the model giving a final answer."""
+
+
+class EndpointError(AgentError):
+    """The approval-filtered endpoint cannot start as asked (non-loopback host, port, config)."""

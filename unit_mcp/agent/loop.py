@@ -1,0 +1,203 @@
+"""LoopAgent: the client-side step loop shared by agents whose model cannot run tools itself.
+
+Each step: deliver steering messages, build the request from the item stream, run the before-request
+hooks, ask the model (`request`, the one method a concrete agent supplies), record the answer and its tool
+calls, run the tools (in parallel by default, approval checked by the surface), run the after-step hooks,
+and decide whether to continue (by default: while the model calls tools or steering is waiting).
+
+Steering messages are drained right before each model request and again if a hook let time pass, so a
+message that arrived during a step is always in the next request. Whatever is left when the turn ends is
+re-queued by the runner as input for the next turn. Anything that raises ends the turn, never the runner.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .errors import StepLimitReached
+from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall
+from .items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem
+from .projections import chat_messages
+from .prompts import system_prompt
+from .toolsurface import ToolOutput
+
+if TYPE_CHECKING:
+    from .context import TurnContext
+
+SystemPrompt = str | Callable[["TurnContext"], "str | Awaitable[str]"]
+
+
+class LoopAgent(ABC):
+    def __init__(
+        self,
+        *,
+        id: str,
+        name: str | None = None,
+        instructions: str | None = None,
+        system: SystemPrompt | None = None,
+        hooks: Hooks | None = None,
+        max_steps: int = 20,
+        parallel_tools: bool = True,
+    ) -> None:
+        """`system` is the system prompt (text or `fn(ctx)`); with only `instructions` it is assembled by
+        `prompts.system_prompt` (instructions, enriched context, capabilities, tool guidance)."""
+        self.id = id
+        self.name = name or id
+        self.instructions = instructions
+        self.system = system
+        self.hooks = hooks or Hooks()
+        self.max_steps = max_steps
+        self.parallel_tools = parallel_tools
+
+    @abstractmethod
+    async def request(self, request: ModelRequest, ctx: TurnContext) -> ModelResponse:
+        """Ask the model once. A streaming provider may record the assistant message itself (partials) and
+        return its id as `message_id`; otherwise the loop records it."""
+
+    async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
+        system = await self.system_prompt(ctx)
+        step = 0
+        while True:
+            step += 1
+            if step > self.max_steps:
+                raise StepLimitReached(f"no final answer after {self.max_steps} model requests (max_steps)")
+            request = await self._prepare(ctx, system, step)
+            response = await self.request(request, ctx)
+            result = await self._record(ctx, step, response)
+            await self.hooks.run_after_step(ctx, result)
+            carry_on = bool(response.tool_calls) or ctx.inbox.has_steering
+            if not await self.hooks.run_should_continue(ctx, result, carry_on):
+                await ctx.turn.finish(response.content)
+                return
+
+    async def system_prompt(self, ctx: TurnContext) -> str | None:
+        if self.system is None:
+            return await system_prompt(ctx, self.instructions) if self.instructions else None
+        if isinstance(self.system, str):
+            return self.system
+        value = self.system(ctx)
+        return await value if inspect.isawaitable(value) else value
+
+    async def _prepare(self, ctx: TurnContext, system: str | None, step: int) -> ModelRequest:
+        """Deliver steering, build the request, run the hooks; repeat if steering arrived meanwhile."""
+        while True:
+            await self._deliver_steering(ctx)
+            request = ModelRequest(
+                step=step,
+                messages=chat_messages(ctx.session.items, system),
+                tools=ctx.tools.openai_tools(ctx.grants()),
+            )
+            request = await self.hooks.run_before_request(ctx, request)
+            if not ctx.inbox.has_steering:
+                return request
+
+    @staticmethod
+    async def _deliver_steering(ctx: TurnContext) -> None:
+        pending = ctx.inbox.drain_steering()
+        for position, message in enumerate(pending):
+            try:
+                await ctx.turn.append_item(MessageItem(role="user", content=message.text, kind="steering"))
+            except BaseException:
+                ctx.inbox.restore_steering(pending[position:])
+                raise
+
+    async def _record(self, ctx: TurnContext, step: int, response: ModelResponse) -> StepResult:
+        fields: dict[str, Any] = {
+            "content": response.content,
+            "usage": response.usage,
+            "model": response.model,
+            "provider": response.provider,
+        }
+        if response.message_id is not None:
+            message = await ctx.turn.update_item(response.message_id, partial=False, **fields)
+        else:
+            message = await ctx.turn.append_item(MessageItem(role="assistant", **fields))
+        runnable: list[ToolCallItem] = []
+        for call in response.tool_calls:
+            item = await self._open_call(ctx, call, message.id)
+            if item is not None:
+                runnable.append(item)
+        outputs = await self._run_tools(ctx, runnable)
+        return StepResult(
+            step=step, message_id=message.id, content=response.content, tool_calls=response.tool_calls, outputs=outputs
+        )
+
+    async def _open_call(self, ctx: TurnContext, call: ToolCall, message_id: str) -> ToolCallItem | None:
+        """Record the call (after the hooks may have rewritten it); a refused call is closed at once."""
+        outcome = await self.hooks.run_before_tool_call(ctx, call)
+        chosen = outcome if isinstance(outcome, ToolCall) else call
+        tool = ctx.tools.get(chosen.name)
+        item = await ctx.turn.append_item(
+            ToolCallItem(
+                name=tool.name if tool else chosen.name,
+                arguments=chosen.arguments,
+                call_id=call.id,
+                risk=tool.risk if tool else None,
+                source=tool.source if tool else None,
+                parent_id=message_id,
+            )
+        )
+        assert isinstance(item, ToolCallItem)
+        if isinstance(outcome, ToolCall) and outcome.arguments != call.arguments:
+            await ctx.turn.append_item(
+                EventItem(kind="tool-call-rewritten", data={"call_id": call.id, "original_arguments": call.arguments})
+            )
+        if isinstance(outcome, Refusal):
+            await self._close(ctx, item, ToolOutput(text=f"[refused] {outcome.reason}", is_error=True))
+            return None
+        return item
+
+    async def _run_tools(self, ctx: TurnContext, calls: list[ToolCallItem]) -> dict[str, ToolOutput]:
+        outputs: dict[str, ToolOutput] = {}
+        if not self.parallel_tools or len(calls) < 2:
+            for call in calls:
+                outputs[call.call_id] = await self._run_tool(ctx, call)
+            return outputs
+        failures: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            for call in calls:
+
+                async def run_one(call: ToolCallItem = call) -> None:
+                    try:
+                        outputs[call.call_id] = await self._run_tool(ctx, call)
+                    except Exception as exc:
+                        failures.append(exc)
+                        tg.cancel_scope.cancel()
+
+                tg.start_soon(run_one)
+        if failures:
+            raise failures[0]
+        return outputs
+
+    async def _run_tool(self, ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
+        try:
+            arguments = json.loads(call.arguments or "{}")
+            if not isinstance(arguments, dict):
+                raise ValueError("the arguments must be a JSON object")
+        except ValueError as exc:
+            output = ToolOutput(
+                text=f"[invalid_arguments] {call.name}: arguments are not a JSON object ({exc})", is_error=True
+            )
+        else:
+            output = await ctx.tools.call(call.name, arguments, ctx)
+        await self._close(ctx, call, output)
+        return output
+
+    @staticmethod
+    async def _close(ctx: TurnContext, call: ToolCallItem, output: ToolOutput) -> None:
+        await ctx.turn.append_item(
+            ToolResultItem(
+                name=call.name,
+                call_id=call.call_id,
+                output=output.text,
+                is_error=output.is_error,
+                structured=output.structured,
+                parent_id=call.id,
+            )
+        )

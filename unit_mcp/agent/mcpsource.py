@@ -1,0 +1,168 @@
+"""McpToolSource: one MCP server the tool surface takes tools from, as a plain MCP client.
+
+This is the only way the agent layer reaches the unit tools: over Streamable HTTP (or legacy SSE) with a
+bearer token, or in memory for tests. The tool list is kept fresh: a handshake-era server's
+`notifications/tools/list_changed` and a 2026-era server's `subscriptions/listen` event both trigger a
+re-list, and listeners (the surface, and through it the approval-filtered endpoint) are told when it changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from typing import Any, Literal
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
+
+log = logging.getLogger("unit_mcp.agent.mcpsource")
+
+RISK_META_KEY = "unit_mcp/risk"  # the wire contract of unit-mcp servers: a tool's risk label in its `_meta`
+ChangeListener = Callable[[], None]
+
+
+class McpToolSource:
+    """An entered MCP client plus its current tool list. Enter and exit it in the same task."""
+
+    def __init__(
+        self,
+        target: str | Server[Any],
+        *,
+        name: str = "unit",
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        prefix: str = "",
+        mode: Literal["auto", "legacy"] = "auto",
+        timeout: float = 30.0,
+    ) -> None:
+        self.target = target
+        self.name = name
+        self.prefix = prefix
+        self.mode = mode
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        if token is not None:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.tools: list[types.Tool] = []
+        self.instructions: str | None = None
+        self._client: Client | None = None
+        self._stack: AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._listeners: list[ChangeListener] = []
+        self._refresh_lock = anyio.Lock()
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError(f"MCP source {self.name!r} is not connected: use `async with` first")
+        return self._client
+
+    async def __aenter__(self) -> McpToolSource:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            client = await stack.enter_async_context(await self._connect(stack))
+            tg = self._tg
+            stack.callback(tg.cancel_scope.cancel)
+            self._client = client
+            self.instructions = client.instructions
+            await self.refresh()
+            tools_capability = client.server_capabilities.tools
+            if self.mode != "legacy" and tools_capability is not None and tools_capability.list_changed:
+                tg.start_soon(self._listen)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            self._client = self._tg = None
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        self._client = self._tg = None
+        if stack is not None:
+            await stack.aclose()
+
+    def on_change(self, listener: ChangeListener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def refresh(self) -> bool:
+        """Re-list the server's tools; tell listeners and return True if the list changed."""
+        async with self._refresh_lock:
+            tools: list[types.Tool] = []
+            cursor: str | None = None
+            while True:
+                page = await self.client.list_tools(cursor=cursor, cache_mode="refresh")
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            changed = [t.model_dump(by_alias=True) for t in tools] != [t.model_dump(by_alias=True) for t in self.tools]
+            self.tools = tools
+        if changed:
+            for listener in list(self._listeners):
+                try:
+                    listener()
+                except Exception:
+                    log.exception("tool-list listener of MCP source %s failed", self.name)
+        return changed
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        return await self.client.call_tool(name, arguments)
+
+    async def _connect(self, stack: AsyncExitStack) -> Client:
+        target = self.target
+        if not isinstance(target, str):
+            return Client(target, mode=self.mode, message_handler=self._on_message)
+        if target.rstrip("/").endswith("/sse"):
+            self.mode = "legacy"
+            transport = sse_client(target, headers=self.headers, timeout=self.timeout)
+            return Client(transport, mode="legacy", message_handler=self._on_message)
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(self.timeout, read=300.0))
+        )
+        return Client(
+            streamable_http_client(target, http_client=http), mode=self.mode, message_handler=self._on_message
+        )
+
+    async def _on_message(self, message: IncomingMessage) -> None:
+        """Handshake-era change notifications arrive here; the re-list runs in its own task (the handler
+        runs on the session's receive loop, which must stay free to read the answer)."""
+        if isinstance(message, types.ToolListChangedNotification) and self._tg is not None:
+            self._tg.start_soon(self._refresh_quietly)
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except Exception:
+            log.warning("MCP source %s: re-listing tools after a change notification failed", self.name, exc_info=True)
+
+    async def _listen(self) -> None:
+        """2026-era servers deliver change events on a `subscriptions/listen` stream; re-listen if it drops."""
+        while self._client is not None:
+            try:
+                async with self.client.listen(tools_list_changed=True) as subscription:
+                    async for _event in subscription:
+                        await self._refresh_quietly()
+                return
+            except ListenNotSupportedError:
+                return
+            except (MCPError, RuntimeError) as exc:
+                log.debug("MCP source %s: change subscription ended (%s)", self.name, exc)
+            except Exception:
+                log.warning("MCP source %s: change subscription failed", self.name, exc_info=True)
+            with contextlib.suppress(Exception):
+                await self._refresh_quietly()
+            await anyio.sleep(1.0)

@@ -1,0 +1,249 @@
+"""AgentRunner: sessions, one active turn per session, the inbox, and turn lifecycle.
+
+`run_turn` returns a TurnHandle at once: it records the user message, marks the session running and
+starts the agent in the runner's task group, inside a cancel scope the handle can cancel. A new turn on a
+busy session cancels the old one first and records why. `steer` delivers into the running turn; `enqueue`
+waits for it. The runner knows nothing about providers: agents own that, and report through the context.
+
+Use it as an async context manager (`async with AgentRunner(...) as runner:`); leaving it cancels every
+active turn (each closes its tool calls) and flushes the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .approvals import AgentApprovals
+from .context import Agent, TurnContext
+from .errors import AgentError, TurnClosed
+from .inbox import Inbox
+from .items import EventItem, MessageItem, Session, SessionMeta
+from .registry import AgentRegistry
+from .sessions import SessionStore
+from .toolsurface import AgentToolSurface
+from .turns import Turn, TurnCallbacks, TurnHandle, TurnStatus, describe
+
+log = logging.getLogger("unit_mcp.agent.runner")
+
+
+def _new_turn_id() -> str:
+    return f"turn-{secrets.token_hex(6)}"
+
+
+class AgentRunner:
+    def __init__(
+        self,
+        *,
+        store: SessionStore | str | os.PathLike[str],
+        registry: AgentRegistry,
+        tools: AgentToolSurface,
+        approvals: AgentApprovals | None = None,
+        deps: Mapping[str, Any] | None = None,
+        cancel_timeout: float = 10.0,
+    ) -> None:
+        if registry is None or tools is None:
+            raise AgentError("the runner needs an agent registry and a tool surface")
+        self.store = store if isinstance(store, SessionStore) else SessionStore(store)
+        self.registry = registry
+        self.tools = tools
+        self.approvals = approvals or tools.approvals
+        self.deps: dict[str, Any] = dict(deps or {})
+        self.cancel_timeout = cancel_timeout
+        self._active: dict[str, Turn] = {}
+        self._inboxes: dict[str, Inbox] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._superseded: set[str] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self._dropping = False
+
+    async def __aenter__(self) -> AgentRunner:
+        stack = AsyncExitStack()
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        self._stack = stack
+        self._dropping = False
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.drop()
+        finally:
+            stack, self._stack = self._stack, None
+            if stack is not None:
+                await stack.aclose()
+            self._tg = None
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        agent_id: str,
+        *,
+        title: str | None = None,
+        data: dict[str, Any] | None = None,
+        parent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        return await anyio.to_thread.run_sync(
+            lambda: self.store.create(agent_id, title=title, data=data, parent_id=parent_id, session_id=session_id)
+        )
+
+    async def get_session(self, session_id: str) -> Session | None:
+        return await anyio.to_thread.run_sync(self.store.load, session_id)
+
+    async def delete_session(self, session_id: str) -> bool:
+        await self.cancel_turn(session_id, "the session was deleted")
+        self._inboxes.pop(session_id, None)
+        return await anyio.to_thread.run_sync(self.store.delete, session_id)
+
+    async def list_sessions(self) -> list[SessionMeta]:
+        return await anyio.to_thread.run_sync(self.store.list)
+
+    def inbox(self, session_id: str) -> Inbox:
+        return self._inboxes.setdefault(session_id, Inbox())
+
+    def active_turn(self, session_id: str) -> TurnHandle | None:
+        turn = self._active.get(session_id)
+        return None if turn is None or turn.done else turn.handle
+
+    # -- turns ------------------------------------------------------------------------------------
+
+    async def run_turn(self, session_id: str, input: str, callbacks: TurnCallbacks | None = None) -> TurnHandle:
+        """Start a turn now (cancelling a running one) and return its handle without waiting for it."""
+        handle = await self._start(session_id, [input], callbacks, supersede=True)
+        assert handle is not None
+        return handle
+
+    async def enqueue(self, session_id: str, input: str, callbacks: TurnCallbacks | None = None) -> TurnHandle | None:
+        """Start a turn now if the session is idle, else after the running turn (then None is returned)."""
+        if self.active_turn(session_id) is not None:
+            self.inbox(session_id).enqueue(input)
+            return None
+        return await self._start(session_id, [input], callbacks, supersede=False)
+
+    async def steer(self, session_id: str, text: str) -> bool:
+        """Deliver `text` into the running turn before its next model request (True), or, with no turn
+        running, queue it as the input of a new turn (False)."""
+        turn = self._active.get(session_id)
+        if turn is not None and not turn.done and turn.cancel_reason is None:
+            self.inbox(session_id).steer(text)
+            return True
+        await self.enqueue(session_id, text)
+        return False
+
+    async def cancel_turn(self, session_id: str, reason: str = "cancelled by the caller") -> bool:
+        turn = self._active.get(session_id)
+        return False if turn is None else await turn.cancel(reason)
+
+    async def flush(self) -> None:
+        await anyio.to_thread.run_sync(self.store.flush)
+
+    async def drop(self) -> None:
+        """Cancel every active turn (closing its tool calls) and flush; the runner can be entered again."""
+        self._dropping = True
+        for turn in list(self._active.values()):
+            await turn.cancel("the runner is shutting down")
+        await self.flush()
+
+    # -- internals --------------------------------------------------------------------------------
+
+    async def _start(
+        self, session_id: str, inputs: list[str], callbacks: TurnCallbacks | None, *, supersede: bool
+    ) -> TurnHandle | None:
+        tg = self._tg
+        if tg is None or self._dropping:
+            raise AgentError("the runner is not running: use `async with AgentRunner(...) as runner`")
+        lock = self._locks.setdefault(session_id, anyio.Lock())
+        async with lock:
+            session = await anyio.to_thread.run_sync(self.store.require, session_id)
+            agent = self.registry.require(session.agent_id)
+            turn_id = _new_turn_id()
+            old = self._active.get(session_id)
+            if old is not None and not old.done:
+                if not supersede:
+                    for text in inputs:
+                        self.inbox(session_id).enqueue(text)
+                    return None
+                self._superseded.add(old.id)
+                await old.cancel(f"superseded by turn {turn_id}")
+            turn = Turn(
+                turn_id=turn_id,
+                session_id=session_id,
+                agent_id=agent.id,
+                store=self.store,
+                callbacks=callbacks,
+                on_end=self._ended,
+                cancel_timeout=self.cancel_timeout,
+            )
+            self._active[session_id] = turn
+            await turn.append(EventItem(kind="turn-started", data={"turn_id": turn_id, "agent_id": agent.id}))
+            for text in inputs:
+                await turn.append(MessageItem(role="user", content=text))
+            await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
+            ctx = TurnContext(
+                session_id=session_id,
+                turn=turn.controller,
+                tools=self.tools,
+                approvals=self.approvals,
+                agents=self.registry,
+                inbox=self.inbox(session_id),
+                store=self.store,
+                runner=self,
+                data_dir=self.store.root,
+                deps=self.deps,
+                callbacks=turn.callbacks,
+            )
+            tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx)
+            return turn.handle
+
+    async def _drive(self, turn: Turn, agent: Agent, input: str, ctx: TurnContext) -> None:
+        """Run the agent in the turn's cancel scope; whatever happens, the turn ends exactly once."""
+        with anyio.CancelScope() as scope:
+            turn.scope = scope
+            if turn.cancel_reason is not None:
+                scope.cancel()
+            try:
+                await agent.run(input, ctx.session, ctx)
+            except TurnClosed:
+                pass
+            except Exception as exc:
+                if turn.cancel_reason is None and not turn.done:
+                    log.info("turn %s of agent %s failed: %s", turn.id, agent.id, describe(exc), exc_info=True)
+                    await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)
+        if not turn.done:
+            if turn.cancel_reason is not None:
+                await turn.finalize_cancel()
+            else:
+                await turn.end(
+                    TurnStatus.FAILED,
+                    error=f"agent {agent.id} returned without finishing the turn",
+                    code="unfinished_turn",
+                )
+
+    async def _ended(self, turn: Turn) -> None:
+        """Clear the active turn; steering that came too late and queued input start the next turn."""
+        if self._active.get(turn.session_id) is turn:
+            del self._active[turn.session_id]
+        superseded = turn.id in self._superseded
+        self._superseded.discard(turn.id)
+        inbox = self._inboxes.get(turn.session_id)
+        if inbox is None:
+            return
+        inbox.requeue_steering()
+        if inbox.has_queued and not superseded and not self._dropping and self._tg is not None:
+            texts = [message.text for message in inbox.drain_queued()]
+            self._tg.start_soon(self._start_queued, turn.session_id, texts)
+
+    async def _start_queued(self, session_id: str, texts: list[str]) -> None:
+        try:
+            await self._start(session_id, texts, None, supersede=False)
+        except Exception:
+            log.exception("could not start the queued turn of session %s", session_id)

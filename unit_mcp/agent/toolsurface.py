@@ -1,0 +1,376 @@
+"""AgentToolSurface: the one list of tools every provider sees, with approval enforced twice.
+
+Tools come from MCP servers (their risk read from the tool's `_meta`) and from local Python functions
+(registered with a risk and a pydantic argument model). The surface renders them as MCP tool definitions
+(for provider-side callers such as OpenCode, through the approval-filtered endpoint) and as OpenAI function
+tools (for client-side loops), filtered by what the approval policy allows; `call` checks approval again,
+because a model can name a tool it was never offered.
+
+A refusal the model can act on (denied, unknown tool, bad arguments, a tool's own error) comes back as an
+error `ToolOutput`. A tool that crashes or a server that cannot be reached raises `ToolFailed`: that ends
+the turn, never the runner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+import anyio
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from .approvals import AgentApprovals, Risk, normalise_risk
+from .errors import AgentError, ToolError, ToolFailed
+from .mcpsource import RISK_META_KEY, McpToolSource
+from .turns import describe
+
+if TYPE_CHECKING:
+    from .context import TurnContext
+
+log = logging.getLogger("unit_mcp.agent.toolsurface")
+
+LOCAL = "local"
+_OPENAI_NAME = re.compile(r"[^A-Za-z0-9_-]")
+ChangeListener = Callable[[], None]
+
+
+def openai_tool_name(name: str) -> str:
+    """A name OpenAI-style function calling accepts (`[A-Za-z0-9_-]`, at most 64 characters). Valid names
+    pass unchanged; others are sanitised and suffixed with a hash of the original, so they stay distinct."""
+    if len(name) <= 64 and not _OPENAI_NAME.search(name):
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{_OPENAI_NAME.sub('_', name)[:55]}_{digest}"
+
+
+class ToolDef(BaseModel):
+    """A tool as the surface knows it: its external (model-facing) name, schemas, risk and origin."""
+
+    name: str
+    upstream_name: str
+    source: str
+    risk: Risk
+    description: str = ""
+    title: str | None = None
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    output_schema: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class ToolOutput(BaseModel):
+    """What a tool call gives back to the model: text, an error flag, and structured content if any."""
+
+    text: str
+    is_error: bool = False
+    structured: dict[str, Any] | None = None
+
+
+class PromptFragment(BaseModel):
+    """Guidance a tool source wants in the system prompt (an MCP server's instructions, a local tool's note)."""
+
+    source: str
+    text: str
+
+
+class _StrictArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class LocalTool:
+    """A Python function offered as a tool. `fn` gets the validated argument model (or its fields as keyword
+    arguments when `spread`), plus `ctx=` when `needs_context`. Sync functions run in a worker thread."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: type[BaseModel]
+    risk: Risk = "normal"
+    description: str = ""
+    prompt: str | None = None
+    spread: bool = False
+    needs_context: bool = False
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        risk: str = "normal",
+        description: str | None = None,
+        prompt: str | None = None,
+    ) -> LocalTool:
+        """Build from a function's signature: one pydantic-model parameter, or plain typed parameters (a
+        parameter named `ctx` receives the TurnContext)."""
+        hints = get_type_hints(fn)
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name != "ctx"]
+        needs_context = "ctx" in inspect.signature(fn).parameters
+        tool_name = name or fn.__name__
+        doc = description if description is not None else inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0]
+        hint = hints.get(params[0].name) if len(params) == 1 else None
+        if isinstance(hint, type) and issubclass(hint, BaseModel):
+            return cls(tool_name, fn, hint, normalise_risk(risk), doc, prompt, needs_context=needs_context)
+        fields: dict[str, Any] = {
+            p.name: (hints.get(p.name, Any), ... if p.default is inspect.Parameter.empty else p.default) for p in params
+        }
+        model = create_model(f"{tool_name}_args", __base__=_StrictArgs, **fields)
+        return cls(tool_name, fn, model, normalise_risk(risk), doc, prompt, spread=True, needs_context=needs_context)
+
+    def definition(self) -> ToolDef:
+        return ToolDef(
+            name=self.name,
+            upstream_name=self.name,
+            source=LOCAL,
+            risk=self.risk,
+            description=self.description,
+            input_schema=self.args.model_json_schema(),
+        )
+
+
+def _output(value: Any) -> ToolOutput:
+    if isinstance(value, ToolOutput):
+        return value
+    if isinstance(value, str):
+        return ToolOutput(text=value)
+    if isinstance(value, BaseModel):
+        structured = value.model_dump(mode="json")
+        return ToolOutput(text=json.dumps(structured, ensure_ascii=False), structured=structured)
+    if isinstance(value, dict):
+        return ToolOutput(text=json.dumps(value, ensure_ascii=False, default=str), structured=value)
+    return ToolOutput(text="" if value is None else json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _mcp_output(result: types.CallToolResult) -> ToolOutput:
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        else:
+            parts.append(f"[{block.type} content]")
+    structured = result.structured_content
+    text = "\n".join(parts) if parts else json.dumps(structured or {}, ensure_ascii=False)
+    return ToolOutput(text=text, is_error=bool(result.is_error), structured=structured)
+
+
+class AgentToolSurface:
+    def __init__(
+        self,
+        approvals: AgentApprovals,
+        *,
+        local: Iterable[LocalTool] = (),
+        sources: Iterable[McpToolSource] = (),
+    ) -> None:
+        self.approvals = approvals
+        self._local: dict[str, LocalTool] = {}
+        self._sources: dict[str, McpToolSource] = {}
+        self._unsubscribe: dict[str, Callable[[], None]] = {}
+        self._listeners: list[ChangeListener] = []
+        for tool in local:
+            self.add_local(tool)
+        for source in sources:
+            self.add_source(source)
+
+    # -- registration -----------------------------------------------------------------------------
+
+    def add_local(self, tool: LocalTool) -> LocalTool:
+        if tool.name in self._local:
+            raise AgentError(f"a local tool named {tool.name!r} is already registered")
+        self._local[tool.name] = tool
+        self._changed()
+        return tool
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        risk: str = "normal",
+        description: str | None = None,
+        prompt: str | None = None,
+    ) -> Any:
+        """Decorator registering a function as a local tool: `@surface.tool(risk="shell")`."""
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.add_local(
+                LocalTool.from_function(function, name=name, risk=risk, description=description, prompt=prompt)
+            )
+            return function
+
+        return register(fn) if fn is not None else register
+
+    def remove_local(self, name: str) -> bool:
+        removed = self._local.pop(name, None) is not None
+        if removed:
+            self._changed()
+        return removed
+
+    def add_source(self, source: McpToolSource) -> None:
+        """Take tools from a connected MCP source; its tool-list changes propagate to this surface's listeners."""
+        if source.name in self._sources or source.name == LOCAL:
+            raise AgentError(f"a tool source named {source.name!r} is already registered")
+        self._sources[source.name] = source
+        self._unsubscribe[source.name] = source.on_change(self._changed)
+        self._changed()
+
+    def remove_source(self, name: str) -> bool:
+        source = self._sources.pop(name, None)
+        if source is None:
+            return False
+        self._unsubscribe.pop(name)()
+        self._changed()
+        return True
+
+    def on_change(self, listener: ChangeListener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    # -- listing ----------------------------------------------------------------------------------
+
+    def tools(self) -> list[ToolDef]:
+        """Every tool, approved or not; on a name clash the earlier registration wins (local tools first)."""
+        found: dict[str, ToolDef] = {}
+        for local in self._local.values():
+            found[local.name] = local.definition()
+        for source in self._sources.values():
+            for tool in source.tools:
+                definition = self._from_mcp(source, tool)
+                if definition.name in found:
+                    log.warning("tool %s of source %s hidden by an earlier tool of that name", tool.name, source.name)
+                    continue
+                found[definition.name] = definition
+        return list(found.values())
+
+    def get(self, name: str) -> ToolDef | None:
+        """A tool by its name or by its OpenAI function name."""
+        for tool in self.tools():
+            if name in (tool.name, openai_tool_name(tool.name)):
+                return tool
+        return None
+
+    def visible(self, grants: Iterable[str] = (), *, interactive: bool = False) -> list[ToolDef]:
+        """The tools that may be offered: approved by policy or grant, or askable with an approver attached."""
+        grants = list(grants)
+        return [tool for tool in self.tools() if self.approvals.usable(tool.risk, grants, interactive=interactive)]
+
+    def mcp_tool_defs(self, grants: Iterable[str] = (), *, interactive: bool = False) -> list[types.Tool]:
+        return [
+            types.Tool(
+                name=tool.name,
+                title=tool.title,
+                description=tool.description,
+                input_schema=tool.input_schema,
+                output_schema=tool.output_schema,
+                annotations=types.ToolAnnotations.model_validate(tool.annotations) if tool.annotations else None,
+                _meta={RISK_META_KEY: tool.risk},
+            )
+            for tool in self.visible(grants, interactive=interactive)
+        ]
+
+    def openai_tools(self, grants: Iterable[str] = (), *, interactive: bool = True) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": openai_tool_name(tool.name),
+                    "description": tool.description,
+                    "parameters": tool.input_schema,
+                },
+            }
+            for tool in self.visible(grants, interactive=interactive)
+        ]
+
+    def prompt_fragments(self) -> list[PromptFragment]:
+        fragments = [PromptFragment(source=t.name, text=t.prompt) for t in self._local.values() if t.prompt]
+        fragments += [
+            PromptFragment(source=name, text=source.instructions)
+            for name, source in self._sources.items()
+            if source.instructions
+        ]
+        return fragments
+
+    # -- calling ----------------------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: dict[str, Any], ctx: TurnContext | None = None) -> ToolOutput:
+        """Run a tool after checking approval (asking through `ctx` when given, policy and grants otherwise)."""
+        tool = self.get(name)
+        if tool is None:
+            return ToolOutput(
+                text=f"[unknown_tool] No tool named {name!r} is available. Use one of the tools you were offered.",
+                is_error=True,
+            )
+        if ctx is not None:
+            decision = await ctx.approve(tool.risk, tool=tool.name, arguments=arguments)
+            approved, reason = decision.approved, decision.reason
+        else:
+            approved = self.approvals.check_risk(tool.risk) == "approved"
+            reason = f"the policy for {tool.risk} is {self.approvals.mode(tool.risk)}"
+        if not approved:
+            return ToolOutput(
+                text=f"[approval_denied] {tool.name} (risk: {tool.risk}) is not approved: {reason}. "
+                "Do not call it again in this turn; tell the user what approval it needs.",
+                is_error=True,
+            )
+        if tool.source == LOCAL:
+            return await self._call_local(self._local[tool.name], arguments, ctx)
+        return await self._call_mcp(self._sources[tool.source], tool, arguments)
+
+    async def _call_local(self, tool: LocalTool, arguments: dict[str, Any], ctx: TurnContext | None) -> ToolOutput:
+        try:
+            args = tool.args.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            return ToolOutput(text=f"[invalid_arguments] {tool.name}: {problems}", is_error=True)
+        call_args: tuple[Any, ...] = () if tool.spread else (args,)
+        kwargs: dict[str, Any] = {k: getattr(args, k) for k in type(args).model_fields} if tool.spread else {}
+        if tool.needs_context:
+            kwargs["ctx"] = ctx
+        try:
+            if inspect.iscoroutinefunction(tool.fn):
+                value = await tool.fn(*call_args, **kwargs)
+            else:
+                value = await anyio.to_thread.run_sync(lambda: tool.fn(*call_args, **kwargs), abandon_on_cancel=True)
+        except ToolError as exc:
+            return ToolOutput(text=f"[tool_error] {exc}", is_error=True)
+        except Exception as exc:
+            raise ToolFailed(f"local tool {tool.name} failed: {describe(exc)}") from exc
+        return _output(value)
+
+    async def _call_mcp(self, source: McpToolSource, tool: ToolDef, arguments: dict[str, Any]) -> ToolOutput:
+        try:
+            result = await source.call(tool.upstream_name, arguments)
+        except MCPError as exc:
+            return ToolOutput(text=f"[mcp_error] {tool.name}: {exc}", is_error=True)
+        except Exception as exc:
+            raise ToolFailed(f"MCP tool {tool.name} on {source.name} failed: {describe(exc)}") from exc
+        return _mcp_output(result)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _from_mcp(self, source: McpToolSource, tool: types.Tool) -> ToolDef:
+        meta = tool.meta or {}
+        return ToolDef(
+            name=source.prefix + tool.name,
+            upstream_name=tool.name,
+            source=source.name,
+            risk=normalise_risk(meta.get(RISK_META_KEY)),
+            description=tool.description or "",
+            title=tool.title,
+            input_schema=dict(tool.input_schema),
+            output_schema=dict(tool.output_schema) if tool.output_schema else None,
+            annotations=tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None,
+        )
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("tool surface listener failed")

@@ -1,0 +1,346 @@
+"""One turn's lifecycle: the caller's TurnHandle and the agent's TurnController over one shared Turn.
+
+The runner creates the pair and drives the agent in a cancel scope. Whatever way a turn ends (finish,
+fail, cancel, an exception, an agent that returns without finishing), it ends exactly once: every tool
+call it opened gets a closing result, the outcome is persisted as items, the session goes idle and is
+flushed, and the callbacks fire. The agent's cancel hook (provider-specific abort) is called at most once;
+if it fails the turn is still cancelled and the hook's error is surfaced on the handle and as an item.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from .errors import TurnClosed
+from .items import ErrorItem, EventItem, Item, ToolCallItem, ToolResultItem
+from .sessions import SessionStore
+
+log = logging.getLogger("unit_mcp.agent.turns")
+
+CancelHook = Callable[[], Any]
+HandleCallback = Callable[["TurnHandle"], Any]
+
+
+class TurnStatus(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class TurnCallbacks:
+    """Per-turn observers (sync or async). Their failures are logged; they never change the turn."""
+
+    on_item: Callable[[Item], Any] | None = None
+    on_partial: Callable[[Item], Any] | None = None
+    on_finish: HandleCallback | None = None
+    on_error: HandleCallback | None = None
+
+
+async def call_observer(callback: Callable[..., Any] | None, *args: Any) -> None:
+    if callback is None:
+        return
+    try:
+        outcome = callback(*args)
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception:
+        log.exception("turn callback %r failed", callback)
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line account of an exception, unwrapping single-member exception groups from task groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Turn:
+    """The state behind a handle/controller pair; only the runner touches it directly."""
+
+    def __init__(
+        self,
+        *,
+        turn_id: str,
+        session_id: str,
+        agent_id: str,
+        store: SessionStore,
+        callbacks: TurnCallbacks | None = None,
+        on_end: Callable[[Turn], Awaitable[None]] | None = None,
+        cancel_timeout: float = 10.0,
+    ) -> None:
+        self.id = turn_id
+        self.session_id = session_id
+        self.agent_id = agent_id
+        self.store = store
+        self.callbacks = callbacks or TurnCallbacks()
+        self.cancel_timeout = cancel_timeout
+        self.status = TurnStatus.RUNNING
+        self.result: str | None = None
+        self.error: str | None = None
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.scope: anyio.CancelScope | None = None
+        self.cancel_reason: str | None = None
+        self.handle = TurnHandle(self)
+        self.controller = TurnController(self)
+        self._on_end = on_end
+        self._done = anyio.Event()
+        self._ending = False
+        self._cancel_hook: CancelHook | None = None
+        self._hook_called = False
+        self._hook_error: str | None = None
+        self._open_calls: dict[str, ToolCallItem] = {}
+        self._last_item_id: str | None = None
+        self._handle_callbacks: list[tuple[frozenset[TurnStatus], HandleCallback]] = []
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    # -- items ------------------------------------------------------------------------------------
+
+    async def append(self, item: Item, *, closing: bool = False) -> Item:
+        if self._ending and not closing:
+            raise TurnClosed(f"turn {self.id} has ended ({self.status}); the item was not recorded")
+        item = item.model_copy(update={"turn_id": self.id, "parent_id": item.parent_id or self._last_item_id})
+        stored = await anyio.to_thread.run_sync(self.store.append_item, self.session_id, item)
+        if isinstance(stored, ToolCallItem):
+            self._open_calls[stored.call_id] = stored
+        elif isinstance(stored, ToolResultItem):
+            self._open_calls.pop(stored.call_id, None)
+        self._last_item_id = stored.id
+        await call_observer(self.callbacks.on_item, stored)
+        return stored
+
+    async def update(self, item_id: str, changes: dict[str, Any], *, persist: bool) -> Item:
+        if self._ending:
+            raise TurnClosed(f"turn {self.id} has ended ({self.status}); the update was not recorded")
+        updated = await anyio.to_thread.run_sync(
+            lambda: self.store.update_item(self.session_id, item_id, changes, persist=persist)
+        )
+        await call_observer(self.callbacks.on_partial, updated)
+        return updated
+
+    # -- cancellation -----------------------------------------------------------------------------
+
+    def set_cancel(self, hook: CancelHook) -> None:
+        if self._hook_called:
+            raise TurnClosed(f"turn {self.id} was already cancelled; its cancel hook has run")
+        self._cancel_hook = hook
+
+    async def cancel(self, reason: str) -> bool:
+        """Request cancellation: run the hook once, cancel the agent's scope, wait (bounded) for the end."""
+        if self.status is not TurnStatus.RUNNING or self.cancel_reason is not None or self._ending:
+            return False
+        self.cancel_reason = reason
+        with anyio.CancelScope(shield=True):
+            await self._run_cancel_hook()
+        if self.scope is not None:
+            self.scope.cancel()
+        with anyio.move_on_after(self.cancel_timeout):
+            await self._done.wait()
+        if not self.done:
+            log.warning(
+                "turn %s did not stop within %.0f s of its cancellation; ending it", self.id, self.cancel_timeout
+            )
+            await self.finalize_cancel()
+        return True
+
+    async def finalize_cancel(self) -> None:
+        """Called by the runner once the agent has unwound from a cancellation (or by `cancel` on timeout)."""
+        with anyio.CancelScope(shield=True):
+            await self._run_cancel_hook()
+            await self.end(TurnStatus.CANCELLED, error=self._hook_error)
+
+    async def _run_cancel_hook(self) -> None:
+        hook, self._cancel_hook = self._cancel_hook, None
+        if hook is None or self._hook_called:
+            return
+        self._hook_called = True
+        try:
+            with anyio.fail_after(self.cancel_timeout):
+                outcome = hook()
+                if inspect.isawaitable(outcome):
+                    await outcome
+        except Exception as exc:
+            self._hook_error = f"cancel hook failed: {describe(exc)}"
+            log.warning("turn %s: %s", self.id, self._hook_error)
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    async def end(
+        self, status: TurnStatus, *, result: str | None = None, error: str | None = None, code: str | None = None
+    ) -> bool:
+        """End the turn once; later calls wait for the first to finish and return False."""
+        if self._ending:
+            await self._done.wait()
+            return False
+        self._ending = True
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._record_end(status, result=result, error=error, code=code)
+            except Exception:
+                log.exception("turn %s: could not persist its end (%s)", self.id, status)
+            self.status, self.result, self.error = status, result, error
+            self.ended_at = time.time()
+            self._done.set()
+            await call_observer(
+                self.callbacks.on_finish if status is TurnStatus.COMPLETED else self.callbacks.on_error, self.handle
+            )
+            for statuses, callback in self._handle_callbacks:
+                if status in statuses:
+                    await call_observer(callback, self.handle)
+            if self._on_end is not None:
+                await self._on_end(self)
+        return True
+
+    async def _record_end(self, status: TurnStatus, *, result: str | None, error: str | None, code: str | None) -> None:
+        reason = self.cancel_reason if status is TurnStatus.CANCELLED else error
+        for call in list(self._open_calls.values()):
+            await self.append(
+                ToolResultItem(
+                    name=call.name,
+                    call_id=call.call_id,
+                    output=f"[{status}] The turn ended before this tool returned: {reason or status}.",
+                    is_error=True,
+                    synthetic=True,
+                    parent_id=call.id,
+                ),
+                closing=True,
+            )
+        if status is TurnStatus.FAILED and error:
+            await self.append(ErrorItem(message=error, code=code), closing=True)
+        if status is TurnStatus.CANCELLED and self._hook_error:
+            await self.append(ErrorItem(message=self._hook_error, code="cancel_hook_failed"), closing=True)
+        data: dict[str, Any] = {"turn_id": self.id}
+        if status is TurnStatus.CANCELLED:
+            data["reason"] = self.cancel_reason
+        if result is not None:
+            data["result"] = result
+        if error is not None:
+            data["error"] = error
+        await self.append(EventItem(kind=f"turn-{status}", data=data), closing=True)
+        await anyio.to_thread.run_sync(lambda: self.store.update(self.session_id, status="idle"))
+        await anyio.to_thread.run_sync(self.store.flush, self.session_id)
+
+    def on(self, statuses: frozenset[TurnStatus], callback: HandleCallback) -> None:
+        if self.done:
+            if self.status in statuses:
+                outcome = callback(self.handle)
+                if inspect.iscoroutine(outcome):
+                    outcome.close()
+                    raise TypeError("the turn has ended: register a plain function, not a coroutine function")
+            return
+        self._handle_callbacks.append((statuses, callback))
+
+    async def wait(self, timeout: float | None) -> None:
+        with anyio.fail_after(timeout):
+            await self._done.wait()
+
+
+class TurnHandle:
+    """What `run_turn` returns at once: status, result or error, `wait`, `cancel`, and completion callbacks."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+
+    @property
+    def id(self) -> str:
+        return self._turn.id
+
+    @property
+    def session_id(self) -> str:
+        return self._turn.session_id
+
+    @property
+    def agent_id(self) -> str:
+        return self._turn.agent_id
+
+    @property
+    def status(self) -> TurnStatus:
+        return self._turn.status
+
+    @property
+    def result(self) -> str | None:
+        return self._turn.result
+
+    @property
+    def error(self) -> str | None:
+        return self._turn.error
+
+    @property
+    def running(self) -> bool:
+        return not self._turn.done
+
+    async def wait(self, timeout: float | None = None) -> TurnHandle:
+        """Wait for the end; raises TimeoutError after `timeout` seconds (the turn keeps running)."""
+        await self._turn.wait(timeout)
+        return self
+
+    async def cancel(self, reason: str = "cancelled by the caller") -> bool:
+        """Cancel and wait for the turn to end; False if it had already ended or was being cancelled."""
+        return await self._turn.cancel(reason)
+
+    def on_complete(self, callback: HandleCallback) -> None:
+        self._turn.on(frozenset({TurnStatus.COMPLETED}), callback)
+
+    def on_error(self, callback: HandleCallback) -> None:
+        """Called when the turn fails or is cancelled."""
+        self._turn.on(frozenset({TurnStatus.FAILED, TurnStatus.CANCELLED}), callback)
+
+    def __repr__(self) -> str:
+        return f"<TurnHandle {self.id} session={self.session_id} {self.status}>"
+
+
+class TurnController:
+    """What an agent gets as `ctx.turn`: report items, register cancellation, and end the turn."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+
+    @property
+    def id(self) -> str:
+        return self._turn.id
+
+    @property
+    def session_id(self) -> str:
+        return self._turn.session_id
+
+    @property
+    def cancelled(self) -> bool:
+        """Cooperative check for agents that poll: cancellation has been requested."""
+        return self._turn.cancel_reason is not None
+
+    async def append_item(self, item: Item) -> Item:
+        """Persist an item (parent defaults to the turn's previous item) and emit `on_item`."""
+        return await self._turn.append(item)
+
+    async def update_item(self, item_id: str, *, persist: bool = True, **changes: Any) -> Item:
+        """Change an item; `persist=False` for streaming partials (memory and `on_partial` only)."""
+        return await self._turn.update(item_id, changes, persist=persist)
+
+    def set_cancel(self, hook: CancelHook) -> None:
+        """Register the provider-specific abort (sync or async); it replaces an earlier one and runs at most once."""
+        self._turn.set_cancel(hook)
+
+    async def finish(self, result: str | None = None) -> None:
+        if self._turn.cancel_reason is not None or not await self._turn.end(TurnStatus.COMPLETED, result=result):
+            raise TurnClosed(f"turn {self._turn.id} had already ended ({self._turn.status}) or is being cancelled")
+
+    async def fail(self, error: str | BaseException, *, code: str | None = None) -> None:
+        message = describe(error) if isinstance(error, BaseException) else error
+        if code is None and isinstance(error, BaseException):
+            code = type(error).__name__
+        if not await self._turn.end(TurnStatus.FAILED, error=message, code=code):
+            raise TurnClosed(f"turn {self._turn.id} had already ended ({self._turn.status})")

@@ -1,0 +1,324 @@
+"""ScriptedModel: an OpenAI-compatible chat-completions server on loopback that answers from a script.
+
+`POST /v1/chat/completions` answers with a JSON completion, or with SSE chunks when the request says
+`stream: true` (text in deltas, tool calls by index, a finish reason, a usage chunk when
+`stream_options.include_usage` is set, then `[DONE]`). Every request is logged with the step that
+answered it and whether the client went away mid-stream, in memory (`requests`), over HTTP
+(`GET /_scripted/requests`) and, if asked, as JSON Lines in a file. `POST /_scripted/steps` appends steps.
+
+Use it as `async with ScriptedModel(steps) as model:` inside an event loop, or `with ScriptedModel(steps)`
+from synchronous code (it then serves from a thread of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.from_thread
+from pydantic import BaseModel, Field, TypeAdapter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from unit_mcp.agent.loopback import LoopbackServer
+
+from .script import Script, ScriptError, Step, message_text, offered_tools, render, render_value
+
+STEPS = TypeAdapter(list[Step])
+
+
+class RecordedRequest(BaseModel):
+    """One request as the scripted model saw it, and how it answered."""
+
+    index: int
+    path: str
+    body: dict[str, Any] = Field(default_factory=dict)
+    stream: bool = False
+    step: int | None = None
+    label: str | None = None
+    status: int = 200
+    error: str | None = None
+    received_at: float = Field(default_factory=time.time)
+    finished: bool = False
+    disconnected: bool = False
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages") or [])
+
+    @property
+    def last_message(self) -> dict[str, Any]:
+        return self.messages[-1] if self.messages else {}
+
+    @property
+    def last_text(self) -> str:
+        return message_text(self.last_message)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return offered_tools(self.body)
+
+
+def _usage(step: Step, body: Mapping[str, Any], text: str, arguments: list[str]) -> dict[str, int]:
+    if step.usage is not None:
+        prompt, completion = step.usage.prompt_tokens, step.usage.completion_tokens
+    else:
+        prompt = max(1, len(json.dumps(body.get("messages") or [])) // 4)
+        completion = max(1, math.ceil((len(text) + sum(map(len, arguments))) / 4))
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _pieces(text: str, size: int) -> Iterator[str]:
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+class ScriptedModel:
+    def __init__(
+        self,
+        script: Script | Iterable[Step] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model: str = "scripted",
+        log_path: str | Path | None = None,
+    ) -> None:
+        steps = script.steps if isinstance(script, Script) else list(script or [])
+        self.steps: list[Step] = list(steps)
+        self.model = model
+        self.log_path = Path(log_path) if log_path is not None else None
+        self.requests: list[RecordedRequest] = []
+        self._used: set[int] = set()
+        self._lock = threading.Lock()
+        self._loopback = LoopbackServer(host=host, port=port)
+        self._thread_cm: AbstractContextManager[ScriptedModel] | None = None
+        self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/chat/completions", self._completions, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/models", self._models, methods=["GET"]),
+                Route("/_scripted/requests", self._requests, methods=["GET"]),
+                Route("/_scripted/steps", self._add_steps, methods=["POST"]),
+            ]
+        )
+
+    # -- script ---------------------------------------------------------------------------------
+
+    def add(self, *steps: Step) -> None:
+        with self._lock:
+            self.steps.extend(steps)
+
+    @property
+    def remaining(self) -> list[Step]:
+        """Steps not used yet (repeat steps excluded)."""
+        with self._lock:
+            return [step for i, step in enumerate(self.steps) if i not in self._used and not step.repeat]
+
+    def assert_done(self) -> None:
+        """Fail if some scripted steps were never asked for (the agent stopped early or went elsewhere)."""
+        left = self.remaining
+        if left:
+            labels = ", ".join(step.label or (step.text or "tool calls")[:40] for step in left)
+            raise AssertionError(f"{len(left)} scripted step(s) were never used: {labels}")
+
+    def _choose(self, body: Mapping[str, Any]) -> tuple[int, Step] | None:
+        with self._lock:
+            for index, step in enumerate(self.steps):
+                if index in self._used and not step.repeat:
+                    continue
+                if step.applies(body):
+                    if not step.repeat:
+                        self._used.add(index)
+                    return index, step
+        return None
+
+    # -- serving --------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self._loopback.base_url
+
+    @property
+    def base_url(self) -> str:
+        """What an OpenAI client takes as `base_url`."""
+        return f"{self._loopback.base_url}/v1"
+
+    async def __aenter__(self) -> ScriptedModel:
+        await self._loopback.start(self.app)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._loopback.stop()
+
+    def __enter__(self) -> ScriptedModel:
+        """Serve from a thread with its own event loop, for synchronous tests and scripts."""
+        self._portal_cm = anyio.from_thread.start_blocking_portal()
+        portal = self._portal_cm.__enter__()
+        try:
+            self._thread_cm = portal.wrap_async_context_manager(self)
+            self._thread_cm.__enter__()
+        except BaseException:
+            self._portal_cm.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._thread_cm is not None:
+                self._thread_cm.__exit__(None, None, None)
+        finally:
+            if self._portal_cm is not None:
+                self._portal_cm.__exit__(None, None, None)
+            self._thread_cm = self._portal_cm = None
+
+    # -- endpoints ------------------------------------------------------------------------------
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "unit-mcp"}]})
+
+    async def _requests(self, request: Request) -> Response:
+        return JSONResponse([record.model_dump(mode="json") for record in self.requests])
+
+    async def _add_steps(self, request: Request) -> Response:
+        try:
+            steps = STEPS.validate_json(await request.body())
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_steps"}}, status_code=400)
+        self.add(*steps)
+        return JSONResponse({"added": len(steps), "steps": len(self.steps)})
+
+    async def _completions(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request"}}, 400)
+        record = RecordedRequest(index=len(self.requests) + 1, path=request.url.path, body=body)
+        record.stream = bool(body.get("stream"))
+        self.requests.append(record)
+        chosen = self._choose(body)
+        if chosen is None:
+            return await self._refuse(
+                record, f"no scripted step matches request #{record.index} (last: {record.last_text[:200]!r})"
+            )
+        record.step, step = chosen
+        record.label = step.label
+        if step.error is not None:
+            return await self._refuse(record, step.error.message, status=step.error.status, kind=step.error.type)
+        try:
+            text = render(step.text or "", body)
+            calls = [
+                {
+                    "id": call.id or f"call_{record.index}_{position}",
+                    "name": call.name,
+                    "arguments": json.dumps(render_value(call.arguments, body))
+                    if isinstance(call.arguments, dict)
+                    else render(call.arguments, body),
+                }
+                for position, call in enumerate(step.tool_calls)
+            ]
+        except ScriptError as exc:
+            return await self._refuse(record, str(exc))
+        usage = _usage(step, body, text, [c["arguments"] for c in calls])
+        model = str(body.get("model") or self.model)
+        if step.delay:
+            await anyio.sleep(step.delay)
+        if record.stream:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            events = self._events(record, step, model, text, calls, usage if include_usage else None)
+            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        record.finished = True
+        await self._log(record)
+        return JSONResponse(self._completion(record, model, text, calls, usage))
+
+    async def _refuse(
+        self, record: RecordedRequest, message: str, *, status: int = 400, kind: str = "script_error"
+    ) -> Response:
+        record.status, record.error, record.finished = status, message, True
+        await self._log(record)
+        return JSONResponse({"error": {"message": f"scripted model: {message}", "type": kind}}, status_code=status)
+
+    def _completion(
+        self, record: RecordedRequest, model: str, text: str, calls: list[dict[str, str]], usage: dict[str, int]
+    ) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in calls
+            ]
+        return {
+            "id": f"chatcmpl-scripted-{record.index}",
+            "object": "chat.completion",
+            "created": int(record.received_at),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": usage,
+        }
+
+    async def _events(
+        self,
+        record: RecordedRequest,
+        step: Step,
+        model: str,
+        text: str,
+        calls: list[dict[str, str]],
+        usage: dict[str, int] | None,
+    ) -> AsyncIterator[str]:
+        base = {
+            "id": f"chatcmpl-scripted-{record.index}",
+            "object": "chat.completion.chunk",
+            "created": int(record.received_at),
+            "model": model,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            data = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return f"data: {json.dumps(data)}\n\n"
+
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            for piece in _pieces(text, step.chunk_size):
+                if step.chunk_delay:
+                    await anyio.sleep(step.chunk_delay)
+                yield chunk({"content": piece})
+            for position, call in enumerate(calls):
+                head = {"index": position, "id": call["id"], "type": "function"}
+                yield chunk({"tool_calls": [{**head, "function": {"name": call["name"], "arguments": ""}}]})
+                for piece in _pieces(call["arguments"], step.chunk_size * 4):
+                    if step.chunk_delay:
+                        await anyio.sleep(step.chunk_delay)
+                    yield chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
+            yield chunk({}, "tool_calls" if calls else "stop")
+            if usage is not None:
+                yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+            record.finished = True
+        finally:
+            record.disconnected = not record.finished
+            with anyio.CancelScope(shield=True):
+                await self._log(record)
+
+    async def _log(self, record: RecordedRequest) -> None:
+        path = self.log_path
+        if path is None:
+            return
+        line = record.model_dump_json() + "\n"
+
+        def append() -> None:
+            with path.open("a", encoding="utf-8") as out:
+                out.write(line)
+
+        await anyio.to_thread.run_sync(append)
