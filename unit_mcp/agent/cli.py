@@ -175,7 +175,7 @@ async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
-    store = SessionStore(data_dir)
+    store = SessionStore(data_dir, read_only=True)
     try:
         if args.action == "list":
             metas = store.list()

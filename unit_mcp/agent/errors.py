@@ -15,6 +15,10 @@ class SessionCorrupt(AgentError):
     """A session journal is damaged somewhere other than its last line (a crash only ever tears the tail)."""
 
 
+class SessionLocked(AgentError):
+    """Another store (in this or another process) has the session open for writing; one writer at a time."""
+
+
 class TurnClosed(AgentError):
     """The turn already ended (completed, failed or cancelled); late output from its agent is refused."""
 

@@ -3,7 +3,8 @@
 Every record is one line written with a single `write` on an `O_APPEND` descriptor, so a process that dies
 mid-write leaves at most one incomplete last line; the reader drops it and the next writer truncates it
 away. A failed write (disk full) is rolled back with `ftruncate`. Damage anywhere but the last line cannot
-come from a crash and is reported as `SessionCorrupt` instead of being silently skipped.
+come from a crash and is reported as `SessionCorrupt` instead of being silently skipped. A writer holds an
+exclusive `flock` on its journal, so two writers cannot interleave records.
 
 Durability (when the bytes reach the disk, not just the OS): `"always"` fsyncs after every record, so a
 power loss loses nothing that was acknowledged; `"flush"` fsyncs only at `sync()` (the runner calls it at
@@ -14,6 +15,7 @@ ones; `"never"` leaves it to the OS. A process crash loses nothing acknowledged 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tempfile
@@ -21,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import SessionCorrupt
+from .errors import SessionCorrupt, SessionLocked
 
 Durability = Literal["always", "flush", "never"]
 
@@ -38,6 +40,15 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _lock(fd: int, path: Path) -> None:
+    """One writer per journal: an exclusive advisory lock held while the journal is open for appending."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SessionLocked(f"{path.stem} is open for writing elsewhere (another store or process)") from None
 
 
 def read(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -85,6 +96,7 @@ class Journal:
         """Open for appending after `read()`, cutting off a torn tail so new records start on a fresh line."""
         journal = cls(path, durability=durability)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        _lock(fd, path)
         if os.fstat(fd).st_size != valid_size:
             os.ftruncate(fd, valid_size)
             os.fsync(fd)
@@ -136,7 +148,9 @@ class Journal:
         if self.durability != "never":
             fsync_dir(self.path.parent)
         self.close()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        _lock(fd, self.path)
+        self._fd = fd
         self._size = size
         self._dirty = False
 
@@ -146,6 +160,11 @@ class Journal:
                 self.sync()
             os.close(self._fd)
             self._fd = None
+
+    def __del__(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
 
     def _require_fd(self) -> int:
         if self._fd is None:

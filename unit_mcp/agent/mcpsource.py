@@ -8,13 +8,13 @@ re-list, and listeners (the surface, and through it the approval-filtered endpoi
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 import anyio
+import anyio.abc
 import httpx2
 import mcp_types as types
 from mcp import Client
@@ -24,6 +24,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
+
+from .turns import describe
 
 log = logging.getLogger("unit_mcp.agent.mcpsource")
 
@@ -56,43 +58,71 @@ class McpToolSource:
         self.tools: list[types.Tool] = []
         self.instructions: str | None = None
         self._client: Client | None = None
-        self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._closing = anyio.Event()
+        self._owner_done = anyio.Event()
+        self.failure: BaseException | None = None
         self._listeners: list[ChangeListener] = []
         self._refresh_lock = anyio.Lock()
 
     @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    @property
     def client(self) -> Client:
         if self._client is None:
-            raise RuntimeError(f"MCP source {self.name!r} is not connected: use `async with` first")
+            lost = f" (connection lost: {self.failure})" if self.failure else ""
+            raise ConnectionError(f"MCP source {self.name!r} is not connected{lost}")
         return self._client
 
     async def __aenter__(self) -> McpToolSource:
-        stack = AsyncExitStack()
-        await stack.__aenter__()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg, self._closing, self._owner_done, self.failure = tg, anyio.Event(), anyio.Event(), None
         try:
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            client = await stack.enter_async_context(await self._connect(stack))
-            tg = self._tg
-            stack.callback(tg.cancel_scope.cancel)
-            self._client = client
-            self.instructions = client.instructions
-            await self.refresh()
-            tools_capability = client.server_capabilities.tools
-            if self.mode != "legacy" and tools_capability is not None and tools_capability.list_changed:
-                tg.start_soon(self._listen)
-        except BaseException:
-            await stack.__aexit__(None, None, None)
-            self._client = self._tg = None
+            await tg.start(self._own)
+        except BaseException as exc:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            self._tg = None
             raise
-        self._stack = stack
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        stack, self._stack = self._stack, None
-        self._client = self._tg = None
-        if stack is not None:
-            await stack.aclose()
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        self._closing.set()
+        await self._owner_done.wait()
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+
+    async def _own(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The connection lives in this task: the SDK's transport tasks fail here when the server goes away,
+        so a lost server fails the calls that need it, never the code that entered the source."""
+        started = False
+        try:
+            async with AsyncExitStack() as stack:
+                client = await stack.enter_async_context(await self._connect(stack))
+                self._client = client
+                self.instructions = client.instructions
+                await self.refresh()
+                capability = client.server_capabilities.tools
+                if self.mode != "legacy" and capability is not None and capability.list_changed:
+                    assert self._tg is not None
+                    await self._tg.start(self._listen)
+                started = True
+                task_status.started()
+                await self._closing.wait()
+        except Exception as exc:
+            if not started:
+                raise
+            self.failure = exc
+            log.warning("MCP source %s lost its connection: %s", self.name, describe(exc))
+        finally:
+            self._client = None
+            self._owner_done.set()
 
     def on_change(self, listener: ChangeListener) -> Callable[[], None]:
         self._listeners.append(listener)
@@ -120,7 +150,13 @@ class McpToolSource:
         return changed
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        return await self.client.call_tool(name, arguments)
+        """Call a tool; raises `ConnectionError` once the connection is gone (an error result stays a result)."""
+        try:
+            return await self.client.call_tool(name, arguments)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED or not self.connected:
+                raise ConnectionError(f"MCP source {self.name!r} lost its connection during {name}") from None
+            raise
 
     async def _connect(self, stack: AsyncExitStack) -> Client:
         target = self.target
@@ -149,20 +185,29 @@ class McpToolSource:
         except Exception:
             log.warning("MCP source %s: re-listing tools after a change notification failed", self.name, exc_info=True)
 
-    async def _listen(self) -> None:
-        """2026-era servers deliver change events on a `subscriptions/listen` stream; re-listen if it drops."""
+    async def _listen(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """2026-era servers deliver change events on a `subscriptions/listen` stream. Entering the source waits
+        for the first subscription; each (re)subscription re-lists, since changes before it are not replayed."""
+        started = False
         while self._client is not None:
             try:
                 async with self.client.listen(tools_list_changed=True) as subscription:
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await self._refresh_quietly()
                     async for _event in subscription:
                         await self._refresh_quietly()
                 return
             except ListenNotSupportedError:
-                return
+                break
             except (MCPError, RuntimeError) as exc:
                 log.debug("MCP source %s: change subscription ended (%s)", self.name, exc)
             except Exception:
                 log.warning("MCP source %s: change subscription failed", self.name, exc_info=True)
-            with contextlib.suppress(Exception):
-                await self._refresh_quietly()
+            if not started:
+                started = True
+                task_status.started()
             await anyio.sleep(1.0)
+        if not started:
+            task_status.started()

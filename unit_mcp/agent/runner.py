@@ -6,7 +6,7 @@ busy session cancels the old one first and records why. `steer` delivers into th
 waits for it. The runner knows nothing about providers: agents own that, and report through the context.
 
 Use it as an async context manager (`async with AgentRunner(...) as runner:`); leaving it cancels every
-active turn (each closes its tool calls) and flushes the store.
+active turn (each closes its tool calls), flushes the store, and closes it if the runner opened it.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class AgentRunner:
     ) -> None:
         if registry is None or tools is None:
             raise AgentError("the runner needs an agent registry and a tool surface")
+        self._owns_store = not isinstance(store, SessionStore)
         self.store = store if isinstance(store, SessionStore) else SessionStore(store)
         self.registry = registry
         self.tools = tools
@@ -80,6 +81,8 @@ class AgentRunner:
             if stack is not None:
                 await stack.aclose()
             self._tg = None
+            if self._owns_store:
+                await anyio.to_thread.run_sync(self.store.close)
 
     # -- sessions ---------------------------------------------------------------------------------
 

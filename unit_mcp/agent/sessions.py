@@ -13,6 +13,10 @@ Loading repairs what a dead turn left: a tool call without a result gets a synth
 half-streamed message is marked complete, and a session still marked running is set idle with a
 `turn-interrupted` event. The repair is written to the journal, so the session can be sent to a model again.
 
+One writer per session: a store holds an exclusive lock on every journal it has open (`SessionLocked` for
+a second writer, in this process or another). `read_only=True` gives a store that replays journals without
+locking or repairing them, to browse sessions that may be live.
+
 All methods are blocking and thread-safe; async callers run them in a worker thread.
 """
 
@@ -100,9 +104,18 @@ class _Open:
 class SessionStore:
     """Create, load, update and list sessions under `root`; loaded sessions are cached until `invalidate()`."""
 
-    def __init__(self, root: str | os.PathLike[str], *, durability: Durability = "always", compact_after: int = 64):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        durability: Durability = "always",
+        compact_after: int = 64,
+        read_only: bool = False,
+    ) -> None:
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.read_only = read_only
+        if not read_only:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.durability: Durability = durability
         self.compact_after = compact_after
         self._lock = threading.RLock()
@@ -128,7 +141,8 @@ class SessionStore:
         session_id: str | None = None,
     ) -> Session:
         with self._lock:
-            sid = _check_id(session_id or new_session_id())
+            self._writable()
+            sid = _check_id(new_session_id() if session_id is None else session_id)
             path = self.journal_path(sid)
             if sid in self._open or path.exists():
                 raise AgentError(f"session {sid} already exists")
@@ -150,6 +164,8 @@ class SessionStore:
     def load(self, session_id: str) -> Session | None:
         """The session (from the cache, or replayed from its journal and repaired), or None if there is none."""
         with self._lock:
+            if self.read_only:
+                return self._peek(session_id)
             opened = self._load(session_id)
             return None if opened is None else opened.session
 
@@ -162,6 +178,7 @@ class SessionStore:
     def save(self, session: Session) -> Session:
         """Write `session` as the whole new state of its journal (also the way to compact one explicitly)."""
         with self._lock:
+            self._writable()
             opened = self._open.get(session.id)
             path = self.journal_path(session.id)
             records = [
@@ -182,6 +199,7 @@ class SessionStore:
 
     def delete(self, session_id: str) -> bool:
         with self._lock:
+            self._writable()
             self.invalidate(session_id)
             existed = False
             for path in (self.journal_path(session_id), self._meta_path(session_id)):
@@ -195,6 +213,8 @@ class SessionStore:
     def list(self) -> list[SessionMeta]:
         """Metadata of every session, newest first, from the sidecars (or journal headers), never the items."""
         with self._lock:
+            if not self.root.is_dir():
+                return []
             metas = [self._read_meta(path) for path in self.root.glob("*.jsonl")]
             return sorted((meta for meta in metas if meta is not None), key=lambda m: m.updated_at, reverse=True)
 
@@ -286,7 +306,19 @@ class SessionStore:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _writable(self) -> None:
+        if self.read_only:
+            raise AgentError("this session store is read-only")
+
+    def _peek(self, session_id: str) -> Session | None:
+        try:
+            records, _ = read(self.journal_path(session_id))
+        except FileNotFoundError:
+            return None
+        return _replay(session_id, records)
+
     def _require_open(self, session: Session | str) -> _Open:
+        self._writable()
         session_id = session if isinstance(session, str) else session.id
         opened = self._load(session_id)
         if opened is None:

@@ -1,0 +1,183 @@
+"""Fixtures for the agent layer: real session stores on disk, a real unit server over loopback HTTP.
+
+The unit server is the real tool layer (`UnitTools` over a real `Host` on a copy of the example units),
+served by the real `Bridge`, plus four deterministic tools the reference's online tests need (echo a
+token, hand out a nonce, record a value, and one destructive tool). It records every call it receives,
+so tests assert on what reached the server, not on what the agent says it did.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import secrets
+import shutil
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+
+from unit_mcp import Host, UnitService
+from unit_mcp.agent import (
+    Agent,
+    AgentApprovals,
+    AgentRegistry,
+    AgentRunner,
+    AgentToolSurface,
+    McpToolSource,
+    Session,
+    SessionStore,
+)
+from unit_mcp.bridge import Bridge
+from unit_mcp.tools import RISK_META_KEY, UnitTools
+
+EXAMPLE_UNITS = Path(__file__).resolve().parents[2] / "unit_mcp" / "examples" / "units"
+NONCE = "nonce-7f3a91"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SessionStore:
+    return SessionStore(tmp_path / "sessions")
+
+
+def reload(tmp_path: Path, session_id: str) -> Session:
+    """The session as a fresh store loads it from disk (with the load-time repair), store closed after."""
+    store = SessionStore(tmp_path / "sessions")
+    try:
+        return store.require(session_id)
+    finally:
+        store.close()
+
+
+@dataclass
+class TestTool:
+    risk: str
+    schema: dict[str, Any]
+    run: Callable[[dict[str, Any]], Any]
+
+
+async def _slow(args: dict[str, Any]) -> str:
+    await anyio.sleep(float(args.get("seconds", 30)))
+    return "slept"
+
+
+TEST_TOOLS: dict[str, TestTool] = {
+    "echo_token": TestTool(
+        "normal",
+        {"type": "object", "properties": {"token": {"type": "string"}}, "required": ["token"]},
+        lambda args: str(args["token"]),
+    ),
+    "get_nonce": TestTool("normal", {"type": "object", "properties": {}}, lambda args: json.dumps({"nonce": NONCE})),
+    "record_value": TestTool(
+        "normal",
+        {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]},
+        lambda args: f"recorded:{args['value']}",
+    ),
+    "wipe_units": TestTool("destructive", {"type": "object", "properties": {}}, lambda args: "wiped"),
+    "slow_echo": TestTool("normal", {"type": "object", "properties": {"seconds": {"type": "number"}}}, _slow),
+}
+
+
+@dataclass
+class Call:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class UnitServer:
+    bridge: Bridge
+    units_root: Path
+    calls: list[Call] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        assert self.bridge.url is not None
+        return self.bridge.url
+
+    @property
+    def token(self) -> str:
+        assert self.bridge.token is not None
+        return self.bridge.token
+
+    def source(self, **options: Any) -> McpToolSource:
+        return McpToolSource(self.url, token=self.token, **options)
+
+    def called(self) -> list[str]:
+        return [call.name for call in self.calls]
+
+
+def recording_server(unit_tools: UnitTools, calls: list[Call]) -> Server[Any]:
+    """The real unit tools plus the test tools, recording every call before it runs."""
+    extra = [
+        types.Tool(
+            name=name, description=f"Test tool {name}.", input_schema=tool.schema, _meta={RISK_META_KEY: tool.risk}
+        )
+        for name, tool in TEST_TOOLS.items()
+    ]
+
+    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
+        listed = await unit_tools.list_tools(ctx, params)
+        return types.ListToolsResult(tools=[*listed.tools, *extra])
+
+    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
+        arguments = dict(params.arguments or {})
+        calls.append(Call(params.name, arguments))
+        tool = TEST_TOOLS.get(params.name)
+        if tool is None:
+            return await unit_tools.call_tool(ctx, params)
+        text = tool.run(arguments)
+        if inspect.isawaitable(text):
+            text = await text
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    return Server(
+        "unit-dev",
+        instructions=unit_tools.instructions,
+        get_tool_input_schema=lambda name: None,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+@pytest.fixture
+async def unit_server(tmp_path: Path) -> AsyncIterator[UnitServer]:
+    units = tmp_path / "units"
+    shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
+    with Host(units, tmp_path / "host-data", namespace=f"agent_units_{secrets.token_hex(4)}") as host:
+        unit_tools = UnitTools(UnitService(host, test_timeout=30))
+        calls: list[Call] = []
+        async with Bridge(recording_server(unit_tools, calls), config_root=tmp_path / "unit-opencode") as bridge:
+            yield UnitServer(bridge, units, calls)
+
+
+@asynccontextmanager
+async def running(
+    tmp_path: Path,
+    agents: Mapping[str, Callable[[Mapping[str, Any]], Agent]],
+    *,
+    surface: AgentToolSurface | None = None,
+    approvals: AgentApprovals | None = None,
+    cancel_timeout: float = 5.0,
+) -> AsyncIterator[AgentRunner]:
+    """A runner over a store in `tmp_path/sessions` with the given agent factories."""
+    surface = surface or AgentToolSurface(approvals or AgentApprovals())
+    registry = AgentRegistry()
+    for agent_id, factory in agents.items():
+        registry.register(agent_id, factory)
+    async with AgentRunner(
+        store=tmp_path / "sessions", registry=registry, tools=surface, cancel_timeout=cancel_timeout
+    ) as runner:
+        yield runner
