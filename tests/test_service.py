@@ -394,3 +394,26 @@ def test_snapshot(service: UnitService, host: Host) -> None:
     assert service.snapshot("counter").model_dump() == {"unit_id": "counter", "supported": True, "state": {"count": 1}}
     assert service.snapshot("greeter").model_dump() == {"unit_id": "greeter", "supported": False, "state": None}
     refusal("not_loaded", service.snapshot, "broken")
+
+
+def test_a_hundred_megabytes_of_output_are_capped(service: UnitService) -> None:
+    result = service.run_tests("looper", "flood", timeout=120)
+    assert result.passed and result.truncated
+    assert len(result.stdout) < 70 * 1024 and len(result.stderr) < 70 * 1024
+
+
+def test_a_child_that_ignores_sigterm_is_killed_at_the_timeout(service: UnitService) -> None:
+    error = refusal("test_timeout", service.run_tests, "looper", "stubborn", timeout=3)
+    pid = int(error.details["stdout"].split("child ")[1].split()[0])
+    assert not running(pid)
+
+
+@pytest.mark.parametrize("test_name", ["escape", "escape_exit"])
+def test_a_grandchild_in_its_own_session_is_killed_too(service: UnitService, test_name: str) -> None:
+    try:
+        output = service.run_tests("looper", test_name, timeout=3).stdout
+    except UnitError as exc:
+        assert exc.code == "test_timeout"
+        output = exc.details["stdout"]
+    pid = int(output.split("grandchild ")[1].split()[0])
+    assert not running(pid)

@@ -1,8 +1,40 @@
-"""unit-mcp: develop a running Python application's hot-reloadable units through risk-labelled MCP tools."""
+"""unit-mcp: develop a running Python application's hot-reloadable units through risk-labelled MCP tools.
 
-from .errors import UnitError
-from .host import Host, ReloadError
-from .service import UnitService
+The public names load lazily, so a test subprocess that needs only the host does not pay for the
+service, the MCP SDK or the HTTP stack.
+"""
 
-__all__ = ["Host", "ReloadError", "UnitError", "UnitService"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Host": "host",
+    "ReloadError": "host",
+    "UnitError": "errors",
+    "UnitService": "service",
+    "UnitTools": "tools",
+    "tool_risks": "tools",
+    "Bridge": "bridge",
+    "BridgeError": "bridge",
+}
+__all__ = ["Bridge", "BridgeError", "Host", "ReloadError", "UnitError", "UnitService", "UnitTools", "tool_risks"]
+
+if TYPE_CHECKING:
+    from .bridge import Bridge, BridgeError
+    from .errors import UnitError
+    from .host import Host, ReloadError
+    from .service import UnitService
+    from .tools import UnitTools, tool_risks
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unit_mcp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

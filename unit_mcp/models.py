@@ -150,4 +150,4 @@ class ReadLogResult(_Model):
 class SnapshotResult(_Model):
     unit_id: str
     supported: bool
-    state: Any = None
+    state: Any = Field(default=None, description="Any JSON value: what the unit's snapshot() returned.")

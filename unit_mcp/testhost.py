@@ -8,14 +8,21 @@ with the fixtures `host` (the headless Host) and `unit` (the loaded unit module)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import importlib
 import inspect
+import os
+import signal
 import sys
 import tempfile
 import traceback
 from typing import Any
 
 from .host import Host
+from .testrun import descendants
+
+PR_SET_CHILD_SUBREAPER = 36
 
 
 class _Fixtures:
@@ -44,7 +51,27 @@ def _passed(result: object) -> bool:
     return result is None or result is True or (type(result) is int and result == 0)
 
 
+def _become_subreaper() -> None:
+    """Orphaned descendants of the test (even those that called setsid) are re-parented to this process,
+    so they can be found and killed when the test ends, instead of escaping to init."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _become_subreaper()
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unit_mcp.testhost")
     parser.add_argument("--units", required=True)
     parser.add_argument("--namespace", default="units")

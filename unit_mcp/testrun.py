@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
+PIPE_GRACE = 0.5
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -48,14 +48,6 @@ class CappedBuffer:
         return bytes(self.head + middle + self.tail).decode("utf-8", "replace")
 
 
-def _drain(stream: IO[bytes], buffer: CappedBuffer) -> None:
-    try:
-        while chunk := stream.read1(65536):  # type: ignore[attr-defined]
-            buffer.feed(chunk)
-    except (OSError, ValueError):
-        pass
-
-
 @dataclass
 class TestProcessResult:
     __test__ = False
@@ -68,9 +60,71 @@ class TestProcessResult:
     timed_out: bool
 
 
-def _kill_group(pgid: int) -> None:
+def descendants(pid: int) -> list[int]:
+    """Every process below pid, from /proc (children that left the process group included)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _pump(proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, deadline: float) -> bool:
+    """Copy both pipes into their buffers until EOF on both or the deadline. True if the process ended.
+
+    One thread and non-blocking reads: a pipe held open by an escaped grandchild can delay us
+    until the deadline, never block us.
+    """
+    selector = selectors.DefaultSelector()
+    for fd in streams:
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ)
+    try:
+        while selector.get_map():
+            now = time.perf_counter()
+            if proc.poll() is not None:
+                deadline = min(deadline, now + PIPE_GRACE)  # pipes held open by a stray child: stop soon
+            remaining = deadline - now
+            if remaining <= 0:
+                break
+            for key, _ in selector.select(min(remaining, 0.2)):
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if chunk:
+                    streams[key.fd].feed(chunk)
+                else:
+                    selector.unregister(key.fd)
+        if proc.poll() is None:
+            try:
+                proc.wait(max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                return False
+        return True
+    finally:
+        selector.close()
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the process group of pid and every descendant found under pid."""
+    for target in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(target, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
 
 
 def run_test_process(
@@ -103,24 +157,15 @@ def run_test_process(
     )
     assert proc.stdout is not None and proc.stderr is not None
     out, err = CappedBuffer(max_output), CappedBuffer(max_output)
-    readers = [
-        threading.Thread(target=_drain, args=(proc.stdout, out), daemon=True),
-        threading.Thread(target=_drain, args=(proc.stderr, err), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    timed_out = False
+    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        timed_out = not _pump(proc, streams, deadline=started + timeout)
     finally:
-        _kill_group(proc.pid)  # the test's own children too, whether it finished or not
+        kill_tree(proc.pid)  # the test's own children too, whether it finished or not
         proc.wait()
-    for reader in readers:
-        reader.join(2)
-    proc.stdout.close()
-    proc.stderr.close()
+        _pump(proc, streams, deadline=time.perf_counter() + PIPE_GRACE)  # what was written before the kill
+        proc.stdout.close()
+        proc.stderr.close()
     duration = (time.perf_counter() - started) * 1000
     return TestProcessResult(
         exit_code=None if timed_out else proc.returncode,

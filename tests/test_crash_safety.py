@@ -1,0 +1,66 @@
+"""A process writing sources through the service is killed with SIGKILL at random moments:
+every source is always byte-for-byte one of the versions that were written, never a mix."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WRITER = r"""
+import sys
+from unit_mcp import Host, UnitService
+
+units, data = sys.argv[1], sys.argv[2]
+with Host(units, data) as host:
+    service = UnitService(host)
+    print("ready", flush=True)
+    n = 0
+    while True:
+        current = service.read_source("bulk", "table.py").content
+        marker = "VERSION = 'a'" if "VERSION = 'a'" in current else "VERSION = 'b'"
+        flipped = "VERSION = 'b'" if marker.endswith("'a'") else "VERSION = 'a'"
+        service.apply_patch("bulk", "table.py", old=marker, new=flipped)
+        n += 1
+"""
+
+
+def versions(body: str) -> tuple[bytes, bytes]:
+    return (f"VERSION = 'a'\n{body}".encode(), f"VERSION = 'b'\n{body}".encode())
+
+
+def test_sigkill_during_writes_never_leaves_a_torn_source(tmp_path: Path) -> None:
+    units = tmp_path / "units"
+    (units / "bulk").mkdir(parents=True)
+    (units / "bulk" / "__init__.py").write_text("from . import table\n")
+    body = "".join(
+        f"ROW_{n} = {n!r}  # a line of padding so that the write takes a while ......\n" for n in range(4000)
+    )
+    allowed = versions(body)
+    target = units / "bulk" / "table.py"
+    target.write_bytes(allowed[0])
+    rng = random.Random(7)
+    kills = 0
+    changed = 0
+    previous = target.read_bytes()
+    for _ in range(25):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(units), str(tmp_path / "data")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.25))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        kills += 1
+        now = target.read_bytes()
+        assert now in allowed, f"torn write after kill {kills}: {len(now)} bytes"
+        changed += now != previous
+        previous = now
+    assert changed >= 3, "the writer must have been killed between writes as well as during them"
+    leftovers = [p.name for p in (units / "bulk").iterdir() if p.name.startswith(".")]
+    assert all(name.endswith(".tmp") for name in leftovers)
