@@ -68,8 +68,16 @@ class TestTool:
     run: Callable[[dict[str, Any]], Any]
 
 
+SLOW_EVENTS: list[str] = []  # what became of each slow_echo call: "finished" or "cancelled"
+
+
 async def _slow(args: dict[str, Any]) -> str:
-    await anyio.sleep(float(args.get("seconds", 30)))
+    try:
+        await anyio.sleep(float(args.get("seconds", 30)))
+    except anyio.get_cancelled_exc_class():
+        SLOW_EVENTS.append("cancelled")
+        raise
+    SLOW_EVENTS.append("finished")
     return "slept"
 
 

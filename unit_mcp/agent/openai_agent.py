@@ -4,13 +4,15 @@ The `openai` SDK is used directly with a `base_url`, so any compatible endpoint 
 server, the scripted model in `unit_mcp.testing`). Streaming deltas are recorded as one partial assistant
 message (memory only, `on_partial` per delta) that is persisted once complete; tool-call deltas are
 assembled by index, so parallel tool calls come back as one step. Cancelling the turn cancels the stream
-read (the HTTP response is closed) and the tools the loop is running.
+read (the HTTP response is closed) and the tools the loop is running. Without a `client` given, each
+turn opens its own client and closes it at the end, so no connection outlives the turn's event loop.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from openai import AsyncOpenAI
@@ -21,6 +23,9 @@ from .loop import LoopAgent
 
 if TYPE_CHECKING:
     from .context import TurnContext
+    from .items import Session
+
+_turn_client: ContextVar[AsyncOpenAI | None] = ContextVar("unit_mcp_openai_turn_client", default=None)
 
 
 class OpenAIAgent(LoopAgent):
@@ -40,15 +45,31 @@ class OpenAIAgent(LoopAgent):
     ) -> None:
         """`client` wins over `base_url`/`api_key`; a local `base_url` needs no real key."""
         super().__init__(id=id, **options)
-        if client is None:
-            key = api_key or os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
-            client = AsyncOpenAI(base_url=base_url, api_key=key)
-        self.client = client
+        self._client = client
+        self.base_url = base_url
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
         self.model = model
         self.provider = provider
         self.stream = stream
         self.parallel_tool_calls = parallel_tool_calls
         self.request_options = dict(request_options or {})
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        client = self._client or _turn_client.get()
+        if client is None:
+            raise RuntimeError("OpenAIAgent.client is only available inside a turn")
+        return client
+
+    async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
+        if self._client is not None:
+            return await super().run(input, session, ctx)
+        async with AsyncOpenAI(base_url=self.base_url, api_key=self.api_key) as client:
+            token = _turn_client.set(client)
+            try:
+                await super().run(input, session, ctx)
+            finally:
+                _turn_client.reset(token)
 
     async def request(self, request: ModelRequest, ctx: TurnContext) -> ModelResponse:
         kwargs: dict[str, Any] = {"model": self.model, "messages": request.messages, **self.request_options}

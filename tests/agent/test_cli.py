@@ -1,0 +1,76 @@
+"""`python -m unit_mcp.agent` as a user runs it: a real subprocess against the real unit server and the
+scripted model, both on loopback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from conftest import UnitServer
+
+from unit_mcp.agent.cli import main
+from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
+
+pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def agent_cli(*args: str) -> tuple[int, str, str]:
+    done = await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_run_streams_the_turn_and_sessions_can_be_browsed(
+    tmp_path: Path, unit_server: UnitServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steps = [
+        call(tool_call("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})),
+        say("greeter.py is {{tool:unit_read_source.size}} bytes.", when=Match(last_role="tool"), chunk_size=3),
+    ]
+    data = str(tmp_path / "agent-data")
+    async with ScriptedModel(steps) as model:
+        code, out, err = await agent_cli(
+            "--data-dir", data, "run", "--model", "m", "--base-url", model.base_url,
+            "--mcp-url", unit_server.url, "--mcp-token", unit_server.token,
+            "--allow", "filesystem-read", "how", "big", "is", "greeter?",
+        )  # fmt: skip
+        assert code == 0, err
+        assert model.requests[0].messages[-1] == {"role": "user", "content": "how big is greeter?"}
+    size = (unit_server.units_root / "greeter.py").stat().st_size
+    assert out.strip() == f"greeter.py is {size} bytes."
+    assert "→ unit_read_source" in err and "← unit_read_source" in err
+    session_id = err.strip().splitlines()[-1].removeprefix("session: ")
+    assert unit_server.called() == ["unit_read_source"]
+
+    # browsing needs no servers: the same entry point, in process
+    assert main(["--data-dir", data, "sessions", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.startswith(session_id) and "unit-agent" in listing
+    assert main(["--data-dir", data, "sessions", "show", session_id]) == 0
+    shown = capsys.readouterr().out
+    assert "user: how big is greeter?" in shown and "→ unit_read_source" in shown
+    assert main(["--data-dir", data, "sessions", "show", session_id, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == session_id
+    assert main(["--data-dir", data, "sessions", "list", "--json"]) == 0
+    assert [meta["id"] for meta in json.loads(capsys.readouterr().out)] == [session_id]
+
+
+async def test_without_a_terminal_an_ask_is_denied_and_the_turn_goes_on(
+    tmp_path: Path, unit_server: UnitServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steps = [
+        call(tool_call("unit_reload", {"unit_id": "counter"})),
+        say("I may not reload.", when=Match(last_role="tool")),
+    ]
+    async with ScriptedModel(steps) as model:
+        code, out, err = await agent_cli(
+            "--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", model.base_url,
+            "--mcp-url", unit_server.url, "--mcp-token", unit_server.token, "reload", "counter",
+        )  # fmt: skip
+    assert code == 0 and out.strip() == "I may not reload."
+    assert "✗ unit_reload: [approval_denied]" in err and unit_server.calls == []
+    assert main(["--data-dir", str(tmp_path / "d"), "sessions", "show", "ses-0000000000000000"]) == 1
+    assert "no session" in capsys.readouterr().err
