@@ -43,10 +43,9 @@ def test_sigkill_during_writes_never_leaves_a_torn_source(tmp_path: Path) -> Non
     target = units / "bulk" / "table.py"
     target.write_bytes(allowed[0])
     rng = random.Random(7)
-    kills = 0
     changed = 0
     previous = target.read_bytes()
-    for _ in range(25):
+    for kills in range(1, 26):
         writer = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(units), str(tmp_path / "data")],
             stdout=subprocess.PIPE,
@@ -56,7 +55,6 @@ def test_sigkill_during_writes_never_leaves_a_torn_source(tmp_path: Path) -> Non
         time.sleep(rng.uniform(0.0, 0.25))
         writer.send_signal(signal.SIGKILL)
         writer.wait()
-        kills += 1
         now = target.read_bytes()
         assert now in allowed, f"torn write after kill {kills}: {len(now)} bytes"
         changed += now != previous
