@@ -146,6 +146,15 @@ async def test_only_approved_tools_are_listed_and_callable(unit_server: UnitServ
     assert unit_server.called() == ["echo_token"]
 
 
+async def test_endpoint_grants_widen_what_is_listed_and_callable(unit_server: UnitServer, tmp_path: Path) -> None:
+    async with approved(unit_server, tmp_path, grants=["filesystem-read"]) as endpoint, client(endpoint) as connected:
+        assert "unit_read_source" in await names(connected)
+        read = await connected.call_tool("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})
+        assert not read.is_error and read.structured_content is not None
+        assert "unit_reload" not in await names(connected)
+    assert unit_server.called() == ["unit_read_source"]
+
+
 async def test_legacy_sse_clients_are_served_too(unit_server: UnitServer, tmp_path: Path) -> None:
     async with approved(unit_server, tmp_path) as endpoint:
         assert endpoint.sse_url is not None

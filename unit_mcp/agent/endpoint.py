@@ -216,7 +216,7 @@ class ApprovedEndpoint:
                 is_error=True,
             )
         try:
-            output = await self.surface.call(params.name, dict(params.arguments or {}))
+            output = await self.surface.call(params.name, dict(params.arguments or {}), grants=self.grants)
         except ToolFailed as exc:
             output_text, is_error, structured = str(exc), True, None
         else:

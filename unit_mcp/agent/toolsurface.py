@@ -298,8 +298,11 @@ class AgentToolSurface:
 
     # -- calling ----------------------------------------------------------------------------------
 
-    async def call(self, name: str, arguments: dict[str, Any], ctx: TurnContext | None = None) -> ToolOutput:
-        """Run a tool after checking approval (asking through `ctx` when given, policy and grants otherwise)."""
+    async def call(
+        self, name: str, arguments: dict[str, Any], ctx: TurnContext | None = None, *, grants: Iterable[str] = ()
+    ) -> ToolOutput:
+        """Run a tool after checking approval: through `ctx` when given (policy, the session's grants, then the
+        approver), otherwise by the policy and `grants` alone (nobody to ask)."""
         tool = self.get(name)
         if tool is None:
             return ToolOutput(
@@ -310,7 +313,7 @@ class AgentToolSurface:
             decision = await ctx.approve(tool.risk, tool=tool.name, arguments=arguments)
             approved, reason = decision.approved, decision.reason
         else:
-            approved = self.approvals.check_risk(tool.risk) == "approved"
+            approved = self.approvals.check_risk(tool.risk, grants) == "approved"
             reason = f"the policy for {tool.risk} is {self.approvals.mode(tool.risk)}"
         if not approved:
             return ToolOutput(
