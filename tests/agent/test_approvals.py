@@ -100,7 +100,7 @@ async def test_high_risk_tools_are_neither_offered_nor_run_without_approval(tmp_
 
     offered: list[list[str]] = []
 
-    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse:
+    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
         offered.append([tool["function"]["name"] for tool in request.tools])
         if request.step == 1:
             return ModelResponse.calling(("wipe", {}))
@@ -132,7 +132,7 @@ async def test_decisions_are_recorded_and_remembered_grants_survive_a_restart(tm
     def run_tests() -> str:
         return "passed"
 
-    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse:
+    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
         return ModelResponse.calling(("run_tests", {})) if request.messages[-1]["role"] == "user" else "ok"
 
     async with running(tmp_path, {"f": lambda deps: FunctionAgent(model, id="f")}, surface=surface) as runner:

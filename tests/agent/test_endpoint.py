@@ -221,7 +221,7 @@ async def test_a_server_that_goes_away_fails_the_turn_not_the_runner(tmp_path: P
             await stop.wait()
         stopped.set()
 
-    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse:
+    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
         return ModelResponse.calling(("ping", {})) if request.messages[-1]["role"] == "user" else "answered"
 
     surface = AgentToolSurface(AgentApprovals())

@@ -57,7 +57,7 @@ async def test_a_steering_message_lands_in_the_same_turn(tmp_path: Path) -> None
     requests: list[ModelRequest] = []
     tool_running, release = anyio.Event(), anyio.Event()
 
-    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse:
+    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
         requests.append(request)
         return ModelResponse.calling(("work", {})) if request.step == 1 else "done, in blue"
 

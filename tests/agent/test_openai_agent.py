@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from conftest import SLOW_EVENTS, UnitServer, reload, running
 
 from unit_mcp.agent import (
+    Agent,
     AgentApprovals,
     AgentToolSurface,
     Item,
@@ -24,7 +27,7 @@ from unit_mcp.testing import Match, ScriptedError, ScriptedModel, ScriptedUsage,
 pytestmark = pytest.mark.anyio
 
 
-def agent_for(model: ScriptedModel, **options: object) -> dict[str, object]:
+def agent_for(model: ScriptedModel, **options: Any) -> dict[str, Callable[[Mapping[str, Any]], Agent]]:
     return {"o": lambda deps: OpenAIAgent(id="o", model="scripted-model", base_url=model.base_url, **options)}
 
 
@@ -39,7 +42,7 @@ async def test_streamed_deltas_are_partials_and_the_final_message_keeps_usage_an
     async with ScriptedModel(
         [say(text, chunk_size=10, usage=ScriptedUsage(prompt_tokens=42, completion_tokens=7))]
     ) as model:
-        async with running(tmp_path, agent_for(model)) as runner:  # type: ignore[arg-type]
+        async with running(tmp_path, agent_for(model)) as runner:
             session = await runner.create_session("o")
             handle = await runner.run_turn(session.id, "what is counter?", TurnCallbacks(on_partial=on_partial))
             assert (await handle.wait(10)).result == text
@@ -66,7 +69,7 @@ async def test_parallel_tool_calls_on_the_unit_server(tmp_path: Path, unit_serve
     surface = AgentToolSurface(AgentApprovals())
     async with ScriptedModel(steps) as model, unit_server.source() as source:
         surface.add_source(source)
-        async with running(tmp_path, agent_for(model, stream=stream), surface=surface) as runner:  # type: ignore[arg-type]
+        async with running(tmp_path, agent_for(model, stream=stream), surface=surface) as runner:
             session = await runner.create_session("o")
             handle = await (await runner.run_turn(session.id, "inspect counter")).wait(10)
         assert handle.status is TurnStatus.COMPLETED, handle.error
@@ -82,7 +85,7 @@ async def test_cancelling_mid_stream_closes_the_stream(tmp_path: Path) -> None:
     first_delta = anyio.Event()
     slow = Step(text="word " * 200, chunk_size=5, chunk_delay=0.05)
     async with ScriptedModel([slow]) as model:
-        async with running(tmp_path, agent_for(model)) as runner:  # type: ignore[arg-type]
+        async with running(tmp_path, agent_for(model)) as runner:
             session = await runner.create_session("o")
             handle = await runner.run_turn(session.id, "talk", TurnCallbacks(on_partial=lambda item: first_delta.set()))
             with anyio.fail_after(5):
@@ -102,7 +105,7 @@ async def test_cancelling_mid_tool_call_stops_the_tool_on_the_server(tmp_path: P
     surface = AgentToolSurface(AgentApprovals())
     async with ScriptedModel([call(tool_call("slow_echo", {"seconds": 30}))]) as model, unit_server.source() as source:
         surface.add_source(source)
-        async with running(tmp_path, agent_for(model), surface=surface) as runner:  # type: ignore[arg-type]
+        async with running(tmp_path, agent_for(model), surface=surface) as runner:
             session = await runner.create_session("o")
             handle = await runner.run_turn(session.id, "be slow")
             with anyio.fail_after(5):
@@ -123,7 +126,7 @@ async def test_cancelling_mid_tool_call_stops_the_tool_on_the_server(tmp_path: P
 
 async def test_a_provider_error_fails_the_turn_with_its_message(tmp_path: Path) -> None:
     steps = [Step(error=ScriptedError(status=400, message="context length exceeded")), say("recovered")]
-    async with ScriptedModel(steps) as model, running(tmp_path, agent_for(model)) as runner:  # type: ignore[arg-type]
+    async with ScriptedModel(steps) as model, running(tmp_path, agent_for(model)) as runner:
         session = await runner.create_session("o")
         failed = await (await runner.run_turn(session.id, "x")).wait(10)
         assert failed.status is TurnStatus.FAILED
@@ -135,7 +138,7 @@ async def test_steering_reaches_the_model_in_the_same_turn(tmp_path: Path) -> No
     waiting, release = anyio.Event(), anyio.Event()
     steps = [call("hold"), say("blue it is", when=Match(last_contains="make it blue"))]
     async with ScriptedModel(steps) as model:
-        async with running(tmp_path, agent_for(model)) as runner:  # type: ignore[arg-type]
+        async with running(tmp_path, agent_for(model)) as runner:
 
             @runner.tools.tool
             async def hold() -> str:

@@ -27,14 +27,8 @@ import anyio
 
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import Item, MessageItem, ToolCallItem, ToolResultItem
-from .mcpsource import McpToolSource
-from .openai_agent import OpenAIAgent
 from .projections import transcript_line
-from .registry import AgentRegistry
-from .runner import AgentRunner
 from .sessions import SessionStore
-from .toolsurface import AgentToolSurface
-from .turns import TurnCallbacks, TurnStatus
 
 AGENT_ID = "unit-agent"
 INSTRUCTIONS = """\
@@ -123,6 +117,14 @@ class Terminal:
 
 
 async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
+    # the MCP and OpenAI SDKs load only for `run`: browsing sessions stays quick
+    from .mcpsource import McpToolSource
+    from .openai_agent import OpenAIAgent
+    from .registry import AgentRegistry
+    from .runner import AgentRunner
+    from .toolsurface import AgentToolSurface
+    from .turns import TurnCallbacks, TurnStatus
+
     if not args.base_url:
         print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
         return 2

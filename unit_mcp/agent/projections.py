@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .items import ErrorItem, EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
-from .toolsurface import openai_tool_name
+from .toolnames import openai_tool_name
 
 MISSING_RESULT = "[missing] No result was recorded for this tool call."
 

@@ -13,11 +13,9 @@ the turn, never the runner.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import logging
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_type_hints
@@ -30,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from .approvals import AgentApprovals, Risk, normalise_risk
 from .errors import AgentError, ToolError, ToolFailed
 from .mcpsource import RISK_META_KEY, McpToolSource
+from .toolnames import openai_tool_name
 from .turns import describe
 
 if TYPE_CHECKING:
@@ -38,17 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("unit_mcp.agent.toolsurface")
 
 LOCAL = "local"
-_OPENAI_NAME = re.compile(r"[^A-Za-z0-9_-]")
 ChangeListener = Callable[[], None]
-
-
-def openai_tool_name(name: str) -> str:
-    """A name OpenAI-style function calling accepts (`[A-Za-z0-9_-]`, at most 64 characters). Valid names
-    pass unchanged; others are sanitised and suffixed with a hash of the original, so they stay distinct."""
-    if len(name) <= 64 and not _OPENAI_NAME.search(name):
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{_OPENAI_NAME.sub('_', name)[:55]}_{digest}"
 
 
 class ToolDef(BaseModel):

@@ -109,7 +109,7 @@ class Step(BaseModel):
     error: ScriptedError | None = None
     delay: float = 0.0
     chunk_delay: float = 0.0
-    chunk_size: int = Field(8, ge=1)
+    chunk_size: int = Field(default=8, ge=1)
     usage: ScriptedUsage | None = None
     repeat: bool = False
 
