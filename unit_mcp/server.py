@@ -19,6 +19,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
+from mcp.server.stdio import stdio_server
 
 from .bridge import Bridge, BridgeError, is_loopback
 from .host import Host
@@ -52,6 +53,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--server-name", default="unit-dev", help="name of this server in the OpenCode config (default: unit-dev)"
     )
+    parser.add_argument(
+        "--stdio",
+        action="store_true",
+        help="speak MCP on stdin/stdout instead of HTTP (for clients that launch the server); prints nothing else",
+    )
     parser.add_argument("--no-watch", action="store_true", help="do not reload units when their files change on disk")
     parser.add_argument(
         "--no-auth",
@@ -77,45 +83,72 @@ def _say(line: str) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    """Run until SIGINT/SIGTERM, then stop the bridge, drop the units and remove temporary data."""
+    """Run until SIGINT/SIGTERM (or, with --stdio, until stdin closes), then drop the units and clean up."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with AsyncExitStack() as stack:
-            if args.data_dir is None:
-                data_dir = Path(tempfile.mkdtemp(prefix="unit-mcp-"))
-                stack.callback(shutil.rmtree, data_dir, True)
-            else:
-                data_dir = args.data_dir.resolve()
-                data_dir.mkdir(parents=True, exist_ok=True)
-            units = args.units
-            if units is None:
-                units = data_dir / "example-units"
-                if not units.exists():
-                    shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
-            host = Host(units, data_dir)
-            host.start()
-            stack.callback(host.close)
-            if not args.no_watch:
-                host.start_watching()
-            tools = UnitTools(UnitService(host), prefix=args.tool_prefix)
-            bridge = Bridge(
-                tools.server(),
-                host=args.host,
-                port=args.port,
-                server_name=args.server_name,
-                config_root=data_dir / "opencode-config",
-                auth=not args.no_auth,
-            )
-            await stack.enter_async_context(bridge)
-            status = bridge.status()
-            _say(f"MCP_URL={status.url}")
-            _say(f"MCP_SSE_URL={status.sse_url}")
-            if bridge.token is not None:
-                _say(f"MCP_TOKEN={bridge.token}")
-            _say(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
-            _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
-            async for signum in signals:
-                log.info("stopping on %s", signal.Signals(signum).name)
-                break
+            tools, data_dir = _tools(args, stack)
+            async with anyio.create_task_group() as group:
+
+                async def stop_on_signal() -> None:
+                    async for signum in signals:
+                        log.info("stopping on %s", signal.Signals(signum).name)
+                        break
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stop_on_signal)
+                if args.stdio:
+                    await _serve_stdio(tools)
+                    group.cancel_scope.cancel()
+                else:
+                    await _serve_http(args, tools, data_dir, stack)
+
+
+def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, Path]:
+    """The data dir (temporary unless given), the units (a private example copy unless given), the host."""
+    if args.data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="unit-mcp-"))
+        stack.callback(shutil.rmtree, data_dir, True)
+    else:
+        data_dir = args.data_dir.resolve()
+        data_dir.mkdir(parents=True, exist_ok=True)
+    units = args.units
+    if units is None:
+        units = data_dir / "example-units"
+        if not units.exists():
+            shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
+    host = Host(units, data_dir)
+    host.start()
+    stack.callback(host.close)
+    if not args.no_watch:
+        host.start_watching()
+    return UnitTools(UnitService(host), prefix=args.tool_prefix), data_dir
+
+
+async def _serve_stdio(tools: UnitTools) -> None:
+    """MCP over this process's stdin/stdout, for clients that launch the server themselves."""
+    server = tools.server()
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:
+    bridge = Bridge(
+        tools.server(),
+        host=args.host,
+        port=args.port,
+        server_name=args.server_name,
+        config_root=data_dir / "opencode-config",
+        auth=not args.no_auth,
+    )
+    await stack.enter_async_context(bridge)
+    status = bridge.status()
+    _say(f"MCP_URL={status.url}")
+    _say(f"MCP_SSE_URL={status.sse_url}")
+    if bridge.token is not None:
+        _say(f"MCP_TOKEN={bridge.token}")
+    _say(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
+    _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
+    await anyio.sleep_forever()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
