@@ -345,7 +345,7 @@ def test_ten_megabytes_of_output_are_capped(service: UnitService) -> None:
 
 
 def test_a_test_that_spawns_children_leaves_none_behind(service: UnitService) -> None:
-    error = refusal("test_timeout", service.run_tests, "looper", "spawner", timeout=3)
+    error = refusal("test_timeout", service.run_tests, "looper", "spawner", timeout=6)
     pid = int(error.details["stdout"].split("child ")[1].split()[0])
     assert not running(pid)
 
@@ -403,7 +403,7 @@ def test_a_hundred_megabytes_of_output_are_capped(service: UnitService) -> None:
 
 
 def test_a_child_that_ignores_sigterm_is_killed_at_the_timeout(service: UnitService) -> None:
-    error = refusal("test_timeout", service.run_tests, "looper", "stubborn", timeout=3)
+    error = refusal("test_timeout", service.run_tests, "looper", "stubborn", timeout=6)
     pid = int(error.details["stdout"].split("child ")[1].split()[0])
     assert not running(pid)
 
@@ -411,7 +411,7 @@ def test_a_child_that_ignores_sigterm_is_killed_at_the_timeout(service: UnitServ
 @pytest.mark.parametrize("test_name", ["escape", "escape_exit"])
 def test_a_grandchild_in_its_own_session_is_killed_too(service: UnitService, test_name: str) -> None:
     try:
-        output = service.run_tests("looper", test_name, timeout=3).stdout
+        output = service.run_tests("looper", test_name, timeout=6).stdout
     except UnitError as exc:
         assert exc.code == "test_timeout"
         output = exc.details["stdout"]

@@ -23,6 +23,7 @@ from typing import Any
 
 from .loader import FilesystemLoader, UnitKind
 from .models import ActivityEvidence, ReloadResult
+from .paths import hash_bytes
 from .redact import Redactor
 
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
@@ -88,10 +89,24 @@ class _Progress:
 
 
 class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
-    """Compile unit sources from the file every time: no stale bytecode after a same-second, same-size edit."""
+    """Compile unit sources from the file every time: no stale bytecode after a same-second, same-size edit.
+
+    Code the service already compiled to validate a write is taken from `codes` (keyed by path and
+    content hash), so a patch is not compiled twice.
+    """
+
+    def __init__(self, fullname: str, path: str, codes: dict[tuple[str, str], types.CodeType]) -> None:
+        super().__init__(fullname, path)
+        self.codes = codes
 
     def path_stats(self, path: str) -> Any:
         raise OSError("unit sources are never served from bytecode caches")
+
+    def source_to_code(self, data: Any, path: Any, *, _optimize: int = -1) -> types.CodeType:  # type: ignore[override]
+        code = self.codes.pop((str(path), hash_bytes(bytes(data))), None)
+        if code is not None:
+            return code
+        return super().source_to_code(data, path, _optimize=_optimize)  # type: ignore[call-arg]
 
 
 class _UnitFinder(importlib.abc.MetaPathFinder):
@@ -100,6 +115,7 @@ class _UnitFinder(importlib.abc.MetaPathFinder):
     def __init__(self, namespace: str, root: Path) -> None:
         self.namespace = namespace
         self.root = root
+        self.codes: dict[tuple[str, str], types.CodeType] = {}
         self.names: dict[str, set[str]] = {}  # unit id → module names imported for it (no scan of sys.modules)
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
@@ -122,7 +138,7 @@ class _UnitFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(
             fullname,
             spec.origin,
-            loader=_FreshSourceLoader(fullname, spec.origin),
+            loader=_FreshSourceLoader(fullname, spec.origin, self.codes),
             submodule_search_locations=spec.submodule_search_locations,
         )
 
@@ -597,6 +613,13 @@ class Host:
         }
         self.logger.error("reloading unit %s failed at %s: %s", unit_id, stage, text)
         return ReloadError(unit_id, stage, text, evidence)
+
+    def remember_code(self, path: Path, data: bytes, code: types.CodeType) -> None:
+        """Code compiled from `data` for the file at `path`, for the next import of exactly those bytes."""
+        if self._finder is not None:
+            if len(self._finder.codes) > 64:
+                self._finder.codes.clear()
+            self._finder.codes[(str(path), hash_bytes(data))] = code
 
     # -- writes made through the service (so the watcher does not reload them twice) ---------
 

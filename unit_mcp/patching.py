@@ -26,19 +26,13 @@ class Lines:
 
     @classmethod
     def parse(cls, text: str) -> Lines:
-        body: list[str] = []
-        endings: list[str] = []
-        for raw in text.split("\n"):
-            body.append(raw)
-            endings.append("\n")
-        endings[-1] = ""
-        if body[-1] == "":  # text ended with a newline (or was empty): no partial last line
-            body.pop()
-            endings.pop()
-        for i, line in enumerate(body):
-            if endings[i] and line.endswith("\r"):
-                body[i] = line[:-1]
-                endings[i] = "\r\n"
+        raw = text.split("\n")
+        last = raw.pop()
+        endings = ["\r\n" if line.endswith("\r") else "\n" for line in raw]
+        body = [line[:-1] if line.endswith("\r") else line for line in raw]
+        if last:  # a last line without a newline
+            body.append(last)
+            endings.append("")
         return cls(body, endings)
 
     def render(self) -> str:
@@ -212,17 +206,45 @@ def _locate(body: list[str], needle: list[str], expected: int, floor: int) -> in
     return None
 
 
+def _keepends(text: str) -> list[str]:
+    """Lines with their '\n' (split on '\n' only: other separators are ordinary characters here)."""
+    lines = [line + "\n" for line in text.split("\n")]
+    last = lines.pop()[:-1]
+    if last:
+        lines.append(last)
+    return lines
+
+
+_RANGE = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
+
+
 def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -> str:
-    """A unified diff of before → after that unidiff and `patch` read back, with no-newline markers."""
-    a = Lines.parse(_to_lf(before))
-    b = Lines.parse(_to_lf(after))
-    a_lines = [line + ("\n" if ending else "") for line, ending in zip(a.body, a.endings, strict=True)]
-    b_lines = [line + ("\n" if ending else "") for line, ending in zip(b.body, b.endings, strict=True)]
+    """A unified diff of before → after that unidiff and `patch` read back, with no-newline markers.
+
+    difflib runs only on the window between the common head and tail (plus context), so the
+    cost follows the size of the change, not of the file.
+    """
+    a, b = _keepends(_to_lf(before)), _keepends(_to_lf(after))
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    start = max(0, head - context)
+    a_window = a[start : len(a) - max(0, tail - context)]
+    b_window = b[start : len(b) - max(0, tail - context)]
+
+    def shift(match: re.Match[str]) -> str:
+        return f"@@ -{int(match[1]) + start}{match[2]} +{int(match[3]) + start}{match[4]} @@"
+
     out: list[str] = []
-    for line in difflib.unified_diff(a_lines, b_lines, f"a/{source_id}", f"b/{source_id}", n=context):
+    for line in difflib.unified_diff(a_window, b_window, f"a/{source_id}", f"b/{source_id}", n=context):
         if line.startswith(("---", "+++")):
             out.append(line.rstrip("\n") + "\n")
             continue
+        if line.startswith("@@"):
+            line = _RANGE.sub(shift, line)
         out.append(line)
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")

@@ -131,11 +131,12 @@ class UnitService:
                 hint="Send a smaller edit (a diff or an exact replacement of the lines that change).",
             )
 
-    def _compile(self, source_id: str, text: str) -> None:
+    def _compile(self, source_id: str, data: bytes, target: Path) -> None:
+        """Refuse Python that does not compile; hand the code to the host so the reload does not compile it again."""
         if not source_id.endswith(".py"):
             return
         try:
-            compile(text, source_id, "exec", dont_inherit=True)
+            code = compile(data, str(target), "exec", dont_inherit=True)
         except SyntaxError as exc:
             raise SourceSyntaxError(
                 f"{source_id}: {exc.msg} at line {exc.lineno}, column {exc.offset}; nothing was written.",
@@ -146,6 +147,7 @@ class UnitService:
             ) from None
         except ValueError as exc:
             raise SourceSyntaxError(f"{source_id}: {exc}; nothing was written.", file=source_id) from None
+        self.host.remember_code(target, data, code)
 
     def _abs(self, unit_id: str, kind: UnitKind, source_id: str) -> Path:
         return self.host.units_root.joinpath(*self.loader.parts(unit_id, kind, paths.validate_source_id(source_id)))
@@ -339,9 +341,10 @@ class UnitService:
                 new_text, count = replace_exact(text, old, new, replace_all=replace_all, label=label)
                 mode = "exact"
             changed = new_text != text
-            if changed:
-                self._compile(source_id, new_text)
             new_data = new_text.encode("utf-8")
+            target = self._abs(unit_id, kind, source_id)
+            if changed:
+                self._compile(source_id, new_data, target)
             result = ApplyPatchResult(
                 unit_id=unit_id,
                 source_id=source_id,
@@ -355,7 +358,6 @@ class UnitService:
             )
             if dry_run or not changed:
                 return result
-            target = self._abs(unit_id, kind, source_id)
 
             def rollback() -> None:
                 self.host.note_own_write(target, current)
@@ -382,10 +384,10 @@ class UnitService:
             raise InvalidSourceId(
                 f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name."
             )
-        self._compile(source_id, source)
         data = source.encode("utf-8")
+        target = self._abs(unit_id, kind, source_id)
+        self._compile(source_id, data, target)
         with self.host.unit_lock(unit_id):
-            target = self._abs(unit_id, kind, source_id)
             self.host.note_own_write(target, paths.hash_bytes(data))
             try:
                 created_dirs = self.loader.create(unit_id, source_id, data)
