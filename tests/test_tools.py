@@ -410,3 +410,20 @@ async def test_concurrent_edits_with_the_same_expected_hash_cannot_both_win(tool
     assert sorted(result.is_error for result in results) == [False, True, True]
     losers = [result.meta[ERROR_META_KEY]["code"] for result in results if result.is_error and result.meta]
     assert losers == ["stale_hash", "stale_hash"]
+
+
+async def test_every_call_is_logged_with_its_outcome_but_without_contents(tools: UnitTools) -> None:
+    async with connect(tools) as client:
+        await client.call_tool("unit_read_source", {"unit_id": "counter", "source_id": "__init__.py"})
+        await client.call_tool("unit_read_source", {"unit_id": "counter", "source_id": "nope.py"})
+        secret = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello", "new": "Top-secret-text"}
+        await client.call_tool("unit_apply_patch", secret)
+        log = (await client.call_tool("unit_read_log", {"grep": "call unit_"})).structured_content
+    assert log is not None
+    lines = log["lines"]
+    assert any("call unit_read_source unit_id=counter source_id=__init__.py ok in" in line for line in lines)
+    assert any(
+        "call unit_read_source unit_id=counter source_id=nope.py refused: [unknown_source]" in line for line in lines
+    )
+    assert any("call unit_apply_patch unit_id=greeter source_id=greeter.py dry_run=False ok" in line for line in lines)
+    assert not any("Top-secret-text" in line for line in lines)

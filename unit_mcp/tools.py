@@ -50,6 +50,9 @@ _TOOL_NAME = re.compile(
 )
 
 log = logging.getLogger("unit_mcp.tools")
+# Arguments named in the app log's call lines (`call unit_apply_patch unit_id=counter source_id=… ok in 3.1 ms`);
+# contents, patches and hashes are left out.
+_LOGGED_ARGS = ("unit_id", "source_id", "test_name", "dry_run")
 
 INSTRUCTIONS = """\
 Develop the hot-reloadable units (plugins) of a running Python application. A unit is addressed by its \
@@ -420,13 +423,15 @@ class UnitTools:
                 None,
             )
         call = functools.partial(getattr(self.service, spec.name.removeprefix("unit_")), **args.model_dump())
+        target = " ".join(f"{key}={value}" for key, value in args.model_dump().items() if key in _LOGGED_ARGS)
+        started = anyio.current_time()
         try:
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
             else:
                 result = await anyio.to_thread.run_sync(call)
         except UnitError as exc:
-            log.info("%s refused: [%s] %s", params.name, exc.code, exc.message)
+            log.info("call %s %s refused: [%s] %s", params.name, target, exc.code, exc.message)
             return self._error(exc.code, exc.message, exc.hint, exc.details)
         except Exception:
             log.exception("%s failed unexpectedly", params.name)
@@ -436,6 +441,7 @@ class UnitTools:
                 "The server log has the details: unit_read_log with grep='unit_mcp.tools'.",
                 None,
             )
+        log.info("call %s %s ok in %.1f ms", params.name, target, (anyio.current_time() - started) * 1000)
         structured = result.model_dump(mode="json")
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(structured, ensure_ascii=False))],
