@@ -5,6 +5,10 @@ An application starts it inside its own process around its own host (`async with
 `await bridge.start()` / `await bridge.stop()`); `python -m unit_mcp.server` is a thin wrapper over it.
 Every request is checked before any MCP code runs: a `Host` or `Origin` that is not loopback is refused
 (DNS rebinding: 421 / 403) and, unless auth is off, so is a request without the per-run bearer token (401).
+
+What one client can take is bounded, so a buggy or hostile one cannot starve the rest: request bodies (413),
+open event streams (503), Streamable HTTP sessions (503, idle ones expire), open connections (uvicorn answers
+503 beyond the limit) and idle keep-alive connections (closed after a few seconds).
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
 MESSAGE_PATH = "/messages/"
 OPENCODE_SCHEMA = "https://opencode.ai/config.json"
+MAX_BODY_BYTES = 16 * 1024 * 1024  # above the service's 2 MB source limit, with room for JSON escaping
+MAX_STREAMS = 64
+MAX_SESSIONS = 512
+MAX_CONNECTIONS = 256
+KEEP_ALIVE_TIMEOUT = 5
+SESSION_IDLE_TIMEOUT = 30 * 60
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 log = logging.getLogger("unit_mcp.bridge")
@@ -117,6 +127,37 @@ class _Guard:
         return secrets.compare_digest(candidate, self.expected)
 
 
+class _StreamLimit:
+    """At most `limit` event streams (GET /sse, GET /mcp) open at once; the next one is refused with 503.
+
+    An event stream lives as long as its client keeps it open, so without a bound a client that opens streams
+    and never closes them would hold a task and a connection each until the connection limit refuses everyone.
+    """
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.open = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        if self.open >= self.limit:
+            refusal = PlainTextResponse(
+                f"Too many open event streams (the limit is {self.limit}); close one and retry.",
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+            await refusal(scope, receive, send)
+            return
+        self.open += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open -= 1
+
+
 class _SseEndpoint:
     """GET /sse: one legacy SSE connection served by the MCP server until the client goes away."""
 
@@ -181,6 +222,11 @@ class Bridge:
     `config_root` defaults to a fresh temporary folder removed at stop; a given folder is kept. The bearer
     token is new on every start. Start and stop are idempotent; call them from the same asyncio event loop
     (uvicorn runs on asyncio), e.g. `async with Bridge(tools.server()) as bridge: ...`.
+
+    Bounds: `max_body_bytes` per request body (413), `max_streams` open event streams (503), `max_sessions`
+    Streamable HTTP sessions (503; a session idle for `session_idle_timeout` seconds is closed),
+    `max_connections` open connections or running requests (uvicorn answers 503 beyond it) and
+    `keep_alive_timeout` seconds before an idle keep-alive connection is closed.
     """
 
     def __init__(
@@ -193,6 +239,12 @@ class Bridge:
         config_root: str | os.PathLike[str] | None = None,
         auth: bool = True,
         shutdown_timeout: int = 1,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_streams: int = MAX_STREAMS,
+        max_sessions: int = MAX_SESSIONS,
+        max_connections: int = MAX_CONNECTIONS,
+        keep_alive_timeout: int = KEEP_ALIVE_TIMEOUT,
+        session_idle_timeout: float = SESSION_IDLE_TIMEOUT,
     ) -> None:
         if not is_loopback(host):
             raise BridgeError(
@@ -206,6 +258,12 @@ class Bridge:
         self.server_name = server_name
         self.auth = auth
         self.shutdown_timeout = shutdown_timeout
+        self.max_body_bytes = max_body_bytes
+        self.max_streams = max_streams
+        self.max_sessions = max_sessions
+        self.max_connections = max_connections
+        self.keep_alive_timeout = keep_alive_timeout
+        self.session_idle_timeout = session_idle_timeout
         self._given_config_root = Path(config_root).resolve() if config_root is not None else None
         self._config_root: Path | None = None
         self._port: int | None = None
@@ -279,6 +337,8 @@ class Bridge:
                     lifespan="on",
                     ws="none",
                     timeout_graceful_shutdown=self.shutdown_timeout,
+                    limit_concurrency=self.max_connections,
+                    timeout_keep_alive=self.keep_alive_timeout,
                 )
             )
             self._task = asyncio.get_running_loop().create_task(self._serve(self._uvicorn, sock))
@@ -309,7 +369,9 @@ class Bridge:
 
     def _bind(self) -> socket.socket:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto must say TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets that do, and with Nagle on
+        # every response after the first on a keep-alive connection waits ~40 ms for a delayed ACK.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, self.requested_port))
@@ -345,15 +407,24 @@ class Bridge:
     def _app(self) -> Starlette:
         assert self._port is not None
         security = _security(self.host, self._port)
-        manager = StreamableHTTPSessionManager(app=self.server, security_settings=security)
-        sse = SseServerTransport(MESSAGE_PATH, security_settings=security)
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=security,
+            max_request_body_size=self.max_body_bytes,
+            max_sessions=self.max_sessions,
+            session_idle_timeout=self.session_idle_timeout,
+        )
+        sse = SseServerTransport(MESSAGE_PATH, security_settings=security, max_request_body_size=self.max_body_bytes)
         return Starlette(
             routes=[
                 Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
                 Route(SSE_PATH, endpoint=_SseEndpoint(self.server, sse), methods=["GET"]),
                 Mount(MESSAGE_PATH, app=sse.handle_post_message),
             ],
-            middleware=[Middleware(_Guard, security=security, token=self._token)],
+            middleware=[
+                Middleware(_Guard, security=security, token=self._token),
+                Middleware(_StreamLimit, limit=self.max_streams),
+            ],
             lifespan=lambda app: manager.run(),
         )
 

@@ -1,0 +1,50 @@
+"""Fixtures of the hardening suite: the figures report, and the unit server served over loopback HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from unit_mcp import Host, UnitService
+from unit_mcp.bridge import Bridge
+from unit_mcp.tools import UnitTools
+
+from .report import Report, report_dir
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def figures() -> Iterator[Report]:
+    """Each test records its figures here; they are written to reports/ when the session ends."""
+    report = Report(report_dir())
+    yield report
+    report.write()
+
+
+@dataclass
+class Served:
+    host: Host
+    bridge: Bridge
+
+    @property
+    def url(self) -> str:
+        assert self.bridge.url is not None
+        return self.bridge.url
+
+    @property
+    def token(self) -> str | None:
+        return self.bridge.token
+
+
+@pytest.fixture
+async def served(host: Host) -> AsyncIterator[Served]:
+    """The tools over the default units (examples and fixtures), served by the real bridge on loopback."""
+    tools = UnitTools(UnitService(host, test_timeout=30), progress_interval=0.5)
+    async with Bridge(tools.server()) as bridge:
+        yield Served(host, bridge)

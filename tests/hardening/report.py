@@ -1,0 +1,94 @@
+"""The figures the hardening suite measures, written to `reports/hardening.json` and `reports/hardening.md`.
+
+Each test records its own section; a run merges its sections into the existing report, so running one test
+module refreshes its figures without dropping the others. `UNIT_MCP_REPORT_DIR` moves the report elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+TITLES = {
+    "paths": "Hostile source ids through the tools over HTTP",
+    "paths_race": "A symlink swapped in between check and open",
+    "paths_hypothesis": "Hypothesis-generated source ids through the tools",
+    "concurrency": "Concurrent edits",
+    "reload_faults": "Reload faults through the tools",
+    "bad_arguments": "Bad arguments to every tool",
+    "transport": "Transport: guards, malformed bodies, bounds",
+    "load": "Load: 16 clients against the real server process",
+    "session_crashes": "SIGKILL while appending to agent sessions",
+}
+
+
+class Report:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.sections: dict[str, dict[str, Any]] = {}
+
+    def record(self, section: str, **figures: Any) -> None:
+        """Add figures to a section of this run (later calls for the same section add to it)."""
+        self.sections.setdefault(section, {}).update(figures)
+
+    def write(self) -> None:
+        if not self.sections:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / "hardening.json"
+        try:
+            merged: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            merged = {}
+        sections = merged.setdefault("sections", {})
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for name, figures in self.sections.items():
+            sections[name] = {"measured_at": now, **figures}
+        merged["machine"] = {
+            "python": platform.python_version(),
+            "platform": platform.platform(terse=True),
+            "cpus": os.cpu_count(),
+        }
+        merged["sections"] = {name: sections[name] for name in sorted(sections, key=_order)}
+        path.write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+        (self.directory / "hardening.md").write_text(render(merged))
+
+
+def _order(name: str) -> int:
+    return list(TITLES).index(name) if name in TITLES else len(TITLES)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, dict):
+        return ", ".join(f"{key}: {_show(item)}" for key, item in value.items()) or "—"
+    if isinstance(value, list):
+        return ", ".join(_show(item) for item in value) or "—"
+    return str(value)
+
+
+def render(report: dict[str, Any]) -> str:
+    machine = report.get("machine", {})
+    lines = [
+        "# Hardening figures",
+        "",
+        "Written by `tests/hardening` each time it runs (`scripts/test tests/hardening`); do not edit by hand.",
+        f"Last machine: Python {machine.get('python')}, {machine.get('platform')}, {machine.get('cpus')} CPUs.",
+    ]
+    for name, figures in report.get("sections", {}).items():
+        lines += ["", f"## {TITLES.get(name, name)}", "", "| figure | value |", "| --- | --- |"]
+        lines += [f"| {key} | {_show(value)} |" for key, value in figures.items()]
+    return "\n".join(lines) + "\n"
+
+
+def report_dir() -> Path:
+    return Path(os.environ.get("UNIT_MCP_REPORT_DIR") or REPO / "reports")
