@@ -1,0 +1,328 @@
+"""OpenCodeClient: REST and the shared event stream of one `opencode serve` node, local or remote.
+
+Every request has a bounded timeout and maps failures onto the provider's errors: no answer is
+`NodeUnavailable`, a 404 on a session is `UnknownOpenCodeSession`, any other error status is
+`OpenCodeHTTPError` with the node's own words. The `/event` stream (see `events.py`) is opened when the
+client is entered, so it is subscribed before the first prompt, and `close()` ends it and rejects waiters.
+
+`send` is the session lifecycle the agent needs: it validates a stored session id (creating one when
+there is none or the node no longer knows it), sends the prompt, and if the node answers 404 anyway (the
+session vanished in between) replaces the session and retries once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream
+from pydantic import BaseModel
+
+from .errors import NodeUnavailable, OpenCodeError, OpenCodeHTTPError, UnknownOpenCodeSession
+from .events import EventStream, NodeEvent
+
+log = logging.getLogger("unit_mcp.agent.opencode.client")
+
+PermissionReply = Literal["once", "always", "reject"]
+
+
+class ModelRef(BaseModel):
+    """A model as OpenCode names it: `providerID` (a provider in its config) and `modelID`."""
+
+    provider_id: str
+    model_id: str
+
+    @classmethod
+    def parse(cls, value: str | ModelRef | Mapping[str, str]) -> ModelRef:
+        """`"provider/model"`, a ModelRef, or `{"providerID": …, "modelID": …}`."""
+        if isinstance(value, ModelRef):
+            return value
+        if isinstance(value, str):
+            provider, sep, model = value.partition("/")
+            if not sep or not provider or not model:
+                raise ValueError(f"an OpenCode model is 'provider/model', not {value!r}")
+            return cls(provider_id=provider, model_id=model)
+        return cls(provider_id=value["providerID"], model_id=value["modelID"])
+
+    def wire(self) -> dict[str, str]:
+        return {"providerID": self.provider_id, "modelID": self.model_id}
+
+    def __str__(self) -> str:
+        return f"{self.provider_id}/{self.model_id}"
+
+
+class Sent(BaseModel):
+    """A prompt the node accepted: the session it went to, the event mark to wait from, and the newest
+    message id before it (every message of the reply sorts after it)."""
+
+    session_id: str
+    since: int
+    after_message_id: str | None = None
+    replaced: bool = False
+    previous_session_id: str | None = None
+    replace_reason: str | None = None
+
+
+class OpenCodeClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        password: str | None = None,
+        username: str = "opencode",
+        directory: str | None = None,
+        timeout: float = 30.0,
+        heartbeat_timeout: float = 15.0,
+        reconnect_delay: float = 0.25,
+        poll_interval: float = 1.0,
+        connect_wait: float = 5.0,
+    ) -> None:
+        """`password` is the node's OPENCODE_SERVER_PASSWORD (basic auth); `directory` selects the project
+        instance on a node that serves several; `connect_wait` bounds how long a prompt waits for the event
+        stream to be subscribed before it goes out anyway (and the polling fallback takes over)."""
+        self.base_url = base_url.rstrip("/")
+        self.username = username
+        self.password = password
+        self.directory = directory
+        self.timeout = timeout
+        self.connect_wait = connect_wait
+        self.heartbeat_timeout = heartbeat_timeout
+        self.reconnect_delay = reconnect_delay
+        self.poll_interval = poll_interval
+        self._http: httpx.AsyncClient | None = None
+        self._events: EventStream | None = None
+        self._stack: AsyncExitStack | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> OpenCodeClient:
+        stack = AsyncExitStack()
+        try:
+            auth = httpx.BasicAuth(self.username, self.password) if self.password is not None else None
+            params = {"directory": self.directory} if self.directory else None
+            self._http = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=self.base_url, auth=auth, params=params, timeout=self.timeout)
+            )
+            self._events = EventStream(
+                self._http,
+                self.session_statuses,
+                heartbeat_timeout=self.heartbeat_timeout,
+                reconnect_delay=self.reconnect_delay,
+                poll_interval=self.poll_interval,
+            )
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
+            stack.callback(self._events.close)
+            tg.start_soon(self._events.run)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """End the event stream, reject pending waiters, close the connections."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+        self._http = None
+
+    @property
+    def events(self) -> EventStream:
+        if self._events is None:
+            raise NodeUnavailable(f"the OpenCode client of {self.base_url} is not open: use `async with`")
+        return self._events
+
+    def __repr__(self) -> str:
+        return f"<OpenCodeClient {self.base_url}>"
+
+    # -- REST -------------------------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        return dict(await self._request("GET", "/global/health"))
+
+    async def list_sessions(self) -> list[dict[str, Any]]:
+        return list(await self._request("GET", "/session"))
+
+    async def create_session(
+        self, *, title: str | None = None, permission: list[dict[str, str]] | None = None
+    ) -> dict[str, Any]:
+        """A new session; `permission` rules (`{"permission", "pattern", "action"}`) are added to the
+        agent's for this session only (last match wins)."""
+        body: dict[str, Any] = {}
+        if title is not None:
+            body["title"] = title
+        if permission is not None:
+            body["permission"] = permission
+        return dict(await self._request("POST", "/session", json=body))
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        return dict(await self._request("GET", f"/session/{session_id}", session_id=session_id))
+
+    async def delete_session(self, session_id: str) -> bool:
+        return bool(await self._request("DELETE", f"/session/{session_id}", session_id=session_id))
+
+    async def messages(self, session_id: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """`{info, parts}` per message, oldest first (with `limit`, the newest `limit` of them)."""
+        params = {"limit": limit} if limit is not None else None
+        return list(await self._request("GET", f"/session/{session_id}/message", params=params, session_id=session_id))
+
+    async def prompt_async(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        model: ModelRef | str | None = None,
+        agent: str | None = None,
+        system: str | None = None,
+        tools: Mapping[str, bool] | None = None,
+    ) -> int:
+        """Send a prompt without waiting for the reply; returns the event mark to wait from. The event
+        stream is subscribed first (bounded wait), and the session is marked busy at once."""
+        events = self.events
+        if not events.connected:
+            await events.wait_connected(self.connect_wait)
+        since = events.seq
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
+        if model is not None:
+            body["model"] = ModelRef.parse(model).wire()
+        if agent is not None:
+            body["agent"] = agent
+        if system is not None:
+            body["system"] = system
+        if tools is not None:
+            body["tools"] = dict(tools)
+        await self._request(
+            "POST", f"/session/{session_id}/prompt_async", json=body, session_id=session_id, expect=(200, 204)
+        )
+        events.mark_busy(session_id)
+        return since
+
+    async def abort(self, session_id: str) -> bool:
+        return bool(await self._request("POST", f"/session/{session_id}/abort", session_id=session_id))
+
+    async def session_statuses(self) -> dict[str, str]:
+        """Status type per session the node considers active; a session not listed is idle."""
+        raw = await self._request("GET", "/session/status")
+        return {key: value.get("type", "idle") for key, value in dict(raw).items() if isinstance(value, dict)}
+
+    async def mcp_status(self) -> dict[str, dict[str, Any]]:
+        """Per configured MCP server: `{"status": "connected" | "failed" | …, …}`."""
+        return dict(await self._request("GET", "/mcp"))
+
+    async def permissions(self) -> list[dict[str, Any]]:
+        """Pending permission requests of every session."""
+        return list(await self._request("GET", "/permission"))
+
+    async def reply_permission(self, request_id: str, reply: PermissionReply, message: str | None = None) -> bool:
+        body: dict[str, Any] = {"reply": reply}
+        if message is not None:
+            body["message"] = message
+        return bool(await self._request("POST", f"/permission/{request_id}/reply", json=body))
+
+    # -- status and events ------------------------------------------------------------------------
+
+    def status(self, session_id: str) -> str:
+        return self.events.status(session_id)
+
+    async def wait_idle(self, session_id: str, *, since: int, timeout: float, started: bool = False) -> str:
+        """Wait until the session is idle after the event mark `since` (see `EventStream.wait_idle`)."""
+        return await self.events.wait_idle(session_id, since=since, timeout=timeout, started=started)
+
+    @asynccontextmanager
+    async def listen(self, session_id: str | None = None) -> AsyncIterator[MemoryObjectReceiveStream[NodeEvent]]:
+        async with self.events.listen(session_id) as events:
+            yield events
+
+    # -- session lifecycle ------------------------------------------------------------------------
+
+    async def send(
+        self,
+        session_id: str | None,
+        text: str,
+        *,
+        title: str | None = None,
+        permission: list[dict[str, str]] | None = None,
+        model: ModelRef | str | None = None,
+        agent: str | None = None,
+        system: str | None = None,
+    ) -> Sent:
+        """Prompt `session_id`, validated first; a missing or unknown session is replaced by a new one
+        (created with `title` and `permission`), and a 404 on the prompt itself is retried once."""
+        replaced_reason: str | None = None
+        after: str | None = None
+        current = session_id
+        if current is not None:
+            try:
+                newest = await self.messages(current, limit=1)
+                after = newest[-1]["info"]["id"] if newest else None
+            except UnknownOpenCodeSession:
+                replaced_reason = f"the node no longer knows session {current}"
+                current = None
+        for attempt in (1, 2):
+            if current is None:
+                current = str((await self.create_session(title=title, permission=permission))["id"])
+                after = None
+            try:
+                since = await self.prompt_async(current, text, model=model, agent=agent, system=system)
+            except UnknownOpenCodeSession:
+                if attempt == 2:
+                    raise
+                replaced_reason = f"the node lost session {current} before the prompt reached it"
+                current = None
+                continue
+            return Sent(
+                session_id=current,
+                since=since,
+                after_message_id=after,
+                replaced=session_id is not None and current != session_id,
+                previous_session_id=session_id if current != session_id else None,
+                replace_reason=replaced_reason if current != session_id else None,
+            )
+        raise OpenCodeError("unreachable")  # pragma: no cover
+
+    # -- internals --------------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        expect: tuple[int, ...] = (200,),
+    ) -> Any:
+        http = self._http
+        if http is None:
+            raise NodeUnavailable(f"the OpenCode client of {self.base_url} is not open: use `async with`")
+        try:
+            with anyio.fail_after(self.timeout + 1):
+                response = await http.request(method, path, json=json, params=params)
+        except (httpx.TransportError, TimeoutError) as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise NodeUnavailable(f"OpenCode node {self.base_url} did not answer {method} {path}: {detail}") from exc
+        if response.status_code not in expect:
+            body = response.text[:1000]
+            message = f"OpenCode node {self.base_url} answered {method} {path} with {response.status_code}: {body}"
+            if response.status_code == 404 and session_id is not None:
+                raise UnknownOpenCodeSession(message, status=404, body=body)
+            raise OpenCodeHTTPError(message, status=response.status_code, body=body)
+        if response.status_code == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise OpenCodeHTTPError(
+                f"OpenCode node {self.base_url} answered {method} {path} with non-JSON: {response.text[:200]}",
+                status=response.status_code,
+                body=response.text[:1000],
+            ) from exc

@@ -1,0 +1,91 @@
+"""OpenCodeEndpoint: the approval-filtered endpoint, plus the tools a user may approve one call at a time.
+
+`ApprovedEndpoint` lists only what the policy (and its grants) allows outright. OpenCode can also ask:
+a tool whose risk is `ask`, while an approver is attached, is listed here too, OpenCode is told to ask
+before each call (`permission_rules`, per session), and `UnitAgent` answers OpenCode's
+`permission.asked` from AgentApprovals. An approved answer admits exactly one call of that tool here
+(`admit`); a call without an admission is refused, so the endpoint fails closed even if OpenCode's own
+rules were loosened or its answer was forged.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+
+from ..endpoint import ApprovedEndpoint
+from ..errors import ToolFailed
+
+_OPENCODE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def opencode_tool_name(server_name: str, tool_name: str) -> str:
+    """The name OpenCode gives an MCP tool: `<server>_<tool>`, other characters than `[A-Za-z0-9_-]` as `_`."""
+    return _OPENCODE_NAME.sub("_", f"{server_name}_{tool_name}")
+
+
+class OpenCodeEndpoint(ApprovedEndpoint):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._admitted: collections.Counter[str] = collections.Counter()
+
+    def tool_defs(self) -> list[types.Tool]:
+        return self.surface.mcp_tool_defs(self.grants, interactive=True)
+
+    def askable(self) -> list[str]:
+        """Listed tools that need an approval per call (their risk is `ask` and not granted)."""
+        return [
+            tool.name
+            for tool in self.surface.visible(self.grants, interactive=True)
+            if self.approvals.check_risk(tool.risk, self.grants) == "needs-approval"
+        ]
+
+    def permission_rules(self) -> list[dict[str, str]]:
+        """Per-session OpenCode rules: ask before each call of an askable tool (the isolated config
+        allows `<server>_*`, and the last matching rule wins)."""
+        return [
+            {"permission": opencode_tool_name(self.server_name, name), "pattern": "*", "action": "ask"}
+            for name in self.askable()
+        ]
+
+    def local_name(self, opencode_name: str) -> str:
+        """The surface's name for a tool as OpenCode names it (the server prefix stripped)."""
+        prefix = opencode_tool_name(self.server_name, "")
+        if opencode_name.startswith(prefix):
+            bare = opencode_name.removeprefix(prefix)
+            for tool in self.surface.tools():
+                if opencode_tool_name(self.server_name, tool.name) == opencode_name:
+                    return tool.name
+            return bare
+        return opencode_name
+
+    def admit(self, tool_name: str) -> None:
+        """Let one call of `tool_name` through (an approval the user gave for one OpenCode request)."""
+        self._admitted[tool_name] += 1
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = self.surface.get(params.name)
+        if tool is None or self.approvals.check_risk(tool.risk, self.grants) != "needs-approval":
+            return await super()._call_tool(ctx, params)
+        if self._admitted[tool.name] <= 0:
+            return _refusal(f"[approval_required] {tool.name} (risk: {tool.risk}) needs an approval for each call.")
+        self._admitted[tool.name] -= 1
+        try:
+            output = await self.surface.call(tool.name, dict(params.arguments or {}), grants=[*self.grants, tool.risk])
+        except ToolFailed as exc:
+            return _refusal(str(exc))
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=output.text)],
+            structured_content=output.structured,
+            is_error=output.is_error,
+        )
+
+
+def _refusal(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)

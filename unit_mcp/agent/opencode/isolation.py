@@ -1,0 +1,91 @@
+"""IsolatedRoot: a folder that is a whole private world for one OpenCode process, and its environment.
+
+OpenCode reads and writes its config, data, cache and state under HOME and the XDG folders, uses TMPDIR
+(else `/tmp/opencode`), merges a project `opencode.json` found walking up from its working directory, and
+honours a dozen `OPENCODE_*` variables. A process run with `env()` sees none of the user's: its own HOME,
+XDG_DATA/CACHE/STATE_HOME and TMPDIR under the root, an empty working directory, the given config root
+(the isolated `opencode.json` of an MCP endpoint) as XDG_CONFIG_HOME, project config, the model catalogue
+fetch and autoupdate off, and no variable inherited from the caller except PATH and the locale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import OpenCodeError
+
+_KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
+_GUARDED_KEYS = ("permission", "mcp", "tools")
+
+
+class IsolatedRoot:
+    def __init__(
+        self, root: str | os.PathLike[str] | None = None, *, config_home: str | os.PathLike[str] | None = None
+    ) -> None:
+        """`root` defaults to a new temporary folder, removed by `cleanup()`; `config_home` (the
+        XDG_CONFIG_HOME holding `opencode/opencode.json`) defaults to `<root>/config`."""
+        self._owned = root is None
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="unit-mcp-opencode-node-"))
+        self.config_home = Path(config_home) if config_home is not None else self.root / "config"
+        for name in ("home", "data", "cache", "state", "tmp", "work"):
+            (self.root / name).mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.config_home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.extra_config: Path | None = None
+
+    @property
+    def workdir(self) -> Path:
+        """The empty working directory: no project `opencode.json` above it is ever merged."""
+        return self.root / "work"
+
+    def add_config(self, config: Mapping[str, Any], *, name: str = "extra-config.json") -> Path:
+        """Write config the isolated `opencode.json` lacks (a provider, a model) to a file OpenCode merges
+        through OPENCODE_CONFIG. It may not carry `permission`, `mcp` or `tools`, at the top or in an agent,
+        so it can never loosen the deny-all rules of the isolated config."""
+        check_extra_config(config)
+        path = self.root / name
+        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        self.extra_config = path
+        return path
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = {key: os.environ[key] for key in _KEPT if key in os.environ}
+        env.update(
+            HOME=str(self.root / "home"),
+            XDG_CONFIG_HOME=str(self.config_home),
+            XDG_DATA_HOME=str(self.root / "data"),
+            XDG_CACHE_HOME=str(self.root / "cache"),
+            XDG_STATE_HOME=str(self.root / "state"),
+            TMPDIR=str(self.root / "tmp"),
+            OPENCODE_DISABLE_MODELS_FETCH="1",
+            OPENCODE_DISABLE_AUTOUPDATE="1",
+            OPENCODE_DISABLE_PROJECT_CONFIG="1",
+        )
+        if self.extra_config is not None:
+            env["OPENCODE_CONFIG"] = str(self.extra_config)
+        env.update(extra or {})
+        return env
+
+    def cleanup(self) -> None:
+        if self._owned:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def check_extra_config(config: Mapping[str, Any]) -> None:
+    """Refuse config that could widen what OpenCode may do (permissions, MCP servers, tool switches)."""
+    found = [key for key in _GUARDED_KEYS if key in config]
+    agents = config.get("agent") or {}
+    if isinstance(agents, Mapping):
+        for agent_name, agent in agents.items():
+            if isinstance(agent, Mapping):
+                found += [f"agent.{agent_name}.{key}" for key in _GUARDED_KEYS if key in agent]
+    if found:
+        raise OpenCodeError(
+            f"extra OpenCode config may not set {', '.join(found)}: the isolated config owns permissions and "
+            "MCP servers (put them in the endpoint's policy instead)"
+        )

@@ -1,0 +1,267 @@
+"""UnitAgent: the reference's SpaceAgent, an agent whose model and tool loop run inside an OpenCode node.
+
+Per turn it assembles the system prompt from the prompt utilities (instructions, context enrichers,
+available capabilities, tool guidance), sends the user's input to the OpenCode session kept in
+`session.data["opencode_session_id"]` (validated before reuse, replaced when the node no longer knows
+it), registers `abort` as the turn's cancel hook, and waits on the node's shared event stream. OpenCode
+runs the tools itself, through the approval-filtered endpoint only; a `permission.asked` for this session
+is answered from AgentApprovals, so an `ask` policy works in server mode instead of hanging.
+
+When the reply is complete the agent reads it back from the node and persists every tool call and its
+result before the assistant message, with provider, model and usage. If that read fails, the turn fails:
+it never records lossy text. A cancelled turn aborts the node's session, reads back what had happened
+(shielded, bounded) and records it, and the turn closes any call still open with a synthetic result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from ..items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
+from ..prompts import system_prompt
+from ..turns import describe
+from .client import ModelRef, OpenCodeClient, PermissionReply, Sent
+from .endpoint import OpenCodeEndpoint
+from .errors import OpenCodeError
+from .events import NodeEvent
+from .transcript import Reply, read_reply
+
+if TYPE_CHECKING:
+    from ..context import TurnContext
+
+log = logging.getLogger("unit_mcp.agent.opencode.unit_agent")
+
+SESSION_KEY = "opencode_session_id"
+PROVIDER = "opencode"
+INSTRUCTIONS = (
+    "You are Unit Agent. You develop the units (hot-reloadable plugins) of a running Python application "
+    "using only the approved tools you are offered. Read before you patch, patch with the hash you read, "
+    "run the unit's tests and reload it; say plainly when a tool you need is not available."
+)
+
+
+@dataclass
+class _TurnState:
+    """What one turn knows about its OpenCode side, shared with the cancel hook and the permission task."""
+
+    session_id: str | None = None
+    sent: Sent | None = None
+    recorded: set[str] = field(default_factory=set)
+    answered: set[str] = field(default_factory=set)
+
+
+class UnitAgent:
+    def __init__(
+        self,
+        client: OpenCodeClient,
+        *,
+        model: ModelRef | str | Mapping[str, str],
+        endpoint: OpenCodeEndpoint | None = None,
+        id: str = "unit-agent",
+        name: str = "Unit Agent",
+        instructions: str = INSTRUCTIONS,
+        opencode_agent: str | None = None,
+        turn_timeout: float = 300.0,
+        settle_timeout: float = 5.0,
+        permission_poll: float = 5.0,
+    ) -> None:
+        """`model` is this agent's own choice (`"provider/model"`), never the runner's. `endpoint` is the
+        endpoint the node's config points at: it maps OpenCode's tool names back to the surface's and
+        admits the calls a user approved. `settle_timeout` bounds the read-back after a cancel."""
+        self.client = client
+        self.model = ModelRef.parse(model)
+        self.endpoint = endpoint
+        self.id = id
+        self.name = name
+        self.instructions = instructions
+        self.opencode_agent = opencode_agent
+        self.turn_timeout = turn_timeout
+        self.settle_timeout = settle_timeout
+        self.permission_poll = permission_poll
+
+    async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
+        state = _TurnState()
+
+        async def abort() -> None:
+            if state.session_id is not None:
+                await self.client.abort(state.session_id)
+
+        ctx.turn.set_cancel(abort)
+        system = await system_prompt(ctx, self.instructions)
+        async with anyio.create_task_group() as tg, self.client.listen() as events:
+            tg.start_soon(self._answer_permissions, events, state, ctx)
+            tg.start_soon(self._poll_permissions, state, ctx)
+            try:
+                reply = await self._turn(input, session, ctx, state, system)
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await self._settle(state, ctx)
+                raise
+            finally:
+                tg.cancel_scope.cancel()
+        await self._record(reply, state, ctx)
+        if reply.error is not None:
+            await ctx.turn.fail(f"OpenCode ended the reply with {reply.error}", code="opencode_error")
+            return
+        usage = Usage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
+        await ctx.turn.append_item(
+            MessageItem(role="assistant", content=reply.text, provider=PROVIDER, model=reply.model, usage=usage)
+        )
+        await ctx.turn.finish(reply.text)
+
+    # -- the turn ---------------------------------------------------------------------------------
+
+    async def _turn(self, input: str, session: Session, ctx: TurnContext, state: _TurnState, system: str) -> Reply:
+        stored = session.data.get(SESSION_KEY)
+        permission = self.endpoint.permission_rules() if self.endpoint is not None else None
+        sent = await self.client.send(
+            stored if isinstance(stored, str) else None,
+            input,
+            title=f"{self.name}: {session.title or session.id}",
+            permission=permission,
+            model=self.model,
+            agent=self.opencode_agent,
+            system=system,
+        )
+        state.session_id, state.sent = sent.session_id, sent
+        if sent.session_id != stored:
+            data = {**ctx.session.data, SESSION_KEY: sent.session_id}
+            await anyio.to_thread.run_sync(lambda: ctx.store.update(ctx.session_id, data=data))
+            kind = "opencode-session-replaced" if sent.replaced else "opencode-session-created"
+            details: dict[str, Any] = {"opencode_session_id": sent.session_id, "node": self.client.base_url}
+            if sent.replaced:
+                details.update(previous=sent.previous_session_id, reason=sent.replace_reason)
+            await ctx.turn.append_item(EventItem(kind=kind, data=details))
+        return await self._wait_reply(sent, deadline=anyio.current_time() + self.turn_timeout)
+
+    async def _wait_reply(self, sent: Sent, *, deadline: float) -> Reply:
+        """Wait for idle on the shared stream, then confirm from the messages; an early idle (a poll, or
+        the tail of an earlier turn) only costs another round."""
+        since, started = sent.since, False
+        while True:
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                raise TimeoutError(f"OpenCode gave no complete reply within {self.turn_timeout:.0f} s")
+            await self.client.wait_idle(sent.session_id, since=since, timeout=remaining, started=started)
+            since = self.client.events.seq
+            reply = await self._read(sent)
+            if reply.done:
+                return reply
+            started = reply.started
+
+    async def _read(self, sent: Sent) -> Reply:
+        try:
+            messages = await self.client.messages(sent.session_id)
+        except OpenCodeError as exc:
+            raise OpenCodeError(f"could not read the reply back from OpenCode: {exc}") from exc
+        return read_reply(messages, after_message_id=sent.after_message_id)
+
+    async def _settle(self, state: _TurnState, ctx: TurnContext) -> None:
+        """After a cancel (the hook aborted the node's session): let the node settle, read back what it
+        did and record it, all bounded; the turn closes whatever stays open."""
+        sent = state.sent
+        if sent is None:
+            return
+        with anyio.move_on_after(self.settle_timeout) as scope:
+            try:
+                await self.client.wait_idle(sent.session_id, since=sent.since, timeout=self.settle_timeout)
+                await self._record(await self._read(sent), state, ctx)
+            except Exception as exc:
+                log.warning("could not read back the cancelled turn of %s: %s", sent.session_id, describe(exc))
+        if scope.cancelled_caught:
+            log.warning(
+                "OpenCode session %s did not settle within %.0f s of an abort", sent.session_id, self.settle_timeout
+            )
+
+    # -- recording --------------------------------------------------------------------------------
+
+    async def _record(self, reply: Reply, state: _TurnState, ctx: TurnContext) -> None:
+        """Every step's text and tool calls with their results, in order, each at most once."""
+        for index, step in enumerate(reply.steps):
+            last = index == len(reply.steps) - 1
+            if step.text and not last and f"text:{step.message_id}" not in state.recorded:
+                state.recorded.add(f"text:{step.message_id}")
+                await ctx.turn.append_item(
+                    MessageItem(role="assistant", content=step.text, kind="step", provider=PROVIDER, model=reply.model)
+                )
+            for part in step.tools:
+                name = self._tool_name(part.tool)
+                if f"call:{part.call_id}" not in state.recorded:
+                    state.recorded.add(f"call:{part.call_id}")
+                    known = ctx.tools.get(name)
+                    await ctx.turn.append_item(
+                        ToolCallItem(
+                            name=name,
+                            arguments=part.arguments,
+                            call_id=part.call_id,
+                            risk=known.risk if known is not None else None,
+                            source=PROVIDER,
+                            provider=PROVIDER,
+                        )
+                    )
+                if part.finished and f"result:{part.call_id}" not in state.recorded:
+                    state.recorded.add(f"result:{part.call_id}")
+                    await ctx.turn.append_item(
+                        ToolResultItem(
+                            name=name,
+                            call_id=part.call_id,
+                            output=part.output if part.output is not None else part.error or "",
+                            is_error=part.status == "error",
+                        )
+                    )
+
+    def _tool_name(self, opencode_name: str) -> str:
+        return self.endpoint.local_name(opencode_name) if self.endpoint is not None else opencode_name
+
+    # -- permissions ------------------------------------------------------------------------------
+
+    async def _answer_permissions(self, events: Any, state: _TurnState, ctx: TurnContext) -> None:
+        async for event in events:
+            if isinstance(event, NodeEvent) and event.type == "permission.asked":
+                await self._answer(event.properties, state, ctx)
+
+    async def _poll_permissions(self, state: _TurnState, ctx: TurnContext) -> None:
+        """A `permission.asked` the stream missed (it was down) is found here, so nothing waits forever."""
+        while True:
+            await anyio.sleep(self.permission_poll)
+            if state.session_id is None:
+                continue
+            try:
+                pending = await self.client.permissions()
+            except OpenCodeError as exc:
+                log.debug("listing pending permissions failed: %s", exc)
+                continue
+            for request in pending:
+                await self._answer(request, state, ctx)
+
+    async def _answer(self, request: Mapping[str, Any], state: _TurnState, ctx: TurnContext) -> None:
+        request_id = request.get("id")
+        if (
+            not isinstance(request_id, str)
+            or request_id in state.answered
+            or state.session_id is None
+            or request.get("sessionID") != state.session_id
+        ):
+            return
+        state.answered.add(request_id)
+        asked = str(request.get("permission") or "")
+        name = self._tool_name(asked)
+        known = ctx.tools.get(name)
+        risk = known.risk if known is not None else "destructive"
+        decision = await ctx.approve(risk, tool=name, reason=f"OpenCode asks to use {asked}")
+        reply: PermissionReply = "reject"
+        if decision.approved and known is not None and self.endpoint is not None:
+            self.endpoint.admit(known.name)
+            reply = "once"
+        try:
+            await self.client.reply_permission(
+                request_id, reply, None if reply != "reject" else f"{name} was not approved: {decision.reason}"
+            )
+        except OpenCodeError as exc:
+            log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
