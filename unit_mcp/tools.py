@@ -53,6 +53,8 @@ log = logging.getLogger("unit_mcp.tools")
 # Arguments named in the app log's call lines (`call unit_apply_patch unit_id=counter source_id=… ok in 3.1 ms`);
 # contents, patches and hashes are left out.
 _LOGGED_ARGS = ("unit_id", "source_id", "test_name", "dry_run")
+MAX_SHOWN_ARG = 120
+MAX_ERROR_TEXT = 2000
 
 INSTRUCTIONS = """\
 Develop the hot-reloadable units (plugins) of a running Python application. A unit is addressed by its \
@@ -338,6 +340,25 @@ def _schemas(spec: ToolSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
+def _shown(value: object) -> str:
+    """An argument as the call log shows it: a plain value as it is; anything else escaped and clipped, so that an
+    argument can neither start a log line of its own (newlines, U+2028) nor flood the log."""
+    text = str(value)
+    if len(text) <= MAX_SHOWN_ARG and text.isprintable() and " " not in text:
+        return text
+    return ascii(text[:MAX_SHOWN_ARG]) + ("..." if len(text) > MAX_SHOWN_ARG else "")
+
+
+def _clip(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    """A refusal echoes what it refused; past `limit` characters that costs the model context, not clarity."""
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
+def _shown_message(text: str) -> str:
+    """A refusal message as one log line: clipped, with line breaks and other control characters escaped."""
+    return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in _clip(text))
+
+
 def _error_text(code: str, message: str, hint: str, details: dict[str, Any] | None) -> str:
     text = f"[{code}] {message}"
     if hint:
@@ -423,7 +444,7 @@ class UnitTools:
                 None,
             )
         call = functools.partial(getattr(self.service, spec.name.removeprefix("unit_")), **args.model_dump())
-        target = " ".join(f"{key}={value}" for key, value in args.model_dump().items() if key in _LOGGED_ARGS)
+        target = " ".join(f"{key}={_shown(value)}" for key, value in args.model_dump().items() if key in _LOGGED_ARGS)
         started = anyio.current_time()
         try:
             if isinstance(args, RunTestsArgs):
@@ -431,7 +452,7 @@ class UnitTools:
             else:
                 result = await anyio.to_thread.run_sync(call)
         except UnitError as exc:
-            log.info("call %s %s refused: [%s] %s", params.name, target, exc.code, exc.message)
+            log.info("call %s %s refused: [%s] %s", params.name, target, exc.code, _shown_message(exc.message))
             return self._error(exc.code, exc.message, exc.hint, exc.details)
         except Exception:
             log.exception("%s failed unexpectedly", params.name)
@@ -451,7 +472,8 @@ class UnitTools:
     def _error(self, code: str, message: str, hint: str, details: dict[str, Any] | None) -> types.CallToolResult:
         """The one place a refusal becomes a wire result: redacted text for the model, the fields in `_meta`."""
         redact = self.service.host.redact
-        error: dict[str, Any] = {"code": code, "message": redact(message), "hint": self._prefixed(redact(hint))}
+        message, hint = _clip(redact(message)), _clip(self._prefixed(redact(hint)))
+        error: dict[str, Any] = {"code": code, "message": message, "hint": hint}
         if details:
             error["details"] = json.loads(redact(json.dumps(details, ensure_ascii=False, default=str)))
         text = _error_text(error["code"], error["message"], error["hint"], error.get("details"))
