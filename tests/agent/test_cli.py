@@ -34,7 +34,7 @@ async def test_run_streams_the_turn_and_sessions_can_be_browsed(
     async with ScriptedModel(steps) as model:
         code, out, err = await agent_cli(
             "--data-dir", data, "run", "--model", "m", "--base-url", model.base_url,
-            "--mcp-url", unit_server.url, "--mcp-token", unit_server.token,
+            "--mcp-url", unit_server.url, f"--mcp-token={unit_server.token}",
             "--allow", "filesystem-read", "how", "big", "is", "greeter?",
         )  # fmt: skip
         assert code == 0, err
@@ -68,7 +68,7 @@ async def test_without_a_terminal_an_ask_is_denied_and_the_turn_goes_on(
     async with ScriptedModel(steps) as model:
         code, out, err = await agent_cli(
             "--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", model.base_url,
-            "--mcp-url", unit_server.url, "--mcp-token", unit_server.token, "reload", "counter",
+            "--mcp-url", unit_server.url, f"--mcp-token={unit_server.token}", "reload", "counter",
         )  # fmt: skip
     assert code == 0 and out.strip() == "I may not reload."
     assert "✗ unit_reload: [approval_denied]" in err and unit_server.calls == []

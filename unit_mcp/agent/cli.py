@@ -1,6 +1,6 @@
 """The agent command line: run one turn against a unit server, and browse stored sessions.
 
-    python -m unit_mcp.agent run --mcp-url URL --mcp-token T --base-url URL --model M "add a reset button"
+    python -m unit_mcp.agent run --mcp-url URL --mcp-token=T --base-url URL --model M "add a reset button"
     python -m unit_mcp.agent sessions list
     python -m unit_mcp.agent sessions show SESSION_ID
 
@@ -55,7 +55,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible base URL")
     run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="API key (not needed locally)")
     run.add_argument("--mcp-url", default=os.environ.get("UNIT_MCP_URL"), help="the unit server's MCP URL")
-    run.add_argument("--mcp-token", default=os.environ.get("UNIT_MCP_TOKEN"), help="its bearer token")
+    run.add_argument(
+        "--mcp-token",
+        default=os.environ.get("UNIT_MCP_TOKEN"),
+        help="its bearer token (write --mcp-token=T: tokens may start with '-')",
+    )
     run.add_argument("--session", help="continue this session (created with this id if missing)")
     run.add_argument("--allow", action="append", default=[], choices=RISKS, help="allow a risk without asking")
     run.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")

@@ -187,10 +187,16 @@ class AgentRunner:
                 cancel_timeout=self.cancel_timeout,
             )
             self._active[session_id] = turn
-            await turn.append(EventItem(kind="turn-started", data={"turn_id": turn_id, "agent_id": agent.id}))
-            for text in inputs:
-                await turn.append(MessageItem(role="user", content=text))
-            await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
+            try:
+                await turn.append(EventItem(kind="turn-started", data={"turn_id": turn_id, "agent_id": agent.id}))
+                for text in inputs:
+                    await turn.append(MessageItem(role="user", content=text))
+                await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
+            except Exception as exc:
+                await turn.end(
+                    TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"
+                )
+                raise
             ctx = TurnContext(
                 session_id=session_id,
                 turn=turn.controller,
