@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -19,12 +19,24 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+REPORT = Report(report_dir())
+
+
 @pytest.fixture(scope="session")
 def figures() -> Iterator[Report]:
     """Each test records its figures here; they are written to reports/ when the session ends."""
-    report = Report(report_dir())
-    yield report
-    report.write()
+    yield REPORT
+    REPORT.write()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, object]:
+    """Expected failures of this suite are open findings in the report; once such a test passes, it is closed."""
+    report = yield
+    assert isinstance(report, pytest.TestReport)
+    if report.when == "call":
+        REPORT.outcome(item.nodeid, getattr(report, "wasxfail", None) or None)
+    return report
 
 
 @dataclass

@@ -38,7 +38,7 @@ FAULTS: dict[str, tuple[str, str, str, str]] = {
     "imports_itself_forever": ("import logging\n", "import logging\nimport sys\n\ndel sys.modules[__name__]\n",
                                "import", "RecursionError"),  # `from .panel import ...` re-imports the package
     "exit_at_import": ("import logging\n", "import logging\nimport sys\n\nsys.exit(3)\n", "import", "SystemExit: 3"),
-    "hangs_at_import": ("import logging\n", "import logging\nimport time\n\ntime.sleep(2.5)\n", "import",
+    "hangs_at_import": ("import logging\n", "import logging\nimport time\n\ntime.sleep(3)\n", "import",
                         "did not finish within 1 s"),
 }  # fmt: skip
 
@@ -93,7 +93,7 @@ async def test_a_failed_reload_keeps_the_previous_version_serving(
         async with anyio.create_task_group() as group:
             group.start_soon(bystander)
             result = await patch(served, old, new)
-        assert answered and answered[0] < 0.5, f"a bystander waited {answered} s while a unit hung"
+        assert answered and answered[0] < 1.5, f"a bystander waited {answered} s while a unit hung"
     else:
         result = await patch(served, old, new)
     elapsed = time.perf_counter() - started
@@ -107,7 +107,7 @@ async def test_a_failed_reload_keeps_the_previous_version_serving(
     assert source.read_bytes() == before, "the file is put back byte for byte"
     await assert_previous_version_serves(served, module)
     if fault == "hangs_at_import":
-        assert elapsed < 2.4, "the tool answered before the hung import returned"
+        assert elapsed < 2.5, "the tool answered before the hung import returned"
         log = counting.log_path
         deadline = time.monotonic() + 10
         while "reload of unit counter returned late" not in log.read_text() and time.monotonic() < deadline:
@@ -193,7 +193,7 @@ async def test_a_unit_that_removes_itself_from_sys_modules_during_init(served: S
 )
 async def test_a_unit_whose_drop_hangs_does_not_wedge_the_server(served: Served, counting: Host) -> None:
     greeter = counting.units_root / "greeter.py"
-    greeter.write_text(greeter.read_text() + "\n\ndef drop():\n    import time\n\n    time.sleep(4)\n")
+    greeter.write_text(greeter.read_text() + "\n\ndef drop():\n    import time\n\n    time.sleep(3)\n")
     async with connect(served.url, served.token) as client:
         assert not (await call(client, "unit_reload", {"unit_id": "greeter"})).is_error
     waited: list[float] = []
@@ -208,4 +208,4 @@ async def test_a_unit_whose_drop_hangs_does_not_wedge_the_server(served: Served,
     async with anyio.create_task_group() as group, connect(served.url, served.token) as client:
         group.start_soon(bystander)
         await call(client, "unit_reload", {"unit_id": "greeter"})  # calls the hanging drop()
-    assert waited[0] < 2.0, f"unit_list waited {waited[0]:.1f} s behind a hanging drop()"
+    assert waited[0] < 1.5, f"unit_list waited {waited[0]:.1f} s behind a hanging drop()"
