@@ -5,7 +5,6 @@ serving. Lone surrogates cannot be carried by JSON text at all: the protocol lay
 from __future__ import annotations
 
 import collections
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 
 from unit_mcp.tools import TOOLS
 
-from .clients import call, connect
+from .clients import call, connect, host_paths, leaks, visible
 from .conftest import Served
 from .report import Report
 from .rpc import RawMcp, messages
@@ -113,6 +112,7 @@ async def test_bad_arguments_to_every_tool_are_refused_with_what_to_fix(
     codes: collections.Counter[str] = collections.Counter()
     started = time.perf_counter()
     planned = cases()
+    forbidden = host_paths(units_root.parent)
     async with connect(served.url, served.token) as client:
         for number, (tool, way, name, arguments, expected) in enumerate(planned):
             result = await call(client, tool, arguments)
@@ -129,6 +129,7 @@ async def test_bad_arguments_to_every_tool_are_refused_with_what_to_fix(
             if result.code == "invalid_argument" and way in ("missing", "mistyped", "unknown"):
                 assert name in result.text, f"{what}: the message does not name the argument: {result.text[:300]}"
             assert len(result.text) < 4000, f"{what}: the refusal echoes the argument ({len(result.text)} chars)"
+            assert not leaks([visible(result)], forbidden), f"{what}: a host path in {result.text[:300]}"
             codes[result.code or "?"] += 1
             if number % 25 == 0:
                 assert not (await call(client, "unit_list", {})).is_error, "the server keeps serving"
@@ -159,19 +160,14 @@ async def test_what_json_cannot_carry_is_refused_by_the_protocol_layer(served: S
     def run() -> dict[str, Any]:
         refused: dict[str, Any] = {}
         with RawMcp(served.url, served.token) as raw:
-            for label, body in [
-                ("lone high surrogate in source_id", '{"unit_id":"counter","source_id":"\\ud800.py"}'),
-                (
-                    "lone low surrogate in old",
-                    '{"unit_id":"counter","source_id":"__init__.py","old":"\\udc00","new":""}',
-                ),
-                ("arguments is a list", '["counter"]'),
-                ("arguments is a string", '"counter"'),
+            for label, tool, arguments in [
+                ("lone high surrogate in source_id", "unit_read_source", '{"unit_id":"counter","source_id":"\\ud800"}'),
+                ("lone low surrogate in old", "unit_apply_patch", '{"unit_id":"counter","old":"\\udc00","new":""}'),
+                ("arguments is a list", "unit_read_source", '["counter"]'),
+                ("arguments is a string", "unit_read_source", '"counter"'),
             ]:
-                tool = "unit_apply_patch" if "old" in body else "unit_read_source"
-                text = (
-                    f'{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"{tool}","arguments":{body}}}}}'
-                )
+                params = f'{{"name":"{tool}","arguments":{arguments}}}'
+                text = f'{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{params}}}'
                 response = raw.post(text)
                 [message] = messages(response)
                 assert "error" in message and message["error"]["code"] in (-32700, -32602), message
@@ -180,7 +176,6 @@ async def test_what_json_cannot_carry_is_refused_by_the_protocol_layer(served: S
         return refused
 
     refused = await anyio.to_thread.run_sync(run)
-    json.dumps(refused)
     figures.record("bad_arguments", refused_before_any_tool=refused)
 
 

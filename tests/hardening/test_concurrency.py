@@ -138,3 +138,29 @@ async def test_concurrent_patches_to_different_units_all_land(
         files_of_one_unit_patched_at_once=files,
         files_of_one_unit_landed=files,
     )
+
+
+async def test_twenty_creates_of_one_new_file_one_wins(served: Served, units_root: Path, figures: Report) -> None:
+    results: dict[int, ToolOutcome] = {}
+    connected = 0
+    go = anyio.Event()
+
+    async def creator(value: int) -> None:
+        nonlocal connected
+        async with connect(served.url, served.token) as client:
+            connected += 1
+            if connected == 20:
+                go.set()
+            await go.wait()
+            arguments = {"unit_id": "counter", "source_id": "racy/new.py", "source": f"WINNER = {value}\n"}
+            results[value] = await call(client, "unit_create_source", arguments)
+
+    async with anyio.create_task_group() as group:
+        for value in range(20):
+            group.start_soon(creator, value)
+    winners = [value for value, result in results.items() if not result.is_error]
+    assert len(winners) == 1, [result.text[:200] for result in results.values()]
+    assert sorted(result.code or "" for result in results.values() if result.is_error) == ["exists"] * 19
+    assert (units_root / "counter" / "racy" / "new.py").read_text() == f"WINNER = {winners[0]}\n"
+    assert sorted(path.name for path in (units_root / "counter" / "racy").iterdir()) == ["new.py"], "no leftovers"
+    figures.record("concurrency", same_new_file_creators=20, create_winners=1, refused_exists=19)

@@ -154,8 +154,10 @@ async def test_sixteen_clients_for_a_minute(server: ServerProcess, tmp_path: Pat
             name, arguments = "unit_snapshot", {"unit_id": rng.choice(["counter", home])}
         elif choice < 0.90:
             name, arguments = "unit_read_log", {"grep": "reloaded", "lines": 20}
-        elif choice < 0.95:
+        elif choice < 0.92:
             name, arguments = "unit_resolve", {"description": "weather forecast for a city"}
+        elif choice < 0.95:  # a reload racing the edits of the same unit
+            name, arguments = "unit_reload", {"unit_id": home}
         else:
             name = "unit_apply_patch"
             arguments = {"unit_id": "counter", "source_id": "__init__.py", "old": "step = 1", "new": "step = 2"}

@@ -14,7 +14,7 @@ import pytest
 
 from unit_mcp import Host
 
-from .clients import call, connect
+from .clients import call, connect, host_paths, leaks, visible
 from .conftest import Served
 from .report import Report
 
@@ -104,6 +104,7 @@ async def test_a_failed_reload_keeps_the_previous_version_serving(
     assert evidence["rolled_back"] and evidence["source_restored"] and evidence["previous_version_serving"]
     assert evidence["active_activity_after"] == "counter"
     assert f"failed at {stage}" in result.text and "The previous source was restored" in result.text
+    assert not leaks([visible(result)], host_paths(units_root.parent)), "the traceback names no host path"
     assert source.read_bytes() == before, "the file is put back byte for byte"
     await assert_previous_version_serves(served, module)
     if fault == "hangs_at_import":
