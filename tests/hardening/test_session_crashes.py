@@ -10,6 +10,7 @@ rewrites items (which compacts journals) and now and then creates a session - al
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import random
 import signal
@@ -89,6 +90,7 @@ class Zygote:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
+        self.child: int | None = None  # the writer alive right now, if any
 
     @property
     def stdin(self) -> IO[str]:
@@ -104,7 +106,7 @@ class Zygote:
         """Fork a writer, let it write for `after` seconds once ready, SIGKILL it; every line it printed."""
         self.stdin.write(f"{root} {seed}\n")
         self.stdin.flush()
-        child = int(self.stdout.readline().split()[1])
+        child = self.child = int(self.stdout.readline().split()[1])
         lines = []
         ready = self.stdout.readline().strip()
         assert ready == "ready", f"the writer did not start: {ready!r}"
@@ -113,9 +115,13 @@ class Zygote:
         while not (line := self.stdout.readline().strip()).startswith("exited"):
             lines.append(line)
         assert line == f"exited {signal.SIGKILL}", line
+        self.child = None
         return lines
 
     def close(self) -> None:
+        if self.child is not None:  # a failed test must not leave a writer running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child, signal.SIGKILL)
         self.stdin.close()
         self.proc.wait(10)
 
@@ -124,9 +130,7 @@ class Zygote:
 def zygote() -> Iterator[Zygote]:
     started = Zygote()
     yield started
-    if started.proc.poll() is None:
-        started.proc.kill()
-        started.proc.wait()
+    started.close()
 
 
 def test_sigkill_while_appending_to_sessions_loses_at_most_the_last_item(
@@ -184,4 +188,3 @@ def test_sigkill_while_appending_to_sessions_loses_at_most_the_last_item(
         seconds=round(elapsed, 1),
     )
     assert figures_seen["created"] >= 1 and sum(acked.values()) >= KILLS
-    zygote.close()
