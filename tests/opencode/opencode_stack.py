@@ -143,7 +143,6 @@ class Stack:
     nodes: list[Node]
     recorder: Recorder
     units: Path
-    unit_calls: list[str]
 
     @property
     def node(self) -> Node:
@@ -198,9 +197,14 @@ async def agent_stack(
                 OpenCodeEndpoint(surface, server_name=SERVER, config_root=root.config_home)
             )
             root.add_config(scripted_provider(model.base_url))
-            process = await stack.enter_async_context(NodeProcess(binary=binary, root=root))
-            client = await stack.enter_async_context(process.client(**(client_options or {})))
-            built.append(Node(f"unit-agent-{index}", process, client, endpoint, root))
+            process = NodeProcess(binary=binary, root=root)
+            stack.push_async_callback(process.stop)
+            built.append(Node(f"unit-agent-{index}", process, None, endpoint, root))  # type: ignore[arg-type]
+        async with anyio.create_task_group() as tg:  # the nodes start side by side (~4 s each)
+            for node in built:
+                tg.start_soon(node.process.start)
+        for node in built:
+            node.client = await stack.enter_async_context(node.process.client(**(client_options or {})))
         registry = AgentRegistry()
         for node in built:
             registry.register(
@@ -217,4 +221,4 @@ async def agent_stack(
         runner = await stack.enter_async_context(
             AgentRunner(store=tmp / "sessions", registry=registry, tools=surface, cancel_timeout=settle_timeout + 7)
         )
-        yield Stack(tmp, runner, surface, approvals, model, built, recorder, units, [])
+        yield Stack(tmp, runner, surface, approvals, model, built, recorder, units)

@@ -63,13 +63,11 @@ async def test_echo_token(tmp_path: Path, opencode_binary: Path) -> None:
 
 async def test_nonce_sequencing(tmp_path: Path, opencode_binary: Path) -> None:
     prompt = "Call get_nonce, then call record_value with the nonce you received. Reply exactly done:<nonce>."
+    nonce = "{{tool:" + oc("get_nonce") + ".nonce}}"  # filled by the scripted model from the tool's result
     steps = [
         call(oc("get_nonce"), when=Match(last_role="user", has_tools=True)),
-        call(
-            tool_call(oc("record_value"), {"value": f"{{{{tool:{oc('get_nonce')}.nonce}}}}"}),
-            when=Match(last_contains="nonce"),
-        ),
-        say(f"done:{{{{tool:{oc('get_nonce')}.nonce}}}}", when=Match(last_contains="recorded:")),
+        call(tool_call(oc("record_value"), {"value": nonce}), when=Match(last_contains="nonce")),
+        say(f"done:{nonce}", when=Match(last_contains="recorded:")),
     ]
     async with agent_stack(tmp_path, opencode_binary, steps) as stack:
         session = await stack.new_session()

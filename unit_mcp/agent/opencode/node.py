@@ -4,7 +4,9 @@ The process runs in an `IsolatedRoot` (its own HOME, XDG folders, TMPDIR and emp
 the agent endpoint's isolated config as XDG_CONFIG_HOME), behind a per-run basic-auth password, in a
 process group of its own. `start` waits (bounded) for the "listening on" line and a healthy
 `/global/health`; a process that exits first, or never gets there, fails with its last output. `stop`
-sends SIGTERM to that group, then SIGKILL after `stop_timeout`. `restart` brings it back on the same port,
+sends SIGTERM to that group, then SIGKILL after `stop_timeout`: OpenCode's graceful shutdown waits for
+open `/event` streams, and notices a client that went away only at its next heartbeat (up to 10 s), or
+never while a client stays connected; its session store survives the kill. `restart` brings it back on the same port,
 so clients attached to it reconnect. To use a node that runs elsewhere, build an `OpenCodeClient` on its
 URL instead.
 """
@@ -18,6 +20,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -34,6 +37,13 @@ from .isolation import IsolatedRoot
 
 PINNED_VERSION = "1.18.33"
 _LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+def _free_port(host: str) -> int:
+    """A port nothing listens on right now (the kernel's choice for port 0)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def find_opencode(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -64,11 +74,12 @@ class NodeProcess:
         port: int = 0,
         password: str | None = "",
         startup_timeout: float = 30.0,
-        stop_timeout: float = 5.0,
+        stop_timeout: float = 2.0,
         env: Mapping[str, str] | None = None,
     ) -> None:
         """`password=""` (the default) generates one; None serves without auth (a warning from OpenCode).
-        `port=0` lets OpenCode choose (4096 if free, else any); the chosen port is kept for restarts."""
+        `port=0` picks a free port (OpenCode's own choice would be 4096, which concurrent nodes and other
+        OpenCode servers on the machine fight over); the port is kept for restarts."""
         self.binary = find_opencode(binary)
         self.root = root or IsolatedRoot()
         self.host = host
@@ -111,15 +122,27 @@ class NodeProcess:
         return OpenCodeClient(self.url, password=self.password, **options)
 
     async def start(self) -> str:
-        """Start `opencode serve` and wait until it is healthy; returns its URL."""
+        """Start `opencode serve` and wait until it is healthy; returns its URL. A port this object picked
+        itself is picked again (up to three times) if another process took it before OpenCode bound it."""
         if self.running:
             assert self.url is not None
             return self.url
+        if self.port != 0:
+            return await self._start(self.port)
+        for attempt in range(3):
+            try:
+                return await self._start(_free_port(self.host))
+            except NodeStartError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _start(self, port: int) -> str:
         env = self.root.env({"OPENCODE_SERVER_PASSWORD": self.password} if self.password is not None else None)
         env.update(self.extra_env)
         if self.password is None:
             env.pop("OPENCODE_SERVER_PASSWORD", None)
-        command = [str(self.binary), "serve", "--hostname", self.host, "--port", str(self.port)]
+        command = [str(self.binary), "serve", "--hostname", self.host, "--port", str(port)]
         self._output.clear()
         self._proc = subprocess.Popen(
             command,
@@ -221,7 +244,8 @@ class NodeProcess:
         if proc is not None and proc.poll() is not None:
             if self._pump is not None:
                 self._pump.join(1)
+            hint = " (is its port taken?)" if "ServeError" in self.output() else ""
             raise NodeStartError(
-                f"opencode serve exited with status {proc.returncode} {when}; its output:\n"
+                f"opencode serve exited with status {proc.returncode} {when}{hint}; its output:\n"
                 f"{self.output() or '(nothing)'}"
             )

@@ -254,14 +254,33 @@ class UnitAgent:
         name = self._tool_name(asked)
         known = ctx.tools.get(name)
         risk = known.risk if known is not None else "destructive"
-        decision = await ctx.approve(risk, tool=name, reason=f"OpenCode asks to use {asked}")
+        arguments = await self._call_input(state.session_id, request.get("tool"))
+        decision = await ctx.approve(risk, tool=name, arguments=arguments, reason=f"OpenCode asks to use {asked}")
         reply: PermissionReply = "reject"
         if decision.approved and known is not None and self.endpoint is not None:
             self.endpoint.admit(known.name)
             reply = "once"
         try:
+            why = decision.reason or f"decided by {decision.decided_by}"
             await self.client.reply_permission(
-                request_id, reply, None if reply != "reject" else f"{name} was not approved: {decision.reason}"
+                request_id, reply, None if reply != "reject" else f"{name} was not approved ({why})"
             )
         except OpenCodeError as exc:
             log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
+
+    async def _call_input(self, session_id: str, tool: Any) -> dict[str, Any] | None:
+        """The arguments of the tool call a permission request is about (best effort: shown to the approver)."""
+        call_id = tool.get("callID") if isinstance(tool, Mapping) else None
+        if not call_id:
+            return None
+        try:
+            messages = await self.client.messages(session_id, limit=5)
+        except OpenCodeError:
+            return None
+        for message in messages:
+            for part in message.get("parts") or []:
+                if isinstance(part, dict) and part.get("callID") == call_id:
+                    state = part.get("state")
+                    value = state.get("input") if isinstance(state, dict) else None
+                    return value if isinstance(value, dict) else None
+        return None
