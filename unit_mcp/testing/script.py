@@ -75,11 +75,15 @@ class Match(BaseModel):
 
 
 class ScriptedToolCall(BaseModel):
+    """A tool call to answer with. `namespace` is for Responses clients (Codex groups an MCP server's tools
+    in one); left out, the call goes out in the namespace the request offered that tool in."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
     id: str | None = None
+    namespace: str | None = None
 
 
 class ScriptedError(BaseModel):
@@ -98,7 +102,11 @@ class ScriptedUsage(BaseModel):
 
 
 class Step(BaseModel):
-    """One answer: text and/or tool calls (or an error), with optional timing to test streaming and cancels."""
+    """One answer: text and/or tool calls (or an error), with optional timing to test streaming and cancels.
+
+    `break_off` makes a streamed answer stop mid-way, as a dropped connection would: its deltas are sent,
+    its final events (the finish chunk and `[DONE]`; `output_item.done` and `response.completed`) are not.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -112,6 +120,7 @@ class Step(BaseModel):
     chunk_size: int = Field(default=8, ge=1)
     usage: ScriptedUsage | None = None
     repeat: bool = False
+    break_off: bool = False
 
     def applies(self, body: Mapping[str, Any]) -> bool:
         return self.match is None or self.match.matches(body)
@@ -138,8 +147,10 @@ def say(text: str, *, when: Match | None = None, **options: Any) -> Step:
     return Step(text=text, match=when, **options)
 
 
-def tool_call(name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None) -> ScriptedToolCall:
-    return ScriptedToolCall(name=name, arguments=arguments if arguments is not None else {}, id=id)
+def tool_call(
+    name: str, arguments: dict[str, Any] | str | None = None, *, id: str | None = None, namespace: str | None = None
+) -> ScriptedToolCall:
+    return ScriptedToolCall(name=name, arguments=arguments if arguments is not None else {}, id=id, namespace=namespace)
 
 
 def call(*calls: ScriptedToolCall | str, when: Match | None = None, text: str | None = None, **options: Any) -> Step:

@@ -1,9 +1,10 @@
-"""ScriptedModel: an OpenAI-compatible chat-completions server on loopback that answers from a script.
+"""ScriptedModel: an OpenAI-compatible model server on loopback that answers from a script.
 
 `POST /v1/chat/completions` answers with a JSON completion, or with SSE chunks when the request says
 `stream: true` (text in deltas, tool calls by index, a finish reason, a usage chunk when
-`stream_options.include_usage` is set, then `[DONE]`). Every request is logged with the step that
-answered it and whether the client went away mid-stream, in memory (`requests`), over HTTP
+`stream_options.include_usage` is set, then `[DONE]`). `POST /v1/responses` answers the same script in
+the Responses API (see `responses.py`), which is what Codex speaks. Every request is logged with the step
+that answered it and whether the client went away mid-stream, in memory (`requests`), over HTTP
 (`GET /_scripted/requests`) and, if asked, as JSON Lines in a file. `POST /_scripted/steps` appends steps.
 
 Use it as `async with ScriptedModel(steps) as model:` inside an event loop, or `with ScriptedModel(steps)`
@@ -18,6 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from starlette.routing import Route
 
 from unit_mcp.agent.loopback import LoopbackServer
 
+from . import responses
 from .script import Script, ScriptError, Step, message_text, offered_tools, render, render_value
 
 STEPS = TypeAdapter(list[Step])
@@ -52,7 +55,14 @@ class RecordedRequest(BaseModel):
     disconnected: bool = False
 
     @property
+    def responses_api(self) -> bool:
+        return self.path.endswith("/responses")
+
+    @property
     def messages(self) -> list[dict[str, Any]]:
+        """Chat-completion messages (a Responses request's `instructions` and `input` seen as such)."""
+        if self.responses_api:
+            return responses.chat_messages(self.body)
         return list(self.body.get("messages") or [])
 
     @property
@@ -65,7 +75,7 @@ class RecordedRequest(BaseModel):
 
     @property
     def tool_names(self) -> list[str]:
-        return offered_tools(self.body)
+        return list(responses.offered(self.body)) if self.responses_api else offered_tools(self.body)
 
 
 def _usage(step: Step, body: Mapping[str, Any], text: str, arguments: list[str]) -> dict[str, int]:
@@ -75,6 +85,18 @@ def _usage(step: Step, body: Mapping[str, Any], text: str, arguments: list[str])
         prompt = max(1, len(json.dumps(body.get("messages") or [])) // 4)
         completion = max(1, math.ceil((len(text) + sum(map(len, arguments))) / 4))
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+@dataclass
+class _Answer:
+    """What a step renders to for one request, whatever API it goes out in."""
+
+    record: RecordedRequest
+    step: Step
+    model: str
+    text: str
+    calls: list[dict[str, str]]
+    usage: dict[str, int]
 
 
 def _pieces(text: str, size: int) -> Iterator[str]:
@@ -106,6 +128,8 @@ class ScriptedModel:
             routes=[
                 Route("/v1/chat/completions", self._completions, methods=["POST"]),
                 Route("/chat/completions", self._completions, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/responses", self._responses, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/models", self._models, methods=["GET"]),
                 Route("/_scripted/requests", self._requests, methods=["GET"]),
@@ -198,7 +222,8 @@ class ScriptedModel:
         self.add(*steps)
         return JSONResponse({"added": len(steps), "steps": len(self.steps)})
 
-    async def _completions(self, request: Request) -> Response:
+    async def _answer(self, request: Request, *, responses_api: bool = False) -> _Answer | Response:
+        """Record the request, choose its step and render it; a refusal comes back as the HTTP response."""
         try:
             body = json.loads(await request.body())
             if not isinstance(body, dict):
@@ -208,7 +233,8 @@ class ScriptedModel:
         record = RecordedRequest(index=len(self.requests) + 1, path=request.url.path, body=body)
         record.stream = bool(body.get("stream"))
         self.requests.append(record)
-        chosen = self._choose(body)
+        view = responses.chat_view(body) if responses_api else body
+        chosen = self._choose(view)
         if chosen is None:
             return await self._refuse(
                 record, f"no scripted step matches request #{record.index} (last: {record.last_text[:200]!r})"
@@ -218,30 +244,58 @@ class ScriptedModel:
         if step.error is not None:
             return await self._refuse(record, step.error.message, status=step.error.status, kind=step.error.type)
         try:
-            text = render(step.text or "", body)
+            text = render(step.text or "", view)
             calls = [
                 {
                     "id": call.id or f"call_{record.index}_{position}",
                     "name": call.name,
-                    "arguments": json.dumps(render_value(call.arguments, body))
+                    "arguments": json.dumps(render_value(call.arguments, view))
                     if isinstance(call.arguments, dict)
-                    else render(call.arguments, body),
+                    else render(call.arguments, view),
+                    **({"namespace": responses.namespace_of(call, body) or ""} if responses_api else {}),
                 }
                 for position, call in enumerate(step.tool_calls)
             ]
         except ScriptError as exc:
             return await self._refuse(record, str(exc))
-        usage = _usage(step, body, text, [c["arguments"] for c in calls])
-        model = str(body.get("model") or self.model)
+        usage = _usage(step, view, text, [c["arguments"] for c in calls])
         if step.delay:
             await anyio.sleep(step.delay)
+        return _Answer(record, step, str(body.get("model") or self.model), text, calls, usage)
+
+    async def _completions(self, request: Request) -> Response:
+        answer = await self._answer(request)
+        if isinstance(answer, Response):
+            return answer
+        record = answer.record
         if record.stream:
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = self._events(record, step, model, text, calls, usage if include_usage else None)
+            include_usage = bool((record.body.get("stream_options") or {}).get("include_usage"))
+            usage = answer.usage if include_usage else None
+            events = self._events(record, answer.step, answer.model, answer.text, answer.calls, usage)
             return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         record.finished = True
         await self._log(record)
-        return JSONResponse(self._completion(record, model, text, calls, usage))
+        return JSONResponse(self._completion(record, answer.model, answer.text, answer.calls, answer.usage))
+
+    async def _responses(self, request: Request) -> Response:
+        answer = await self._answer(request, responses_api=True)
+        if isinstance(answer, Response):
+            return answer
+        record = answer.record
+        scripted = responses.ResponseAnswer(
+            response_id=f"resp_scripted_{record.index}",
+            model=answer.model,
+            created_at=int(record.received_at),
+            text=answer.text,
+            calls=answer.calls,
+            usage=answer.usage,
+        )
+        if record.stream:
+            events = self._response_events(record, answer.step, scripted)
+            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        record.finished = True
+        await self._log(record)
+        return JSONResponse(scripted.response())
 
     async def _refuse(
         self, record: RecordedRequest, message: str, *, status: int = 400, kind: str = "script_error"
@@ -301,13 +355,35 @@ class ScriptedModel:
                     if step.chunk_delay:
                         await anyio.sleep(step.chunk_delay)
                     yield chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
+            if step.break_off:
+                record.error = "the stream was broken off, as scripted"
+                return
             yield chunk({}, "tool_calls" if calls else "stop")
             if usage is not None:
                 yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
             record.finished = True
         finally:
-            record.disconnected = not record.finished
+            record.disconnected = not record.finished and record.error is None
+            with anyio.CancelScope(shield=True):
+                await self._log(record)
+
+    async def _response_events(
+        self, record: RecordedRequest, step: Step, answer: responses.ResponseAnswer
+    ) -> AsyncIterator[str]:
+        try:
+            yield responses.sse(responses.opening(answer))
+            for is_delta, event in responses.item_events(answer, step.chunk_size):
+                if step.break_off and event["type"] == "response.output_item.done":
+                    record.error = "the stream was broken off, as scripted"
+                    return
+                if is_delta and step.chunk_delay:
+                    await anyio.sleep(step.chunk_delay)
+                yield responses.sse(event)
+            yield responses.sse(responses.closing(answer))
+            record.finished = True
+        finally:
+            record.disconnected = not record.finished and record.error is None
             with anyio.CancelScope(shield=True):
                 await self._log(record)
 

@@ -1,0 +1,202 @@
+"""The Responses API face of the scripted model (`POST /v1/responses`, what Codex speaks).
+
+A Responses request is first seen as a chat-completions body (`chat_view`): `instructions` and `input`
+become chat messages, function calls become an assistant message's `tool_calls`, their outputs `tool`
+messages, and tools offered inside a `namespace` (how Codex groups an MCP server's tools) are listed by
+their bare names. So one script, its matches and its templates answer chat-completions, OpenCode and Codex
+clients alike. The answer goes out as Responses objects: a JSON response, or the SSE events a streaming
+client expects (`response.created`, per output item `response.output_item.added`, deltas and
+`response.output_item.done`, then `response.completed` with the usage).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .script import ScriptedToolCall
+
+_CODEX_FRAMING = re.compile(r"\AWall time: [0-9.]+ seconds\nOutput:\n?")
+
+
+def _text(content: Any) -> str:
+    """The text of a Responses content value: a string, or a list of `input_text`/`output_text` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return ""
+
+
+def _output_text(output: Any) -> str:
+    """A function call's output as the tool gave it: a string, or the text of its content parts, without
+    the `Wall time: … Output:` line Codex puts before an MCP tool's result (so `{{last}}` and
+    `{{tool:NAME}}` see the same text whichever client ran the tool)."""
+    return _CODEX_FRAMING.sub("", output if isinstance(output, str) else _text(output), count=1)
+
+
+def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`instructions` plus `input` as chat-completion messages (consecutive function calls form one message)."""
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append({"role": str(item.get("role", "user")), "content": _text(item.get("content"))})
+        elif kind == "function_call":
+            call = {
+                "id": str(item.get("call_id", "")),
+                "type": "function",
+                "function": {"name": str(item.get("name", "")), "arguments": str(item.get("arguments") or "{}")},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last.get("role") == "assistant" and last.get("tool_calls") and not last["content"]:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = _output_text(item.get("output"))
+            messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")), "content": output})
+    return messages
+
+
+def offered(body: Mapping[str, Any]) -> dict[str, str | None]:
+    """Every function tool offered, by bare name, with the namespace it was offered in (None at the top level)."""
+    found: dict[str, str | None] = {}
+    for tool in body.get("tools") or []:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            for inner in tool.get("tools") or []:
+                if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                    found.setdefault(inner["name"], str(tool.get("name", "")))
+        elif tool.get("type") == "function" and isinstance(tool.get("name"), str):
+            found.setdefault(tool["name"], None)
+    return found
+
+
+def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request as a chat-completions body, which is what matches, templates and usage read."""
+    return {
+        "model": body.get("model"),
+        "messages": chat_messages(body),
+        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
+        "stream": bool(body.get("stream")),
+    }
+
+
+def namespace_of(call: ScriptedToolCall, body: Mapping[str, Any]) -> str | None:
+    """The namespace a scripted call goes out in: the step's own, else the one the tool was offered in, else
+    none (a tool the client never offered stays un-namespaced, as a model that invents a name would send it)."""
+    if call.namespace is not None:
+        return call.namespace
+    return offered(body).get(call.name)
+
+
+@dataclass
+class ResponseAnswer:
+    """One scripted answer in Responses terms: its id, model, text, tool calls and usage."""
+
+    response_id: str
+    model: str
+    created_at: int
+    text: str
+    calls: list[dict[str, Any]]
+    usage: Mapping[str, int]
+
+    def items(self) -> list[dict[str, Any]]:
+        """The output items, complete: the message first (if any text), then the function calls in order."""
+        items: list[dict[str, Any]] = []
+        if self.text:
+            items.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{self.response_id}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": self.text, "annotations": []}],
+                }
+            )
+        for position, call in enumerate(self.calls):
+            item = {
+                "type": "function_call",
+                "id": f"fc_{self.response_id}_{position}",
+                "status": "completed",
+                "call_id": call["id"],
+                "name": call["name"],
+                "arguments": call["arguments"],
+            }
+            if call.get("namespace"):
+                item["namespace"] = call["namespace"]
+            items.append(item)
+        return items
+
+    def response(self, status: str = "completed") -> dict[str, Any]:
+        done = status == "completed"
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "model": self.model,
+            "output": self.items() if done else [],
+            "usage": self.responses_usage() if done else None,
+        }
+
+    def responses_usage(self) -> dict[str, Any]:
+        prompt, completion = self.usage["prompt_tokens"], self.usage["completion_tokens"]
+        return {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        }
+
+
+def sse(event: dict[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+
+def opening(answer: ResponseAnswer) -> dict[str, Any]:
+    return {"type": "response.created", "response": answer.response("in_progress")}
+
+
+def item_events(answer: ResponseAnswer, chunk_size: int) -> Iterator[tuple[bool, dict[str, Any]]]:
+    """Per output item: `added`, its deltas (flagged True: the places a step's `chunk_delay` applies), `done`."""
+    for index, item in enumerate(answer.items()):
+        started = {**item, "status": "in_progress"}
+        if item["type"] == "message":
+            started["content"] = []
+        else:
+            started["arguments"] = ""
+        yield False, {"type": "response.output_item.added", "output_index": index, "item": started}
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            part = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            yield False, {**part, "type": "response.content_part.added", "part": {"type": "output_text", "text": ""}}
+            for start in range(0, len(text), chunk_size):
+                yield True, {**part, "type": "response.output_text.delta", "delta": text[start : start + chunk_size]}
+            yield False, {**part, "type": "response.output_text.done", "text": text}
+        else:
+            arguments = item["arguments"]
+            head = {"item_id": item["id"], "output_index": index}
+            for start in range(0, len(arguments), chunk_size * 4):
+                delta = arguments[start : start + chunk_size * 4]
+                yield True, {**head, "type": "response.function_call_arguments.delta", "delta": delta}
+            yield False, {**head, "type": "response.function_call_arguments.done", "arguments": arguments}
+        yield False, {"type": "response.output_item.done", "output_index": index, "item": item}
+
+
+def closing(answer: ResponseAnswer) -> dict[str, Any]:
+    return {"type": "response.completed", "response": answer.response()}
