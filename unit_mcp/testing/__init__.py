@@ -1,4 +1,6 @@
-"""Test your agents offline: a scripted OpenAI-compatible model server on loopback.
+"""Test your agents offline: a scripted OpenAI-compatible model server on loopback (chat completions and
+the Responses API, answered from the same script, so one script drives OpenAI-compatible, OpenCode and
+Codex agents).
 
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 

@@ -8,6 +8,7 @@ records what Codex did as session items; `register` adds one to an `AgentRegistr
 
 from .agent import CodexAgent, register
 from .config import PINNED_VERSION, CodexModel, McpServer, codex_config, dumps_toml, model_catalog
+from .endpoint import TurnEndpoint
 from .errors import CodexError, CodexNotInstalled
 from .events import CodexEvent, CodexUsage, McpToolCall, parse_line
 from .home import CodexHome
@@ -27,6 +28,7 @@ __all__ = [
     "EventRecorder",
     "McpServer",
     "McpToolCall",
+    "TurnEndpoint",
     "codex_config",
     "dumps_toml",
     "find_codex",

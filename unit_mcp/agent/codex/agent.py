@@ -4,9 +4,10 @@ Each turn is one Codex run in a fresh `CodexHome`: the agent writes its config (
 approval-filtered endpoint as the only MCP server, the system prompt from the prompt utilities as
 developer instructions), hands Codex the input (after a transcript of the session's earlier turns), and
 records Codex's JSONL events as session items as they arrive. Codex calls the tools itself, over MCP,
-through the endpoint only, which lists what the approval policy and the session's grants allow and checks
-every call again; Codex cannot ask for an approval mid-run, so a tool whose risk is `ask` is simply not
-offered (grant it to the session first).
+through the endpoint only: by default a `TurnEndpoint` serving the runner's tool surface for this turn,
+which lists what the approval policy and the session's grants allow (plus the tools to ask about, when
+an approver is attached), checks every call again and asks the approver for those. An `endpoint` given
+to the agent is used as it is instead (it asks nobody).
 
 The turn ends from what Codex reported: `turn.completed` finishes it with the last assistant message (its
 usage recorded), `turn.failed`, a top-level `error` or a non-zero exit fails it with Codex's own words.
@@ -30,6 +31,7 @@ from ..endpoint import ApprovedEndpoint
 from ..items import EventItem, Session, Usage
 from ..prompts import system_prompt
 from .config import CodexModel, McpServer
+from .endpoint import TurnEndpoint
 from .history import codex_prompt
 from .home import CodexHome
 from .process import CodexProcess, find_codex
@@ -173,13 +175,12 @@ class CodexAgent:
 
     @asynccontextmanager
     async def _endpoint(self, ctx: TurnContext, home: CodexHome) -> AsyncIterator[ApprovedEndpoint]:
-        """The agent's endpoint, or one for this turn: the runner's tools, filtered by the session's grants."""
+        """The agent's endpoint, or one for this turn: the runner's tools as the policy, the session's grants
+        and the approver allow them."""
         if self.endpoint is not None:
             yield self.endpoint
             return
-        endpoint = ApprovedEndpoint(
-            ctx.tools, server_name=self.server_name, grants=ctx.grants(), config_root=home.root / "endpoint"
-        )
+        endpoint = TurnEndpoint(ctx, server_name=self.server_name, config_root=home.root / "endpoint")
         over = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
