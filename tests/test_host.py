@@ -207,7 +207,7 @@ def test_a_unit_that_hangs_at_import_is_bounded_and_the_old_version_keeps_servin
     assert caught.value.stage == "import" and "did not finish within 1 s" in caught.value.error
     assert host.module("greeter") is serving and serving.greet("x") == "Hello, x!"
     assert host.module("counter").increment() == 1, "the host keeps serving other units"
-    assert wait_for(lambda: "reload of unit greeter returned late" in host.log_path.read_text(), timeout=15)
+    assert wait_for(lambda: "import of unit greeter returned late" in host.log_path.read_text(), timeout=15)
     assert sys.modules["units.greeter"] is serving, "a late import does not replace the served module"
     assert host.reload("counter").reloaded, "a fresh worker serves the next reload"
 

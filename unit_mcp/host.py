@@ -80,11 +80,21 @@ class LoadedUnit:
     module: types.ModuleType
     modules: dict[str, types.ModuleType]
     activities: list[str] = field(default_factory=list)
+    lifecycle: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The lifecycle function as exported at import (a unit deleting its own later cannot lose its state)."""
+        return self.lifecycle.get(name)
+
+
+def _lifecycle(module: types.ModuleType) -> dict[str, Callable[..., Any]]:
+    return {name: fn for name in LIFECYCLE if callable(fn := getattr(module, name, None))}
 
 
 @dataclass
 class _Progress:
     stage: str = "import"
+    module: types.ModuleType | None = None
     loaded: LoadedUnit | None = None
 
 
@@ -174,6 +184,7 @@ class Host:
         self.log_backups = log_backups
         self._lock = threading.RLock()
         self._unit_locks: dict[str, threading.RLock] = {}
+        self._locks_lock = threading.Lock()
         self._loaded: dict[str, LoadedUnit] = {}
         self._load_errors: dict[str, str] = {}
         self._activities: dict[str, Activity] = {}
@@ -284,24 +295,24 @@ class Host:
     def module_name(self, unit_id: str) -> str:
         return f"{self.namespace}.{unit_id}"
 
+    # Queries take no lock: a reload keeps the old version listed until the new one replaces it, so a
+    # reader never sees a unit half-way, and a hanging drop() or init cannot stall unit_list.
+
     def module(self, unit_id: str) -> types.ModuleType | None:
-        with self._guard():  # never observe a unit half-way through a reload
-            loaded = self._loaded.get(unit_id)
-            return loaded.module if loaded else None
+        loaded = self._loaded.get(unit_id)
+        return loaded.module if loaded else None
 
     def is_loaded(self, unit_id: str) -> bool:
-        with self._guard():
-            return unit_id in self._loaded
+        return unit_id in self._loaded
 
     def load_error(self, unit_id: str) -> str | None:
-        with self._guard():
-            return self._load_errors.get(unit_id)
+        return self._load_errors.get(unit_id)
 
     def unit_logger(self, unit_id: str) -> logging.Logger:
         return logging.getLogger(f"units.{unit_id}")
 
     def unit_lock(self, unit_id: str) -> threading.RLock:
-        with self._guard():
+        with self._locks_lock:
             return self._unit_locks.setdefault(unit_id, threading.RLock())
 
     # -- activities -----------------------------------------------------------------------
@@ -317,8 +328,8 @@ class Host:
                 self._pending_activities.append(name)
 
     def activities(self, unit_id: str | None = None) -> list[str]:
-        with self._guard():
-            return sorted(n for n, a in self._activities.items() if unit_id is None or a.unit_id == unit_id)
+        registered = list(self._activities.items())
+        return sorted(n for n, a in registered if unit_id is None or a.unit_id == unit_id)
 
     def activate(self, name: str) -> Any:
         """Make `name` the active activity; the previous one is deactivated first. Returns its session."""
@@ -353,12 +364,13 @@ class Host:
     # -- lifecycle ------------------------------------------------------------------------
 
     def snapshot(self, unit_id: str) -> tuple[bool, Any]:
+        """(supported, state) from the unit's snapshot(), bounded by reload_timeout."""
         with self._guard():
-            module = self.module(unit_id)
-            fn = getattr(module, "snapshot", None)
-            if module is None or not callable(fn):
+            loaded = self._loaded.get(unit_id)
+            fn = loaded.hook("snapshot") if loaded is not None else None
+            if fn is None:
                 return False, None
-            return True, fn()
+            return True, self._bounded(unit_id, lambda: "snapshot", fn)
 
     def unload(self, unit_id: str) -> None:
         with self._guard():
@@ -372,6 +384,7 @@ class Host:
 
         On failure the old modules, their init and their state are put back, and
         `rollback_source` (given when the reload follows a write) restores the old files first.
+        The old version stays listed as loaded until the new one replaces it.
         """
         with self._guard():
             started = time.perf_counter()
@@ -379,38 +392,34 @@ class Host:
             active_before = self.active_activity
             owned_active = self._active is not None and self._active.unit_id == unit_id
             state: Any = None
-            has_state = False
-            if old is not None and callable(getattr(old.module, "snapshot", None)):
+            snapshot = old.hook("snapshot") if old is not None else None
+            if snapshot is not None:
                 try:
-                    state = old.module.snapshot()
-                    has_state = True
-                except Exception as exc:
+                    state = self._bounded(unit_id, lambda: "snapshot", snapshot)
+                except (Exception, SystemExit) as exc:
                     raise self._failure(unit_id, "snapshot", exc, rolled_back=True, source_restored=False) from exc
+            has_state = snapshot is not None
             if old is not None:
                 self._teardown(old)
-                del self._loaded[unit_id]
             progress = _Progress()
             try:
                 new, restored = self._bounded(
-                    unit_id, progress, lambda: self._bring_up(unit_id, state, has_state, progress)
+                    unit_id, lambda: progress.stage, lambda: self._bring_up(unit_id, state, has_state, progress)
                 )
             except (Exception, SystemExit) as exc:
                 if progress.loaded is not None:
                     self._teardown(progress.loaded)
                 else:
                     self._discard(unit_id)
-                stage = progress.stage
-                source_restored = False
-                if rollback_source is not None:
-                    rollback_source()
-                    source_restored = True
+                source_restored = self._roll_back_source(unit_id, rollback_source)
                 reinstated = old is not None and self._reinstate(
                     old, state, has_state, active_before if owned_active else None
                 )
-                if old is None:
+                if not reinstated:
+                    self._loaded.pop(unit_id, None)
                     self._load_errors[unit_id] = self._describe(exc)
                 raise self._failure(
-                    unit_id, stage, exc, rolled_back=reinstated, source_restored=source_restored
+                    unit_id, progress.stage, exc, rolled_back=reinstated, source_restored=source_restored
                 ) from exc
             self._loaded[unit_id] = new
             self._load_errors.pop(unit_id, None)
@@ -421,29 +430,42 @@ class Host:
                 unit_id=unit_id, reloaded=True, restored_state=restored, activity=evidence, duration_ms=duration
             )
 
+    def _roll_back_source(self, unit_id: str, rollback_source: Callable[[], None] | None) -> bool:
+        if rollback_source is None:
+            return False
+        try:
+            rollback_source()
+        except Exception:
+            self.logger.exception("restoring the previous source of unit %s failed", unit_id)
+            return False
+        return True
+
     def _bring_up(self, unit_id: str, state: Any, has_state: bool, progress: _Progress) -> tuple[LoadedUnit, bool]:
         """import → init → restore; `progress` tells the caller how far it got if it fails or hangs."""
-        module = self._import(unit_id)
+        progress.module = self._import(unit_id)
+        if self._transaction_thread != threading.get_ident():
+            raise ReloadTimeout("the import returned after the reload had given up on it; not initialised")
         progress.stage = "init"
-        progress.loaded = self._init(unit_id, module)
+        progress.loaded = self._init(unit_id, progress.module)
         progress.stage = "restore"
-        restore = getattr(module, "restore", None)
-        if has_state and callable(restore):
+        restore = progress.loaded.hook("restore")
+        if has_state and restore is not None:
             restore(state)
             return progress.loaded, True
         return progress.loaded, False
 
-    def _bounded(self, unit_id: str, progress: _Progress, work: Callable[[], Any]) -> Any:
+    def _bounded(self, unit_id: str, stage: Callable[[], str], work: Callable[[], Any]) -> Any:
         """Run unit code on the reload worker thread and stop waiting after `reload_timeout` seconds.
 
-        A hung import or init cannot be killed, but it no longer holds the host: the
-        transaction fails with `ReloadTimeout`, the previous version is put back and the
-        stuck worker is replaced. The worker acts as the host's lock holder meanwhile
-        (unit code calls host methods from init).
+        A hung snapshot, drop, import, init or restore cannot be killed, but it no longer holds the
+        host: the call fails with `ReloadTimeout` and the stuck worker is replaced. The worker acts
+        as the host's lock holder meanwhile (unit code calls host methods from init).
         """
         outcome: dict[str, Any] = {}
         abandoned = threading.Event()
         done = threading.Event()
+
+        given_up: list[str] = []
 
         def run() -> None:
             self._transaction_thread = threading.get_ident()
@@ -456,7 +478,7 @@ class Host:
                     with self._lock:
                         self._resync_modules(unit_id)
                     self.logger.warning(
-                        "a timed-out reload of unit %s returned late; its result was discarded", unit_id
+                        "a timed-out %s of unit %s returned late; its result was discarded", given_up[0], unit_id
                     )
                 done.set()
 
@@ -466,10 +488,11 @@ class Host:
         finished = done.wait(self.reload_timeout)
         self._transaction_thread = None
         if not finished:
+            given_up.append(stage())
             abandoned.set()
             self._worker.stop()
             self._worker = None
-            raise ReloadTimeout(f"{progress.stage} of unit {unit_id} did not finish within {self.reload_timeout:g} s")
+            raise ReloadTimeout(f"{given_up[0]} of unit {unit_id} did not finish within {self.reload_timeout:g} s")
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
@@ -503,24 +526,29 @@ class Host:
         return importlib.import_module(self.module_name(unit_id))
 
     def _init(self, unit_id: str, module: types.ModuleType) -> LoadedUnit:
-        init = getattr(module, "init", None)
-        if callable(init):
+        lifecycle = _lifecycle(module)  # as exported at import, before init can change it
+        init = lifecycle.get("init")
+        if init is not None:
             self._initialising = unit_id
             try:
                 init(self)
             finally:
                 self._initialising = None
-        return LoadedUnit(unit_id, module, self._unit_modules(unit_id), list(self._pending_activities))
+        name = self.module_name(unit_id)
+        if sys.modules.get(name) is not module:
+            self.logger.warning("unit %s removed or replaced its module in sys.modules during init; put back", unit_id)
+            sys.modules[name] = module
+        return LoadedUnit(unit_id, module, self._unit_modules(unit_id), list(self._pending_activities), lifecycle)
 
     def _teardown(self, loaded: LoadedUnit) -> None:
-        """Deactivate the unit's activity, call drop(), unregister its activities, purge its modules."""
+        """Deactivate the unit's activity, call drop() (bounded), unregister its activities, purge its modules."""
         if self._active is not None and self._active.unit_id == loaded.unit_id:
             self.deactivate()
-        drop = getattr(loaded.module, "drop", None)
-        if callable(drop):
+        drop = loaded.hook("drop")
+        if drop is not None:
             try:
-                drop()
-            except Exception:
+                self._bounded(loaded.unit_id, lambda: "drop", drop)
+            except (Exception, SystemExit):
                 self.logger.exception("drop() of unit %s failed", loaded.unit_id)
         self._discard(loaded.unit_id)
 
@@ -536,15 +564,15 @@ class Host:
         sys.modules.update(old.modules)
         self._pending_activities = []
         try:
-            init = getattr(old.module, "init", None)
-            if callable(init):
+            init = old.hook("init")
+            if init is not None:
                 self._initialising = old.unit_id
                 try:
                     init(self)
                 finally:
                     self._initialising = None
-            restore = getattr(old.module, "restore", None)
-            if has_state and callable(restore):
+            restore = old.hook("restore")
+            if has_state and restore is not None:
                 restore(state)
         except Exception as exc:
             self.logger.exception("putting back the previous version of unit %s failed", old.unit_id)

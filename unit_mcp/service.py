@@ -6,11 +6,13 @@ Methods are blocking (file and process work); async callers run them in a worker
 from __future__ import annotations
 
 import ast
+import contextlib
+import errno
 import json
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +101,12 @@ class UnitService:
         self._segments(unit_id, kind, source_id)
         try:
             return self.loader.read(unit_id, kind, source_id)
-        except (FileNotFoundError, NotADirectoryError):
+        except NotADirectoryError:
+            raise InvalidSourceId(
+                f"A folder on the path of {source_id!r} in unit {unit_id!r} is a file; nothing was written.",
+                hint="Pick a source id whose folders are folders (unit_inspect lists the sources).",
+            ) from None
+        except FileNotFoundError:
             raise UnknownSource(f"Unit {unit_id!r} has no source {source_id!r}.") from None
         except IsADirectoryError:
             raise UnknownSource(f"{source_id!r} in unit {unit_id!r} is a folder, not a source file.") from None
@@ -116,6 +123,51 @@ class UnitService:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             raise BinarySource(f"{source_id!r} in unit {unit_id!r} is not UTF-8 text.") from None
+
+    def _encode(self, unit_id: str, source_id: str, text: str) -> bytes:
+        """UTF-8 bytes of a source about to be written; refuse what read_source could not give back."""
+        if "\x00" in text:
+            raise BinarySource(
+                f"The edit would put a NUL character into {source_id!r} of unit {unit_id!r}; nothing was written.",
+                hint="Sources are UTF-8 text: remove the NUL (\\x00) characters.",
+            )
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgument(
+                f"The new text of {source_id!r} is not valid Unicode ({exc.reason} at index {exc.start}).",
+                hint="Send UTF-8 text without lone surrogate code points.",
+            ) from None
+
+    @contextlib.contextmanager
+    def _writing(self, unit_id: str, source_id: str) -> Iterator[None]:
+        """Map what the filesystem can raise during a write (e.g. a path swapped for a symlink) to refusals."""
+        try:
+            yield
+        except FileExistsError:
+            raise Exists(f"Unit {unit_id!r} already has {source_id!r}.") from None
+        except paths.UnsafePath:
+            raise InvalidSourceId(
+                f"{source_id!r} of unit {unit_id!r}, or a folder above it, is a symbolic link or not a regular "
+                "file; nothing was written.",
+                hint="Only regular files inside the unit can be written.",
+            ) from None
+        except NotADirectoryError:
+            raise InvalidSourceId(
+                f"A folder on the path of {source_id!r} in unit {unit_id!r} is a file; nothing was written.",
+                hint="Pick a source id whose folders are folders (unit_inspect lists the sources).",
+            ) from None
+        except FileNotFoundError:
+            raise UnknownSource(
+                f"{source_id!r} of unit {unit_id!r} (or a folder above it) disappeared; nothing was written.",
+            ) from None
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR):
+                raise
+            raise InvalidSourceId(
+                f"{source_id!r} of unit {unit_id!r} cannot be written: a symbolic link or a file stands on its path.",
+                hint="Only regular files inside the unit can be written.",
+            ) from None
 
     def _require(self, capability: str, unit_id: str) -> None:
         if not getattr(self.loader.capabilities, capability):
@@ -341,7 +393,7 @@ class UnitService:
                 new_text, count = replace_exact(text, old, new, replace_all=replace_all, label=label)
                 mode = "exact"
             changed = new_text != text
-            new_data = new_text.encode("utf-8")
+            new_data = self._encode(unit_id, source_id, new_text)
             target = self._abs(unit_id, kind, source_id)
             if changed:
                 self._compile(source_id, new_data, target)
@@ -364,7 +416,8 @@ class UnitService:
                 self.loader.replace(unit_id, kind, source_id, data)
 
             self.host.note_own_write(target, result.hash)
-            self.loader.replace(unit_id, kind, source_id, new_data)
+            with self._writing(unit_id, source_id):
+                self.loader.replace(unit_id, kind, source_id, new_data)
             result.reload = self._reload(unit_id, rollback)
             return result
 
@@ -384,23 +437,13 @@ class UnitService:
             raise InvalidSourceId(
                 f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name."
             )
-        data = source.encode("utf-8")
+        data = self._encode(unit_id, source_id, source)
         target = self._abs(unit_id, kind, source_id)
         self._compile(source_id, data, target)
         with self.host.unit_lock(unit_id):
             self.host.note_own_write(target, paths.hash_bytes(data))
-            try:
+            with self._writing(unit_id, source_id):
                 created_dirs = self.loader.create(unit_id, source_id, data)
-            except FileExistsError:
-                raise Exists(f"Unit {unit_id!r} already has {source_id!r}.") from None
-            except NotADirectoryError:
-                raise InvalidSourceId(
-                    f"A parent of {source_id!r} in unit {unit_id!r} is a file, not a folder."
-                ) from None
-            except paths.UnsafePath:
-                raise InvalidSourceId(
-                    f"A parent of {source_id!r} in unit {unit_id!r} is a symbolic link; refused."
-                ) from None
 
             def rollback() -> None:
                 self.host.note_own_write(target, None)
@@ -415,7 +458,7 @@ class UnitService:
         kind = self._unit(unit_id)
         if not isinstance(test_name, str) or not _TEST_NAME.fullmatch(test_name):
             raise InvalidArgument(
-                f"test_name {test_name!r} is not a test name.", hint="Use e.g. 'init' for test_init.py."
+                f"test_name {str(test_name)[:80]!r} is not a test name.", hint="Use e.g. 'init' for test_init.py."
             )
         timeout = self.test_timeout if timeout is None else timeout
         if not isinstance(timeout, (int, float)) or not 0 < timeout <= self.max_test_timeout:

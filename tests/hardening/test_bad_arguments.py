@@ -60,8 +60,8 @@ EXPECTED: dict[tuple[str, str], str | set[str]] = {
     ("binary", "description"): OK,
     ("binary", "grep"): OK,
     ("binary", "old"): "no_match",
-    ("binary", "new"): "syntax_error",  # Python source cannot hold NUL
-    ("binary", "source"): "syntax_error",
+    ("binary", "new"): "binary_source",  # a source cannot hold NUL
+    ("binary", "source"): "binary_source",
     ("binary", "patch"): "invalid_patch",
 }
 MISTYPED: dict[str, list[Any]] = {
@@ -179,12 +179,6 @@ async def test_what_json_cannot_carry_is_refused_by_the_protocol_layer(served: S
     figures.record("bad_arguments", refused_before_any_tool=refused)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (service.py, UnitService.apply_patch / create_source): a NUL written into a non-Python source is "
-    "accepted, after which unit_read_source and unit_apply_patch refuse that file as [binary_source]: the tools "
-    "write what they cannot read back or repair. Refuse text containing NUL before writing.",
-)
 async def test_a_write_that_would_make_a_text_source_binary_is_refused(served: Served, units_root: Path) -> None:
     (units_root / "weather" / "readme.txt").write_text("hello\n")
     async with connect(served.url, served.token) as client:

@@ -227,13 +227,7 @@ async def test_a_symlink_swapped_in_between_check_and_open_never_redirects(
         outside_writes=0,
     )
     unexplained = {key: count for key, count in outcomes.items() if "internal_error" in key}
-    if unexplained:
-        pytest.xfail(
-            f"BUG (service.py): {unexplained} - a source or folder that became a symlink (or vanished) between "
-            "the check and the write comes back as [internal_error] instead of [invalid_source_id]: apply_patch "
-            "does not map paths.UnsafePath/FileNotFoundError raised by loader.replace, and create_source does not "
-            "map the OSError(ELOOP) that paths._open_dir_at raises when its mkdir loses the race. Nothing escaped."
-        )
+    assert not unexplained, f"a path swapped mid-call must be refused with a code, not {unexplained}"
 
 
 # -- Hypothesis: ids made of the pieces attacks are made of ----------------------------------------------

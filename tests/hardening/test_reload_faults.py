@@ -161,12 +161,6 @@ async def test_a_syntax_error_is_refused_before_anything_is_written(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (host.py, Host._bring_up / LoadedUnit): lifecycle exports are looked up after init, so a unit whose "
-    "init deletes its own `restore` reloads 'successfully' with restored_state=false and its state silently reset "
-    "(and one that deletes `snapshot` loses it at the next reload). Capture init/drop/snapshot/restore at import.",
-)
 async def test_a_unit_that_deletes_its_lifecycle_functions_loses_no_state(served: Served, counting: Host) -> None:
     sabotage = INIT + "    for name in ('snapshot', 'restore'):\n        del globals()[name]\n"
     result = await patch(served, INIT, sabotage)
@@ -174,24 +168,12 @@ async def test_a_unit_that_deletes_its_lifecycle_functions_loses_no_state(served
     assert result.is_error or state == 3, f"reload reported {result.text[:300]} and the count went from 3 to {state}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (host.py, Host._init): a unit that removes itself from sys.modules during init reloads "
-    "'successfully', but the served module is no longer in sys.modules (another unit importing it gets a second "
-    "copy with its own state, and a later rollback cannot put it back). Check sys.modules after init.",
-)
 async def test_a_unit_that_removes_itself_from_sys_modules_during_init(served: Served, counting: Host) -> None:
     result = await patch(served, INIT, INIT + "    import sys\n\n    del sys.modules[__name__]\n")
     served_module = counting.module("counter")
     assert result.is_error or sys.modules.get("units.counter") is served_module
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (host.py, Host.reload/_teardown): reload_timeout bounds import, init and restore but not the old "
-    "version's snapshot() and drop(), which run under the host lock: a unit whose drop() hangs wedges every tool "
-    "that needs the host (unit_list, unit_inspect, unit_snapshot, edits) for as long as it hangs.",
-)
 async def test_a_unit_whose_drop_hangs_does_not_wedge_the_server(served: Served, counting: Host) -> None:
     greeter = counting.units_root / "greeter.py"
     greeter.write_text(greeter.read_text() + "\n\ndef drop():\n    import time\n\n    time.sleep(3)\n")
