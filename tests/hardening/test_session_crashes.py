@@ -188,3 +188,4 @@ def test_sigkill_while_appending_to_sessions_loses_at_most_the_last_item(
         seconds=round(elapsed, 1),
     )
     assert figures_seen["created"] >= 1 and sum(acked.values()) >= KILLS
+    assert leftovers == [], "the next writer of a journal removes what a killed rewrite left behind"

@@ -349,6 +349,7 @@ class SessionStore:
         except FileNotFoundError:
             return None
         opened = _Open(_replay(session_id, records), Journal.open(path, valid_size, durability=self.durability))
+        self._sweep_temporaries(session_id)
         opened.index = {item.id: position for position, item in enumerate(opened.session.items)}
         opened.garbage = len(records) - 1 - len(opened.session.items)
         self._open[session_id] = opened
@@ -384,6 +385,14 @@ class SessionStore:
             self._write_meta(session)
         if orphans or session.status == "running":
             log.info("session %s: repaired %d unfinished tool call(s)", session.id, len(orphans))
+
+    def _sweep_temporaries(self, session_id: str) -> None:
+        """Remove what a writer killed mid-rewrite left (hidden `.<id>.jsonl.*` and `.<id>.meta.json.*` files).
+        Called holding the journal's writer lock, and only a writer makes them, so none is in use."""
+        for name in (self.journal_path(session_id).name, self._meta_path(session_id).name):
+            for leftover in self.root.glob(f".{name}.*"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
     def _write_meta(self, session: Session) -> None:
         path = self._meta_path(session.id)
