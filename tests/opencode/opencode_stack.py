@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from event_proxy import EventProxy
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, McpToolSource, Session
@@ -131,6 +132,7 @@ class Node:
     client: OpenCodeClient
     endpoint: OpenCodeEndpoint
     root: IsolatedRoot
+    proxy: EventProxy | None = None
 
 
 @dataclass
@@ -172,7 +174,9 @@ async def agent_stack(
     nodes: int = 1,
     settle_timeout: float = 8.0,
     client_options: dict[str, Any] | None = None,
+    proxied: bool = False,
 ) -> AsyncIterator[Stack]:
+    """`proxied` puts an `EventProxy` between each node and its client (to break the event stream)."""
     approvals = approvals or AgentApprovals()
     surface = AgentToolSurface(approvals)
     recorder = Recorder()
@@ -204,7 +208,13 @@ async def agent_stack(
             for node in built:
                 tg.start_soon(node.process.start)
         for node in built:
-            node.client = await stack.enter_async_context(node.process.client(**(client_options or {})))
+            if proxied:
+                assert node.process.port is not None
+                node.proxy = await stack.enter_async_context(EventProxy(node.process.port))
+                client = OpenCodeClient(node.proxy.url, password=node.process.password, **(client_options or {}))
+            else:
+                client = node.process.client(**(client_options or {}))
+            node.client = await stack.enter_async_context(client)
         registry = AgentRegistry()
         for node in built:
             registry.register(

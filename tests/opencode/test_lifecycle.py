@@ -11,7 +11,7 @@ from opencode_stack import TURN_TIMEOUT, agent_stack, oc
 
 from unit_mcp.agent import EventItem, ToolCallItem, ToolResultItem, TurnStatus
 from unit_mcp.agent.opencode import SESSION_KEY, read_reply
-from unit_mcp.testing import Match, call, say, tool_call
+from unit_mcp.testing import Match, ScriptedError, Step, call, say, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -112,3 +112,14 @@ async def test_restarted_node_is_reconnected(tmp_path: Path, opencode_binary: Pa
 
     reloaded = stack.reload(session.id)
     assert not [i for i in reloaded.items if isinstance(i, EventItem) and i.kind == "opencode-session-replaced"]
+
+
+async def test_provider_error_fails_the_turn_with_its_message(tmp_path: Path, opencode_binary: Path) -> None:
+    steps = [Step(error=ScriptedError(status=400, message="the scripted provider refuses"), label="refusal")]
+    async with agent_stack(tmp_path, opencode_binary, steps) as stack:
+        session = await stack.new_session()
+        handle = await (await stack.runner.run_turn(session.id, "anything")).wait(TURN_TIMEOUT)
+        assert handle.status is TurnStatus.FAILED
+        assert "the scripted provider refuses" in (handle.error or ""), handle.error
+        assert handle.error is not None and handle.error.startswith("OpenCode ended the reply with")
+    assert stack.reload(session.id).status == "idle"

@@ -184,7 +184,7 @@ class EventStream:
                     await self._read_stream()
                     self.last_error = "the node closed the event stream"
                     delay = self.reconnect_delay
-                except (httpx.HTTPError, TimeoutError, OSError, ValueError) as exc:
+                except (httpx.HTTPError, OSError, ValueError) as exc:
                     self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                     delay = self.reconnect_delay if self.connected else min(delay * 2, self.max_reconnect_delay)
                 finally:
@@ -202,7 +202,9 @@ class EventStream:
             listener.send.close()
 
     async def _read_stream(self) -> None:
-        timeout = httpx.Timeout(self.connect_timeout, read=None)
+        # The read timeout bounds the wait for the headers and then every silence between chunks: the
+        # node's heartbeat comes every 10 s, so a longer silence means the stream is dead.
+        timeout = httpx.Timeout(self.connect_timeout, read=self.heartbeat_timeout)
         async with self.http.stream("GET", self.path, timeout=timeout) as response:
             if response.status_code != 200:
                 await response.aread()
@@ -215,14 +217,8 @@ class EventStream:
             self._set_connected(True)
             if self.connects > 1:
                 await self._refresh("reconnect")
-            lines = response.aiter_lines()
             data: list[str] = []
-            while True:
-                with anyio.fail_after(self.heartbeat_timeout):
-                    try:
-                        line = await lines.__anext__()
-                    except StopAsyncIteration:
-                        return
+            async for line in response.aiter_lines():
                 self.last_event_at = time.monotonic()
                 if line == "":
                     if data:
