@@ -123,3 +123,28 @@ async def test_provider_error_fails_the_turn_with_its_message(tmp_path: Path, op
         assert "the scripted provider refuses" in (handle.error or ""), handle.error
         assert handle.error is not None and handle.error.startswith("OpenCode ended the reply with")
     assert stack.reload(session.id).status == "idle"
+
+
+async def test_new_turn_supersedes_a_running_one(tmp_path: Path, opencode_binary: Path) -> None:
+    """A second input while OpenCode is mid-tool: the first turn is aborted on the node and cancelled, the
+    second runs on the same OpenCode session, and the idle that ends the aborted turn does not end it."""
+    steps = [
+        call(tool_call(oc("slow_echo"), {"seconds": 60}), when=Match(user_contains="first", has_tools=True)),
+        say("second done", when=Match(user_contains="second"), delay=1.0),
+    ]
+    async with agent_stack(tmp_path, opencode_binary, steps) as stack:
+        session = await stack.new_session()
+        first = await stack.runner.run_turn(session.id, "first: call slow_echo")
+        with anyio.fail_after(TURN_TIMEOUT):
+            await stack.recorder.slow_started.wait()
+        second = await stack.runner.run_turn(session.id, "second")
+        assert first.status is TurnStatus.CANCELLED
+        await second.wait(TURN_TIMEOUT)
+        assert (second.status, second.result) == (TurnStatus.COMPLETED, "second done"), second.error
+        stack.model.assert_done()
+
+    reloaded = stack.reload(session.id)
+    assert reloaded.open_tool_calls() == []
+    assert not [i for i in reloaded.items if isinstance(i, EventItem) and i.kind.startswith("opencode-session-re")]
+    cancelled = [i for i in reloaded.items if isinstance(i, EventItem) and i.kind == "turn-cancelled"]
+    assert cancelled and "superseded" in cancelled[0].data["reason"]
