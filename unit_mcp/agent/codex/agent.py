@@ -90,7 +90,7 @@ class CodexAgent:
         self.extra_env = dict(env or {})
 
     async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
-        home = CodexHome(parent=self.workspace)
+        home = await anyio.to_thread.run_sync(lambda: CodexHome(parent=self.workspace))
         try:
             async with self._endpoint(ctx, home) as endpoint:
                 assert endpoint.url is not None
