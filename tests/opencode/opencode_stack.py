@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from event_proxy import EventProxy
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, McpToolSource, Session
@@ -36,6 +35,8 @@ from unit_mcp.agent.sessions import SessionStore
 from unit_mcp.bridge import Bridge
 from unit_mcp.testing import Match, ScriptedModel, Step, say
 from unit_mcp.tools import UnitTools
+
+from .event_proxy import EventProxy
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from opencode_stack import SERVER, TURN_TIMEOUT, agent_stack, oc
 
 from unit_mcp.agent import ErrorItem, MessageItem, ToolCallItem, TurnStatus
 from unit_mcp.agent.opencode import (
@@ -20,6 +19,8 @@ from unit_mcp.agent.opencode import (
     UnknownOpenCodeSession,
 )
 from unit_mcp.testing import Match, call, say, tool_call
+
+from .opencode_stack import SERVER, TURN_TIMEOUT, agent_stack, oc
 
 pytestmark = pytest.mark.anyio
 

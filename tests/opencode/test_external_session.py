@@ -16,12 +16,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from opencode_stack import EXAMPLE_UNITS, MODEL, scripted_provider, title_step
 from server_process import ServerProcess
 
 from unit_mcp.agent.opencode import IsolatedRoot, opencode_tool_name
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 from unit_mcp.tools import tool_risks
+
+from .opencode_stack import EXAMPLE_UNITS, MODEL, scripted_provider, title_step
 
 pytestmark = pytest.mark.anyio
 

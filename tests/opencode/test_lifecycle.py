@@ -7,11 +7,12 @@ from pathlib import Path
 
 import anyio
 import pytest
-from opencode_stack import TURN_TIMEOUT, agent_stack, oc
 
 from unit_mcp.agent import EventItem, ToolCallItem, ToolResultItem, TurnStatus
 from unit_mcp.agent.opencode import SESSION_KEY, read_reply
 from unit_mcp.testing import Match, ScriptedError, Step, call, say, tool_call
+
+from .opencode_stack import TURN_TIMEOUT, agent_stack, oc
 
 pytestmark = pytest.mark.anyio
 

@@ -14,11 +14,12 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from opencode_stack import MODEL, NONCE, SERVER, TURN_TIMEOUT, agent_stack, oc
 
 from unit_mcp.agent import AgentApprovals, EventItem, MessageItem, ToolCallItem, ToolResultItem, TurnStatus
 from unit_mcp.agent.opencode import SESSION_KEY
 from unit_mcp.testing import Match, call, say, tool_call
+
+from .opencode_stack import MODEL, NONCE, SERVER, TURN_TIMEOUT, agent_stack, oc
 
 pytestmark = pytest.mark.anyio
 

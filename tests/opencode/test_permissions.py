@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from opencode_stack import TURN_TIMEOUT, agent_stack, oc
 
 from unit_mcp.agent import AgentApprovals, ApprovalRequest, EventItem, ToolResultItem, TurnStatus
 from unit_mcp.testing import Match, call, say, tool_call
+
+from .opencode_stack import TURN_TIMEOUT, agent_stack, oc
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ session vanished in between) replaces the session and retries once.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Literal
 
@@ -254,9 +254,11 @@ class OpenCodeClient:
         model: ModelRef | str | None = None,
         agent: str | None = None,
         system: str | None = None,
+        on_session: Callable[[str], None] | None = None,
     ) -> Sent:
         """Prompt `session_id`, validated first; a missing or unknown session is replaced by a new one
-        (created with `title` and `permission`), and a 404 on the prompt itself is retried once."""
+        (created with `title` and `permission`), and a 404 on the prompt itself is retried once.
+        `on_session` learns the session id before the prompt goes out (so a cancel hook can abort it)."""
         replaced_reason: str | None = None
         after: str | None = None
         current = session_id
@@ -271,6 +273,8 @@ class OpenCodeClient:
             if current is None:
                 current = str((await self.create_session(title=title, permission=permission))["id"])
                 after = None
+            if on_session is not None:
+                on_session(current)
             try:
                 since = await self.prompt_async(current, text, model=model, agent=agent, system=system)
             except UnknownOpenCodeSession:

@@ -128,6 +128,7 @@ class UnitAgent:
             model=self.model,
             agent=self.opencode_agent,
             system=system,
+            on_session=lambda session_id: setattr(state, "session_id", session_id),
         )
         state.session_id, state.sent = sent.session_id, sent
         if sent.session_id != stored:
