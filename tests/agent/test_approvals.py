@@ -6,7 +6,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import reload, running
 
 from unit_mcp.agent import (
     AgentApprovals,
@@ -22,6 +21,8 @@ from unit_mcp.agent import (
     TurnStatus,
 )
 from unit_mcp.agent.approvals import GRANTS_KEY
+
+from .conftest import reload, running
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import UnitServer
 
 from unit_mcp.agent.cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
+
+from .conftest import UnitServer
 
 pytestmark = pytest.mark.anyio
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,6 @@ import anyio.abc
 import httpx2
 import mcp_types as types
 import pytest
-from conftest import UnitServer, reload, running
 from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.sse import sse_client
@@ -32,6 +31,8 @@ from unit_mcp.agent import (
     TurnContext,
     TurnStatus,
 )
+
+from .conftest import UnitServer, reload, running
 
 pytestmark = pytest.mark.anyio
 INITIALIZE = {

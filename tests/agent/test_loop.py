@@ -7,7 +7,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import reload, running
 
 from unit_mcp.agent import (
     AgentApprovals,
@@ -29,6 +28,8 @@ from unit_mcp.agent import (
     TurnStatus,
     delegation_tool,
 )
+
+from .conftest import reload, running
 
 pytestmark = pytest.mark.anyio
 

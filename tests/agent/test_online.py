@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import NONCE, UnitServer, reload, running
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -29,6 +28,8 @@ from unit_mcp.agent import (
     display_messages,
 )
 from unit_mcp.testing import Match, ScriptedModel, Step, call, say, tool_call
+
+from .conftest import NONCE, UnitServer, reload, running
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import SLOW_EVENTS, UnitServer, reload, running
 
 from unit_mcp.agent import (
     Agent,
@@ -23,6 +22,8 @@ from unit_mcp.agent import (
     Usage,
 )
 from unit_mcp.testing import Match, ScriptedError, ScriptedModel, ScriptedUsage, Step, call, say, tool_call
+
+from .conftest import SLOW_EVENTS, UnitServer, reload, running
 
 pytestmark = pytest.mark.anyio
 

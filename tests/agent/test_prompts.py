@@ -6,10 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import reload, running
 
 from unit_mcp.agent import AgentError, ErrorItem, FunctionAgent, ModelRequest, TurnContext, TurnStatus, prompts
 from unit_mcp.agent.toolsurface import ToolDef
+
+from .conftest import reload, running
 
 pytestmark = pytest.mark.anyio
 

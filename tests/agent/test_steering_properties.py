@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Literal
 
 import anyio
-from conftest import running
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from unit_mcp.agent import FunctionAgent, Hooks, MessageItem, ModelRequest, ModelResponse, StepResult, TurnContext
+
+from .conftest import running
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import TEST_TOOLS, UnitServer
 from pydantic import BaseModel
 
 from unit_mcp.agent import (
@@ -18,6 +17,8 @@ from unit_mcp.agent import (
     openai_tool_name,
 )
 from unit_mcp.tools import tool_risks
+
+from .conftest import TEST_TOOLS, UnitServer
 
 pytestmark = pytest.mark.anyio
 

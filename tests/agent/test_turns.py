@@ -7,7 +7,6 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import reload, running
 
 from unit_mcp.agent import (
     AgentError,
@@ -25,6 +24,8 @@ from unit_mcp.agent import (
     TurnStatus,
 )
 from unit_mcp.agent.projections import chat_messages
+
+from .conftest import reload, running
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from codex_stack import TURN_TIMEOUT, codex_stack, reload
 
 from unit_mcp.agent import (
     AgentApprovals,
@@ -22,6 +21,8 @@ from unit_mcp.agent import (
 )
 from unit_mcp.agent.approvals import GRANTS_KEY
 from unit_mcp.testing import Match, call, say, tool_call
+
+from .codex_stack import TURN_TIMEOUT, codex_stack, reload
 
 pytestmark = pytest.mark.anyio
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from codex_stack import TURN_TIMEOUT, codex_pids, codex_stack, reload
 
 from unit_mcp.agent import EventItem, ToolCallItem, ToolResultItem, TurnStatus
 from unit_mcp.testing import Match, Step, call, say, tool_call
+
+from .codex_stack import TURN_TIMEOUT, codex_pids, codex_stack, reload
 
 pytestmark = pytest.mark.anyio
 

@@ -8,12 +8,13 @@ import socket
 from pathlib import Path
 
 import pytest
-from codex_stack import TURN_TIMEOUT, codex_pids, codex_stack, reload
 
 from unit_mcp.agent import ErrorItem, EventItem, MessageItem, ToolCallItem, ToolResultItem, TurnStatus
 from unit_mcp.agent.codex import CodexHome, CodexModel, CodexProcess, McpServer
 from unit_mcp.agent.codex.agent import EXEC_ARGS
 from unit_mcp.testing import Match, ScriptedError, ScriptedModel, Step, call, say, tool_call
+
+from .codex_stack import TURN_TIMEOUT, codex_pids, codex_stack, reload
 
 pytestmark = pytest.mark.anyio
 

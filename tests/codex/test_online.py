@@ -13,18 +13,6 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from codex_stack import (
-    AGENT_ID,
-    MODEL,
-    NAMESPACE,
-    NONCE,
-    SERVER,
-    TURN_TIMEOUT,
-    codex_model,
-    codex_options,
-    codex_stack,
-    reload,
-)
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -39,6 +27,19 @@ from unit_mcp.agent import (
 )
 from unit_mcp.agent.codex import register
 from unit_mcp.testing import Match, call, say, tool_call
+
+from .codex_stack import (
+    AGENT_ID,
+    MODEL,
+    NAMESPACE,
+    NONCE,
+    SERVER,
+    TURN_TIMEOUT,
+    codex_model,
+    codex_options,
+    codex_stack,
+    reload,
+)
 
 pytestmark = pytest.mark.anyio
 

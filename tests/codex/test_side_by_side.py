@@ -9,11 +9,12 @@ from pathlib import Path
 
 import anyio
 import pytest
-from codex_stack import AGENT_ID, MODEL, SERVER, TURN_TIMEOUT, codex_stack, reload
 
 from unit_mcp.agent import MessageItem, OpenAIAgent, ToolCallItem, TurnStatus
 from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, OpenCodeEndpoint, UnitAgent, opencode_tool_name
 from unit_mcp.testing import Match, call, say, tool_call
+
+from .codex_stack import AGENT_ID, MODEL, SERVER, TURN_TIMEOUT, codex_stack, reload
 
 pytestmark = pytest.mark.anyio
 
