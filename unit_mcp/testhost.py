@@ -13,14 +13,13 @@ import ctypes
 import importlib
 import inspect
 import os
-import signal
 import sys
 import tempfile
 import traceback
 from typing import Any
 
 from .host import Host
-from .testrun import descendants
+from .testrun import descendants, kill_all
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -66,9 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        for pid in descendants(os.getpid()):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        kill_all(descendants(os.getpid()))
 
 
 def _main(argv: list[str] | None) -> int:

@@ -118,13 +118,31 @@ def _pump(proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, de
         selector.close()
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL the process group of pid and every descendant found under pid."""
-    for target in [pid, *descendants(pid)]:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(target, signal.SIGKILL)
+def kill_tree(pid: int, *, settle: float = 2.0) -> None:
+    """SIGKILL the process group of pid and every descendant found under pid, and wait (up to `settle`
+    seconds) until none of them runs any more: a kill is delivered asynchronously."""
+    targets = [pid, *descendants(pid)]  # before any kill: a dead parent's orphans move to init
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+    kill_all(targets, settle=settle)
+
+
+def kill_all(pids: list[int], *, settle: float = 2.0) -> None:
+    """SIGKILL each pid, then wait up to `settle` seconds until none of them runs (zombies do not count)."""
+    for target in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(target, signal.SIGKILL)
+    deadline = time.perf_counter() + settle
+    while time.perf_counter() < deadline and any(_running(t) for t in pids):
+        time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 def run_test_process(
