@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
@@ -24,7 +23,6 @@ import secrets
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .loopback import QuietUvicorn, bind_loopback, is_loopback, url_host
 
 MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
@@ -72,22 +72,9 @@ class BridgeStatus:
     config_path: str | None
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
 def _security(host: str, port: int) -> TransportSecuritySettings:
     """Only loopback names on our own port for Host; any loopback origin (e.g. a local Inspector web page)."""
-    names = {"127.0.0.1", "localhost", "[::1]", _url_host(host)}
+    names = {"127.0.0.1", "localhost", "[::1]", url_host(host)}
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=sorted(f"{name}:{port}" for name in names),
@@ -168,14 +155,6 @@ class _SseEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with self.transport.connect_sse(scope, receive, send) as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
-
-
-class _Uvicorn(uvicorn.Server):
-    """A uvicorn server that leaves SIGINT/SIGTERM to the embedding application (uvicorn would re-raise them)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def opencode_config(*, url: str, server_name: str, token: str | None) -> dict[str, Any]:
@@ -268,7 +247,7 @@ class Bridge:
         self._config_root: Path | None = None
         self._port: int | None = None
         self._token: str | None = None
-        self._uvicorn: _Uvicorn | None = None
+        self._uvicorn: QuietUvicorn | None = None
         self._task: asyncio.Task[None] | None = None
         self._serving = False
 
@@ -281,11 +260,11 @@ class Bridge:
 
     @property
     def url(self) -> str | None:
-        return None if self._port is None else f"http://{_url_host(self.host)}:{self._port}{MCP_PATH}"
+        return None if self._port is None else f"http://{url_host(self.host)}:{self._port}{MCP_PATH}"
 
     @property
     def sse_url(self) -> str | None:
-        return None if self._port is None else f"http://{_url_host(self.host)}:{self._port}{SSE_PATH}"
+        return None if self._port is None else f"http://{url_host(self.host)}:{self._port}{SSE_PATH}"
 
     @property
     def config_path(self) -> Path | None:
@@ -328,7 +307,7 @@ class Bridge:
             self._config_root = self._prepare_config_root()
             self._write_config()
             app = self._app()
-            self._uvicorn = _Uvicorn(
+            self._uvicorn = QuietUvicorn(
                 uvicorn.Config(
                     app,
                     log_config=None,
@@ -368,19 +347,10 @@ class Bridge:
     # -- internals ------------------------------------------------------------------------------
 
     def _bind(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        # proto must say TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets that do, and with Nagle on
-        # every response after the first on a keep-alive connection waits ~40 ms for a delayed ACK.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.requested_port))
-            sock.listen(128)
-            sock.setblocking(False)
+            return bind_loopback(self.host, self.requested_port)
         except OSError as exc:
-            sock.close()
-            raise BridgeError(f"cannot listen on {_url_host(self.host)}:{self.requested_port}: {exc.strerror}") from exc
-        return sock
+            raise BridgeError(f"cannot listen on {url_host(self.host)}:{self.requested_port}: {exc.strerror}") from exc
 
     def _prepare_config_root(self) -> Path:
         if self._given_config_root is None:
@@ -429,14 +399,14 @@ class Bridge:
         )
 
     @staticmethod
-    async def _serve(server: _Uvicorn, sock: socket.socket) -> None:
+    async def _serve(server: QuietUvicorn, sock: socket.socket) -> None:
         try:
             await server.serve(sockets=[sock])
         except SystemExit as exc:  # uvicorn exits when the app's lifespan startup fails
             raise BridgeError("the MCP app failed to start (lifespan startup failed)") from exc
 
     @staticmethod
-    async def _until_started(server: _Uvicorn, task: asyncio.Task[None]) -> None:
+    async def _until_started(server: QuietUvicorn, task: asyncio.Task[None]) -> None:
         while not server.started:
             if task.done():
                 task.result()

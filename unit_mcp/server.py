@@ -21,8 +21,9 @@ from pathlib import Path
 import anyio
 from mcp.server.stdio import stdio_server
 
-from .bridge import Bridge, BridgeError, is_loopback
+from .bridge import Bridge, BridgeError
 from .host import Host
+from .loopback import is_loopback
 from .service import UnitService
 from .tools import UnitTools, check_prefix
 

@@ -45,8 +45,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..loopback import url_host
 from .errors import EndpointError, ToolFailed
-from .loopback import LoopbackServer, url_host
+from .loopback import LoopbackServer
 from .toolsurface import AgentToolSurface
 
 log = logging.getLogger("unit_mcp.agent.endpoint")

@@ -7,38 +7,15 @@ must run in the same task (they enter and leave a task group).
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import socket
-from collections.abc import Iterator
 from contextlib import AsyncExitStack
 
 import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
+from ..loopback import QuietUvicorn, bind_loopback, is_loopback, url_host
 from .errors import EndpointError
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
-
-
-class _Uvicorn(uvicorn.Server):
-    """Leaves SIGINT/SIGTERM to the embedding application (uvicorn would take them over)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class LoopbackServer:
@@ -51,7 +28,7 @@ class LoopbackServer:
         self.requested_port = port
         self.shutdown_timeout = shutdown_timeout
         self.port: int | None = None
-        self._server: _Uvicorn | None = None
+        self._server: QuietUvicorn | None = None
         self._stack: AsyncExitStack | None = None
         self._failure: BaseException | None = None
         self._sock: socket.socket | None = None
@@ -76,7 +53,7 @@ class LoopbackServer:
         self.bind()
         sock, self._sock = self._sock, None
         assert sock is not None
-        server = self._server = _Uvicorn(
+        server = self._server = QuietUvicorn(
             uvicorn.Config(
                 app,
                 log_config=None,
@@ -109,7 +86,7 @@ class LoopbackServer:
             self._sock = None
         self.port = None
 
-    async def _serve(self, server: _Uvicorn, sock: socket.socket) -> None:
+    async def _serve(self, server: QuietUvicorn, sock: socket.socket) -> None:
         try:
             await server.serve(sockets=[sock])
         except (Exception, SystemExit) as exc:  # uvicorn exits the process when lifespan startup fails
@@ -119,16 +96,9 @@ class LoopbackServer:
             sock.close()
 
     def _bind(self) -> socket.socket:
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self.requested_port))
-            sock.listen(128)
-            sock.setblocking(False)
+            return bind_loopback(self.host, self.requested_port)
         except OSError as exc:
-            sock.close()
             raise EndpointError(
                 f"cannot listen on {url_host(self.host)}:{self.requested_port}: {exc.strerror}"
             ) from exc
-        return sock
