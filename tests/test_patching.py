@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from unit_mcp import patching
 from unit_mcp.errors import AmbiguousMatch, InvalidArgument, InvalidPatch, NoMatch, PatchConflict
 from unit_mcp.patching import Lines, apply_unified_diff, line_ending_kind, replace_exact, unified_diff
 
@@ -26,6 +30,31 @@ def test_applying_the_diff_between_two_texts_to_the_first_yields_the_second(a: s
     patched, hunks = apply_unified_diff(a, unified_diff(a, b, "m.py"), "m.py")
     assert patched == b
     assert hunks >= 1
+
+
+def whole_file_diff(a: str, b: str) -> str:
+    """difflib over every line of both texts: what the windowed `unified_diff` must reproduce."""
+
+    def lines(text: str) -> list[str]:  # split on "\n" only, as the patcher does
+        return [line for line in re.split("(?<=\n)", text) if line]
+
+    out: list[str] = []
+    for line in difflib.unified_diff(lines(a), lines(b), "a/m.py", "b/m.py"):
+        out.append(line.rstrip("\n") + "\n" if line.startswith(("---", "+++")) else line)
+        if not line.endswith("\n"):
+            out.append("\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lf_text, lf_text, st.sampled_from([1, 2, 3, 7, 4096]))
+def test_the_windowed_diff_is_the_whole_file_diff(a: str, b: str, block: int) -> None:
+    saved = patching._BLOCK
+    patching._BLOCK = block  # small blocks exercise the block-by-block prefix comparison
+    try:
+        assert unified_diff(a, b, "m.py") == whole_file_diff(a, b)
+    finally:
+        patching._BLOCK = saved
 
 
 @settings(max_examples=200, deadline=None)

@@ -38,22 +38,25 @@ class Lines:
     def render(self) -> str:
         return "".join(line + ending for line, ending in zip(self.body, self.endings, strict=True))
 
-    @property
-    def dominant(self) -> str:
-        crlf = sum(1 for e in self.endings if e == "\r\n")
-        lf = sum(1 for e in self.endings if e == "\n")
-        return "\r\n" if crlf > lf else "\n"
+
+def _ending_counts(text: str) -> tuple[int, int]:
+    """(LF, CRLF) line endings of text, counted in C: no per-line work on a read or an edit."""
+    crlf = text.count("\r\n")
+    return text.count("\n") - crlf, crlf
+
+
+def dominant_ending(text: str) -> str:
+    if "\r\n" not in text:
+        return "\n"
+    lf, crlf = _ending_counts(text)
+    return "\r\n" if crlf > lf else "\n"
 
 
 def line_ending_kind(text: str) -> str:
-    endings = {e for e in Lines.parse(text).endings if e}
-    if not endings:
-        return "none"
-    if endings == {"\n"}:
-        return "lf"
-    if endings == {"\r\n"}:
-        return "crlf"
-    return "mixed"
+    if "\r\n" not in text:
+        return "lf" if "\n" in text else "none"
+    lf, _ = _ending_counts(text)
+    return "mixed" if lf else "crlf"
 
 
 def _to_lf(text: str) -> str:
@@ -87,7 +90,7 @@ def replace_exact(
             matches=len(matches),
             lines=line_numbers,
         )
-    dominant = Lines.parse(text).dominant
+    dominant = dominant_ending(text)
     pieces: list[str] = []
     cursor = 0
     for match in matches:
@@ -146,7 +149,7 @@ def apply_unified_diff(text: str, patch: str, source_id: str) -> tuple[str, int]
 
     lines = Lines.parse(text)
     body, endings = list(lines.body), list(lines.endings)
-    dominant = lines.dominant
+    dominant = dominant_ending(text)
     delta = 0
     floor = 0
     for number, hunk in enumerate(patched, start=1):
@@ -218,27 +221,60 @@ def _keepends(text: str) -> list[str]:
 _RANGE = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
 
 
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the common prefix of a and b, compared a block at a time in C, then bisected."""
+    limit = min(len(a), len(b))
+    at = 0
+    while at < limit and a[at : at + _BLOCK] == b[at : at + _BLOCK]:
+        at += _BLOCK
+    if at >= limit:
+        return limit
+    lo, hi = at, min(at + _BLOCK, limit)
+    if a[at:hi] == b[at:hi]:
+        return hi
+    while hi - lo > 1:  # a[at:lo] == b[at:lo] and a[at:hi] != b[at:hi]
+        mid = (lo + hi) // 2
+        if a[at:mid] == b[at:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+_BLOCK = 4096
+
+
 def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -> str:
     """A unified diff of before → after that unidiff and `patch` read back, with no-newline markers.
 
-    difflib runs only on the window between the common head and tail (plus context), so the
-    cost follows the size of the change, not of the file.
+    difflib runs only on the lines between the common head and tail (plus context), found by comparing the
+    texts in C, so the cost follows the size of the change, not of the file.
     """
-    a, b = _keepends(_to_lf(before)), _keepends(_to_lf(after))
-    head = 0
-    while head < min(len(a), len(b)) and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
-        tail += 1
-    start = max(0, head - context)
-    a_window = a[start : len(a) - max(0, tail - context)]
-    b_window = b[start : len(b) - max(0, tail - context)]
+    a, b = _to_lf(before), _to_lf(after)
+    if a == b:
+        return ""
+    head = a.rfind("\n", 0, _common_prefix(a, b)) + 1  # start of the first line that differs
+    suffix = min(_common_prefix(a[::-1], b[::-1]), min(len(a), len(b)) - head)
+    newline = a.find("\n", len(a) - suffix)  # the first line whose preceding newline is in the common suffix
+    tail = len(a) if newline == -1 else newline + 1
+    start = head
+    for _ in range(context):
+        if start == 0:
+            break
+        start = a.rfind("\n", 0, start - 1) + 1
+    end = tail
+    for _ in range(context):
+        if end >= len(a):
+            break
+        newline = a.find("\n", end)
+        end = len(a) if newline == -1 else newline + 1
+    offset = a.count("\n", 0, start)
 
     def shift(match: re.Match[str]) -> str:
-        return f"@@ -{int(match[1]) + start}{match[2]} +{int(match[3]) + start}{match[4]} @@"
+        return f"@@ -{int(match[1]) + offset}{match[2]} +{int(match[3]) + offset}{match[4]} @@"
 
     out: list[str] = []
+    a_window, b_window = _keepends(a[start:end]), _keepends(b[start : end + len(b) - len(a)])
     for line in difflib.unified_diff(a_window, b_window, f"a/{source_id}", f"b/{source_id}", n=context):
         if line.startswith(("---", "+++")):
             out.append(line.rstrip("\n") + "\n")

@@ -19,12 +19,12 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
-from mcp.server.stdio import stdio_server
 
 from .bridge import Bridge, BridgeError
 from .host import Host
 from .loopback import is_loopback
 from .service import UnitService
+from .stdio import Streams, stdio_streams
 from .tools import UnitTools, check_prefix
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
@@ -87,6 +87,8 @@ async def serve(args: argparse.Namespace) -> None:
     """Run until SIGINT/SIGTERM (or, with --stdio, until stdin closes), then drop the units and clean up."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with AsyncExitStack() as stack:
+            # Claim stdin/stdout before the units start, so that nothing they print at import reaches the wire.
+            streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
             tools, data_dir = _tools(args, stack)
             async with anyio.create_task_group() as group:
 
@@ -97,8 +99,8 @@ async def serve(args: argparse.Namespace) -> None:
                     group.cancel_scope.cancel()
 
                 group.start_soon(stop_on_signal)
-                if args.stdio:
-                    await _serve_stdio(tools)
+                if streams is not None:
+                    await _serve_stdio(tools, streams)
                     group.cancel_scope.cancel()
                 else:
                     await _serve_http(args, tools, data_dir, stack)
@@ -125,11 +127,11 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
     return UnitTools(UnitService(host), prefix=args.tool_prefix), data_dir
 
 
-async def _serve_stdio(tools: UnitTools) -> None:
+async def _serve_stdio(tools: UnitTools, streams: Streams) -> None:
     """MCP over this process's stdin/stdout, for clients that launch the server themselves."""
     server = tools.server()
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    read_stream, write_stream = streams
+    await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:

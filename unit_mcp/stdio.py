@@ -1,0 +1,134 @@
+"""MCP over this process's stdin/stdout on asyncio pipes, for clients that launch the server.
+
+The SDK's `stdio_server()` reads and writes through `anyio.wrap_file`: every line read and every reply written
+is a trip to a worker thread, about a third of a small call's time here (bench/RESULTS.md). When stdin and stdout
+are pipes or sockets (how MCP clients launch servers) this module hands the SDK asyncio pipe streams instead; the
+SDK still frames and parses the messages. Anything else (a regular file, a tty) gets the SDK's own transport.
+
+Like the SDK, it claims the standard descriptors while serving: fd 0 reads the null device and fd 1 writes to
+stderr, so unit code that prints or reads stdin cannot corrupt the wire. Both are restored on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import stat
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+log = logging.getLogger("unit_mcp.stdio")
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""The longest JSON-RPC message read; a longer line is dropped (and logged) and the server reads on."""
+
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+@asynccontextmanager
+async def stdio_streams() -> AsyncIterator[Streams]:
+    """The SDK's read and write streams over stdin/stdout: on asyncio pipes when both are pipes or sockets."""
+    if not (_is_pipe(0) and _is_pipe(1)):
+        async with stdio_server() as streams:
+            yield streams
+        return
+    async with AsyncExitStack() as stack:
+        stdin_fd = _claim(0, os.open(os.devnull, os.O_RDONLY), stack)
+        stdout_fd = _claim(1, os.dup(2), stack)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+        read_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(stdin_fd, "rb", buffering=0, closefd=False)
+        )
+        stack.callback(read_transport.close)
+        write_transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(stdout_fd, "wb", buffering=0, closefd=False)
+        )
+        stack.callback(write_transport.close)
+        writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+        async with stdio_server(_Lines(reader), _Writer(writer)) as streams:  # type: ignore[arg-type]
+            yield streams
+
+
+def _claim(fd: int, diversion: int, stack: AsyncExitStack) -> int:
+    """Move the wire end of `fd` to a private descriptor and point `fd` at `diversion` until the stack closes
+    (after the pipe transports, which leave the descriptor open: `closefd=False`)."""
+    private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.dup2(diversion, fd)
+    os.close(diversion)
+
+    def restore() -> None:
+        os.set_blocking(private, True)  # asyncio made it non-blocking; the restored fd shares that flag
+        os.dup2(private, fd)
+        os.close(private)
+
+    stack.callback(restore)
+    return private
+
+
+class _Lines:
+    """stdin as the async iterator of text lines the SDK's reader expects; ends at EOF."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            try:
+                line = await self.reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:
+                if not exc.partial:
+                    raise StopAsyncIteration from None
+                line = exc.partial
+            except asyncio.LimitOverrunError:
+                await self._skip_line()
+                continue
+            return line.decode("utf-8", "replace")
+
+    async def _skip_line(self) -> None:
+        """Drop a line longer than MAX_LINE_BYTES without holding it in memory."""
+        dropped = 0
+        while True:
+            try:
+                dropped += len(await self.reader.readuntil(b"\n"))
+                break
+            except asyncio.LimitOverrunError as exc:
+                dropped += len(await self.reader.readexactly(exc.consumed))
+            except asyncio.IncompleteReadError as exc:
+                dropped += len(exc.partial)
+                break
+        log.warning("dropped a message of %d bytes on stdin (limit %d)", dropped, MAX_LINE_BYTES)
+
+
+class _Writer:
+    """stdout as the async text file the SDK's writer expects; flush waits while the client is not reading."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    async def write(self, text: str) -> None:
+        self.writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        try:
+            await self.writer.drain()
+        except (ConnectionError, BrokenPipeError):
+            raise anyio.ClosedResourceError from None
