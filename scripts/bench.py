@@ -177,6 +177,8 @@ class Bench:
         fs_bin = self._fs_server()
         root = self.work / "fs-units"
         twenty_kb_unit(root)
+        # The same 20 KB as a non-Python source: a dry run there skips the syntax check (compile()).
+        shutil.copy(root / "big" / "__init__.py", root / "big" / "data.txt")
         fs_root = self.work / "fs-root"
         fs_root.mkdir()
         shutil.copy(root / "big" / "__init__.py", fs_root / "big.py")
@@ -195,18 +197,20 @@ class Bench:
             ],
         )
         theirs = StdioServerParameters(command=fs_bin[0], args=[*fs_bin[1:], str(fs_root)])
-        state = {"unit": 0, "fs": 0}
+        state = {"unit": 0, "fs": 0, "txt": 0}
         texts = ("VALUE_0001 = 1  #", "VALUE_0001 = 2  #")
         async with AsyncExitStack() as stack:
             unit = await stack.enter_async_context(Client(stdio_client(ours), mode="legacy"))
             fs = await stack.enter_async_context(Client(stdio_client(theirs), mode="legacy"))
 
-            def unit_patch(dry: bool) -> Callable[[], Awaitable[Any]]:
+            def unit_patch(dry: bool, source_id: str = "__init__.py") -> Callable[[], Awaitable[Any]]:
+                counter = "unit" if source_id == "__init__.py" else "txt"
+
                 async def call() -> None:
-                    old, new = texts[state["unit"] % 2], texts[(state["unit"] + 1) % 2]
+                    old, new = texts[state[counter] % 2], texts[(state[counter] + 1) % 2]
                     if not dry:
-                        state["unit"] += 1
-                    args = {"unit_id": "big", "source_id": "__init__.py", "old": old, "new": new, "dry_run": dry}
+                        state[counter] += 1
+                    args = {"unit_id": "big", "source_id": source_id, "old": old, "new": new, "dry_run": dry}
                     result = await unit.call_tool("unit_apply_patch", args)
                     assert not result.is_error, result.content
 
@@ -232,7 +236,12 @@ class Bench:
                 self.rounds,
             )
             dry = await interleaved(
-                {"unit_apply_patch_dry_run": unit_patch(True), "fs_edit_file_dry_run": fs_edit(True)}, self.rounds
+                {
+                    "unit_apply_patch_dry_run": unit_patch(True),
+                    "fs_edit_file_dry_run": fs_edit(True),
+                    "unit_apply_patch_dry_run_txt": unit_patch(True, "data.txt"),
+                },
+                self.rounds,
             )
             real = await interleaved(
                 {"unit_apply_patch_reload": unit_patch(False), "fs_edit_file": fs_edit(False)}, self.rounds // 2
@@ -253,6 +262,12 @@ class Bench:
                     figures["unit_apply_patch_dry_run"],
                     figures["fs_edit_file_dry_run"],
                     1.0,
+                ),
+                ratio_row(
+                    "unit_apply_patch dry_run, non-Python file (no syntax check) / fs edit_file dryRun",
+                    figures["unit_apply_patch_dry_run_txt"],
+                    figures["fs_edit_file_dry_run"],
+                    None,
                 ),
                 ratio_row(
                     "unit_apply_patch (write+reload) / fs edit_file",

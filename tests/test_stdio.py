@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,6 +12,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from unit_mcp.stdio import _Lines
 from unit_mcp.tools import tool_risks
 
 pytestmark = pytest.mark.anyio
@@ -35,3 +39,55 @@ async def test_the_tools_over_stdio(units_root: Path, tmp_path: Path) -> None:
         assert refused.is_error
     assert "step = 3" in (units_root / "counter" / "__init__.py").read_text()
     assert "counter dropped" in (tmp_path / "d" / "logs" / "app.log").read_text(), "units dropped when stdin closed"
+
+
+async def test_what_unit_code_prints_goes_to_stderr_not_onto_the_wire(units_root: Path, tmp_path: Path) -> None:
+    (units_root / "noisy.py").write_text(
+        '"""Prints at import and in init."""\nprint("noise at import")\n\n\n'
+        'def init(host):\n    print("noise in init")\n'
+    )
+    stderr = tmp_path / "stderr.txt"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "unit_mcp.server", "--stdio", "--units", str(units_root), "--data-dir", str(tmp_path / "d")],
+    )
+    with stderr.open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+            reloaded = await client.call_tool("unit_reload", {"unit_id": "noisy"})
+            assert not reloaded.is_error, reloaded.content
+            listed = await client.call_tool("unit_list", {})
+            assert "noisy" in {unit["unit_id"] for unit in listed.structured_content["units"]}  # type: ignore[index]
+    printed = stderr.read_text()
+    assert printed.count("noise at import") == 2 and printed.count("noise in init") == 2, printed
+
+
+def test_a_regular_file_on_stdin_is_served_by_the_sdk_transport(units_root: Path, tmp_path: Path) -> None:
+    """asyncio pipes cannot read a regular file; such a stdin falls back to the SDK's threaded transport."""
+    requests = tmp_path / "requests.jsonl"
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    lines = [initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    lines.append({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with requests.open("rb") as stdin:
+        command = ["-m", "unit_mcp.server", "--stdio", "--units", str(units_root), "--data-dir", str(tmp_path)]
+        done = subprocess.run(
+            [sys.executable, *command],
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+    replies = {reply["id"]: reply for reply in map(json.loads, done.stdout.decode().splitlines())}
+    assert {tool["name"] for tool in replies[2]["result"]["tools"]} == set(tool_risks()), done.stderr
+
+
+async def test_a_line_longer_than_the_limit_is_dropped_and_reading_goes_on() -> None:
+    reader = asyncio.StreamReader(limit=16)
+    reader.feed_data(b'{"short": 1}\n' + b"x" * 100 + b"\n" + b"y" * 40)
+    reader.feed_data(b'\n{"after": 2}\n{"last": 3}')
+    reader.feed_eof()
+    assert [line async for line in _Lines(reader)] == ['{"short": 1}\n', '{"after": 2}\n', '{"last": 3}']

@@ -46,14 +46,14 @@ def _ending_counts(text: str) -> tuple[int, int]:
 
 
 def dominant_ending(text: str) -> str:
-    if "\r\n" not in text:
+    if "\r" not in text:
         return "\n"
     lf, crlf = _ending_counts(text)
     return "\r\n" if crlf > lf else "\n"
 
 
 def line_ending_kind(text: str) -> str:
-    if "\r\n" not in text:
+    if "\r" not in text:  # one memchr: the common case
         return "lf" if "\n" in text else "none"
     lf, _ = _ending_counts(text)
     return "mixed" if lf else "crlf"

@@ -16,8 +16,9 @@ import fcntl
 import logging
 import os
 import stat
+import sys
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -45,11 +46,15 @@ async def stdio_streams() -> AsyncIterator[Streams]:
     """The SDK's read and write streams over stdin/stdout: on asyncio pipes when both are pipes or sockets."""
     if not (_is_pipe(0) and _is_pipe(1)):
         async with stdio_server() as streams:
-            yield streams
+            try:
+                yield streams
+            finally:
+                _flush_stdout()
         return
     async with AsyncExitStack() as stack:
         stdin_fd = _claim(0, os.open(os.devnull, os.O_RDONLY), stack)
         stdout_fd = _claim(1, os.dup(2), stack)
+        stack.callback(_flush_stdout)  # before fd 1 is restored: what units printed belongs on stderr
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
         read_transport, _ = await loop.connect_read_pipe(
@@ -79,6 +84,11 @@ def _claim(fd: int, diversion: int, stack: AsyncExitStack) -> int:
 
     stack.callback(restore)
     return private
+
+
+def _flush_stdout() -> None:
+    with suppress(Exception):
+        sys.stdout.flush()
 
 
 class _Lines:
