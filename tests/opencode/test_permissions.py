@@ -8,6 +8,7 @@ hangs: a turn ends either way.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,7 @@ async def test_approved_permission_runs_the_tool_once(tmp_path: Path, opencode_b
     assert [(r.risk, r.tool, r.arguments) for r in asked] == [("filesystem-read", "unit_read_source", READ)]
     items = stack.reload(session.id).items
     [result] = [i for i in items if isinstance(i, ToolResultItem)]
-    assert not result.is_error and '"source_id": "greeter.py"' in result.output
+    assert not result.is_error and json.loads(result.output)["source_id"] == "greeter.py"
     kinds = [i.kind for i in items if isinstance(i, EventItem)]
     assert "approval-requested" in kinds and "approval-decided" in kinds
 
