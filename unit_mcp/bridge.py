@@ -31,16 +31,13 @@ import uvicorn
 from mcp.server import Server
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.middleware import Middleware
-from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .loopback import QuietUvicorn, bind_loopback, is_loopback, url_host
+from .loopback import Guard, QuietUvicorn, SseEndpoint, bind_loopback, is_loopback, security_settings, url_host
 
 MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
@@ -72,48 +69,6 @@ class BridgeStatus:
     config_path: str | None
 
 
-def _security(host: str, port: int) -> TransportSecuritySettings:
-    """Only loopback names on our own port for Host; any loopback origin (e.g. a local Inspector web page)."""
-    names = {"127.0.0.1", "localhost", "[::1]", url_host(host)}
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(f"{name}:{port}" for name in names),
-        allowed_origins=sorted(f"http://{name}:*" for name in names),
-    )
-
-
-class _Guard:
-    """Refuses DNS-rebinding requests, then requests without the bearer token, before the MCP transports see them."""
-
-    def __init__(self, app: ASGIApp, *, security: TransportSecuritySettings, token: str | None) -> None:
-        self.app = app
-        self.security = TransportSecurityMiddleware(security)
-        self.expected = f"Bearer {token}".encode() if token is not None else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refusal = await self.security.validate_request(Request(scope), is_post=False)
-        if refusal is None and self.expected is not None and not self._authorized(Headers(scope=scope)):
-            refusal = PlainTextResponse(
-                "Unauthorized: send the bearer token printed by the server.",
-                status_code=401,
-                headers={"WWW-Authenticate": 'Bearer realm="unit-mcp"'},
-            )
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    def _authorized(self, headers: Headers) -> bool:
-        assert self.expected is not None
-        given = headers.get("authorization", "")
-        scheme, _, credentials = given.partition(" ")
-        candidate = f"Bearer {credentials.strip()}".encode() if scheme.lower() == "bearer" else b""
-        return secrets.compare_digest(candidate, self.expected)
-
-
 class _StreamLimit:
     """At most `limit` event streams (GET /sse, GET /mcp) open at once; the next one is refused with 503.
 
@@ -143,18 +98,6 @@ class _StreamLimit:
             await self.app(scope, receive, send)
         finally:
             self.open -= 1
-
-
-class _SseEndpoint:
-    """GET /sse: one legacy SSE connection served by the MCP server until the client goes away."""
-
-    def __init__(self, server: Server[Any], transport: SseServerTransport) -> None:
-        self.server = server
-        self.transport = transport
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with self.transport.connect_sse(scope, receive, send) as (read_stream, write_stream):
-            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
 
 
 def opencode_config(*, url: str, server_name: str, token: str | None) -> dict[str, Any]:
@@ -376,7 +319,7 @@ class Bridge:
 
     def _app(self) -> Starlette:
         assert self._port is not None
-        security = _security(self.host, self._port)
+        security = security_settings(self.host, self._port)
         manager = StreamableHTTPSessionManager(
             app=self.server,
             security_settings=security,
@@ -388,11 +331,11 @@ class Bridge:
         return Starlette(
             routes=[
                 Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
-                Route(SSE_PATH, endpoint=_SseEndpoint(self.server, sse), methods=["GET"]),
+                Route(SSE_PATH, endpoint=SseEndpoint(self.server, sse), methods=["GET"]),
                 Mount(MESSAGE_PATH, app=sse.handle_post_message),
             ],
             middleware=[
-                Middleware(_Guard, security=security, token=self._token),
+                Middleware(Guard, security=security, token=self._token),
                 Middleware(_StreamLimit, limit=self.max_streams),
             ],
             lifespan=lambda app: manager.run(),

@@ -34,18 +34,14 @@ from mcp.server.session import ServerSession
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
-from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..loopback import url_host
+from ..loopback import Guard, SseEndpoint, security_settings
 from .errors import EndpointError, ToolFailed
 from .loopback import LoopbackServer
 from .toolsurface import AgentToolSurface
@@ -82,39 +78,6 @@ class _ListChangedServer(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
         )
-
-
-class _Guard:
-    """Refuses DNS-rebinding requests (bad Host 421, bad Origin 403), then requests without the token (401)."""
-
-    def __init__(self, app: ASGIApp, *, security: TransportSecuritySettings, token: str | None) -> None:
-        self.app = app
-        self.security = TransportSecurityMiddleware(security)
-        self.expected = f"Bearer {token}".encode() if token is not None else None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refusal = await self.security.validate_request(Request(scope), is_post=False)
-            if refusal is None and self.expected is not None:
-                given = Headers(scope=scope).get("authorization", "")
-                scheme, _, credentials = given.partition(" ")
-                candidate = f"Bearer {credentials.strip()}".encode() if scheme.lower() == "bearer" else b""
-                if not secrets.compare_digest(candidate, self.expected):
-                    refusal = PlainTextResponse("Unauthorized", status_code=401, headers={"WWW-Authenticate": "Bearer"})
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class _SseEndpoint:
-    def __init__(self, server: Server[Any], transport: SseServerTransport) -> None:
-        self.server = server
-        self.transport = transport
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with self.transport.connect_sse(scope, receive, send) as (read_stream, write_stream):
-            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
 
 
 def opencode_config(
@@ -369,21 +332,16 @@ class ApprovedEndpoint:
         self._sessions.clear()
 
     def _app(self, host: str, port: int) -> Starlette:
-        names = {"127.0.0.1", "localhost", "[::1]", url_host(host)}
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=sorted(f"{name}:{port}" for name in names),
-            allowed_origins=sorted(f"http://{name}:*" for name in names),
-        )
+        security = security_settings(host, port)
         server = self.server()
         manager = StreamableHTTPSessionManager(app=server, security_settings=security)
         sse = SseServerTransport(MESSAGE_PATH, security_settings=security)
         return Starlette(
             routes=[
                 Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
-                Route(SSE_PATH, endpoint=_SseEndpoint(server, sse), methods=["GET"]),
+                Route(SSE_PATH, endpoint=SseEndpoint(server, sse), methods=["GET"]),
                 Mount(MESSAGE_PATH, app=sse.handle_post_message),
             ],
-            middleware=[Middleware(_Guard, security=security, token=self._token)],
+            middleware=[Middleware(Guard, security=security, token=self._token)],
             lifespan=lambda app: manager.run(),
         )
