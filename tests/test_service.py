@@ -382,6 +382,19 @@ def test_read_log_tail_grep_and_paging(service: UnitService, host: Host) -> None
     refusal("invalid_argument", service.read_log, offset=-1)
 
 
+def test_the_log_rotates_by_size_and_reading_pages_back_into_the_backups(units_root: Path, tmp_path: Path) -> None:
+    with Host(units_root, tmp_path / "data", log_max_bytes=4096, log_backups=2) as small:
+        for n in range(200):
+            small.unit_logger("greeter").info("line %03d %s", n, "x" * 40)
+        files = [small.log_path, small.log_path.with_name("app.log.1"), small.log_path.with_name("app.log.2")]
+        assert all(path.exists() for path in files) and not small.log_path.with_name("app.log.3").exists()
+        assert all(path.stat().st_size < 4096 + 200 for path in files), "a file rolls over once it reaches the limit"
+        kept = UnitService(small).read_log(grep="line ", lines=1000)
+    numbers = [int(line.split("line ")[1][:3]) for line in kept.lines]
+    assert numbers == list(range(numbers[0], 200)) and 100 < len(numbers) < 200  # newest, in order, across files
+    assert not kept.has_more
+
+
 def test_read_log_never_reveals_host_paths(service: UnitService, host: Host) -> None:
     host.unit_logger("greeter").info("file is at %s", host.units_root / "greeter.py")
     lines = service.read_log(grep="file is at").lines

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -51,12 +53,11 @@ class FilesystemLoader:
         """The kind of one unit, by looking at its two possible places only (no scan of the root)."""
         if not _is_unit_id(unit_id):
             return None
-        folder = self.root / unit_id
-        init = folder / "__init__.py"
-        if not folder.is_symlink() and not init.is_symlink() and init.is_file():
+        # os.lstat on strings, not pathlib: this runs on every call that names a unit.
+        folder = os.path.join(self.root, unit_id)
+        if _lstat_is(folder, stat.S_ISDIR) and _lstat_is(os.path.join(folder, "__init__.py"), stat.S_ISREG):
             return "directory"
-        module = self.root / f"{unit_id}.py"
-        if not module.is_symlink() and module.is_file():
+        if _lstat_is(folder + ".py", stat.S_ISREG):
             return "file"
         return None
 
@@ -126,6 +127,14 @@ class FilesystemLoader:
     def remove(self, unit_id: str, source_id: str, created_dirs: list[str]) -> None:
         paths.remove_file(self.root, [unit_id, *paths.validate_source_id(source_id)])
         paths.remove_empty_dirs(self.root, created_dirs)
+
+
+def _lstat_is(path: str, kind: Callable[[int], bool]) -> bool:
+    """Whether path is of that kind itself (a symbolic link is of none)."""
+    try:
+        return kind(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _is_unit_id(name: str) -> bool:

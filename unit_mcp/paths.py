@@ -129,10 +129,16 @@ def _open_regular(parent_fd: int, name: str) -> int:
 def read_bytes(root: Path, parts: Sequence[str], *, max_bytes: int | None = None) -> bytes:
     with open_parent(root, parts) as dir_fd:
         fd = _open_regular(dir_fd, parts[-1])
-        with os.fdopen(fd, "rb") as handle:
-            if max_bytes is not None and os.fstat(fd).st_size > max_bytes:
+        try:
+            size = os.fstat(fd).st_size
+            if max_bytes is not None and size > max_bytes:
                 raise OverflowError(f"larger than {max_bytes} bytes")
-            return handle.read()
+            chunks = []
+            while chunk := os.read(fd, max(size + 1, 65536)):  # usually one read, then the EOF
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
 
 def exists(root: Path, parts: Sequence[str]) -> bool:
