@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -458,7 +459,7 @@ class UnitTools:
         fields = args.model_dump()
         call = functools.partial(getattr(self.service, spec.name.removeprefix("unit_")), **fields)
         target = " ".join(f"{key}={_shown(value)}" for key, value in fields.items() if key in _LOGGED_ARGS)
-        started = anyio.current_time()
+        started = time.perf_counter()
         try:
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
@@ -477,7 +478,7 @@ class UnitTools:
                 "The server log has the details: unit_read_log with grep='unit_mcp.tools'.",
                 None,
             )
-        log.info("call %s %s ok in %.1f ms", params.name, target, (anyio.current_time() - started) * 1000)
+        log.info("call %s %s ok in %.1f ms", params.name, target, (time.perf_counter() - started) * 1000)
         # The text mirror is for clients that ignore structured content; pydantic's encoder is ~4x json.dumps here.
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=result.model_dump_json())],
