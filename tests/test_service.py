@@ -325,6 +325,16 @@ def test_run_tests_main_and_pytest_runners(service: UnitService) -> None:
     no_host_paths(service, failed.model_dump())
 
 
+def test_the_test_process_loads_the_unit_without_importing_pydantic(service: UnitService, units_root: Path) -> None:
+    """pydantic doubled the start-up of every test run; the host and the loader import the result models lazily."""
+    (units_root / "counter" / "test_probe.py").write_text(
+        "import sys\n\n\ndef main(host):\n"
+        "    print('counter loaded:', host.is_loaded('counter'), '- pydantic imported:', 'pydantic' in sys.modules)\n"
+    )
+    result = service.run_tests("counter", "probe")
+    assert result.passed and "counter loaded: True - pydantic imported: False" in result.stdout, result
+
+
 def test_run_tests_refusals(service: UnitService) -> None:
     refusal("unknown_source", service.run_tests, "counter", "nope")
     refusal("not_supported", service.run_tests, "greeter")

@@ -19,12 +19,14 @@ import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .loader import FilesystemLoader, UnitKind
-from .models import ActivityEvidence, ReloadResult
 from .paths import hash_bytes
 from .redact import Redactor
+
+if TYPE_CHECKING:  # pydantic stays out of the test host process, whose start-up it would double
+    from .models import ReloadResult
 
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -232,7 +234,7 @@ class Host:
             try:
                 for unit_id in self.loader.discover() if unit_ids is None else unit_ids:
                     with contextlib.suppress(ReloadError):
-                        self.reload(unit_id)
+                        self._reload(unit_id, None)
             finally:
                 self._batch_loading = False
             return self
@@ -396,6 +398,19 @@ class Host:
         `rollback_source` (given when the reload follows a write) restores the old files first.
         The old version stays listed as loaded until the new one replaces it.
         """
+        from .models import ActivityEvidence, ReloadResult
+
+        restored, evidence, duration = self._reload(unit_id, rollback_source)
+        return ReloadResult(
+            unit_id=unit_id,
+            reloaded=True,
+            restored_state=restored,
+            activity=ActivityEvidence(**evidence),
+            duration_ms=duration,
+        )
+
+    def _reload(self, unit_id: str, rollback_source: Callable[[], None] | None) -> tuple[bool, dict[str, Any], float]:
+        """The transaction behind `reload`: (state restored, activity evidence, duration in ms)."""
         with self._guard():
             started = time.perf_counter()
             old = self._loaded.get(unit_id)
@@ -436,9 +451,7 @@ class Host:
             evidence = self._reactivate(unit_id, active_before, owned_active)
             duration = (time.perf_counter() - started) * 1000
             self.logger.info("unit %s reloaded in %.1f ms", unit_id, duration)
-            return ReloadResult(
-                unit_id=unit_id, reloaded=True, restored_state=restored, activity=evidence, duration_ms=duration
-            )
+            return restored, evidence, duration
 
     def _roll_back_source(self, unit_id: str, rollback_source: Callable[[], None] | None) -> bool:
         if rollback_source is None:
@@ -598,7 +611,7 @@ class Host:
                 self.logger.exception("re-activating %s after a rollback failed", reactivate)
         return True
 
-    def _reactivate(self, unit_id: str, active_before: str | None, owned_active: bool) -> ActivityEvidence:
+    def _reactivate(self, unit_id: str, active_before: str | None, owned_active: bool) -> dict[str, Any]:
         registered_after = active_before is not None and active_before in self._activities
         error = None
         if owned_active and active_before is not None:
@@ -610,14 +623,14 @@ class Host:
                     self.logger.error("re-activating %s after reloading %s failed: %s", active_before, unit_id, error)
             else:
                 error = f"activity {active_before!r} is no longer registered by unit {unit_id!r}"
-        return ActivityEvidence(
-            active_activity_before=active_before,
-            active_activity_after=self.active_activity,
-            reactivation_attempted=owned_active,
-            registered_after=registered_after,
-            has_active_session_after=self._active_session is not None,
-            error=error,
-        )
+        return {
+            "active_activity_before": active_before,
+            "active_activity_after": self.active_activity,
+            "reactivation_attempted": owned_active,
+            "registered_after": registered_after,
+            "has_active_session_after": self._active_session is not None,
+            "error": error,
+        }
 
     def _unit_modules(self, unit_id: str) -> dict[str, types.ModuleType]:
         names = self._finder.names.get(unit_id, ()) if self._finder is not None else ()

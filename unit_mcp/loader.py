@@ -7,10 +7,12 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from . import paths
-from .models import SourceArtifact
+
+if TYPE_CHECKING:
+    from .models import SourceArtifact
 
 UnitKind = Literal["directory", "file"]
 
@@ -97,6 +99,8 @@ class FilesystemLoader:
         return sorted(out)
 
     def artifacts(self, unit_id: str, kind: UnitKind) -> list[SourceArtifact]:
+        from .models import SourceArtifact  # not at module level: the test host process never needs pydantic
+
         primary = self.primary_source_id(unit_id, kind)
         result = []
         for source_id in self.source_ids(unit_id, kind):
