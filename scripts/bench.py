@@ -1,8 +1,10 @@
 """Benchmarks measured side by side in one run: medians, p95 and the ratios that matter.
 
-    .venv/bin/python scripts/bench.py            # everything (a few minutes), writes bench/results.{json,md}
+    .venv/bin/python scripts/bench.py            # everything (about a minute), writes bench/RESULTS.md and results.json
     .venv/bin/python scripts/bench.py --quick    # fewer rounds and smaller scale, for a smoke run
     .venv/bin/python scripts/bench.py --only transport,reload
+
+Quick and partial runs print their figures and leave bench/ alone (--write replaces the report anyway).
 
 The machine is shared and noisy: the two sides of every ratio are interleaved call by call in the same
 run, so drift hits both alike. Absolute times are context only. Nothing here is asserted; a figure that
@@ -532,6 +534,7 @@ def write_report(results: dict[str, Any], command: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--write", action="store_true", help="write bench/ even for a quick or partial run")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
     args = parser.parse_args()
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -548,6 +551,9 @@ def main() -> None:
         anyio.run(run)
     bench.results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     bench.results["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if (args.quick or set(chosen) != set(SECTIONS)) and not args.write:
+        print(f"\nquick or partial run: {OUT / 'RESULTS.md'} left as it was (--write replaces it)")
+        return
     command = "scripts/bench.py " + " ".join(sys.argv[1:])
     write_report(bench.results, command.strip())
     print(f"\nwritten: {OUT / 'RESULTS.md'} and {OUT / 'results.json'}")
