@@ -92,7 +92,8 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _tool_part(part: dict[str, Any]) -> ToolPart:
+def tool_part(part: dict[str, Any]) -> ToolPart:
+    """A tool part as the node sends it (in a message, or in a `message.part.updated` event)."""
     state = _mapping(part.get("state"))
     raw_input = state.get("input")
     output = state.get("output")
@@ -130,7 +131,7 @@ def read_reply(messages: Iterable[dict[str, Any]], *, after_message_id: str | No
             ReplyStep(
                 message_id=str(info.get("id")),
                 text="".join(str(p.get("text") or "") for p in parts if p.get("type") == "text"),
-                tools=[_tool_part(p) for p in parts if p.get("type") == "tool"],
+                tools=[tool_part(p) for p in parts if p.get("type") == "tool"],
                 finish=info.get("finish"),
                 completed=bool(time_info.get("completed")),
                 error=_error_text(info.get("error")),

@@ -7,14 +7,20 @@ it), registers `abort` as the turn's cancel hook, and waits on the node's shared
 runs the tools itself, through the approval-filtered endpoint only; a `permission.asked` for this session
 is answered from AgentApprovals, so an `ask` policy works in server mode instead of hanging.
 
-When the reply is complete the agent reads it back from the node and persists every tool call and its
-result before the assistant message, with provider, model and usage. If that read fails, the turn fails:
-it never records lossy text. A cancelled turn aborts the node's session, reads back what had happened
-(shielded, bounded) and records it, and the turn closes any call still open with a synthetic result.
+While the node works, the agent follows its event stream: assistant text is streamed into partial
+messages (`on_partial` per delta) and each tool call is recorded as it starts and its result as it ends, so
+the session shows the turn as it happens, in order. When the reply is complete the agent reads it back
+from the node, which is authoritative: every step's text and the final message (with provider, model and
+usage) take the read-back's content, and any call the stream missed is recorded then. If that read fails,
+the turn fails and records no answer: streamed text it could not confirm is labelled `kind="unconfirmed"`
+(the calls seen running are kept: they did run). A cancelled turn aborts the node's session, reads back
+what had happened (shielded, bounded) and records it (streamed text not claimed is labelled "interrupted"),
+and the turn closes any call still open with a synthetic result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from ..errors import TurnClosed
 from ..items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
 from ..prompts import system_prompt
 from ..turns import describe
@@ -30,7 +37,7 @@ from .client import ModelRef, OpenCodeClient, PermissionReply, Sent
 from .endpoint import OpenCodeEndpoint
 from .errors import OpenCodeError
 from .events import NodeEvent
-from .transcript import Reply, read_reply
+from .transcript import Reply, ToolPart, read_reply, tool_part
 
 if TYPE_CHECKING:
     from ..context import TurnContext
@@ -54,6 +61,12 @@ class _TurnState:
     sent: Sent | None = None
     recorded: set[str] = field(default_factory=set)
     answered: set[str] = field(default_factory=set)
+    partials: dict[str, str] = field(default_factory=dict)
+    """OpenCode message id → the partial MessageItem streaming its text."""
+    streamed: dict[str, dict[str, str]] = field(default_factory=dict)
+    """OpenCode message id → its text parts (part id → text so far), in the order they appeared."""
+    assistant: set[str] = field(default_factory=set)
+    """The assistant messages of this reply (their parent is the turn's user message)."""
 
 
 class UnitAgent:
@@ -94,25 +107,38 @@ class UnitAgent:
 
         ctx.turn.set_cancel(abort)
         system = await system_prompt(ctx, self.instructions)
-        async with anyio.create_task_group() as tg, self.client.listen() as events:
-            tg.start_soon(self._answer_permissions, events, state, ctx)
-            tg.start_soon(self._poll_permissions, state, ctx)
-            try:
-                reply = await self._turn(input, session, ctx, state, system)
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await self._settle(state, ctx)
-                raise
-            finally:
-                tg.cancel_scope.cancel()
+        try:
+            async with (
+                anyio.create_task_group() as tg,
+                self.client.listen() as events,
+                self.client.listen() as progress,
+            ):
+                tg.start_soon(self._answer_permissions, events, state, ctx)
+                tg.start_soon(self._poll_permissions, state, ctx)
+                tg.start_soon(self._follow, progress, state, ctx)
+                try:
+                    reply = await self._turn(input, session, ctx, state, system)
+                except anyio.get_cancelled_exc_class():
+                    with anyio.CancelScope(shield=True):
+                        await self._settle(state, ctx)
+                    raise
+                finally:
+                    tg.cancel_scope.cancel()
+        except BaseException as exc:
+            # After the task group: the follower has finished recording whatever it was recording.
+            kind = "interrupted" if isinstance(exc, anyio.get_cancelled_exc_class()) else "unconfirmed"
+            with anyio.CancelScope(shield=True):
+                await self._close_partials(state, ctx, kind)
+            raise
         await self._record(reply, state, ctx)
         if reply.error is not None:
+            await self._close_partials(state, ctx, "unconfirmed")
             await ctx.turn.fail(f"OpenCode ended the reply with {reply.error}", code="opencode_error")
             return
         usage = Usage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
-        await ctx.turn.append_item(
-            MessageItem(role="assistant", content=reply.text, provider=PROVIDER, model=reply.model, usage=usage)
-        )
+        final = MessageItem(role="assistant", content=reply.text, provider=PROVIDER, model=reply.model, usage=usage)
+        await self._put_message(final, reply.steps[-1].message_id if reply.steps else None, state, ctx)
+        await self._close_partials(state, ctx, "unconfirmed")
         await ctx.turn.finish(reply.text)
 
     # -- the turn ---------------------------------------------------------------------------------
@@ -183,39 +209,125 @@ class UnitAgent:
     # -- recording --------------------------------------------------------------------------------
 
     async def _record(self, reply: Reply, state: _TurnState, ctx: TurnContext) -> None:
-        """Every step's text and tool calls with their results, in order, each at most once."""
+        """Every step's text and tool calls with their results, in order, each at most once. Text that was
+        streamed takes the read-back's content in its partial item; the last step's text is the final
+        message, which `run` records."""
         for index, step in enumerate(reply.steps):
             last = index == len(reply.steps) - 1
             if step.text and not last and f"text:{step.message_id}" not in state.recorded:
                 state.recorded.add(f"text:{step.message_id}")
-                await ctx.turn.append_item(
-                    MessageItem(role="assistant", content=step.text, kind="step", provider=PROVIDER, model=reply.model)
+                message = MessageItem(
+                    role="assistant", content=step.text, kind="step", provider=PROVIDER, model=reply.model
                 )
+                await self._put_message(message, step.message_id, state, ctx)
             for part in step.tools:
-                name = self._tool_name(part.tool)
-                if f"call:{part.call_id}" not in state.recorded:
-                    state.recorded.add(f"call:{part.call_id}")
-                    known = ctx.tools.get(name)
-                    await ctx.turn.append_item(
-                        ToolCallItem(
-                            name=name,
-                            arguments=part.arguments,
-                            call_id=part.call_id,
-                            risk=known.risk if known is not None else None,
-                            source=PROVIDER,
-                            provider=PROVIDER,
-                        )
-                    )
-                if part.finished and f"result:{part.call_id}" not in state.recorded:
-                    state.recorded.add(f"result:{part.call_id}")
-                    await ctx.turn.append_item(
-                        ToolResultItem(
-                            name=name,
-                            call_id=part.call_id,
-                            output=part.output if part.output is not None else part.error or "",
-                            is_error=part.status == "error",
-                        )
-                    )
+                await self._record_tool(part, state, ctx)
+
+    async def _put_message(
+        self, message: MessageItem, opencode_id: str | None, state: _TurnState, ctx: TurnContext
+    ) -> None:
+        """Into the partial item that streamed this OpenCode message (keeping its place), else appended."""
+        streamed = state.partials.pop(opencode_id, None) if opencode_id is not None else None
+        if streamed is None:
+            await ctx.turn.append_item(message)
+            return
+        fields = message.model_dump(include={"content", "kind", "provider", "model", "usage"})
+        await ctx.turn.update_item(streamed, partial=False, **fields)
+
+    async def _record_tool(self, part: ToolPart, state: _TurnState, ctx: TurnContext) -> None:
+        """The call once it is known, its result once it has ended; each at most once."""
+        name = self._tool_name(part.tool)
+        if f"call:{part.call_id}" not in state.recorded:
+            state.recorded.add(f"call:{part.call_id}")
+            known = ctx.tools.get(name)
+            await ctx.turn.append_item(
+                ToolCallItem(
+                    name=name,
+                    arguments=part.arguments,
+                    call_id=part.call_id,
+                    risk=known.risk if known is not None else None,
+                    source=PROVIDER,
+                    provider=PROVIDER,
+                )
+            )
+        if part.finished and f"result:{part.call_id}" not in state.recorded:
+            state.recorded.add(f"result:{part.call_id}")
+            await ctx.turn.append_item(
+                ToolResultItem(
+                    name=name,
+                    call_id=part.call_id,
+                    output=part.output if part.output is not None else part.error or "",
+                    is_error=part.status == "error",
+                )
+            )
+
+    # -- following the node while it works -------------------------------------------------------
+
+    async def _follow(self, events: Any, state: _TurnState, ctx: TurnContext) -> None:
+        """Stream this reply's assistant text into partial messages and record tool calls as they happen.
+
+        Best effort (the read-back at the end is authoritative): events of other sessions and of earlier
+        turns are skipped, and a failure here is logged, never fatal to the turn."""
+        try:
+            async for event in events:
+                if not isinstance(event, NodeEvent) or state.sent is None:
+                    continue  # nothing of this reply can be told apart before the prompt was sent
+                if event.session_id != state.session_id:
+                    continue
+                with anyio.CancelScope(shield=True):  # an item is recorded whole, with its bookkeeping
+                    await self._follow_event(event, state, ctx)
+        except Exception:
+            log.warning("following OpenCode's events failed; the reply is recorded when it is complete", exc_info=True)
+
+    async def _follow_event(self, event: NodeEvent, state: _TurnState, ctx: TurnContext) -> None:
+        props = event.properties
+        assert state.sent is not None
+        if event.type == "message.updated":
+            info = props.get("info")
+            if isinstance(info, dict) and info.get("role") == "assistant":
+                parent = str(info.get("parentID") or "")
+                if state.sent.after_message_id is None or parent > state.sent.after_message_id:
+                    state.assistant.add(str(info.get("id")))
+        elif event.type == "message.part.delta":
+            message_id, part_id = str(props.get("messageID")), str(props.get("partID"))
+            parts = state.streamed.get(message_id)
+            if parts is not None and part_id in parts and props.get("field") == "text":
+                parts[part_id] += str(props.get("delta") or "")
+                await self._stream(message_id, state, ctx)
+        elif event.type == "message.part.updated":
+            part = props.get("part")
+            if not isinstance(part, dict) or str(part.get("messageID")) not in state.assistant:
+                return
+            if part.get("type") == "text":
+                state.streamed.setdefault(str(part.get("messageID")), {})[str(part.get("id"))] = str(
+                    part.get("text") or ""
+                )
+                await self._stream(str(part.get("messageID")), state, ctx)
+            elif part.get("type") == "tool":
+                tool = tool_part(part)
+                if tool.status != "pending":  # a pending call has no arguments yet
+                    await self._record_tool(tool, state, ctx)
+
+    async def _stream(self, message_id: str, state: _TurnState, ctx: TurnContext) -> None:
+        text = "".join(state.streamed[message_id].values())
+        if not text:
+            return
+        item_id = state.partials.get(message_id)
+        if item_id is None:
+            partial = MessageItem(role="assistant", content=text, partial=True, provider=PROVIDER)
+            item = await ctx.turn.append_item(partial)
+            state.partials[message_id] = item.id
+        else:
+            await ctx.turn.update_item(item_id, content=text, persist=False)
+
+    async def _close_partials(self, state: _TurnState, ctx: TurnContext, kind: str) -> None:
+        """Streamed text the read-back did not claim stays as it was streamed, labelled with `kind`
+        ("interrupted" after a cancel, "unconfirmed" when the reply failed or could not be read back), so
+        it is never mistaken for an answer."""
+        for message_id, item_id in list(state.partials.items()):
+            state.partials.pop(message_id)
+            with contextlib.suppress(TurnClosed):
+                await ctx.turn.update_item(item_id, partial=False, kind=kind)
 
     def _tool_name(self, opencode_name: str) -> str:
         return self.endpoint.local_name(opencode_name) if self.endpoint is not None else opencode_name
