@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
+from item_kinds import item_kinds
 
 from unit_mcp.agent import (
     AgentError,
@@ -55,7 +56,7 @@ class Scripted:
 
 
 def kinds(session: Session) -> list[str]:
-    return [item.kind if isinstance(item, EventItem) else item.type for item in session.items]
+    return item_kinds(session.items)
 
 
 async def test_run_turn_returns_a_handle_at_once_and_completes(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from item_kinds import item_kinds
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -82,7 +83,7 @@ async def test_echo_token(tmp_path: Path, codex_binary: Path) -> None:
 
     assert stack.server.calls == [("echo_token", {"token": marker})]
     reloaded = reload(tmp_path, session.id)  # a fresh store, cache gone: what is on disk
-    kinds = [i.kind if isinstance(i, EventItem) else i.type for i in reloaded.items]
+    kinds = item_kinds(reloaded.items)
     assert kinds == [
         "turn-started",
         "message",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from item_kinds import item_kinds
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -43,7 +44,7 @@ async def test_echo_token(tmp_path: Path, opencode_binary: Path) -> None:
     assert stack.recorder.calls == [("echo_token", {"token": marker})]
     reloaded = stack.reload(session.id)  # a fresh store on a copy of the files: what is on disk
     assert reloaded.data[SESSION_KEY] == opencode_id and reloaded.status == "idle"
-    kinds = [i.type if not isinstance(i, EventItem) else i.kind for i in reloaded.items]
+    kinds = item_kinds(reloaded.items)
     assert kinds == [
         "turn-started",
         "message",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from item_kinds import item_kinds
 
 from unit_mcp.agent import EventItem, Item, MessageItem, ToolCallItem, ToolResultItem, TurnCallbacks, TurnStatus
 from unit_mcp.testing import Match, call, say, tool_call
@@ -47,12 +48,12 @@ async def test_text_streams_and_calls_are_recorded_as_they_happen(tmp_path: Path
     assert len(streamed) == 2, live  # one partial item per model step
     final_updates = [content for item_id, content in partials if content and FINAL_TEXT.startswith(content)]
     assert len(set(final_updates)) >= 3, partials  # the final text arrived in several growing pieces
-    live_kinds = [i.kind if isinstance(i, EventItem) else i.type for i in live]
+    live_kinds = item_kinds(live)
     first_partial = next(n for n, i in enumerate(live) if isinstance(i, MessageItem) and i.partial)
     assert live_kinds.index("tool-call") > first_partial, live_kinds  # the call was recorded after its step's text
 
     reloaded = stack.reload(session.id)
-    kinds = [i.kind if isinstance(i, EventItem) else i.type for i in reloaded.items]
+    kinds = item_kinds(reloaded.items)
     assert kinds == [
         "turn-started",
         "message",

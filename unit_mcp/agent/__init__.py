@@ -14,6 +14,7 @@ _EXPORTS = {
     "AgentApprovals": "approvals",
     "ApprovalDecision": "approvals",
     "ApprovalRequest": "approvals",
+    "PendingApprovals": "approvals",
     "Agent": "context",
     "TurnContext": "context",
     "delegate": "delegation",
@@ -93,6 +94,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIAgent",
+    "PendingApprovals",
     "Refusal",
     "Session",
     "SessionCorrupt",
@@ -126,7 +128,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest
+    from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
     from .context import Agent, TurnContext
     from .delegation import delegate, delegation_tool
     from .endpoint import ApprovedEndpoint, opencode_config

@@ -14,8 +14,10 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+import anyio
 from pydantic import BaseModel, Field
 
 log = logging.getLogger("unit_mcp.agent.approvals")
@@ -52,6 +54,7 @@ class ApprovalRequest(BaseModel):
     reason: str | None = None
     session_id: str | None = None
     turn_id: str | None = None
+    call_id: str | None = None  # the tool call waiting for the answer; a turn resumed after a restart runs it
     created_at: float = Field(default_factory=time.time)
 
 
@@ -164,3 +167,50 @@ class AgentApprovals:
                 listener()
             except Exception:
                 log.exception("approval policy listener failed")
+
+
+@dataclass
+class _Waiting:
+    request: ApprovalRequest
+    answered: anyio.Event = field(default_factory=anyio.Event)
+    decision: ApprovalDecision | None = None
+
+
+class PendingApprovals:
+    """An approver for a UI or an API: each request waits until `answer()` is called or its turn is cancelled.
+
+    Attach it (`AgentApprovals(approver=PendingApprovals())`) and answer through `AgentRunner.answer_approval`,
+    which also answers requests whose turn ended with the process. Use it from the runner's event loop.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, _Waiting] = {}
+
+    def pending(self, session_id: str | None = None) -> list[ApprovalRequest]:
+        """The requests waiting right now, oldest first (of one session when `session_id` is given)."""
+        return [w.request for w in self._waiting.values() if session_id in (None, w.request.session_id)]
+
+    def waiting_for(self, request_id: str) -> ApprovalRequest | None:
+        waiting = self._waiting.get(request_id)
+        return None if waiting is None else waiting.request
+
+    def answer(self, request_id: str, *, approved: bool, remember: bool = False, reason: str | None = None) -> bool:
+        """Answer a waiting request (True), or False when no request of that id is waiting."""
+        waiting = self._waiting.get(request_id)
+        if waiting is None or waiting.decision is not None:
+            return False
+        request = waiting.request
+        waiting.decision = ApprovalDecision(
+            request_id=request_id, risk=request.risk, approved=approved, remember=remember, reason=reason
+        )
+        waiting.answered.set()
+        return True
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        waiting = self._waiting[request.id] = _Waiting(request)
+        try:
+            await waiting.answered.wait()
+        finally:
+            del self._waiting[request.id]
+        assert waiting.decision is not None
+        return waiting.decision

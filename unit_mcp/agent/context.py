@@ -51,6 +51,7 @@ class TurnContext:
     data_dir: Path
     deps: Mapping[str, Any] = field(default_factory=dict)
     callbacks: TurnCallbacks = field(default_factory=TurnCallbacks)
+    answered: dict[str, ApprovalDecision] = field(default_factory=dict)  # by tool call id, in a resumed turn
 
     def __post_init__(self) -> None:
         for name in ("turn", "tools", "approvals", "agents", "inbox", "store", "runner"):
@@ -69,10 +70,19 @@ class TurnContext:
         return self.tools.visible(self.grants(), interactive=True)
 
     async def approve(
-        self, risk: str, *, tool: str | None = None, arguments: dict[str, Any] | None = None, reason: str | None = None
+        self,
+        risk: str,
+        *,
+        tool: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        reason: str | None = None,
+        call_id: str | None = None,
     ) -> ApprovalDecision:
         """Ask for a risk (policy, grants, then the approver) and record every non-automatic decision as an
-        item; a remembered grant is written into the session's data so it survives a restart."""
+        item; a remembered grant is written into the session's data so it survives a restart. A call answered
+        before it ran (`answered`, in a resumed turn) takes that answer; it was recorded when it was given."""
+        if call_id is not None and call_id in self.answered:
+            return self.answered.pop(call_id)
         request = ApprovalRequest(
             risk=risk,
             tool=tool,
@@ -80,6 +90,7 @@ class TurnContext:
             reason=reason,
             session_id=self.session_id,
             turn_id=self.turn.id,
+            call_id=call_id,
         )
         grants = self.grants()
         asking = self.approvals.check_risk(risk, grants) == "needs-approval" and self.approvals.approver is not None

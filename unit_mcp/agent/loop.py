@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .errors import StepLimitReached
+from .errors import AgentError, StepLimitReached
 from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall
 from .items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem
+from .paused import paused_calls
 from .projections import chat_messages
 from .prompts import system_prompt
 from .toolsurface import ToolOutput
@@ -61,6 +62,29 @@ class LoopAgent(ABC):
         return its id as `message_id`; otherwise the loop records it."""
 
     async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
+        await self._steps(ctx)
+
+    async def resume(self, turn_id: str, ctx: TurnContext) -> None:
+        """Go on with turn `turn_id`, which ended with the process while calls waited for approval and whose
+        requests have all been answered since: each call runs now (a denied one gets the denial), its result
+        replaces the synthetic `[interrupted]` one in place, and the model continues from there."""
+        paused = paused_calls(ctx.session, turn_id)
+        if not paused or any(p.decision is None for p in paused):
+            raise AgentError(f"turn {turn_id} has no answered approval to resume in session {ctx.session_id}")
+        for call in paused:
+            assert call.decision is not None
+            ctx.answered[call.call.call_id] = call.decision
+            output = await self._execute(ctx, call.call)
+            await ctx.turn.update_item(
+                call.result.id,
+                output=output.text,
+                is_error=output.is_error,
+                structured=output.structured,
+                synthetic=False,
+            )
+        await self._steps(ctx)
+
+    async def _steps(self, ctx: TurnContext) -> None:
         system = await self.system_prompt(ctx)
         step = 0
         while True:
@@ -176,18 +200,21 @@ class LoopAgent(ABC):
         return outputs
 
     async def _run_tool(self, ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
+        output = await self._execute(ctx, call)
+        await self._close(ctx, call, output)
+        return output
+
+    @staticmethod
+    async def _execute(ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
         try:
             arguments = json.loads(call.arguments or "{}")
             if not isinstance(arguments, dict):
                 raise ValueError("the arguments must be a JSON object")
         except ValueError as exc:
-            output = ToolOutput(
+            return ToolOutput(
                 text=f"[invalid_arguments] {call.name}: arguments are not a JSON object ({exc})", is_error=True
             )
-        else:
-            output = await ctx.tools.call(call.name, arguments, ctx)
-        await self._close(ctx, call, output)
-        return output
+        return await ctx.tools.call(call.name, arguments, ctx, call_id=call.call_id)
 
     @staticmethod
     async def _close(ctx: TurnContext, call: ToolCallItem, output: ToolOutput) -> None:

@@ -4,6 +4,8 @@
 starts the agent in the runner's task group, inside a cancel scope the handle can cancel. A new turn on a
 busy session cancels the old one first and records why. `steer` delivers into the running turn; `enqueue`
 waits for it. The runner knows nothing about providers: agents own that, and report through the context.
+`pending_approvals` / `answer_approval` answer approval requests, also those of a turn that ended with the
+process while it waited: once answered, that turn resumes (see `paused.py`).
 
 Use it as an async context manager (`async with AgentRunner(...) as runner:`); leaving it cancels every
 active turn (each closes its tool calls), flushes the store, and closes it if the runner opened it.
@@ -21,11 +23,12 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .approvals import AgentApprovals
+from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
 from .context import Agent, TurnContext
 from .errors import AgentError, TurnClosed
 from .inbox import Inbox
 from .items import EventItem, MessageItem, Session, SessionMeta
+from .paused import AFTER_END, DECIDED, paused_calls, pending_requests
 from .registry import AgentRegistry
 from .sessions import SessionStore
 from .toolsurface import AgentToolSurface
@@ -142,6 +145,75 @@ class AgentRunner:
         await self.enqueue(session_id, text)
         return False
 
+    async def pending_approvals(self, session_id: str) -> list[ApprovalRequest]:
+        """Approval requests nobody has answered: the running turn's, and those of a turn that ended with the
+        process while it waited (answer them with `answer_approval` to resume that turn)."""
+        session = await anyio.to_thread.run_sync(self.store.require, session_id)
+        active = self.active_turn(session_id)
+        return pending_requests(session, active.id if active is not None else None)
+
+    async def answer_approval(
+        self,
+        session_id: str,
+        request_id: str,
+        *,
+        approved: bool,
+        remember: bool = False,
+        reason: str | None = None,
+        callbacks: TurnCallbacks | None = None,
+    ) -> TurnHandle | None:
+        """Answer a pending approval request.
+
+        A turn waiting for it right now through a `PendingApprovals` approver goes on; its handle is returned.
+        A request whose turn ended with the process is recorded; when it is the last unanswered one of that
+        turn, a turn resuming it starts (the answered calls run or are denied, then the model continues) and
+        its handle is returned, else None. Raises AgentError for an unknown request, while another turn runs,
+        or when the session's agent cannot resume a turn.
+        """
+        approver = self.approvals.approver
+        if isinstance(approver, PendingApprovals):
+            live = approver.waiting_for(request_id)
+            if live is not None and live.session_id == session_id:
+                approver.answer(request_id, approved=approved, remember=remember, reason=reason)
+                return self.active_turn(session_id)
+        lock = self._locks.setdefault(session_id, anyio.Lock())
+        async with lock:
+            session = await anyio.to_thread.run_sync(self.store.require, session_id)
+            active = self.active_turn(session_id)
+            pending = {request.id: request for request in pending_requests(session, active.id if active else None)}
+            request = pending.get(request_id)
+            if request is None:
+                waiting = ", ".join(pending) or "none"
+                raise AgentError(f"session {session_id} has no pending approval {request_id!r} (pending: {waiting})")
+            if active is not None:
+                if request.turn_id == active.id:
+                    raise AgentError(f"turn {active.id} is asking its approver for {request_id} now; answer there")
+                raise AgentError(f"turn {active.id} is running in session {session_id}; answer after it ends")
+            agent = self.registry.require(session.agent_id)
+            if not callable(getattr(agent, "resume", None)):
+                raise AgentError(f"agent {agent.id} cannot resume a turn, so {request_id} cannot be answered")
+            decision = ApprovalDecision(
+                request_id=request.id,
+                risk=request.risk,
+                approved=approved,
+                remember=remember,
+                reason=reason or f"{'approved' if approved else 'denied'} after the asking turn ended",
+            )
+            record = {"request": request.model_dump(mode="json"), "decision": decision.model_dump(mode="json")}
+            decided = EventItem(kind=DECIDED, data={**record, AFTER_END: True}, turn_id=request.turn_id)
+
+            def write() -> Session:
+                self.store.append_item(session_id, decided)
+                if approved and remember:
+                    grants = sorted({*session.data.get(GRANTS_KEY, []), normalise_risk(request.risk)})
+                    self.store.update(session_id, data={**session.data, GRANTS_KEY: grants})
+                return self.store.require(session_id)
+
+            session = await anyio.to_thread.run_sync(write)
+            if any(paused.decision is None for paused in paused_calls(session, request.turn_id)):
+                return None  # the turn resumes once its other requests are answered
+        return await self._start(session_id, [], callbacks, supersede=False, resume=request.turn_id)
+
     async def cancel_turn(self, session_id: str, reason: str = "cancelled by the caller") -> bool:
         turn = self._active.get(session_id)
         return False if turn is None else await turn.cancel(reason)
@@ -159,7 +231,13 @@ class AgentRunner:
     # -- internals --------------------------------------------------------------------------------
 
     async def _start(
-        self, session_id: str, inputs: list[str], callbacks: TurnCallbacks | None, *, supersede: bool
+        self,
+        session_id: str,
+        inputs: list[str],
+        callbacks: TurnCallbacks | None,
+        *,
+        supersede: bool,
+        resume: str | None = None,
     ) -> TurnHandle | None:
         tg = self._tg
         if tg is None or self._dropping:
@@ -188,7 +266,8 @@ class AgentRunner:
             )
             self._active[session_id] = turn
             try:
-                await turn.append(EventItem(kind="turn-started", data={"turn_id": turn_id, "agent_id": agent.id}))
+                started = {"turn_id": turn_id, "agent_id": agent.id} | ({"resumes": resume} if resume else {})
+                await turn.append(EventItem(kind="turn-started", data=started))
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))
                 await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
@@ -210,17 +289,20 @@ class AgentRunner:
                 deps=self.deps,
                 callbacks=turn.callbacks,
             )
-            tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx)
+            tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx, resume)
             return turn.handle
 
-    async def _drive(self, turn: Turn, agent: Agent, input: str, ctx: TurnContext) -> None:
-        """Run the agent in the turn's cancel scope; whatever happens, the turn ends exactly once."""
+    async def _drive(self, turn: Turn, agent: Agent, input: str, ctx: TurnContext, resume: str | None) -> None:
+        """Run (or resume) the agent in the turn's cancel scope; whatever happens, the turn ends exactly once."""
         with anyio.CancelScope() as scope:
             turn.scope = scope
             if turn.cancel_reason is not None:
                 scope.cancel()
             try:
-                await agent.run(input, ctx.session, ctx)
+                if resume is not None:
+                    await agent.resume(resume, ctx)  # type: ignore[attr-defined]
+                else:
+                    await agent.run(input, ctx.session, ctx)
             except TurnClosed:
                 pass
             except Exception as exc:

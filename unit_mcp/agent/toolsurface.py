@@ -288,10 +288,16 @@ class AgentToolSurface:
     # -- calling ----------------------------------------------------------------------------------
 
     async def call(
-        self, name: str, arguments: dict[str, Any], ctx: TurnContext | None = None, *, grants: Iterable[str] = ()
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        ctx: TurnContext | None = None,
+        *,
+        grants: Iterable[str] = (),
+        call_id: str | None = None,
     ) -> ToolOutput:
         """Run a tool after checking approval: through `ctx` when given (policy, the session's grants, then the
-        approver), otherwise by the policy and `grants` alone (nobody to ask)."""
+        approver; `call_id` ties a request to the model's call), otherwise by the policy and `grants` alone."""
         tool = self.get(name)
         if tool is None:
             return ToolOutput(
@@ -299,7 +305,7 @@ class AgentToolSurface:
                 is_error=True,
             )
         if ctx is not None:
-            decision = await ctx.approve(tool.risk, tool=tool.name, arguments=arguments)
+            decision = await ctx.approve(tool.risk, tool=tool.name, arguments=arguments, call_id=call_id)
             approved, reason = decision.approved, decision.reason
         else:
             approved = self.approvals.check_risk(tool.risk, grants) == "approved"
