@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from unit_mcp.agent import ErrorItem, MessageItem, ToolCallItem, TurnStatus
@@ -57,6 +58,23 @@ async def test_rest_surface_and_errors(tmp_path: Path, opencode_binary: Path) ->
             await client.get_session(created["id"])
         with pytest.raises(UnknownOpenCodeSession):
             await client.prompt_async(created["id"], "hello")
+
+        # A session that disappears after it was checked and before the prompt reaches it is replaced, once.
+        doomed = (await client.create_session(title="doomed"))["id"]
+        deleted: list[str] = []
+
+        def delete_it_first(session_id: str) -> None:  # runs right before the prompt goes out
+            if not deleted:
+                deleted.append(session_id)
+                auth = httpx.BasicAuth("opencode", node.password or "")
+                httpx.delete(f"{node.url}/session/{session_id}", auth=auth, timeout=5).raise_for_status()
+
+        sent = await client.send(doomed, "hello", title="replacement", on_session=delete_it_first)
+        assert deleted == [doomed]
+        assert sent.replaced and sent.session_id != doomed and sent.previous_session_id == doomed
+        assert sent.replace_reason == f"the node lost session {doomed} before the prompt reached it"
+        assert (await client.get_session(sent.session_id))["title"] == "replacement"
+        await client.abort(sent.session_id)
 
         async with OpenCodeClient(node.url or "", password="wrong", timeout=5) as stranger:
             with pytest.raises(OpenCodeHTTPError) as refused:
