@@ -12,6 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -22,6 +25,7 @@ from item_kinds import item_kinds
 from unit_mcp.agent import (
     AgentApprovals,
     AgentError,
+    AgentRunner,
     AgentToolSurface,
     ApprovalRequest,
     FunctionAgent,
@@ -30,6 +34,7 @@ from unit_mcp.agent import (
     PendingApprovals,
     ToolResultItem,
     TurnContext,
+    TurnHandle,
     TurnStatus,
     chat_messages,
 )
@@ -211,7 +216,21 @@ def waiting_model(request: ModelRequest, ctx: TurnContext) -> ModelResponse | st
     return ModelResponse.calling(("deploy", {})) if request.messages[-1]["role"] == "user" else "finished"
 
 
-def deploy_surface(approver: PendingApprovals, ran: list[str]) -> AgentToolSurface:
+@dataclass
+class Waiting:
+    """A live turn whose one call waits in a `PendingApprovals` approver."""
+
+    runner: AgentRunner
+    approver: PendingApprovals
+    session_id: str
+    handle: TurnHandle
+    request: ApprovalRequest
+    ran: list[str]
+
+
+@asynccontextmanager
+async def waiting_turn(tmp_path: Path) -> AsyncIterator[Waiting]:
+    approver, ran = PendingApprovals(), []
     surface = AgentToolSurface(AgentApprovals(approver=approver))
 
     @surface.tool(risk="shell")
@@ -219,46 +238,37 @@ def deploy_surface(approver: PendingApprovals, ran: list[str]) -> AgentToolSurfa
         ran.append("deploy")
         return "deployed"
 
-    return surface
-
-
-async def wait_for_request(approver: PendingApprovals) -> ApprovalRequest:
-    with anyio.fail_after(5):
-        while not approver.pending():
-            await anyio.sleep(0.01)
-    return approver.pending()[0]
+    async with running(tmp_path, {"f": lambda deps: FunctionAgent(waiting_model, id="f")}, surface=surface) as runner:
+        session = await runner.create_session("f")
+        handle = await runner.run_turn(session.id, "go")
+        with anyio.fail_after(5):
+            while not approver.pending():
+                await anyio.sleep(0.01)
+        yield Waiting(runner, approver, session.id, handle, approver.pending()[0], ran)
 
 
 async def test_a_live_turn_waits_for_the_answer_given_through_the_runner(tmp_path: Path) -> None:
-    approver, ran = PendingApprovals(), []
-    agents = {"f": lambda deps: FunctionAgent(waiting_model, id="f")}
-    async with running(tmp_path, agents, surface=deploy_surface(approver, ran)) as runner:
-        session = await runner.create_session("f")
-        handle = await runner.run_turn(session.id, "go")
-        request = await wait_for_request(approver)
-        assert (request.session_id, request.turn_id, request.tool) == (session.id, handle.id, "deploy")
+    async with waiting_turn(tmp_path) as live:
+        runner, request = live.runner, live.request
+        assert (request.session_id, request.turn_id, request.tool) == (live.session_id, live.handle.id, "deploy")
         assert request.call_id is not None
-        assert [r.id for r in await runner.pending_approvals(session.id)] == [request.id]
-        assert ran == []
-        assert await runner.answer_approval(session.id, request.id, approved=True) is handle
-        await handle.wait(5)
-        assert handle.status is TurnStatus.COMPLETED and handle.result == "finished"
-        assert await runner.pending_approvals(session.id) == []
-    assert ran == ["deploy"]
+        assert [r.id for r in await runner.pending_approvals(live.session_id)] == [request.id]
+        assert live.ran == []
+        assert await runner.answer_approval(live.session_id, request.id, approved=True) is live.handle
+        await live.handle.wait(5)
+        assert live.handle.status is TurnStatus.COMPLETED and live.handle.result == "finished"
+        assert await runner.pending_approvals(live.session_id) == []
+    assert live.ran == ["deploy"]
 
 
 async def test_a_cancelled_turns_request_is_withdrawn_not_pending(tmp_path: Path) -> None:
-    approver, ran = PendingApprovals(), []
-    agents = {"f": lambda deps: FunctionAgent(waiting_model, id="f")}
-    async with running(tmp_path, agents, surface=deploy_surface(approver, ran)) as runner:
-        session = await runner.create_session("f")
-        handle = await runner.run_turn(session.id, "go")
-        request = await wait_for_request(approver)
-        assert await runner.cancel_turn(session.id)
-        await handle.wait(5)
-        assert handle.status is TurnStatus.CANCELLED
-        assert approver.pending() == [] and not approver.answer(request.id, approved=True)
-        assert await runner.pending_approvals(session.id) == []
+    async with waiting_turn(tmp_path) as live:
+        runner, request = live.runner, live.request
+        assert await runner.cancel_turn(live.session_id)
+        await live.handle.wait(5)
+        assert live.handle.status is TurnStatus.CANCELLED
+        assert live.approver.pending() == [] and not live.approver.answer(request.id, approved=True)
+        assert await runner.pending_approvals(live.session_id) == []
         with pytest.raises(AgentError, match="no pending approval"):
-            await runner.answer_approval(session.id, request.id, approved=True)
-    assert ran == []
+            await runner.answer_approval(live.session_id, request.id, approved=True)
+    assert live.ran == []
