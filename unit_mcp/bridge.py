@@ -13,7 +13,6 @@ open event streams (503), Streamable HTTP sessions (503, idle ones expire), open
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -21,13 +20,11 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from mcp.server import Server
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -37,7 +34,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .loopback import Guard, QuietUvicorn, SseEndpoint, bind_loopback, is_loopback, security_settings, url_host
+from .loopback import Guard, LoopbackServer, SseEndpoint, is_loopback, security_settings, url_host
 
 MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
@@ -190,9 +187,7 @@ class Bridge:
         self._config_root: Path | None = None
         self._port: int | None = None
         self._token: str | None = None
-        self._uvicorn: QuietUvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._serving = False
+        self._loopback: LoopbackServer | None = None
 
     # -- public surface -----------------------------------------------------------------------
 
@@ -215,7 +210,7 @@ class Bridge:
 
     def status(self) -> BridgeStatus:
         return BridgeStatus(
-            started=self._task is not None,
+            started=self._loopback is not None,
             host=self.host,
             port=self._port,
             url=self.url,
@@ -239,61 +234,44 @@ class Bridge:
 
     async def start(self) -> BridgeStatus:
         """Bind, write the OpenCode config, serve; returns once requests are accepted. Fails loudly."""
-        if self._task is not None:
+        if self._loopback is not None:
             return self.status()
         if not self.auth:
             log.warning("authentication is off: any local process can call the unit tools on this server")
-        sock = self._bind()
+        loopback = LoopbackServer(
+            host=self.host,
+            port=self.requested_port,
+            shutdown_timeout=self.shutdown_timeout,
+            limit_concurrency=self.max_connections,
+            timeout_keep_alive=self.keep_alive_timeout,
+            error=BridgeError,
+        )
         try:
-            self._port = sock.getsockname()[1]
+            self._port = loopback.bind()
             self._token = secrets.token_urlsafe(32) if self.auth else None
             self._config_root = self._prepare_config_root()
             self._write_config()
-            app = self._app()
-            self._uvicorn = QuietUvicorn(
-                uvicorn.Config(
-                    app,
-                    log_config=None,
-                    log_level="warning",
-                    access_log=False,
-                    lifespan="on",
-                    ws="none",
-                    timeout_graceful_shutdown=self.shutdown_timeout,
-                    limit_concurrency=self.max_connections,
-                    timeout_keep_alive=self.keep_alive_timeout,
-                )
-            )
-            self._task = asyncio.get_running_loop().create_task(self._serve(self._uvicorn, sock))
-            await self._until_started(self._uvicorn, self._task)
+            await loopback.start(self._app())
         except BaseException:
-            sock.close()
-            await self.stop()
+            await loopback.stop()
+            self._release()
             raise
-        self._serving = True
+        self._loopback = loopback
         log.info("serving MCP on %s and %s", self.url, self.sse_url)
         return self.status()
 
     async def stop(self) -> None:
         """Stop serving (open streams get `shutdown_timeout` seconds), then remove a temporary config root."""
-        task, server, serving = self._task, self._uvicorn, self._serving
-        self._task, self._uvicorn, self._serving = None, None, False
+        loopback, self._loopback = self._loopback, None
         try:
-            if task is not None and server is not None:
-                server.should_exit = True
-                await asyncio.wait([task])
-                failure = None if task.cancelled() else task.exception()
-                if failure is not None and serving:
+            if loopback is not None:
+                failure = await loopback.stop()
+                if failure is not None:
                     log.error("the MCP HTTP server failed", exc_info=failure)
         finally:
             self._release()
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _bind(self) -> socket.socket:
-        try:
-            return bind_loopback(self.host, self.requested_port)
-        except OSError as exc:
-            raise BridgeError(f"cannot listen on {url_host(self.host)}:{self.requested_port}: {exc.strerror}") from exc
 
     def _prepare_config_root(self) -> Path:
         if self._given_config_root is None:
@@ -340,18 +318,3 @@ class Bridge:
             ],
             lifespan=lambda app: manager.run(),
         )
-
-    @staticmethod
-    async def _serve(server: QuietUvicorn, sock: socket.socket) -> None:
-        try:
-            await server.serve(sockets=[sock])
-        except SystemExit as exc:  # uvicorn exits when the app's lifespan startup fails
-            raise BridgeError("the MCP app failed to start (lifespan startup failed)") from exc
-
-    @staticmethod
-    async def _until_started(server: QuietUvicorn, task: asyncio.Task[None]) -> None:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise BridgeError("the HTTP server stopped before it started serving")
-            await asyncio.sleep(0.01)

@@ -1,9 +1,11 @@
-"""Loopback serving primitives shared by the bridge and the agent's endpoints: host checks, the listening
-socket, the Host/Origin/token guard, the legacy SSE endpoint and a uvicorn server that leaves signals to the
-embedding application."""
+"""Loopback serving primitives shared by the bridge, the agent's endpoints and the scripted model server:
+host checks, the listening socket, the Host/Origin/token guard, the legacy SSE endpoint, and
+`LoopbackServer`, which serves one ASGI app with uvicorn inside the caller's asyncio event loop and leaves
+signals to the embedding application."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import secrets
@@ -11,6 +13,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server import Server
 from mcp.server.sse import SseServerTransport
@@ -59,6 +62,111 @@ class QuietUvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class LoopbackServer:
+    """One ASGI app served by uvicorn on a loopback port, as a task of the caller's asyncio event loop.
+
+    `bind()` first when the app needs its port (e.g. for a Host allow-list), then `start(app)`; `stop()` may
+    run in another task of the same loop. Failures are raised as `error`, the caller's own exception type.
+    `limit_concurrency` open connections (uvicorn answers 503 beyond it) and `timeout_keep_alive` seconds for
+    an idle keep-alive connection bound what one client can hold.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        shutdown_timeout: int = 1,
+        limit_concurrency: int | None = None,
+        timeout_keep_alive: int = 5,
+        error: type[Exception] = RuntimeError,
+    ) -> None:
+        self.error = error
+        if not is_loopback(host):
+            raise error(f"refusing to serve on {host!r}: only loopback (127.0.0.1, ::1 or localhost) is allowed")
+        self.host = "127.0.0.1" if host == "localhost" else host
+        self.requested_port = port
+        self.shutdown_timeout = shutdown_timeout
+        self.limit_concurrency = limit_concurrency
+        self.timeout_keep_alive = timeout_keep_alive
+        self.port: int | None = None
+        self._sock: socket.socket | None = None
+        self._server: QuietUvicorn | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise self.error("the server is not started")
+        return f"http://{url_host(self.host)}:{self.port}"
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    def bind(self) -> int:
+        """Bind the listening socket now and return its port (idempotent)."""
+        if self._sock is None and self._task is None:
+            try:
+                self._sock = bind_loopback(self.host, self.requested_port)
+            except OSError as exc:
+                where = f"{url_host(self.host)}:{self.requested_port}"
+                raise self.error(f"cannot listen on {where}: {exc.strerror}") from exc
+            self.port = self._sock.getsockname()[1]
+        assert self.port is not None
+        return self.port
+
+    async def start(self, app: ASGIApp) -> None:
+        """Serve `app`; returns once requests are accepted, or raises `error` (the socket is closed then)."""
+        if self._task is not None:
+            return
+        self.bind()
+        sock, self._sock = self._sock, None
+        assert sock is not None
+        server = self._server = QuietUvicorn(
+            uvicorn.Config(
+                app,
+                log_config=None,
+                log_level="warning",
+                access_log=False,
+                lifespan="on",
+                ws="none",
+                timeout_graceful_shutdown=self.shutdown_timeout,
+                limit_concurrency=self.limit_concurrency,
+                timeout_keep_alive=self.timeout_keep_alive,
+            )
+        )
+        task = self._task = asyncio.get_running_loop().create_task(self._serve(server, sock))
+        while not server.started:
+            if task.done():
+                failure = await self.stop()
+                raise self.error(f"the HTTP server failed to start: {failure or 'it stopped first'}") from failure
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> BaseException | None:
+        """Stop serving (open streams get `shutdown_timeout` seconds); what the server failed with, if anything."""
+        task, server = self._task, self._server
+        self._task = self._server = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self.port = None
+        if task is None or server is None:
+            return None
+        server.should_exit = True
+        with anyio.CancelScope(shield=True):  # a cancelled caller still waits the few moments uvicorn takes
+            await asyncio.wait([task])
+        return None if task.cancelled() else task.exception()
+
+    async def _serve(self, server: QuietUvicorn, sock: socket.socket) -> None:
+        try:
+            await server.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn exits the process when the app's lifespan startup fails
+            raise self.error("lifespan startup failed") from exc
+        finally:
+            sock.close()
 
 
 def security_settings(host: str, port: int) -> TransportSecuritySettings:

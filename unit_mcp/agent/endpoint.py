@@ -41,9 +41,8 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.routing import Mount, Route
 
-from ..loopback import Guard, SseEndpoint, security_settings
+from ..loopback import Guard, LoopbackServer, SseEndpoint, security_settings
 from .errors import EndpointError, ToolFailed
-from .loopback import LoopbackServer
 from .toolsurface import AgentToolSurface
 
 log = logging.getLogger("unit_mcp.agent.endpoint")
@@ -286,7 +285,7 @@ class ApprovedEndpoint:
         stack = AsyncExitStack()
         try:
             self._token = secrets.token_urlsafe(32) if self.auth else None
-            loopback = LoopbackServer(host=self.host, port=self.port)
+            loopback = LoopbackServer(host=self.host, port=self.port, error=EndpointError)
             stack.push_async_callback(loopback.stop)
             await loopback.start(self._app(loopback.host, loopback.bind()))
             self._loopback = loopback

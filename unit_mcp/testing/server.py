@@ -31,7 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from unit_mcp.agent.loopback import LoopbackServer
+from unit_mcp.agent.errors import EndpointError
+from unit_mcp.loopback import LoopbackServer
 
 from . import responses
 from .script import Script, ScriptError, Step, message_text, offered_tools, render, render_value
@@ -121,7 +122,7 @@ class ScriptedModel:
         self.requests: list[RecordedRequest] = []
         self._used: set[int] = set()
         self._lock = threading.Lock()
-        self._loopback = LoopbackServer(host=host, port=port)
+        self._loopback = LoopbackServer(host=host, port=port, error=EndpointError)
         self._thread_cm: AbstractContextManager[ScriptedModel] | None = None
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self.app = Starlette(

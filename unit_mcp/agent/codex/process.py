@@ -14,7 +14,6 @@ import collections
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -25,6 +24,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from ..binaries import find_binary
 from .config import PINNED_VERSION
 from .errors import CodexError, CodexNotInstalled
 from .events import CodexEvent, parse_line
@@ -36,20 +36,12 @@ MAX_LINE = 64 * 1024 * 1024  # one event carries a whole tool result; a unit's s
 
 def find_codex(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The `codex` binary: `explicit`, else $CODEX_PATH, else `codex` on PATH."""
-    candidates: list[tuple[str, str | None]] = [
-        ("the path given", os.fspath(explicit) if explicit is not None else None),
-        ("$CODEX_PATH", os.environ.get("CODEX_PATH")),
-        ("PATH", shutil.which("codex")),
-    ]
-    for _, candidate in candidates:
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    looked = ", ".join(f"{where} ({value or 'unset'})" for where, value in candidates)
-    raise CodexNotInstalled(
-        f"no executable codex binary found; looked at {looked}. Install the pinned version with "
-        f"`npm install --prefix DIR @openai/codex@{PINNED_VERSION}` (scripts/codex-tool does this) and pass "
+    install = (
+        f"Install the pinned version with `npm install --prefix DIR @openai/codex@{PINNED_VERSION}` "
+        "(scripts/codex-tool does this) and pass "
         "DIR/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
     )
+    return find_binary("codex", "CODEX_PATH", explicit, error=CodexNotInstalled, install=install)
 
 
 class CodexProcess:

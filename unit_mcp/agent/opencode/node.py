@@ -18,7 +18,6 @@ import contextlib
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +30,7 @@ from typing import IO, Any
 import anyio
 import httpx
 
+from ..binaries import find_binary
 from .client import OpenCodeClient
 from .errors import NodeStartError, OpenCodeNotInstalled
 from .isolation import IsolatedRoot
@@ -48,20 +48,11 @@ def _free_port(host: str) -> int:
 
 def find_opencode(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The `opencode` binary: `explicit`, else $OPENCODE_PATH, else `opencode` on PATH."""
-    candidates: list[tuple[str, str | None]] = [
-        ("the path given", os.fspath(explicit) if explicit is not None else None),
-        ("$OPENCODE_PATH", os.environ.get("OPENCODE_PATH")),
-        ("PATH", shutil.which("opencode")),
-    ]
-    for _, candidate in candidates:
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    looked = ", ".join(f"{where} ({value or 'unset'})" for where, value in candidates)
-    raise OpenCodeNotInstalled(
-        f"no executable opencode binary found; looked at {looked}. Install the pinned version with "
-        f"`npm install --prefix DIR opencode-ai@{PINNED_VERSION}` (scripts/opencode-tool does this) and pass "
-        "DIR/node_modules/opencode-linux-x64/bin/opencode"
+    install = (
+        f"Install the pinned version with `npm install --prefix DIR opencode-ai@{PINNED_VERSION}` "
+        "(scripts/opencode-tool does this) and pass DIR/node_modules/opencode-linux-x64/bin/opencode"
     )
+    return find_binary("opencode", "OPENCODE_PATH", explicit, error=OpenCodeNotInstalled, install=install)
 
 
 class NodeProcess:
