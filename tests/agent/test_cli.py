@@ -4,6 +4,9 @@ scripted model, both on loopback."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,3 +78,55 @@ async def test_without_a_terminal_an_ask_is_denied_and_the_turn_goes_on(
     assert "✗ unit_reload: [approval_denied]" in err and unit_server.calls == []
     assert main(["--data-dir", str(tmp_path / "d"), "sessions", "show", "ses-0000000000000000"]) == 1
     assert "no session" in capsys.readouterr().err
+
+
+async def test_an_approval_asked_on_a_closed_terminal_is_answered_later_and_the_turn_resumes(
+    tmp_path: Path, unit_server: UnitServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    steps = [
+        call(tool_call("unit_reload", {"unit_id": "counter"})),
+        say("Reloaded: {{last}}", when=Match(last_role="tool")),
+    ]
+    data = str(tmp_path / "d")
+    async with ScriptedModel(steps) as model:
+        options = [
+            "--model", "m", "--base-url", model.base_url, "--mcp-url", unit_server.url,
+            f"--mcp-token={unit_server.token}",
+        ]  # fmt: skip
+        # The first life asks on a terminal (a pty) and is killed while the question waits for an answer.
+        controller, terminal = pty.openpty()
+        try:
+            first = subprocess.Popen(
+                [sys.executable, "-m", "unit_mcp.agent", "--data-dir", data, "run", *options,
+                 "--session", "ses-cli", "reload", "counter"],
+                cwd=REPO, stdin=terminal, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            assert first.stderr is not None
+            asked = b""
+            with anyio.fail_after(30):
+                while b"? [y]es / [N]o" not in asked:
+                    chunk = await anyio.to_thread.run_sync(first.stderr.read1)
+                    assert chunk, f"the CLI ended before it asked: {asked.decode()}"
+                    asked += chunk
+            first.kill()
+            first.wait(10)
+        finally:
+            os.close(controller)
+            os.close(terminal)
+        question = 'Allow unit_reload (shell) with {"unit_id": "counter"}?'
+        assert question in asked.decode() and unit_server.calls == []
+
+        assert main(["--data-dir", data, "sessions", "pending", "ses-cli"]) == 0
+        (line,) = capsys.readouterr().out.strip().splitlines()
+        request_id = line.split()[0]
+        assert line == f'{request_id}  unit_reload (shell) with {{"unit_id": "counter"}}'
+
+        code, out, err = await agent_cli("--data-dir", data, "answer", "ses-cli", "apr-nope", "approve", *options)
+        assert code == 1 and f"no pending approval 'apr-nope' (pending: {request_id})" in err
+        code, out, err = await agent_cli("--data-dir", data, "answer", "ses-cli", request_id, "approve", *options)
+        assert code == 0, err
+        assert out.strip().startswith("Reloaded: ") and "← unit_reload" in err
+        assert unit_server.called() == ["unit_reload"]  # it ran once, after the answer
+
+    assert main(["--data-dir", data, "sessions", "pending", "ses-cli"]) == 0
+    assert capsys.readouterr().out == ""

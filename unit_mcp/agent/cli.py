@@ -1,13 +1,18 @@
-"""The agent command line: run one turn against a unit server, and browse stored sessions.
+"""The agent command line: run one turn against a unit server, browse stored sessions, and answer an approval
+that a turn was waiting for when its process ended.
 
     python -m unit_mcp.agent run --mcp-url URL --mcp-token=T --base-url URL --model M "add a reset button"
     python -m unit_mcp.agent sessions list
     python -m unit_mcp.agent sessions show SESSION_ID
+    python -m unit_mcp.agent sessions pending SESSION_ID
+    python -m unit_mcp.agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
 
 `run` streams the reply to stdout and each tool call and result to stderr, and asks on the terminal
 before a tool whose risk needs approval (without a terminal such a call is denied; `--allow RISK` grants
-a risk up front). Ctrl-C cancels the turn cleanly. Defaults come from OPENAI_BASE_URL, OPENAI_API_KEY,
-UNIT_MCP_URL, UNIT_MCP_TOKEN and UNIT_MCP_AGENT_DATA.
+a risk up front). Ctrl-C cancels the turn cleanly. If the process ends while it asks (the terminal was
+closed), `sessions pending` lists the question and `answer` resumes the turn: an approved call runs then,
+and the model goes on (`answer` takes the same model and server options as `run`). Defaults come from
+OPENAI_BASE_URL, OPENAI_API_KEY, UNIT_MCP_URL, UNIT_MCP_TOKEN and UNIT_MCP_AGENT_DATA.
 """
 
 from __future__ import annotations
@@ -18,10 +23,10 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -29,6 +34,10 @@ from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import Item, MessageItem, ToolCallItem, ToolResultItem
 from .projections import transcript_line
 from .sessions import SessionStore
+
+if TYPE_CHECKING:
+    from .runner import AgentRunner
+    from .turns import TurnHandle
 
 AGENT_ID = "unit-agent"
 INSTRUCTIONS = """\
@@ -49,30 +58,43 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--data-dir", type=Path, default=None, help="session store (default: %(default)s)")
     commands = top.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run one turn and stream it to the terminal")
-    run.add_argument("prompt", nargs="+", help="what to do")
-    run.add_argument("--model", required=True, help="model name at the OpenAI-compatible endpoint")
-    run.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible base URL")
-    run.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="API key (not needed locally)")
-    run.add_argument("--mcp-url", default=os.environ.get("UNIT_MCP_URL"), help="the unit server's MCP URL")
-    run.add_argument(
+    turns = argparse.ArgumentParser(add_help=False)
+    turns.add_argument("--model", required=True, help="model name at the OpenAI-compatible endpoint")
+    turns.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible base URL")
+    turns.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="API key (not needed locally)")
+    turns.add_argument("--mcp-url", default=os.environ.get("UNIT_MCP_URL"), help="the unit server's MCP URL")
+    turns.add_argument(
         "--mcp-token",
         default=os.environ.get("UNIT_MCP_TOKEN"),
         help="its bearer token (write --mcp-token=T: tokens may start with '-')",
     )
-    run.add_argument("--session", help="continue this session (created with this id if missing)")
-    run.add_argument("--allow", action="append", default=[], choices=RISKS, help="allow a risk without asking")
-    run.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")
-    run.add_argument("--max-steps", type=int, default=20, help="model requests per turn (default 20)")
-    run.add_argument("--no-stream", action="store_true", help="ask for whole answers instead of deltas")
+    turns.add_argument("--allow", action="append", default=[], choices=RISKS, help="allow a risk without asking")
+    turns.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")
+    turns.add_argument("--max-steps", type=int, default=20, help="model requests per turn (default 20)")
+    turns.add_argument("--no-stream", action="store_true", help="ask for whole answers instead of deltas")
 
-    sessions = commands.add_parser("sessions", help="list or show stored sessions")
+    run = commands.add_parser("run", parents=[turns], help="run one turn and stream it to the terminal")
+    run.add_argument("prompt", nargs="+", help="what to do")
+    run.add_argument("--session", help="continue this session (created with this id if missing)")
+
+    answer = commands.add_parser(
+        "answer", parents=[turns], help="answer an approval a turn waited for when its process ended"
+    )
+    answer.add_argument("session_id")
+    answer.add_argument("request_id", help="as `sessions pending` lists it")
+    answer.add_argument("decision", choices=("approve", "deny"))
+    answer.add_argument("--remember", action="store_true", help="with approve: grant the risk for the session")
+
+    sessions = commands.add_parser("sessions", help="list or show stored sessions, or their pending approvals")
     which = sessions.add_subparsers(dest="action", required=True)
     listing = which.add_parser("list", help="every session, newest first")
     listing.add_argument("--json", action="store_true", help="print JSON")
     show = which.add_parser("show", help="one session's items")
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="print the session as one JSON document")
+    pending = which.add_parser("pending", help="approvals a turn waited for when its process ended")
+    pending.add_argument("session_id")
+    pending.add_argument("--json", action="store_true", help="print JSON")
     return top
 
 
@@ -89,7 +111,9 @@ class Terminal:
             self.err(transcript_line(item))
 
     def text(self, item: Item) -> None:
-        if isinstance(item, MessageItem) and item.role == "assistant":
+        if isinstance(item, ToolResultItem):  # a resumed turn puts the approved call's result in place
+            self.item(item)
+        elif isinstance(item, MessageItem) and item.role == "assistant":
             done = self.printed.get(item.id, 0)
             sys.stdout.write(item.content[done:])
             sys.stdout.flush()
@@ -120,19 +144,16 @@ class Terminal:
         )
 
 
-async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
-    # the MCP and OpenAI SDKs load only for `run`: browsing sessions stays quick
+@contextlib.asynccontextmanager
+async def turn_runtime(args: argparse.Namespace, data_dir: Path, terminal: Terminal) -> AsyncIterator[AgentRunner]:
+    """The runner `run` and `answer` use: the OpenAI-compatible agent, the unit server's tools, the terminal."""
+    # the MCP and OpenAI SDKs load only here: browsing sessions stays quick
     from .mcpsource import McpToolSource
     from .openai_agent import OpenAIAgent
     from .registry import AgentRegistry
     from .runner import AgentRunner
     from .toolsurface import AgentToolSurface
-    from .turns import TurnCallbacks, TurnStatus
 
-    if not args.base_url:
-        print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
-        return 2
-    terminal = Terminal()
     approvals = AgentApprovals(
         {**dict.fromkeys(args.allow, "auto"), **dict.fromkeys(args.deny, "deny")},
         approver=terminal.approve if sys.stdin.isatty() else None,
@@ -155,32 +176,78 @@ async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
         if args.mcp_url:
             source = await stack.enter_async_context(McpToolSource(args.mcp_url, token=args.mcp_token))
             surface.add_source(source)
-        runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
+        yield await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
+
+
+async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
+    from .turns import TurnCallbacks
+
+    if not args.base_url:
+        print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
+        return 2
+    terminal = Terminal()
+    async with turn_runtime(args, data_dir, terminal) as runner:
         session = await runner.get_session(args.session) if args.session else None
         if session is None:
             session = await runner.create_session(AGENT_ID, session_id=args.session, title=" ".join(args.prompt)[:80])
         callbacks = TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
         handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
-        async with anyio.create_task_group() as tg:
+        return await follow(handle)
 
-            async def interrupt() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        await handle.cancel("interrupted from the terminal")
-                        return
 
-            tg.start_soon(interrupt)
-            await handle.wait()
-            tg.cancel_scope.cancel()
-        sys.stdout.write("\n")
-        if handle.status is not TurnStatus.COMPLETED:
-            print(f"turn {handle.status}: {handle.error or ''}".rstrip(": "), file=sys.stderr)
-        print(f"session: {session.id}", file=sys.stderr)
-        return {TurnStatus.COMPLETED: 0, TurnStatus.CANCELLED: 130}.get(handle.status, 1)
-    return 1
+async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
+    from .errors import AgentError
+    from .turns import TurnCallbacks
+
+    if not args.base_url:
+        print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
+        return 2
+    terminal = Terminal()
+    async with turn_runtime(args, data_dir, terminal) as runner:
+        callbacks = TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
+        try:
+            handle = await runner.answer_approval(
+                args.session_id,
+                args.request_id,
+                approved=args.decision == "approve",
+                remember=args.remember,
+                callbacks=callbacks,
+            )
+        except AgentError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if handle is None:
+            waiting = ", ".join(request.id for request in await runner.pending_approvals(args.session_id))
+            print(f"recorded; the turn resumes once its other requests are answered: {waiting}", file=sys.stderr)
+            return 0
+        return await follow(handle)
+
+
+async def follow(handle: TurnHandle) -> int:
+    """Wait for the turn (Ctrl-C or SIGTERM cancels it) and say how it ended; the exit status."""
+    from .turns import TurnStatus
+
+    async with anyio.create_task_group() as tg:
+
+        async def interrupt() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    await handle.cancel("interrupted from the terminal")
+                    return
+
+        tg.start_soon(interrupt)
+        await handle.wait()
+        tg.cancel_scope.cancel()
+    sys.stdout.write("\n")
+    if handle.status is not TurnStatus.COMPLETED:
+        print(f"turn {handle.status}: {handle.error or ''}".rstrip(": "), file=sys.stderr)
+    print(f"session: {handle.session_id}", file=sys.stderr)
+    return {TurnStatus.COMPLETED: 0, TurnStatus.CANCELLED: 130}.get(handle.status, 1)
 
 
 def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
+    if args.action == "pending":
+        return pending_command(args, data_dir)
     store = SessionStore(data_dir, read_only=True)
     try:
         if args.action == "list":
@@ -207,10 +274,38 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
         store.close()
 
 
+def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
+    """Open the session for writing (its load-time repair closes what a dead turn left open) and list the
+    approvals nobody answered. A session a live process holds is refused: that process asks its own questions."""
+    from .errors import AgentError
+    from .paused import pending_requests
+
+    store = SessionStore(data_dir)
+    try:
+        session = store.load(args.session_id)
+        if session is None:
+            print(f"error: no session {args.session_id} in {data_dir}", file=sys.stderr)
+            return 1
+        pending = pending_requests(session)
+    except AgentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([request.model_dump(mode="json") for request in pending], indent=2))
+    for request in [] if args.json else pending:
+        arguments = json.dumps(request.arguments or {}, ensure_ascii=False)
+        print(f"{request.id}  {request.tool} ({request.risk}) with {arguments}")
+    if not pending and not args.json:
+        print(f"no approval is pending in session {args.session_id}", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data_dir: Path = args.data_dir or default_data_dir()
-    if args.command == "run":
-        outcome: Any = anyio.run(run_command, args, data_dir)
+    if args.command in ("run", "answer"):
+        outcome: Any = anyio.run(run_command if args.command == "run" else answer_command, args, data_dir)
         return int(outcome)
     return sessions_command(args, data_dir)

@@ -12,10 +12,12 @@ re-queued by the runner as input for the next turn. Anything that raises ends th
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -61,8 +63,14 @@ class LoopAgent(ABC):
         """Ask the model once. A streaming provider may record the assistant message itself (partials) and
         return its id as `message_id`; otherwise the loop records it."""
 
+    def turn_scope(self, ctx: TurnContext) -> AbstractAsyncContextManager[object]:
+        """What the agent holds for the length of a turn (a provider's client, say); `run` and `resume` both
+        run inside it. Nothing by default."""
+        return contextlib.nullcontext()
+
     async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
-        await self._steps(ctx)
+        async with self.turn_scope(ctx):
+            await self._steps(ctx)
 
     async def resume(self, turn_id: str, ctx: TurnContext) -> None:
         """Go on with turn `turn_id`, which ended with the process while calls waited for approval and whose
@@ -71,18 +79,19 @@ class LoopAgent(ABC):
         paused = paused_calls(ctx.session, turn_id)
         if not paused or any(p.decision is None for p in paused):
             raise AgentError(f"turn {turn_id} has no answered approval to resume in session {ctx.session_id}")
-        for call in paused:
-            assert call.decision is not None
-            ctx.answered[call.call.call_id] = call.decision
-            output = await self._execute(ctx, call.call)
-            await ctx.turn.update_item(
-                call.result.id,
-                output=output.text,
-                is_error=output.is_error,
-                structured=output.structured,
-                synthetic=False,
-            )
-        await self._steps(ctx)
+        async with self.turn_scope(ctx):
+            for call in paused:
+                assert call.decision is not None
+                ctx.answered[call.call.call_id] = call.decision
+                output = await self._execute(ctx, call.call)
+                await ctx.turn.update_item(
+                    call.result.id,
+                    output=output.text,
+                    is_error=output.is_error,
+                    structured=output.structured,
+                    synthetic=False,
+                )
+            await self._steps(ctx)
 
     async def _steps(self, ctx: TurnContext) -> None:
         system = await self.system_prompt(ctx)

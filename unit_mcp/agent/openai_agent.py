@@ -10,8 +10,9 @@ turn opens its own client and closes it at the end, so no connection outlives th
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,6 @@ from .loop import LoopAgent
 
 if TYPE_CHECKING:
     from .context import TurnContext
-    from .items import Session
 
 _turn_client: ContextVar[AsyncOpenAI | None] = ContextVar("unit_mcp_openai_turn_client", default=None)
 
@@ -61,13 +61,16 @@ class OpenAIAgent(LoopAgent):
             raise RuntimeError("OpenAIAgent.client is only available inside a turn")
         return client
 
-    async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
+    @contextlib.asynccontextmanager
+    async def turn_scope(self, ctx: TurnContext) -> AsyncIterator[object]:
+        """A client of its own for the turn (closed at its end), unless one was given."""
         if self._client is not None:
-            return await super().run(input, session, ctx)
+            yield self._client
+            return
         async with AsyncOpenAI(base_url=self.base_url, api_key=self.api_key) as client:
             token = _turn_client.set(client)
             try:
-                await super().run(input, session, ctx)
+                yield client
             finally:
                 _turn_client.reset(token)
 
