@@ -325,14 +325,19 @@ def test_run_tests_main_and_pytest_runners(service: UnitService) -> None:
     no_host_paths(service, failed.model_dump())
 
 
-def test_the_test_process_loads_the_unit_without_importing_pydantic(service: UnitService, units_root: Path) -> None:
-    """pydantic doubled the start-up of every test run; the host and the loader import the result models lazily."""
+def test_the_test_process_starts_lean_and_logs_to_its_stderr(service: UnitService, units_root: Path) -> None:
+    """pydantic doubled the start-up of every test run, tempfile and logging.handlers added a tenth: the host and
+    the loader import the result models lazily, the server makes the data folder, and a test writes no app log
+    (it would be deleted unread) but logs to its stderr, which the caller sees."""
     (units_root / "counter" / "test_probe.py").write_text(
-        "import sys\n\n\ndef main(host):\n"
-        "    print('counter loaded:', host.is_loaded('counter'), '- pydantic imported:', 'pydantic' in sys.modules)\n"
+        "import logging\nimport sys\n\n\ndef main(host):\n"
+        "    logging.getLogger('units.counter').info('info from the test')\n"
+        "    heavy = sorted({'pydantic', 'tempfile', 'logging.handlers', 'subprocess'} & set(sys.modules))\n"
+        "    print('counter loaded:', host.is_loaded('counter'), '- imported:', heavy)\n"
     )
     result = service.run_tests("counter", "probe")
-    assert result.passed and "counter loaded: True - pydantic imported: False" in result.stdout, result
+    assert result.passed and "counter loaded: True - imported: []" in result.stdout, result
+    assert "INFO units.counter: info from the test" in result.stderr, result
 
 
 def test_run_tests_refusals(service: UnitService) -> None:

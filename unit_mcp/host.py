@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
-import logging.handlers
 import os
 import queue
 import sys
@@ -65,14 +63,20 @@ class _Worker:
         self._jobs.put(None)
 
 
-class _AppLogHandler(logging.handlers.RotatingFileHandler):
-    """Rolls over once the log has reached maxBytes. The stock test formats every record a second time and
-    stats the file twice, which was a third of what a logged tool call spent on logging."""
+def _app_log_handler(path: Path, *, max_bytes: int, backups: int) -> logging.Handler:
+    """A size-rotated app log. `logging.handlers` is imported here, not at start-up: a test run never logs."""
+    import logging.handlers
 
-    def shouldRollover(self, record: logging.LogRecord) -> bool:
-        if self.stream is None:
-            self.stream = self._open()
-        return 0 < self.maxBytes <= self.stream.tell()
+    class AppLogHandler(logging.handlers.RotatingFileHandler):
+        """Rolls over once the log has reached maxBytes. The stock test formats every record a second time and
+        stats the file twice, which was a third of what a logged tool call spent on logging."""
+
+        def shouldRollover(self, record: logging.LogRecord) -> bool:
+            if self.stream is None:
+                self.stream = self._open()
+            return 0 < self.maxBytes <= self.stream.tell()
+
+    return AppLogHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
 
 
 class ReloadTimeout(Exception):
@@ -131,8 +135,9 @@ class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
         return super().source_to_code(data, path, _optimize=_optimize)  # type: ignore[call-arg]
 
 
-class _UnitFinder(importlib.abc.MetaPathFinder):
-    """Finds `<namespace>.<unit>[.sub]` modules inside the units root only, refusing symlinked files."""
+class _UnitFinder:
+    """Finds `<namespace>.<unit>[.sub]` modules inside the units root only, refusing symlinked files. A meta path
+    finder by its `find_spec` (no `importlib.abc` base: importing that pulls in importlib.resources and tempfile)."""
 
     def __init__(self, namespace: str, root: Path) -> None:
         self.namespace = namespace
@@ -182,7 +187,9 @@ class Host:
         log_max_bytes: int = 5 * 1024 * 1024,
         log_backups: int = 3,
         reload_timeout: float = 30.0,
+        app_log: bool = True,
     ) -> None:
+        """`app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its stderr instead)."""
         self.units_root = Path(units_root).resolve()
         if not self.units_root.is_dir():
             raise FileNotFoundError(f"units root {self.units_root} is not a directory")
@@ -194,6 +201,7 @@ class Host:
         self.redact = Redactor([(self.units_root, "<units>"), (self.data_dir, "<data>")])
         self._log_max_bytes = log_max_bytes
         self.log_backups = log_backups
+        self.app_log = app_log
         self._lock = threading.RLock()
         self._unit_locks: dict[str, threading.RLock] = {}
         self._locks_lock = threading.Lock()
@@ -226,7 +234,8 @@ class Host:
                 if holder is not None and holder is not self:
                     raise RuntimeError(f"namespace {self.namespace!r} is already used by another open Host")
                 _claimed_namespaces[self.namespace] = self
-            self._open_log()
+            if self.app_log:
+                self._open_log()
             self._install_namespace()
             self._started = True
             self._invalidate_finders()
@@ -268,9 +277,7 @@ class Host:
 
     def _open_log(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        handler = _AppLogHandler(
-            self.log_path, maxBytes=self._log_max_bytes, backupCount=self.log_backups, encoding="utf-8"
-        )
+        handler = _app_log_handler(self.log_path, max_bytes=self._log_max_bytes, backups=self.log_backups)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         for name in ("units", "unit_mcp"):
             logger = logging.getLogger(name)

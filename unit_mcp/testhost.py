@@ -12,14 +12,14 @@ import contextlib
 import ctypes
 import importlib
 import inspect
+import logging
 import os
 import sys
-import tempfile
 import traceback
 from typing import Any
 
-from .host import Host
-from .testrun import descendants, kill_all
+from .host import LOG_FORMAT, Host
+from .proctree import descendants, kill_all
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -44,6 +44,17 @@ class _Fixtures:
                 return outer._unit
 
         return Plugin()
+
+
+def _log_to_stderr() -> None:
+    """What the unit and the host log during a test goes to the test's stderr, which the caller sees (an app
+    log in the temporary data folder would be deleted unread)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    for name in ("units", "unit_mcp"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def _passed(result: object) -> bool:
@@ -74,9 +85,16 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--namespace", default="units")
     parser.add_argument("--unit", required=True)
     parser.add_argument("--test", default="init")
+    parser.add_argument("--data-dir", help="the host's data folder (default: a temporary one)")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="unit-mcp-test-") as data_dir:
-        host = Host(args.units, data_dir, namespace=args.namespace).start([args.unit])
+    with contextlib.ExitStack() as stack:
+        data_dir = args.data_dir
+        if data_dir is None:
+            import tempfile  # the server passes --data-dir; tempfile costs a test run 4 ms of start-up
+
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="unit-mcp-test-"))
+        _log_to_stderr()
+        host = Host(args.units, data_dir, namespace=args.namespace, app_log=False).start([args.unit])
         try:
             return _run(host, args.unit, args.test)
         finally:

@@ -8,9 +8,12 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .proctree import descendants, kill_all
 
 PIPE_GRACE = 0.5
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -60,27 +63,6 @@ class TestProcessResult:
     timed_out: bool
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below pid, from /proc (children that left the process group included)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
 def _pump(proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, deadline: float) -> bool:
     """Copy both pipes into their buffers until EOF on both or the deadline. True if the process ended.
 
@@ -127,24 +109,6 @@ def kill_tree(pid: int, *, settle: float = 2.0) -> None:
     kill_all(targets, settle=settle)
 
 
-def kill_all(pids: list[int], *, settle: float = 2.0) -> None:
-    """SIGKILL each pid, then wait up to `settle` seconds until none of them runs (zombies do not count)."""
-    for target in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(target, signal.SIGKILL)
-    deadline = time.perf_counter() + settle
-    while time.perf_counter() < deadline and any(_running(t) for t in pids):
-        time.sleep(0.01)
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 def run_test_process(
     units_root: Path,
     namespace: str,
@@ -161,8 +125,16 @@ def run_test_process(
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_CURRENT_TEST", None)
+    data_dir = tempfile.TemporaryDirectory(prefix="unit-mcp-test-")  # made here: the child starts faster
     cmd = [sys.executable, "-m", "unit_mcp.testhost", "--units", str(units_root), "--namespace", namespace,
-           "--unit", unit_id, "--test", test_name]  # fmt: skip
+           "--unit", unit_id, "--test", test_name, "--data-dir", data_dir.name]  # fmt: skip
+    with data_dir:
+        return _run_test_host(cmd, env, cwd, timeout=timeout, max_output=max_output)
+
+
+def _run_test_host(
+    cmd: list[str], env: dict[str, str], cwd: Path | None, *, timeout: float, max_output: int
+) -> TestProcessResult:
     started = time.perf_counter()
     proc = subprocess.Popen(
         cmd,
