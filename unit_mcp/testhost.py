@@ -47,14 +47,14 @@ class _Fixtures:
 
 
 def _log_to_stderr() -> None:
-    """What the unit and the host log during a test goes to the test's stderr, which the caller sees (an app
-    log in the temporary data folder would be deleted unread)."""
+    """What the unit logs during a test (from INFO), and the host's warnings, go to the test's stderr, which the
+    caller sees; an app log in the temporary data folder would be deleted unread."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    for name in ("units", "unit_mcp"):
+    for name, level in (("units", logging.INFO), ("unit_mcp", logging.WARNING)):
         logger = logging.getLogger(name)
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(level)
 
 
 def _passed(result: object) -> bool:
