@@ -126,6 +126,7 @@ async def test_an_approval_asked_on_a_closed_terminal_is_answered_later_and_the_
         code, out, err = await agent_cli("--data-dir", data, "answer", "ses-cli", request_id, "approve", *options)
         assert code == 0, err
         assert out.strip().startswith("Reloaded: ") and "← unit_reload" in err
+        assert "resumed after the approval" not in err  # the claim on the call before it ran is not shown
         assert unit_server.called() == ["unit_reload"]  # it ran once, after the answer
 
     assert main(["--data-dir", data, "sessions", "pending", "ses-cli"]) == 0

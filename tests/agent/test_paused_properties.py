@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 from pathlib import Path
 from typing import Literal
 
 import anyio
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +40,7 @@ from unit_mcp.agent import (
     TurnContext,
     TurnStatus,
 )
+from unit_mcp.agent.paused import RESUMED_OUTPUT
 
 # What each call of the first life's turn had reached when the process ended:
 # ran by policy, no approval needed | asked, answered and ran | asked, answered, running when it ended |
@@ -170,3 +173,40 @@ def test_after_a_restart_tools_run_only_when_approved_and_at_most_once(
         session_id = first_life(root, fates)
         answered, approved = anyio.run(second_life, root, session_id, fates, answers)
         check_results(root, session_id, fates, answered, approved)
+
+
+@pytest.mark.anyio
+async def test_a_resumed_turn_cancelled_while_the_tool_runs_never_runs_it_again(tmp_path: Path) -> None:
+    session_id = first_life(tmp_path, ["waiting"])
+    started, release, runs = threading.Event(), threading.Event(), []
+    surface = AgentToolSurface(AgentApprovals(approver=PendingApprovals()))
+
+    @surface.tool(risk="shell")
+    def deploy(n: int) -> str:
+        runs.append(n)
+        started.set()
+        release.wait(10)
+        return "finished late"
+
+    registry = AgentRegistry()
+    registry.register("f", lambda deps: FunctionAgent(model, id="f"))
+    async with AgentRunner(store=tmp_path, registry=registry, tools=surface) as runner:
+        (request,) = await runner.pending_approvals(session_id)
+        with pytest.raises(AgentError, match=f"still waits for answers to {request.id}"):
+            await runner.resume_turn(session_id, TURN)
+        handle = await runner.answer_approval(session_id, request.id, approved=True)
+        assert handle is not None
+        assert await anyio.to_thread.run_sync(started.wait, 10)
+        assert await handle.cancel("changed my mind")
+        release.set()
+        assert handle.status is TurnStatus.CANCELLED
+        with pytest.raises(AgentError, match="no call waiting to be resumed"):
+            await runner.resume_turn(session_id, TURN)  # it may have run: never again
+        assert await runner.pending_approvals(session_id) == []
+    assert runs == [0]
+    store = SessionStore(tmp_path)
+    try:
+        (result,) = [i for i in store.require(session_id).items if isinstance(i, ToolResultItem)]
+    finally:
+        store.close()
+    assert result.output == RESUMED_OUTPUT

@@ -32,6 +32,7 @@ import anyio
 
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import Item, MessageItem, ToolCallItem, ToolResultItem
+from .paused import RESUMED_OUTPUT
 from .projections import transcript_line
 from .sessions import SessionStore
 
@@ -112,7 +113,8 @@ class Terminal:
 
     def text(self, item: Item) -> None:
         if isinstance(item, ToolResultItem):  # a resumed turn puts the approved call's result in place
-            self.item(item)
+            if item.output != RESUMED_OUTPUT:  # (its claim on the call before running it is not news)
+                self.item(item)
         elif isinstance(item, MessageItem) and item.role == "assistant":
             done = self.printed.get(item.id, 0)
             sys.stdout.write(item.content[done:])

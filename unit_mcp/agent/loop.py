@@ -25,7 +25,7 @@ import anyio
 from .errors import AgentError, StepLimitReached
 from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall
 from .items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem
-from .paused import paused_calls
+from .paused import RESUMED_OUTPUT, paused_calls
 from .projections import chat_messages
 from .prompts import system_prompt
 from .toolsurface import ToolOutput
@@ -83,6 +83,8 @@ class LoopAgent(ABC):
             for call in paused:
                 assert call.decision is not None
                 ctx.answered[call.call.call_id] = call.decision
+                # Claimed before it runs: if this turn ends too, the call is never run a second time.
+                await ctx.turn.update_item(call.result.id, output=RESUMED_OUTPUT)
                 output = await self._execute(ctx, call.call)
                 await ctx.turn.update_item(
                     call.result.id,

@@ -27,6 +27,9 @@ log = logging.getLogger("unit_mcp.agent.paused")
 REQUESTED = "approval-requested"
 DECIDED = "approval-decided"
 AFTER_END = "after_turn_ended"  # in the data of a decision given after the asking turn ended with the process
+RESUMED_OUTPUT = (  # a resumed turn's claim on a call before it runs it; what stays if that turn ends too
+    "[interrupted] The turn resumed after the approval and ended before this tool returned; it may or may not have run."
+)
 
 
 @dataclass(frozen=True)

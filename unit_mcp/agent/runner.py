@@ -212,7 +212,31 @@ class AgentRunner:
             session = await anyio.to_thread.run_sync(write)
             if any(paused.decision is None for paused in paused_calls(session, request.turn_id)):
                 return None  # the turn resumes once its other requests are answered
-        return await self._start(session_id, [], callbacks, supersede=False, resume=request.turn_id)
+        assert request.turn_id is not None
+        return await self.resume_turn(session_id, request.turn_id, callbacks)
+
+    async def resume_turn(self, session_id: str, turn_id: str, callbacks: TurnCallbacks | None = None) -> TurnHandle:
+        """Resume turn `turn_id`, which ended with the process while calls waited for approval, once every one of
+        them is answered. `answer_approval` does this at the last answer; call it yourself only when that start
+        failed (another turn was running) or the resuming turn was cancelled before it ran anything. A call the
+        resuming turn had started is never run again."""
+        session = await anyio.to_thread.run_sync(self.store.require, session_id)
+        paused = paused_calls(session, turn_id)
+        if not paused:
+            raise AgentError(f"turn {turn_id} of session {session_id} has no call waiting to be resumed")
+        unanswered = [call.request.id for call in paused if call.decision is None]
+        if unanswered:
+            raise AgentError(f"turn {turn_id} still waits for answers to {', '.join(unanswered)}")
+        agent = self.registry.require(session.agent_id)
+        if not callable(getattr(agent, "resume", None)):
+            raise AgentError(f"agent {agent.id} cannot resume a turn")
+        handle = await self._start(session_id, [], callbacks, supersede=False, resume=turn_id)
+        if handle is None:
+            raise AgentError(
+                f"a turn is running in session {session_id}; the answers are recorded: call resume_turn("
+                f"{session_id!r}, {turn_id!r}) after it ends"
+            )
+        return handle
 
     async def cancel_turn(self, session_id: str, reason: str = "cancelled by the caller") -> bool:
         turn = self._active.get(session_id)
