@@ -246,6 +246,7 @@ class Bridge:
             timeout_keep_alive=self.keep_alive_timeout,
             error=BridgeError,
         )
+        self._loopback = loopback  # taken at once: a second start() meanwhile returns instead of serving twice
         try:
             self._port = loopback.bind()
             self._token = secrets.token_urlsafe(32) if self.auth else None
@@ -253,10 +254,10 @@ class Bridge:
             self._write_config()
             await loopback.start(self._app())
         except BaseException:
+            self._loopback = None
             await loopback.stop()
             self._release()
             raise
-        self._loopback = loopback
         log.info("serving MCP on %s and %s", self.url, self.sse_url)
         return self.status()
 
