@@ -131,3 +131,13 @@ async def test_an_approval_asked_on_a_closed_terminal_is_answered_later_and_the_
 
     assert main(["--data-dir", data, "sessions", "pending", "ses-cli"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_a_turn_needs_a_model_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for command in (["run", "--model", "m", "hello"], ["answer", "ses-x", "apr-x", "approve", "--model", "m"]):
+        assert main(["--data-dir", str(tmp_path), *command]) == 2
+        assert "give --base-url or set OPENAI_BASE_URL" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing was created

@@ -38,7 +38,7 @@ from .sessions import SessionStore
 
 if TYPE_CHECKING:
     from .runner import AgentRunner
-    from .turns import TurnHandle
+    from .turns import TurnCallbacks, TurnHandle
 
 AGENT_ID = "unit-agent"
 INSTRUCTIONS = """\
@@ -147,15 +147,18 @@ class Terminal:
 
 
 @contextlib.asynccontextmanager
-async def turn_runtime(args: argparse.Namespace, data_dir: Path, terminal: Terminal) -> AsyncIterator[AgentRunner]:
-    """The runner `run` and `answer` use: the OpenAI-compatible agent, the unit server's tools, the terminal."""
+async def turn_runtime(args: argparse.Namespace, data_dir: Path) -> AsyncIterator[tuple[AgentRunner, TurnCallbacks]]:
+    """The runner `run` and `answer` use (the OpenAI-compatible agent, the unit server's tools, the terminal as
+    approver) and the callbacks that stream a turn to the terminal."""
     # the MCP and OpenAI SDKs load only here: browsing sessions stays quick
     from .mcpsource import McpToolSource
     from .openai_agent import OpenAIAgent
     from .registry import AgentRegistry
     from .runner import AgentRunner
     from .toolsurface import AgentToolSurface
+    from .turns import TurnCallbacks
 
+    terminal = Terminal()
     approvals = AgentApprovals(
         {**dict.fromkeys(args.allow, "auto"), **dict.fromkeys(args.deny, "deny")},
         approver=terminal.approve if sys.stdin.isatty() else None,
@@ -178,35 +181,23 @@ async def turn_runtime(args: argparse.Namespace, data_dir: Path, terminal: Termi
         if args.mcp_url:
             source = await stack.enter_async_context(McpToolSource(args.mcp_url, token=args.mcp_token))
             surface.add_source(source)
-        yield await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
+        runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
+        yield runner, TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
 
 
 async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
-    from .turns import TurnCallbacks
-
-    if not args.base_url:
-        print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
-        return 2
-    terminal = Terminal()
-    async with turn_runtime(args, data_dir, terminal) as runner:
+    async with turn_runtime(args, data_dir) as (runner, callbacks):
         session = await runner.get_session(args.session) if args.session else None
         if session is None:
             session = await runner.create_session(AGENT_ID, session_id=args.session, title=" ".join(args.prompt)[:80])
-        callbacks = TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
         handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
         return await follow(handle)
 
 
 async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
     from .errors import AgentError
-    from .turns import TurnCallbacks
 
-    if not args.base_url:
-        print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
-        return 2
-    terminal = Terminal()
-    async with turn_runtime(args, data_dir, terminal) as runner:
-        callbacks = TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
+    async with turn_runtime(args, data_dir) as (runner, callbacks):
         try:
             handle = await runner.answer_approval(
                 args.session_id,
@@ -308,6 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data_dir: Path = args.data_dir or default_data_dir()
     if args.command in ("run", "answer"):
+        if not args.base_url:
+            print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
+            return 2
         outcome: Any = anyio.run(run_command if args.command == "run" else answer_command, args, data_dir)
         return int(outcome)
     return sessions_command(args, data_dir)
