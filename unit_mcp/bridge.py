@@ -8,7 +8,8 @@ Every request is checked before any MCP code runs: a `Host` or `Origin` that is 
 
 What one client can take is bounded, so a buggy or hostile one cannot starve the rest: request bodies (413),
 open event streams (503), Streamable HTTP sessions (503, idle ones expire), open connections (uvicorn answers
-503 beyond the limit) and idle keep-alive connections (closed after a few seconds).
+503 beyond the limit), idle keep-alive connections (closed after a few seconds) and requests that do not arrive
+whole in time (a silent or trickling client is disconnected after 30 s).
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .loopback import Guard, LoopbackServer, SseEndpoint, is_loopback, security_settings, url_host
+from .loopback import (
+    REQUEST_TIMEOUT,
+    Guard,
+    LoopbackServer,
+    SseEndpoint,
+    is_loopback,
+    security_settings,
+    url_host,
+)
 
 MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
@@ -144,8 +153,9 @@ class Bridge:
 
     Bounds: `max_body_bytes` per request body (413), `max_streams` open event streams (503), `max_sessions`
     Streamable HTTP sessions (503; a session idle for `session_idle_timeout` seconds is closed),
-    `max_connections` open connections or running requests (uvicorn answers 503 beyond it) and
-    `keep_alive_timeout` seconds before an idle keep-alive connection is closed.
+    `max_connections` open connections or running requests (uvicorn answers 503 beyond it),
+    `keep_alive_timeout` seconds before an idle keep-alive connection is closed and `request_timeout` seconds
+    for a request to arrive whole (a silent or trickling client is disconnected).
     """
 
     def __init__(
@@ -164,6 +174,7 @@ class Bridge:
         max_connections: int = MAX_CONNECTIONS,
         keep_alive_timeout: int = KEEP_ALIVE_TIMEOUT,
         session_idle_timeout: float = SESSION_IDLE_TIMEOUT,
+        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         if not is_loopback(host):
             raise BridgeError(
@@ -183,6 +194,7 @@ class Bridge:
         self.max_connections = max_connections
         self.keep_alive_timeout = keep_alive_timeout
         self.session_idle_timeout = session_idle_timeout
+        self.request_timeout = request_timeout
         self._given_config_root = Path(config_root).resolve() if config_root is not None else None
         self._config_root: Path | None = None
         self._port: int | None = None
@@ -244,6 +256,7 @@ class Bridge:
             shutdown_timeout=self.shutdown_timeout,
             limit_concurrency=self.max_connections,
             timeout_keep_alive=self.keep_alive_timeout,
+            request_timeout=self.request_timeout,
             error=BridgeError,
         )
         self._loopback = loopback  # taken at once: a second start() meanwhile returns instead of serving twice

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import h11
 import uvicorn
 from mcp.server import Server
 from mcp.server.sse import SseServerTransport
@@ -22,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
 def is_loopback(host: str) -> bool:
@@ -64,13 +66,63 @@ class QuietUvicorn(uvicorn.Server):
         yield
 
 
+REQUEST_TIMEOUT = 30.0  # seconds for a request to arrive whole; a local client sends one in milliseconds
+
+
+def request_deadline_protocol(seconds: float) -> type[H11Protocol]:
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request to arrive whole (headers and body), counted
+    from the connection or from the request's first byte.
+
+    Without it a client that connects and sends nothing, or trickles a request byte by byte, holds one of the
+    connection slots for ever (uvicorn times out only idle keep-alive connections), and a handful of them make
+    the server answer 503 to everyone. A request that has arrived runs, and streams, as long as it likes.
+    """
+
+    class RequestDeadline(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._watch()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel()
+            super().connection_lost(exc)
+
+        def _arriving(self) -> bool:
+            return self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
+
+        def _watch(self) -> None:
+            if not self._arriving():
+                self._cancel()
+            elif self._deadline is None:
+                self._deadline = self.loop.call_later(seconds, self._expired)
+
+        def _cancel(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            if self._arriving() and not self.transport.is_closing():
+                self.transport.close()
+
+    return RequestDeadline
+
+
 class LoopbackServer:
     """One ASGI app served by uvicorn on a loopback port, as a task of the caller's asyncio event loop.
 
     `bind()` first when the app needs its port (e.g. for a Host allow-list), then `start(app)`; `stop()` may
     run in another task of the same loop. Failures are raised as `error`, the caller's own exception type.
-    `limit_concurrency` open connections (uvicorn answers 503 beyond it) and `timeout_keep_alive` seconds for
-    an idle keep-alive connection bound what one client can hold.
+    `limit_concurrency` open connections (uvicorn answers 503 beyond it), `timeout_keep_alive` seconds for an
+    idle keep-alive connection and `request_timeout` seconds for a request to arrive whole bound what one client
+    can hold.
     """
 
     def __init__(
@@ -81,6 +133,7 @@ class LoopbackServer:
         shutdown_timeout: int = 1,
         limit_concurrency: int | None = None,
         timeout_keep_alive: int = 5,
+        request_timeout: float = REQUEST_TIMEOUT,
         error: type[Exception] = RuntimeError,
     ) -> None:
         self.error = error
@@ -91,6 +144,7 @@ class LoopbackServer:
         self.shutdown_timeout = shutdown_timeout
         self.limit_concurrency = limit_concurrency
         self.timeout_keep_alive = timeout_keep_alive
+        self.request_timeout = request_timeout
         self.port: int | None = None
         self._sock: socket.socket | None = None
         self._server: QuietUvicorn | None = None
@@ -133,6 +187,7 @@ class LoopbackServer:
                 access_log=False,
                 lifespan="on",
                 ws="none",
+                http=request_deadline_protocol(self.request_timeout),
                 timeout_graceful_shutdown=self.shutdown_timeout,
                 limit_concurrency=self.limit_concurrency,
                 timeout_keep_alive=self.timeout_keep_alive,

@@ -5,6 +5,7 @@ streams, sessions and connections open. Each is refused or bounded, and no tool 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import statistics
 import time
@@ -395,6 +396,61 @@ async def test_connections_are_bounded_and_idle_ones_are_closed(host: Host, figu
         idle_connections_at_the_limit="503 for the next request",
         idle_keep_alive_closed_after_s=round(closed_after, 1),
         defaults={"max_connections": 256, "max_streams": 64, "max_sessions": 512, "keep_alive_timeout_s": 5},
+    )
+
+
+async def test_requests_that_do_not_arrive_in_time_are_cut_off(host: Host, figures: Report) -> None:
+    """A client that connects and says nothing, trickles its headers or stalls in its body is disconnected once
+    the request deadline passes; a request that arrived (an event stream, a client between calls) is not."""
+    deadline = 0.5
+    async with bridge_with(host, request_timeout=deadline) as bridge:
+        port = port_of(bridge)
+        closed_after: dict[str, float] = {}
+
+        async with raw(port) as silent:
+            started = time.perf_counter()
+            assert await silent.closed_by_server(timeout=5), "a silent connection is closed"
+            closed_after["silent"] = time.perf_counter() - started
+
+        async with raw(port) as trickle:  # a byte every 50 ms, for ever: the deadline does not move
+            started = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+
+                async def keep_trickling() -> None:
+                    await trickle.stream.send(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        while True:
+                            await trickle.stream.send(b"x")
+                            await anyio.sleep(0.05)
+
+                tg.start_soon(keep_trickling)
+                assert await trickle.closed_by_server(timeout=5), "trickled headers are cut off"
+                closed_after["trickled headers"] = time.perf_counter() - started
+                tg.cancel_scope.cancel()
+
+        async with raw(port) as stalled:  # whole headers, then 10 of the 1000 body bytes announced
+            started = time.perf_counter()
+            headers = base_headers(bridge, Authorization=f"Bearer {bridge.token}", **{"Content-Length": "1000"})
+            await stalled.send("POST", "/mcp", headers, body=b'{"jsonrpc"')
+            assert await stalled.closed_by_server(timeout=5), "a stalled body is cut off"
+            closed_after["stalled body"] = time.perf_counter() - started
+
+        stream, _, context = await open_sse(bridge, bridge.token)
+        try:
+            async with connect(bridge.url or "", bridge.token) as client:
+                await anyio.sleep(3 * deadline)
+                assert not (await call(client, "unit_list", {})).is_error, "a client between calls is served"
+            assert not await stream.closed_by_server(timeout=0.3), "an event stream outlives the deadline"
+        finally:
+            await context.__aexit__(None, None, None)
+    for what, seconds in closed_after.items():  # (closed at all is checked above, within 5 s)
+        assert seconds >= deadline * 0.9, f"{what} was closed after {seconds:.2f} s, before the deadline"
+    figures.record(
+        "transport",
+        request_deadline_s=deadline,
+        closed_after_s={what: round(seconds, 2) for what, seconds in closed_after.items()},
+        event_stream_and_idle_client_past_the_deadline="still served",
+        default_request_timeout_s=30,
     )
 
 
