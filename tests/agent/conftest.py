@@ -8,7 +8,6 @@ so tests assert on what reached the server, not on what the agent says it did.
 
 from __future__ import annotations
 
-import inspect
 import json
 import secrets
 import shutil
@@ -19,10 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp_types as types
 import pytest
-from mcp.server import Server
-from mcp.server.context import ServerRequestContext
+from recording import TestTool, recording_server
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import (
@@ -36,7 +33,7 @@ from unit_mcp.agent import (
     SessionStore,
 )
 from unit_mcp.bridge import Bridge
-from unit_mcp.tools import RISK_META_KEY, UnitTools
+from unit_mcp.tools import UnitTools
 
 EXAMPLE_UNITS = Path(__file__).resolve().parents[2] / "unit_mcp" / "examples" / "units"
 NONCE = "nonce-7f3a91"
@@ -59,13 +56,6 @@ def reload(tmp_path: Path, session_id: str) -> Session:
         return store.require(session_id)
     finally:
         store.close()
-
-
-@dataclass
-class TestTool:
-    risk: str
-    schema: dict[str, Any]
-    run: Callable[[dict[str, Any]], Any]
 
 
 SLOW_EVENTS: list[str] = []  # what became of each slow_echo call: "finished" or "cancelled"
@@ -127,39 +117,6 @@ class UnitServer:
         return [call.name for call in self.calls]
 
 
-def recording_server(unit_tools: UnitTools, calls: list[Call]) -> Server[Any]:
-    """The real unit tools plus the test tools, recording every call before it runs."""
-    extra = [
-        types.Tool(
-            name=name, description=f"Test tool {name}.", input_schema=tool.schema, _meta={RISK_META_KEY: tool.risk}
-        )
-        for name, tool in TEST_TOOLS.items()
-    ]
-
-    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-        listed = await unit_tools.list_tools(ctx, params)
-        return types.ListToolsResult(tools=[*listed.tools, *extra])
-
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        arguments = dict(params.arguments or {})
-        calls.append(Call(params.name, arguments))
-        tool = TEST_TOOLS.get(params.name)
-        if tool is None:
-            return await unit_tools.call_tool(ctx, params)
-        text = tool.run(arguments)
-        if inspect.isawaitable(text):
-            text = await text
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
-
-    return Server(
-        "unit-dev",
-        instructions=unit_tools.instructions,
-        get_tool_input_schema=lambda name: None,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
-
-
 @pytest.fixture
 async def unit_server(tmp_path: Path) -> AsyncIterator[UnitServer]:
     units = tmp_path / "units"
@@ -167,7 +124,10 @@ async def unit_server(tmp_path: Path) -> AsyncIterator[UnitServer]:
     with Host(units, tmp_path / "host-data", namespace=f"agent_units_{secrets.token_hex(4)}") as host:
         unit_tools = UnitTools(UnitService(host, test_timeout=30))
         calls: list[Call] = []
-        async with Bridge(recording_server(unit_tools, calls), config_root=tmp_path / "unit-opencode") as bridge:
+        async with Bridge(
+            recording_server(unit_tools, TEST_TOOLS, lambda name, args: calls.append(Call(name, args))),
+            config_root=tmp_path / "unit-opencode",
+        ) as bridge:
             yield UnitServer(bridge, units, calls)
 
 

@@ -10,7 +10,6 @@ per-run homes live under the test's own folder.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import secrets
@@ -22,9 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp_types as types
-from mcp.server import Server
-from mcp.server.context import ServerRequestContext
+from recording import TestTool, recording_server
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import (
@@ -40,7 +37,7 @@ from unit_mcp.agent import (
 from unit_mcp.agent.codex import CodexModel, register
 from unit_mcp.bridge import Bridge
 from unit_mcp.testing import ScriptedModel, Step
-from unit_mcp.tools import RISK_META_KEY, UnitTools
+from unit_mcp.tools import UnitTools
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"
@@ -50,13 +47,6 @@ NAMESPACE = "mcp__unit_agent"  # how Codex groups that server's tools for the mo
 NONCE = "nonce-c0dex7"
 TURN_TIMEOUT = 30
 AGENT_ID = "codex-agent"
-
-
-@dataclass
-class TestTool:
-    risk: str
-    schema: dict[str, Any]
-    run: Callable[[dict[str, Any]], Any]
 
 
 @dataclass
@@ -97,38 +87,6 @@ def _test_tools(server: UnitServer) -> dict[str, TestTool]:
         "slow_echo": TestTool("normal", text({"seconds": {"type": "number"}}), slow_echo),
         "wipe_units": TestTool("destructive", text({}), lambda args: "wiped"),
     }
-
-
-def recording_server(unit_tools: UnitTools, server: UnitServer) -> Server[Any]:
-    """The real unit tools plus the test tools, recording every call before it runs."""
-    tools = _test_tools(server)
-    extra = [
-        types.Tool(name=name, description=f"Test {name}.", input_schema=tool.schema, _meta={RISK_META_KEY: tool.risk})
-        for name, tool in tools.items()
-    ]
-
-    async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> Any:
-        listed = await unit_tools.list_tools(ctx, params)
-        return types.ListToolsResult(tools=[*listed.tools, *extra])
-
-    async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> Any:
-        arguments = dict(params.arguments or {})
-        server.calls.append((params.name, arguments))
-        tool = tools.get(params.name)
-        if tool is None:
-            return await unit_tools.call_tool(ctx, params)
-        output = tool.run(arguments)
-        if inspect.isawaitable(output):
-            output = await output
-        return types.CallToolResult(content=[types.TextContent(type="text", text=output)])
-
-    return Server(
-        "unit-dev",
-        instructions=unit_tools.instructions,
-        get_tool_input_schema=lambda name: None,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-    )
 
 
 @dataclass
@@ -184,7 +142,10 @@ async def codex_stack(
         unit_tools = UnitTools(UnitService(host, test_timeout=30))
         server = UnitServer(bridge=None)  # type: ignore[arg-type]
         server.bridge = await stack.enter_async_context(
-            Bridge(recording_server(unit_tools, server), config_root=tmp / "unit-opencode")
+            Bridge(
+                recording_server(unit_tools, _test_tools(server), lambda name, args: server.calls.append((name, args))),
+                config_root=tmp / "unit-opencode",
+            )
         )
         assert server.bridge.url is not None
         surface.add_source(
