@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
@@ -61,28 +63,56 @@ async def test_what_unit_code_prints_goes_to_stderr_not_onto_the_wire(units_root
     assert printed.count("noise at import") == 2 and printed.count("noise in init") == 2, printed
 
 
-def test_a_regular_file_on_stdin_is_served_by_the_sdk_transport(units_root: Path, tmp_path: Path) -> None:
-    """asyncio pipes cannot read a regular file; such a stdin falls back to the SDK's threaded transport."""
-    requests = tmp_path / "requests.jsonl"
-    initialize = {
+def requests_then_eof(units_root: Path, tmp_path: Path, stdin: Any) -> dict[int, Any]:
+    """Run the stdio server on `stdin` (its requests, then its end); the replies by id."""
+    command = ["-m", "unit_mcp.server", "--stdio", "--units", str(units_root), "--data-dir", str(tmp_path)]
+    done = subprocess.run([sys.executable, *command], stdin=stdin, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return {reply["id"]: reply for reply in map(json.loads, done.stdout.decode().splitlines())}
+
+
+REQUESTS = [
+    {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
-    lines = [initialize, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
-    lines.append({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-    requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    },
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    # a test run takes a subprocess: still running when stdin ends, and answered all the same
+    {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "unit_run_tests", "arguments": {"unit_id": "counter"}},
+    },
+]
+
+
+def check_replies(replies: dict[int, Any]) -> None:
+    assert {tool["name"] for tool in replies[2]["result"]["tools"]} == set(tool_risks())
+    assert replies[3]["result"]["structuredContent"]["passed"] is True, replies[3]
+
+
+def test_a_regular_file_on_stdin_is_served_by_the_sdk_transport(units_root: Path, tmp_path: Path) -> None:
+    """asyncio pipes cannot read a regular file; such a stdin falls back to the SDK's threaded transport. Every
+    request read before the end of the file is answered (the SDK alone cancels what still runs at EOF)."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps(line) + "\n" for line in REQUESTS))
     with requests.open("rb") as stdin:
-        command = ["-m", "unit_mcp.server", "--stdio", "--units", str(units_root), "--data-dir", str(tmp_path)]
-        done = subprocess.run(
-            [sys.executable, *command],
-            stdin=stdin,
-            capture_output=True,
-            timeout=60,
-        )
-    replies = {reply["id"]: reply for reply in map(json.loads, done.stdout.decode().splitlines())}
-    assert {tool["name"] for tool in replies[2]["result"]["tools"]} == set(tool_risks()), done.stderr
+        check_replies(requests_then_eof(units_root, tmp_path, stdin))
+
+
+def test_requests_piped_in_are_all_answered_after_stdin_closes(units_root: Path, tmp_path: Path) -> None:
+    """`producer | python -m unit_mcp.server --stdio`: the asyncio pipe path drains the same way."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, "".join(json.dumps(line) + "\n" for line in REQUESTS).encode())
+    os.close(write_end)
+    try:
+        check_replies(requests_then_eof(units_root, tmp_path, read_end))
+    finally:
+        os.close(read_end)
 
 
 async def test_a_line_longer_than_the_limit_is_dropped_and_reading_goes_on() -> None:

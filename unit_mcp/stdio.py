@@ -7,6 +7,10 @@ SDK still frames and parses the messages. Anything else (a regular file, a tty) 
 
 Like the SDK, it claims the standard descriptors while serving: fd 0 reads the null device and fd 1 writes to
 stderr, so unit code that prints or reads stdin cannot corrupt the wire. Both are restored on exit.
+
+On either path, the end of stdin reaches the server only once every request read has been answered (or
+`DRAIN_SECONDS` passed): the SDK cancels the requests still running when its input ends, so a client that
+writes its requests and closes stdin (`python -m unit_mcp.server --stdio < requests.jsonl`) lost answers.
 """
 
 from __future__ import annotations
@@ -24,13 +28,59 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
+from mcp_types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
 
 log = logging.getLogger("unit_mcp.stdio")
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest JSON-RPC message read; a longer line is dropped (and logged) and the server reads on."""
 
-Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+DRAIN_SECONDS = 30.0
+"""How long the requests read before stdin ended may take to be answered before the server stops anyway."""
+
+
+class _Unanswered:
+    """The ids of the requests read and not answered yet."""
+
+    def __init__(self) -> None:
+        self.ids: set[str | int] = set()
+        self.none = anyio.Event()
+        self.none.set()
+
+    def asked(self, request_id: str | int) -> None:
+        if not self.ids:
+            self.none = anyio.Event()
+        self.ids.add(request_id)
+
+    def answered(self, request_id: str | int) -> None:
+        self.ids.discard(request_id)
+        if not self.ids:
+            self.none.set()
+
+
+class AnsweringWriter:
+    """The server's write stream (the SDK's `WriteStream` protocol), noting every answer that goes out."""
+
+    def __init__(self, inner: MemoryObjectSendStream[SessionMessage], unanswered: _Unanswered) -> None:
+        self.inner = inner
+        self.unanswered = unanswered
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self.inner.send(item)
+        if isinstance(item.message, JSONRPCResponse | JSONRPCError) and item.message.id is not None:
+            self.unanswered.answered(item.message.id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> AnsweringWriter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], AnsweringWriter]
 
 
 def _is_pipe(fd: int) -> bool:
@@ -43,7 +93,36 @@ def _is_pipe(fd: int) -> bool:
 
 @asynccontextmanager
 async def stdio_streams() -> AsyncIterator[Streams]:
-    """The SDK's read and write streams over stdin/stdout: on asyncio pipes when both are pipes or sockets."""
+    """The SDK's read and write streams over stdin/stdout (on asyncio pipes when both are pipes or sockets),
+    whose end of input waits for the answers to what was read."""
+    async with _transport_streams() as (read_stream, write_stream):
+        unanswered = _Unanswered()
+        relay_send, relay_receive = anyio.create_memory_object_stream[SessionMessage | Exception]()
+
+        async def relay() -> None:
+            async with relay_send:
+                async for item in read_stream:
+                    if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
+                        unanswered.asked(item.message.id)
+                    await relay_send.send(item)
+                with anyio.move_on_after(DRAIN_SECONDS) as waited:
+                    await unanswered.none.wait()
+                if waited.cancelled_caught:
+                    left = len(unanswered.ids)
+                    log.warning("stdin ended; %d request(s) still unanswered after %.0f s", left, DRAIN_SECONDS)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay)
+            try:
+                yield relay_receive, AnsweringWriter(write_stream, unanswered)
+            finally:
+                tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _transport_streams() -> AsyncIterator[
+    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+]:
     if not (_is_pipe(0) and _is_pipe(1)):
         async with stdio_server() as streams:
             try:
