@@ -28,10 +28,12 @@ from unit_mcp.agent import (
     AgentRunner,
     AgentToolSurface,
     ApprovalRequest,
+    EventItem,
     FunctionAgent,
     ModelRequest,
     ModelResponse,
     PendingApprovals,
+    SessionStore,
     ToolResultItem,
     TurnContext,
     TurnHandle,
@@ -39,6 +41,7 @@ from unit_mcp.agent import (
     chat_messages,
 )
 from unit_mcp.agent.approvals import GRANTS_KEY
+from unit_mcp.agent.paused import paused_calls, pending_requests
 
 from .conftest import reload, running
 
@@ -272,3 +275,15 @@ async def test_a_cancelled_turns_request_is_withdrawn_not_pending(tmp_path: Path
         with pytest.raises(AgentError, match="no pending approval"):
             await runner.answer_approval(live.session_id, request.id, approved=True)
     assert live.ran == []
+
+
+def test_unreadable_approval_items_are_ignored_not_fatal(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    try:
+        session_id = store.create("f").id
+        store.append_item(session_id, EventItem(kind="approval-requested", data={"risk": 5}, turn_id="turn-x"))
+        store.append_item(session_id, EventItem(kind="approval-decided", data={"decision": "yes"}, turn_id="turn-x"))
+        session = store.require(session_id)
+    finally:
+        store.close()
+    assert pending_requests(session, live_turn_id="turn-x") == [] and paused_calls(session) == []

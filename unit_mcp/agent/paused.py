@@ -82,18 +82,17 @@ def paused_calls(session: Session, turn_id: str | None = None) -> list[PausedCal
 def pending_requests(session: Session, live_turn_id: str | None = None) -> list[ApprovalRequest]:
     """Requests nobody has answered: those of the live turn (`live_turn_id`, being asked right now) and
     those paused in a turn that ended with the process."""
-    answered = {
-        item.data.get("decision", {}).get("request_id")
-        for item in session.items
-        if isinstance(item, EventItem) and item.kind == DECIDED
-    }
-    live = [
-        ApprovalRequest.model_validate(item.data)
-        for item in session.items
-        if live_turn_id is not None
-        and isinstance(item, EventItem)
-        and item.kind == REQUESTED
-        and item.data.get("turn_id") == live_turn_id
-        and item.data.get("id") not in answered
-    ]
+    asked: list[ApprovalRequest] = []
+    answered: set[str] = set()
+    for item in session.items:
+        if not (isinstance(item, EventItem) and item.kind in (REQUESTED, DECIDED)):
+            continue
+        try:
+            if item.kind == REQUESTED:
+                asked.append(ApprovalRequest.model_validate(item.data))
+            else:
+                answered.add(ApprovalDecision.model_validate(item.data.get("decision")).request_id)
+        except ValidationError:
+            continue  # paused_calls logs it
+    live = [r for r in asked if live_turn_id is not None and r.turn_id == live_turn_id and r.id not in answered]
     return live + [paused.request for paused in paused_calls(session) if paused.decision is None]
