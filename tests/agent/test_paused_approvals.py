@@ -27,6 +27,7 @@ from unit_mcp.agent import (
     AgentError,
     AgentRunner,
     AgentToolSurface,
+    ApprovalDecision,
     ApprovalRequest,
     EventItem,
     FunctionAgent,
@@ -287,3 +288,32 @@ def test_unreadable_approval_items_are_ignored_not_fatal(tmp_path: Path) -> None
     finally:
         store.close()
     assert pending_requests(session, live_turn_id="turn-x") == [] and paused_calls(session) == []
+
+
+async def test_an_answer_given_as_soon_as_the_request_is_journaled_waits_for_it_to_reach_the_approver(
+    tmp_path: Path,
+) -> None:
+    class SlowToPark(PendingApprovals):
+        async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+            await anyio.sleep(0.3)  # the request is already in the journal meanwhile
+            return await super().__call__(request)
+
+    approver, ran = SlowToPark(), []
+    surface = AgentToolSurface(AgentApprovals(approver=approver))
+
+    @surface.tool(risk="shell")
+    def deploy() -> str:
+        ran.append("deploy")
+        return "deployed"
+
+    async with running(tmp_path, {"f": lambda deps: FunctionAgent(waiting_model, id="f")}, surface=surface) as runner:
+        session = await runner.create_session("f")
+        handle = await runner.run_turn(session.id, "go")
+        with anyio.fail_after(5):
+            while not (pending := await runner.pending_approvals(session.id)):
+                await anyio.sleep(0.005)
+        assert approver.pending() == []  # journaled, not parked yet
+        assert await runner.answer_approval(session.id, pending[0].id, approved=True) is handle
+        await handle.wait(5)
+        assert handle.status is TurnStatus.COMPLETED
+    assert ran == ["deploy"]

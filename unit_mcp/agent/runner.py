@@ -37,6 +37,9 @@ from .turns import Turn, TurnCallbacks, TurnHandle, TurnStatus, describe
 log = logging.getLogger("unit_mcp.agent.runner")
 
 
+PARKING_WAIT = 2.0  # seconds an answer waits for a journaled request to reach the PendingApprovals approver
+
+
 def _new_turn_id() -> str:
     return f"turn-{secrets.token_hex(6)}"
 
@@ -186,9 +189,16 @@ class AgentRunner:
                 waiting = ", ".join(pending) or "none"
                 raise AgentError(f"session {session_id} has no pending approval {request_id!r} (pending: {waiting})")
             if active is not None:
-                if request.turn_id == active.id:
-                    raise AgentError(f"turn {active.id} is asking its approver for {request_id} now; answer there")
-                raise AgentError(f"turn {active.id} is running in session {session_id}; answer after it ends")
+                if request.turn_id != active.id:
+                    raise AgentError(f"turn {active.id} is running in session {session_id}; answer after it ends")
+                if isinstance(approver, PendingApprovals):
+                    # The request is journaled just before the approver gets it: give it a moment to arrive.
+                    with anyio.move_on_after(PARKING_WAIT):
+                        while approver.waiting_for(request_id) is None:
+                            await anyio.sleep(0.005)
+                    if approver.answer(request_id, approved=approved, remember=remember, reason=reason):
+                        return active
+                raise AgentError(f"turn {active.id} is asking its approver for {request_id} now; answer there")
             agent = self.registry.require(session.agent_id)
             if not callable(getattr(agent, "resume", None)):
                 raise AgentError(f"agent {agent.id} cannot resume a turn, so {request_id} cannot be answered")
