@@ -156,10 +156,6 @@ class LoopbackServer:
             raise self.error("the server is not started")
         return f"http://{url_host(self.host)}:{self.port}"
 
-    @property
-    def started(self) -> bool:
-        return self._task is not None
-
     def bind(self) -> int:
         """Bind the listening socket now and return its port (idempotent)."""
         if self._sock is None and self._task is None:

@@ -233,8 +233,11 @@ class Waiting:
 
 
 @asynccontextmanager
-async def waiting_turn(tmp_path: Path) -> AsyncIterator[Waiting]:
-    approver, ran = PendingApprovals(), []
+async def waiting_turn(
+    tmp_path: Path, approver: PendingApprovals | None = None, *, parked: bool = True
+) -> AsyncIterator[Waiting]:
+    """Until the turn's request is in the journal and (`parked`) has reached the approver."""
+    approver, ran = approver or PendingApprovals(), []
     surface = AgentToolSurface(AgentApprovals(approver=approver))
 
     @surface.tool(risk="shell")
@@ -246,9 +249,9 @@ async def waiting_turn(tmp_path: Path) -> AsyncIterator[Waiting]:
         session = await runner.create_session("f")
         handle = await runner.run_turn(session.id, "go")
         with anyio.fail_after(5):
-            while not approver.pending():
-                await anyio.sleep(0.01)
-        yield Waiting(runner, approver, session.id, handle, approver.pending()[0], ran)
+            while not (pending := await runner.pending_approvals(session.id)) or (parked and not approver.pending()):
+                await anyio.sleep(0.005)
+        yield Waiting(runner, approver, session.id, handle, pending[0], ran)
 
 
 async def test_a_live_turn_waits_for_the_answer_given_through_the_runner(tmp_path: Path) -> None:
@@ -298,22 +301,9 @@ async def test_an_answer_given_as_soon_as_the_request_is_journaled_waits_for_it_
             await anyio.sleep(0.3)  # the request is already in the journal meanwhile
             return await super().__call__(request)
 
-    approver, ran = SlowToPark(), []
-    surface = AgentToolSurface(AgentApprovals(approver=approver))
-
-    @surface.tool(risk="shell")
-    def deploy() -> str:
-        ran.append("deploy")
-        return "deployed"
-
-    async with running(tmp_path, {"f": lambda deps: FunctionAgent(waiting_model, id="f")}, surface=surface) as runner:
-        session = await runner.create_session("f")
-        handle = await runner.run_turn(session.id, "go")
-        with anyio.fail_after(5):
-            while not (pending := await runner.pending_approvals(session.id)):
-                await anyio.sleep(0.005)
-        assert approver.pending() == []  # journaled, not parked yet
-        assert await runner.answer_approval(session.id, pending[0].id, approved=True) is handle
-        await handle.wait(5)
-        assert handle.status is TurnStatus.COMPLETED
-    assert ran == ["deploy"]
+    async with waiting_turn(tmp_path, SlowToPark(), parked=False) as live:
+        assert live.approver.pending() == []  # journaled, not parked yet
+        assert await live.runner.answer_approval(live.session_id, live.request.id, approved=True) is live.handle
+        await live.handle.wait(5)
+        assert live.handle.status is TurnStatus.COMPLETED
+    assert live.ran == ["deploy"]

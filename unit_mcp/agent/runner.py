@@ -174,11 +174,6 @@ class AgentRunner:
         or when the session's agent cannot resume a turn.
         """
         approver = self.approvals.approver
-        if isinstance(approver, PendingApprovals):
-            live = approver.waiting_for(request_id)
-            if live is not None and live.session_id == session_id:
-                approver.answer(request_id, approved=approved, remember=remember, reason=reason)
-                return self.active_turn(session_id)
         lock = self._locks.setdefault(session_id, anyio.Lock())
         async with lock:
             session = await anyio.to_thread.run_sync(self.store.require, session_id)
@@ -199,9 +194,7 @@ class AgentRunner:
                     if approver.answer(request_id, approved=approved, remember=remember, reason=reason):
                         return active
                 raise AgentError(f"turn {active.id} is asking its approver for {request_id} now; answer there")
-            agent = self.registry.require(session.agent_id)
-            if not callable(getattr(agent, "resume", None)):
-                raise AgentError(f"agent {agent.id} cannot resume a turn, so {request_id} cannot be answered")
+            self._require_resumable(session)  # before recording: an answer nothing can act on is refused
             decision = ApprovalDecision(
                 request_id=request.id,
                 risk=request.risk,
@@ -237,9 +230,7 @@ class AgentRunner:
         unanswered = [call.request.id for call in paused if call.decision is None]
         if unanswered:
             raise AgentError(f"turn {turn_id} still waits for answers to {', '.join(unanswered)}")
-        agent = self.registry.require(session.agent_id)
-        if not callable(getattr(agent, "resume", None)):
-            raise AgentError(f"agent {agent.id} cannot resume a turn")
+        self._require_resumable(session)
         handle = await self._start(session_id, [], callbacks, supersede=False, resume=turn_id)
         if handle is None:
             raise AgentError(
@@ -247,6 +238,11 @@ class AgentRunner:
                 f"{session_id!r}, {turn_id!r}) after it ends"
             )
         return handle
+
+    def _require_resumable(self, session: Session) -> None:
+        agent = self.registry.require(session.agent_id)
+        if not callable(getattr(agent, "resume", None)):
+            raise AgentError(f"agent {agent.id} cannot resume a turn, so its approvals cannot be answered")
 
     async def cancel_turn(self, session_id: str, reason: str = "cancelled by the caller") -> bool:
         turn = self._active.get(session_id)
