@@ -88,6 +88,7 @@ class AgentUI:
         self.browse = SessionStore(self.root, read_only=True)
         self.pending = PendingIndex(self.root, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.closing = False
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -112,6 +113,10 @@ class AgentUI:
         )
         self.auth = PageAuth(self.starlette, token=self.token, csrf=self.csrf, port=port)
         self.app: ASGIApp = Guard(self.auth, security=security_settings(host, port), token=None)
+
+    def close_streams(self) -> None:
+        """End the open event streams (within POLL_SECONDS), e.g. before the server stops; pages reconnect."""
+        self.closing = True
 
     def login_url(self, base_url: str) -> str:
         """The URL to open once: `base_url` (where the app is served or mounted) with the token."""
@@ -233,7 +238,7 @@ class AgentUI:
             nonlocal seen
             yield b"retry: 1000\n\n"
             quiet = 0.0
-            while True:
+            while not self.closing:
                 state = await anyio.to_thread.run_sync(self.store_state)
                 if state != seen:
                     seen, quiet = state, 0.0
@@ -270,7 +275,7 @@ class AgentUI:
                         return
                     transcript.apply_all(shown.records)
                 quiet = 0.0
-                while True:
+                while not self.closing:
                     chunk = await anyio.to_thread.run_sync(read_from, path, position)
                     if chunk.restarted:
                         yield sse("reset", {})

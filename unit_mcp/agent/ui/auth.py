@@ -8,7 +8,8 @@ Behind the project's Host/Origin guard (`loopback.Guard`, as for the MCP endpoin
 - refuses a POST whose `Origin` is not exactly this server's or that a browser says came from another site:
   other loopback ports are the same *site* to a browser, so SameSite alone does not stop them. The form's
   CSRF token is checked by the endpoint (`check_csrf`);
-- sets a strict Content-Security-Policy and no-store/no-referrer headers on every answer.
+- sets a strict Content-Security-Policy and no-store headers on every answer; the referrer goes to this
+  server only (`no-referrer` would make the browser send `Origin: null` with the forms).
 
 Cookies are not kept apart by port, so the cookie's name carries the port: two pages on one machine do not
 overwrite each other's.
@@ -30,7 +31,7 @@ CSP = (
 SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",
     "x-frame-options": "DENY",
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",

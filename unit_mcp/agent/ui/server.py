@@ -10,7 +10,7 @@ import anyio
 
 from ...loopback import LoopbackServer
 from ..errors import AgentError
-from .app import AgentUI
+from .app import POLL_SECONDS, AgentUI
 
 if TYPE_CHECKING:
     from ..runner import AgentRunner
@@ -27,4 +27,6 @@ async def serve(runner: AgentRunner, *, host: str = "127.0.0.1", port: int = 0, 
             async for _ in signals:
                 break
     finally:
+        ui.close_streams()
+        await anyio.sleep(POLL_SECONDS)  # let the open event streams see it and end
         await server.stop()
