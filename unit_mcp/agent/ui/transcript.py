@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..items import ITEM, SESSION_ID, ErrorItem, EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
-from ..paused import DECIDED, REQUESTED
+from ..paused import DECIDED, REQUESTED, RESUMED_OUTPUT
 from .folding import Folded, fold_arguments, fold_text, fold_value
 
 MESSAGE_SHOW = 20_000  # characters of one message shown (models can write a lot)
@@ -72,14 +72,14 @@ class Transcript:
             self.meta.update(record["changes"])
             return [Change(status=self.status)] if self.status != before else []
         if op in ("item", "update_item"):
-            view = self._view(record.get("item"))
+            view = self._view(record.get("item"), replaced=op == "update_item")
             self.items[view.id] = view
             return [Change(item=view)]
         return []
 
     # -- one view per item kind -------------------------------------------------------------------
 
-    def _view(self, raw: Any) -> ItemView:
+    def _view(self, raw: Any, *, replaced: bool = False) -> ItemView:
         try:
             item = ITEM.validate_python(raw)
         except ValidationError:
@@ -93,7 +93,13 @@ class Transcript:
                 item, "tool-call", f"→ {item.name}", badge=item.risk, blocks=fold_arguments(item.arguments)
             )
         if isinstance(item, ToolResultItem):
-            started = self._call_started.get(item.call_id)
+            # a result replaced later is a resumed turn's: when its call ran is not recorded
+            started = None if replaced else self._call_started.get(item.call_id)
+            note = "written by the runner: the tool never returned" if item.synthetic else None
+            if replaced and item.output == RESUMED_OUTPUT:
+                note = "claimed by the turn that resumed after the approval"
+            elif replaced and not item.synthetic:
+                note = "run by the turn that resumed after the approval"
             view = self._base(
                 item,
                 "tool-result",
@@ -101,7 +107,7 @@ class Transcript:
                 error=item.is_error,
                 badge="error" if item.is_error else None,
                 blocks=[fold_text(item.output)],
-                note="written by the runner: the tool never returned" if item.synthetic else None,
+                note=note,
             )
             view.duration = None if started is None else max(0.0, item.created_at - started)
             return view
@@ -120,9 +126,8 @@ class Transcript:
             note = f"{item.provider + '/' if item.provider else ''}{item.model}" + (
                 f", {item.usage.input_tokens} in / {item.usage.output_tokens} out tokens" if item.usage else ""
             )
-        return self._base(
-            item, f"message-{item.role}", title, blocks=[fold_text(item.content, show=MESSAGE_SHOW)], note=note
-        )
+        blocks = [fold_text(item.content, show=MESSAGE_SHOW)] if item.content else []
+        return self._base(item, f"message-{item.role}", title, blocks=blocks, note=note)
 
     def _event(self, item: EventItem) -> ItemView:
         data = item.data
