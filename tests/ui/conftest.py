@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,19 +104,23 @@ async def embedded(tmp_path: Path, server: UnitServer | None, model_url: str) ->
     surface = AgentToolSurface(AgentApprovals(approver=PendingApprovals()))
     registry = AgentRegistry()
     registry.register(AGENT, lambda deps: OpenAIAgent(id=AGENT, model="m", base_url=model_url, max_steps=5))
-    http = LoopbackServer(error=AgentError)
-    async with server.source() if server else _nothing() as source:
-        if source is not None:
-            surface.add_source(source)
-        async with AgentRunner(store=tmp_path / "sessions", registry=registry, tools=surface) as runner:
-            ui = AgentUI(runner, port=http.bind())
-            await http.start(Starlette(routes=[Mount("/agents", app=ui.app)]))
-            try:
-                yield Embedded(runner, ui, f"{http.base_url}/agents")
-            finally:
-                await http.stop()
+    async with AsyncExitStack() as stack:
+        if server is not None:
+            surface.add_source(await stack.enter_async_context(server.source()))
+        runner = await stack.enter_async_context(
+            AgentRunner(store=tmp_path / "sessions", registry=registry, tools=surface)
+        )
+        async with serving(runner, mount="/agents") as (ui, base):
+            yield Embedded(runner, ui, base)
 
 
 @asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield None
+async def serving(runner: AgentRunner, *, mount: str | None = None) -> AsyncIterator[tuple[AgentUI, str]]:
+    """The page of `runner` on loopback, alone or mounted at `mount` in an application; (ui, its base URL)."""
+    http = LoopbackServer(error=AgentError)
+    ui = AgentUI(runner, port=http.bind())
+    await http.start(Starlette(routes=[Mount(mount, app=ui.app)]) if mount else ui.app)
+    try:
+        yield ui, http.base_url + (mount or "")
+    finally:
+        await http.stop()
