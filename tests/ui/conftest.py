@@ -3,17 +3,18 @@
 
 Chromium comes from `scripts/browser-tool` (apt); a missing one fails these tests, it never skips them.
 Screenshots go to the test's tmp folder; with UNIT_MCP_UI_SCREENSHOTS=DIR they are also copied to DIR (that is
-how the README's pictures are made: `UNIT_MCP_UI_SCREENSHOTS=docs/ui scripts/test tests/ui`).
+how the README's pictures are made: `UNIT_MCP_UI_SCREENSHOTS=docs/ui scripts/test tests/ui/test_approval_page.py`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from agent.conftest import UnitServer, unit_server
@@ -62,21 +63,23 @@ async def browser() -> AsyncIterator[Browser]:
             await launched.close()
 
 
-Shoot = Callable[[Page, str], Awaitable[Path]]
+class Shoot(Protocol):
+    def __call__(self, page: Page, name: str, *, readme: bool = False) -> Awaitable[Path]: ...
 
 
 @pytest.fixture
 def shoot(tmp_path: Path) -> Shoot:
-    """`await shoot(page, "name")`: a full-page PNG in tmp_path/screenshots (and in $UNIT_MCP_UI_SCREENSHOTS)."""
+    """`await shoot(page, "name")`: a full-page PNG in tmp_path/screenshots; with `readme=True` also one in
+    $UNIT_MCP_UI_SCREENSHOTS when that is set."""
     folder = tmp_path / "screenshots"
 
-    async def take(page: Page, name: str) -> Path:
+    async def take(page: Page, name: str, *, readme: bool = False) -> Path:
         folder.mkdir(exist_ok=True)
         path = folder / f"{name}.png"
         await page.screenshot(path=path, full_page=True)
         assert path.stat().st_size > 1000
         copies = os.environ.get(SHOTS_ENV)
-        if copies:
+        if copies and readme:
             Path(copies).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, Path(copies) / path.name)
         return path

@@ -60,7 +60,7 @@ async def test_a_waiting_call_appears_live_and_approving_runs_it_exactly_once(
         await expect(request.locator(".where")).to_contain_text(handle.id)
         await expect(request.locator(".arguments")).to_contain_text("Howdy, {name}!")
         assert unit_server.calls == []  # nothing ran before the answer
-        await shoot(page, "approval-page")
+        await shoot(page, "approval-page", readme=True)
 
         await request.get_by_role("button", name="Approve", exact=True).click()
         await expect(page.locator(".notice-ok")).to_contain_text("Approved: unit_apply_patch (apr-")
@@ -75,13 +75,15 @@ async def test_a_waiting_call_appears_live_and_approving_runs_it_exactly_once(
         await expect(result).to_have_class("item tool-result")
         await expect(result.locator(".item-title")).to_have_text("← unit_apply_patch")
         await expect(result.locator(".duration")).not_to_be_empty()
+        await result.locator("summary").click()
+        await expect(result.locator("pre")).to_contain_text('"changed": true')
         await expect(page.locator(".item.approval .badge-approved")).to_have_count(1)
         await expect(page.locator(".item.message-assistant").last).to_contain_text("Done:")
         await expect(page.locator("#status")).to_have_text("idle")
-        await shoot(page, "session-transcript")
+        await shoot(page, "session-transcript", readme=True)
         await page.goto(f"{app.base}/sessions")
         await expect(page.locator("table.sessions tbody tr")).to_have_count(1)
-        await shoot(page, "sessions")
+        await shoot(page, "sessions", readme=True)
     assert unit_server.called() == ["unit_apply_patch"]  # exactly once
     assert greeter.read_text().count("Howdy, {name}!") == 1
 

@@ -29,8 +29,8 @@ class Folded:
 
 def fold_text(text: str, label: str | None = None, *, show: int = SHOW_CHARS) -> Folded:
     shown = text[:show]
-    first_line = shown.split("\n", 1)[0]
-    preview = first_line[:PREVIEW_CHARS] + ("…" if len(first_line) > PREVIEW_CHARS or "\n" in shown else "")
+    head = " ".join(shown[: PREVIEW_CHARS * 4].split())  # lines joined: pretty JSON starts with a lone "{"
+    preview = head[:PREVIEW_CHARS] + ("…" if len(head) > PREVIEW_CHARS or len(shown) > PREVIEW_CHARS * 4 else "")
     folded = len(text) > FOLD_CHARS or shown.count("\n") >= FOLD_LINES
     return Folded(label, shown, preview, len(text) - len(shown), folded)
 

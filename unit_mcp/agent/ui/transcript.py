@@ -8,6 +8,7 @@ never trusted.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..paused import DECIDED, REQUESTED, RESUMED_OUTPUT
 from .folding import Folded, fold_arguments, fold_text, fold_value
 
 MESSAGE_SHOW = 20_000  # characters of one message shown (models can write a lot)
+PRETTY_LIMIT = 1_000_000  # a JSON output longer than this is shown as it is, not parsed
 TURN_ENDS = {"turn-completed", "turn-failed", "turn-cancelled"}
 
 
@@ -45,6 +47,16 @@ class Change:
 
     item: ItemView | None = None
     status: str | None = None
+
+
+def _output(item: ToolResultItem) -> Folded:
+    """A tool's output; JSON (what MCP tools mirror their structured result as) pretty-printed."""
+    if item.output.startswith("{") and len(item.output) <= PRETTY_LIMIT:
+        try:
+            return fold_value(json.loads(item.output))
+        except ValueError:
+            pass
+    return fold_text(item.output)
 
 
 class Transcript:
@@ -106,7 +118,7 @@ class Transcript:
                 f"{'✗' if item.is_error else '←'} {item.name}",
                 error=item.is_error,
                 badge="error" if item.is_error else None,
-                blocks=[fold_text(item.output)],
+                blocks=[_output(item)],
                 note=note,
             )
             view.duration = None if started is None else max(0.0, item.created_at - started)
@@ -141,8 +153,9 @@ class Transcript:
                 "approval",
                 f"approval asked for {request.tool or 'a tool'}",
                 badge=request.risk,
-                blocks=fold_arguments(request.arguments),
-                note=request.reason,
+                # the call it asks for is shown above it with the same arguments
+                blocks=[] if request.call_id else fold_arguments(request.arguments),
+                note=request.reason or (f"for call {request.call_id}" if request.call_id else None),
             )
         if item.kind == DECIDED:
             try:
