@@ -4,6 +4,7 @@ buttons answer them through the runner."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import signal
@@ -135,7 +136,8 @@ async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_
             await expect(request.locator(".tool")).to_have_text("unit_reload")
             await expect(request).to_contain_text("Its turn ended with its process; answering resumes it here.")
             await shoot(page, "paused-approval")
-            await request.get_by_role("button", name="Approve", exact=True).click()
+            await request.get_by_role("button", name="Always approve").click()
+            await expect(page.locator(".notice-ok")).to_contain_text("Approved (always, this session): unit_reload")
             await expect(page.locator(".notice-ok")).to_contain_text("the turn resumed as turn-")
 
             await page.goto(url.split("?")[0] + "sessions/ses-cli")
@@ -145,9 +147,19 @@ async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_
             await expect(page.locator("#status")).to_have_text("idle")
             await shoot(page, "resumed-transcript")
             assert unit_server.called() == ["unit_reload"]  # ran once, after the answer
+            # the page let go of the session once its turn ended: a terminal can open it again
+            with anyio.fail_after(20):
+                while (await agent_cli("--data-dir", data, "sessions", "pending", "ses-cli")).returncode != 0:
+                    await anyio.sleep(0.2)
+            shown = await agent_cli("--data-dir", data, "sessions", "show", "ses-cli", "--json")
+            assert json.loads(shown.stdout)["data"]["approval_grants"] == ["shell"]  # "always" was kept
         finally:
             code = await anyio.to_thread.run_sync(ui.stop)
             assert code == 0, ui.stderr()
+
+
+async def agent_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
 
 
 async def ask_on_a_terminal_then_die(data: str, options: list[str]) -> None:

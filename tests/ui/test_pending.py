@@ -57,6 +57,8 @@ async def test_a_request_of_a_live_process_is_its_own_and_becomes_answerable_her
                 await handle.wait(20)
                 assert handle.status is TurnStatus.COMPLETED
             assert ui.pending.pending() == []
+            again = await client.post(answer, data=form, headers={"Origin": base}, follow_redirects=True)
+            assert f"Already answered or withdrawn: session {SESSION} has no pending approval" in again.text
     finally:
         process.kill()
         process.wait(10)

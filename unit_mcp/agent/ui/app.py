@@ -213,6 +213,11 @@ class AgentUI:
             else:
                 outcome = f"the turn resumed as {handle.id}."
             notice = ("ok", f"{verdict}: {what} in session {session_id}; {outcome}")
+        if handle is not None and handle.running:
+            handle.on_complete(lambda ended: self._release(session_id))
+            handle.on_error(lambda ended: self._release(session_id))
+        else:
+            self._release(session_id)
         key = secrets.token_urlsafe(12)
         self.notices[key] = notice
         while len(self.notices) > NOTICES_KEPT:
@@ -311,6 +316,12 @@ class AgentUI:
         return StreamingResponse(
             body, media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         )
+
+    def _release(self, session_id: str) -> None:
+        """Close the journal answering opened here unless a turn of this process runs in it, so that a terminal
+        or another process can open the session again (one writer per session)."""
+        if self.runner.active_turn(session_id) is None:
+            self.runner.store.invalidate(session_id)
 
     def _live_turn(self, session_id: str) -> str | None:
         handle = self.runner.active_turn(session_id)
