@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from ..runner import AgentRunner
+    from ..turns import TurnHandle
 
 HERE = Path(__file__).parent
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -192,6 +193,7 @@ class AgentUI:
         entry = known.get(request_id)
         what = f"{entry.request.tool or 'the call'} ({request_id})" if entry else request_id
         verdict = "Denied" if not approved else "Approved (always, this session)" if remember else "Approved"
+        handle: TurnHandle | None = None
         try:
             handle = await self.runner.answer_approval(
                 session_id, request_id, approved=approved, remember=remember, reason="answered on the approval page"
