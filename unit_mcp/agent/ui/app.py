@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import secrets
 import time
@@ -38,7 +39,7 @@ from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import SessionStore
 from .auth import PageAuth
-from .follow import Position, read_from, signature
+from .follow import Position, read_from
 from .pending import PendingEntry, PendingIndex
 from .transcript import Change, Transcript
 
@@ -231,10 +232,20 @@ class AgentUI:
     def store_state(self) -> str:
         """A short digest of every journal's (inode, size, mtime) and this process's live turns: it changes
         whenever anything a page shows may have changed."""
-        parts = []
-        for path in sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else []:
-            parts.append(f"{path.name}:{signature(path)}:{self._live_turn(path.name.removesuffix('.jsonl'))}")
-        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+        digest = hashlib.sha256()
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda entry: entry.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                live = self._live_turn(entry.name[: -len(".jsonl")])
+                digest.update(f"{entry.name}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{live}\n".encode())
+        return digest.hexdigest()[:16]
 
     async def store_events(self, request: Request) -> Response:
         """`store` events (id: the store's state) whenever the store changed since the event id the client last
