@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from ..runner import AgentRunner
     from ..turns import TurnHandle
 
+log = logging.getLogger("unit_mcp.agent.ui")
 HERE = Path(__file__).parent
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 DECISIONS = {"approve": (True, False), "always": (True, True), "deny": (False, False)}
@@ -302,8 +304,6 @@ class AgentUI:
                     for number, change in enumerate(changes):
                         last = number == len(changes) - 1
                         yield self._change_event(change, render, root, chunk.position.token if last else None)
-                    if not changes and chunk.position != position:
-                        yield b": moved on\n\n"
                     position = chunk.position
                     if changes:
                         quiet = 0.0
@@ -312,8 +312,10 @@ class AgentUI:
                         yield b": still here\n\n"
                     await anyio.sleep(POLL_SECONDS)
                     quiet += POLL_SECONDS
-            except FileNotFoundError:
+            except FileNotFoundError:  # deleted: the reloaded page says so
                 yield sse("reset", {})
+            except OSError as exc:  # unreadable now: end the stream, the page retries in a second
+                log.warning("session %s: cannot follow its journal: %s", session_id, exc)
 
         return self._stream(stream())
 
