@@ -9,16 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from agent.test_paused_approvals import SESSION, app, deployed
 from hypothesis import given
 from hypothesis import strategies as st
+from playwright.async_api import Browser, expect
 
 from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.ui.folding import SHOW_CHARS, fold_arguments
 
-from .conftest import serving
+from .conftest import Shoot, serving
 
 pytestmark = pytest.mark.anyio
 NO_MODEL = "http://127.0.0.1:9/v1"
@@ -62,6 +64,40 @@ async def test_a_request_of_a_live_process_is_its_own_and_becomes_answerable_her
     finally:
         process.kill()
         process.wait(10)
+    assert deployed(tmp_path) == ["t0"]
+
+
+async def test_in_the_browser_a_turn_of_another_process_shows_up_live_and_so_does_its_death(
+    tmp_path: Path, browser: Browser, shoot: Shoot
+) -> None:
+    runner, _ = app(tmp_path).build(tmp_path, 1)
+    async with runner, serving(runner) as (ui, base):
+        page = await browser.new_page(viewport={"width": 1100, "height": 700})
+        await page.goto(ui.login_url(base))
+        await expect(page.locator(".empty")).to_be_visible()
+        process = subprocess.Popen(
+            [sys.executable, str(tmp_path / "paused_app.py"), str(tmp_path), "1"], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert process.stdout is not None
+            line = (await anyio.to_thread.run_sync(process.stdout.readline)).split()
+            assert line[:1] == ["waiting"], f"the app did not reach its approval (exit code {process.poll()})"
+            request = page.locator(".request")
+            await expect(request).to_contain_text(f"running in another process (pid {process.pid})")
+            await expect(request.get_by_role("button")).to_have_count(0)
+            await shoot(page, "another-process")
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+            await expect(request).to_contain_text("Its turn ended with its process")  # the writer's death, live
+            await request.get_by_role("button", name="Approve", exact=True).click()
+            await expect(page.locator(".notice-ok")).to_contain_text("the turn resumed as turn-")
+            await expect(page.locator(".empty")).to_be_visible()
+        finally:
+            process.kill()
+            process.wait(10)
+        handle = runner.active_turn(SESSION)
+        if handle is not None:
+            await handle.wait(20)
     assert deployed(tmp_path) == ["t0"]
 
 

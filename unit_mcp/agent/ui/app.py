@@ -41,7 +41,7 @@ from ..items import SESSION_ID, SessionMeta
 from ..sessions import SessionStore
 from .auth import PageAuth
 from .follow import Position, read_from
-from .pending import PendingEntry, PendingIndex
+from .pending import PendingEntry, PendingIndex, journal_writers
 from .transcript import Change, Transcript
 
 if TYPE_CHECKING:
@@ -232,9 +232,10 @@ class AgentUI:
     # -- live updates -----------------------------------------------------------------------------
 
     def store_state(self) -> str:
-        """A short digest of every journal's (inode, size, mtime) and this process's live turns: it changes
-        whenever anything a page shows may have changed."""
+        """A short digest of every journal's (inode, size, mtime), the process writing it and this process's live
+        turns: it changes whenever anything a page shows may have changed (also when a writer dies)."""
         digest = hashlib.sha256()
+        writers = journal_writers() or {}
         try:
             entries = sorted(os.scandir(self.root), key=lambda entry: entry.name)
         except OSError:
@@ -246,7 +247,10 @@ class AgentUI:
                 except OSError:
                     continue
                 live = self._live_turn(entry.name[: -len(".jsonl")])
-                digest.update(f"{entry.name}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{live}\n".encode())
+                writer = writers.get((os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino))
+                digest.update(
+                    f"{entry.name}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{writer}:{live}\n".encode()
+                )
         return digest.hexdigest()[:16]
 
     async def store_events(self, request: Request) -> Response:
