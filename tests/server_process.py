@@ -1,4 +1,5 @@
-"""`python -m unit_mcp.server` as a real child process, for the HTTP and the external-tool tests."""
+"""`python -m unit_mcp.server` (or another entry point, e.g. `unit_mcp.agent`) as a real child process, for the
+HTTP, external-tool and browser tests."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import IO
 class ServerProcess:
     """Starts the entry point; stdout is read on a thread so waiting for the ready lines can time out."""
 
-    def __init__(self, *args: str, tmp: Path) -> None:
+    def __init__(self, *args: str, tmp: Path, module: str = "unit_mcp.server") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "unit_mcp.server", *args],
+            [sys.executable, "-m", module, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -32,8 +33,9 @@ class ServerProcess:
         for line in stream:
             self.lines.put(line.rstrip("\n"))
 
-    def ready(self, timeout: float = 30) -> dict[str, str]:
-        """The printed `KEY=value` lines, up to the ready-to-paste `XDG_CONFIG_HOME=… opencode` line."""
+    def ready(self, timeout: float = 30, *, last: str = "XDG_CONFIG_HOME") -> dict[str, str]:
+        """The printed `KEY=value` lines, up to the line of key `last` (by default the server's ready-to-paste
+        `XDG_CONFIG_HOME=… opencode` line)."""
         printed: dict[str, str] = {}
         while True:
             try:
@@ -43,7 +45,7 @@ class ServerProcess:
                 raise AssertionError(f"the server printed no ready line; stderr: {self.stderr()}") from None
             key, _, value = line.partition("=")
             printed[key] = value
-            if key == "XDG_CONFIG_HOME":
+            if key == last:
                 return printed
 
     def stop(self, signum: int = signal.SIGTERM) -> int:

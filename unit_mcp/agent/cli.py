@@ -6,6 +6,7 @@ that a turn was waiting for when its process ended.
     python -m unit_mcp.agent sessions show SESSION_ID
     python -m unit_mcp.agent sessions pending SESSION_ID
     python -m unit_mcp.agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
+    python -m unit_mcp.agent ui [--port P] --mcp-url URL ... --model M
 
 `run` streams the reply to stdout and each tool call and result to stderr, and asks on the terminal
 before a tool whose risk needs approval (without a terminal such a call is denied; `--allow RISK` grants
@@ -85,6 +86,11 @@ def parser() -> argparse.ArgumentParser:
     answer.add_argument("request_id", help="as `sessions pending` lists it")
     answer.add_argument("decision", choices=("approve", "deny"))
     answer.add_argument("--remember", action="store_true", help="with approve: grant the risk for the session")
+
+    ui = commands.add_parser(
+        "ui", parents=[turns], help="serve the approval and audit page of the store on loopback (resumes turns here)"
+    )
+    ui.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
 
     sessions = commands.add_parser("sessions", help="list or show stored sessions, or their pending approvals")
     which = sessions.add_subparsers(dest="action", required=True)
@@ -216,6 +222,23 @@ async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
         return await follow(handle)
 
 
+async def ui_command(args: argparse.Namespace, data_dir: Path) -> int:
+    """Serve the page; approvals answered there resume their turns in this process, and what those turns ask
+    waits for the page too."""
+    from .approvals import PendingApprovals
+    from .errors import AgentError
+    from .ui import serve
+
+    async with turn_runtime(args, data_dir) as (runner, _):
+        runner.approvals.attach(PendingApprovals())
+        try:
+            await serve(runner, port=args.port)
+        except AgentError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
 async def follow(handle: TurnHandle) -> int:
     """Wait for the turn (Ctrl-C or SIGTERM cancels it) and say how it ended; the exit status."""
     from .turns import TurnStatus
@@ -298,10 +321,11 @@ def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data_dir: Path = args.data_dir or default_data_dir()
-    if args.command in ("run", "answer"):
+    if args.command in ("run", "answer", "ui"):
         if not args.base_url:
             print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
             return 2
-        outcome: Any = anyio.run(run_command if args.command == "run" else answer_command, args, data_dir)
+        command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]
+        outcome: Any = anyio.run(command, args, data_dir)
         return int(outcome)
     return sessions_command(args, data_dir)

@@ -1,0 +1,185 @@
+"""The approval page in a real browser (Debian's chromium, headless, driven by Playwright): turns of the unit
+agent (the scripted model) against the real unit server wait for approval, the page shows them live, and the
+buttons answer them through the runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from agent.conftest import UnitServer
+from playwright.async_api import Browser, Page, expect
+from server_process import ServerProcess
+
+from unit_mcp.agent import TurnStatus
+from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
+
+from .conftest import AGENT, Shoot, embedded
+
+pytestmark = pytest.mark.anyio
+REPO = Path(__file__).resolve().parents[2]
+PATCH = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello, {name}!", "new": "Howdy, {name}!"}
+
+
+def patch_steps() -> list:
+    return [call(tool_call("unit_apply_patch", PATCH)), say("Done: {{last}}", when=Match(last_role="tool"))]
+
+
+async def logged_in(browser: Browser, url: str) -> Page:
+    page = await browser.new_page(viewport={"width": 1100, "height": 800})
+    response = await page.goto(url)
+    assert response is not None and response.ok
+    assert "token=" not in page.url  # traded for the cookie, gone from the address bar and the history
+    return page
+
+
+async def test_a_waiting_call_appears_live_and_approving_runs_it_exactly_once(
+    tmp_path: Path, unit_server: UnitServer, browser: Browser, shoot: Shoot
+) -> None:
+    greeter = unit_server.units_root / "greeter.py"
+    async with ScriptedModel(patch_steps()) as model, embedded(tmp_path, unit_server, model.base_url) as app:
+        page = await logged_in(browser, app.login_url)
+        await expect(page.locator(".empty")).to_have_text("Nothing waits for an answer.")
+        await expect(page.locator("#live-state")).to_have_text("live")
+        await page.evaluate("window.__loadedOnce = true")
+
+        session = await app.runner.create_session(AGENT, title="make greeter say howdy")
+        handle = await app.runner.run_turn(session.id, "make greeter say howdy")
+        request = page.locator(".request")
+        await expect(request).to_have_count(1)  # arrived over the event stream: no reload
+        assert await page.evaluate("window.__loadedOnce") is True
+        await expect(request.locator(".tool")).to_have_text("unit_apply_patch")
+        await expect(request.locator(".badge")).to_have_text("filesystem-write")
+        await expect(request.locator(".where")).to_contain_text(session.id)
+        await expect(request.locator(".where")).to_contain_text(handle.id)
+        await expect(request.locator(".arguments")).to_contain_text("Howdy, {name}!")
+        assert unit_server.calls == []  # nothing ran before the answer
+        await shoot(page, "approval-page", readme=True)
+
+        await request.get_by_role("button", name="Approve", exact=True).click()
+        await expect(page.locator(".notice-ok")).to_contain_text("Approved: unit_apply_patch (apr-")
+        await expect(page.locator(".notice-ok")).to_contain_text(f"turn {handle.id} goes on.")
+        await handle.wait(60)
+        assert handle.status is TurnStatus.COMPLETED, handle.error
+        await expect(page.locator(".empty")).to_be_visible()
+
+        await page.goto(f"{app.base}/sessions/{session.id}")
+        result = page.locator(".item.tool-result")
+        await expect(result).to_have_count(1)
+        await expect(result).to_have_class("item tool-result")
+        await expect(result.locator(".item-title")).to_have_text("← unit_apply_patch")
+        await expect(result.locator(".duration")).not_to_be_empty()
+        await result.locator("summary").click()
+        await expect(result.locator("pre")).to_contain_text('"changed": true')
+        await expect(page.locator(".item.approval .badge-approved")).to_have_count(1)
+        await expect(page.locator(".item.message-assistant").last).to_contain_text("Done:")
+        await expect(page.locator("#status")).to_have_text("idle")
+        await shoot(page, "session-transcript", readme=True)
+        await page.goto(f"{app.base}/sessions")
+        await expect(page.locator("table.sessions tbody tr")).to_have_count(1)
+        await shoot(page, "sessions", readme=True)
+    assert unit_server.called() == ["unit_apply_patch"]  # exactly once
+    assert greeter.read_text().count("Howdy, {name}!") == 1
+
+
+async def test_deny_leaves_the_units_file_unchanged(
+    tmp_path: Path, unit_server: UnitServer, browser: Browser, shoot: Shoot
+) -> None:
+    greeter = unit_server.units_root / "greeter.py"
+    before = greeter.read_bytes()
+    steps = [call(tool_call("unit_apply_patch", PATCH)), say("Not allowed: {{last}}", when=Match(last_role="tool"))]
+    async with ScriptedModel(steps) as model, embedded(tmp_path, unit_server, model.base_url) as app:
+        page = await logged_in(browser, app.login_url)
+        session = await app.runner.create_session(AGENT)
+        handle = await app.runner.run_turn(session.id, "make greeter say howdy")
+        await page.locator(".request").get_by_role("button", name="Deny").click()
+        await expect(page.locator(".notice-ok")).to_contain_text("Denied: unit_apply_patch")
+        await handle.wait(60)
+        assert handle.status is TurnStatus.COMPLETED, handle.error
+        await page.goto(f"{app.base}/sessions/{session.id}")
+        await expect(page.locator(".item.approval .badge-denied")).to_have_count(1)
+        result = page.locator(".item.tool-result")
+        await expect(result).to_have_class("item tool-result is-error")
+        await expect(result).to_contain_text("[approval_denied]")
+        await shoot(page, "denied-transcript")
+    assert unit_server.calls == [] and greeter.read_bytes() == before
+
+
+async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_the_turn_resumes(
+    tmp_path: Path, unit_server: UnitServer, browser: Browser, shoot: Shoot
+) -> None:
+    steps = [call(tool_call("unit_reload", {"unit_id": "counter"})), say("Reloaded.", when=Match(last_role="tool"))]
+    data = str(tmp_path / "agent-data")
+    async with ScriptedModel(steps) as model:
+        options = [
+            "--model", "m", "--base-url", model.base_url, "--mcp-url", unit_server.url,
+            f"--mcp-token={unit_server.token}",
+        ]  # fmt: skip
+        await ask_on_a_terminal_then_die(data, options)
+        assert unit_server.calls == []
+
+        ui = ServerProcess("--data-dir", data, "ui", *options, tmp=tmp_path, module="unit_mcp.agent")
+        try:
+            # the unit server runs on this event loop: wait for the child in a thread, never blocking the loop
+            printed = await anyio.to_thread.run_sync(lambda: ui.ready(60, last="AGENT_UI_URL"))
+            url = printed["AGENT_UI_URL"]
+            page = await logged_in(browser, url)
+            request = page.locator(".request")
+            await expect(request).to_have_count(1)
+            await expect(request.locator(".tool")).to_have_text("unit_reload")
+            await expect(request).to_contain_text("Its turn ended with its process; answering resumes it here.")
+            await shoot(page, "paused-approval")
+            await request.get_by_role("button", name="Always approve").click()
+            await expect(page.locator(".notice-ok")).to_contain_text("Approved (always, this session): unit_reload")
+            await expect(page.locator(".notice-ok")).to_contain_text("the turn resumed as turn-")
+
+            await page.goto(url.split("?")[0] + "sessions/ses-cli")
+            result = page.locator(".item.tool-result")
+            await expect(result.locator(".item-title")).to_have_text("← unit_reload")  # live, from the journal
+            await expect(page.locator(".item.message-assistant pre").last).to_have_text("Reloaded.")
+            await expect(page.locator("#status")).to_have_text("idle")
+            await shoot(page, "resumed-transcript")
+            assert unit_server.called() == ["unit_reload"]  # ran once, after the answer
+            # the page let go of the session once its turn ended: a terminal can open it again
+            with anyio.fail_after(20):
+                while (await agent_cli("--data-dir", data, "sessions", "pending", "ses-cli")).returncode != 0:
+                    await anyio.sleep(0.2)
+            shown = await agent_cli("--data-dir", data, "sessions", "show", "ses-cli", "--json")
+            assert json.loads(shown.stdout)["data"]["approval_grants"] == ["shell"]  # "always" was kept
+        finally:
+            code = await anyio.to_thread.run_sync(ui.stop)
+            assert code == 0, ui.stderr()
+
+
+async def agent_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
+
+
+async def ask_on_a_terminal_then_die(data: str, options: list[str]) -> None:
+    """`agent run` asks on a terminal (a pty) and is SIGKILLed while the question waits."""
+    controller, terminal = pty.openpty()
+    try:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "unit_mcp.agent", "--data-dir", data, "run", *options,
+             "--session", "ses-cli", "reload", "counter"],
+            cwd=REPO, stdin=terminal, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert first.stderr is not None
+        asked = b""
+        with anyio.fail_after(60):
+            while b"? [y]es / [N]o" not in asked:
+                chunk = await anyio.to_thread.run_sync(first.stderr.read1)
+                assert chunk, f"the CLI ended before it asked: {asked.decode()}"
+                asked += chunk
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        os.close(controller)
+        os.close(terminal)

@@ -1,0 +1,81 @@
+"""What the sessions list and a transcript show, for a real delegation: the child session is linked both ways,
+tool calls carry their arguments and durations, a failed tool is marked, and the list needs no journal."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from unit_mcp.agent import (
+    AgentApprovals,
+    AgentRegistry,
+    AgentRunner,
+    AgentToolSurface,
+    FunctionAgent,
+    ModelRequest,
+    ModelResponse,
+    ToolError,
+    TurnContext,
+    delegation_tool,
+)
+
+from .conftest import serving
+
+pytestmark = pytest.mark.anyio
+
+
+def parent(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
+    if request.messages[-1]["role"] == "user":
+        return ModelResponse.calling(("delegate_to_helper", {"task": "count the units"}), ("explode", {}))
+    return "helper said: " + " | ".join(m["content"] for m in request.messages if m["role"] == "tool")
+
+
+async def test_a_delegation_is_linked_both_ways_and_a_failed_tool_is_marked(tmp_path: Path) -> None:
+    surface = AgentToolSurface(AgentApprovals())
+    surface.add_local(delegation_tool("helper"))
+
+    @surface.tool(risk="normal")
+    def explode() -> str:
+        raise ToolError("the <fuse> blew")
+
+    registry = AgentRegistry()
+    registry.register("parent", lambda deps: FunctionAgent(parent, id="parent"))
+    registry.register("helper", lambda deps: FunctionAgent(lambda request, ctx: "4 units", id="helper"))
+    async with (
+        AgentRunner(store=tmp_path / "sessions", registry=registry, tools=surface) as runner,
+        serving(runner) as (ui, base),
+        httpx.AsyncClient(base_url=base) as client,
+    ):
+        await client.get(ui.login_url(base))
+        session = await runner.create_session("parent", title="count")
+        await (await runner.run_turn(session.id, "how many units?")).wait(10)
+        (child,) = [meta for meta in await runner.list_sessions() if meta.agent_id == "helper"]
+
+        journal = runner.store.root / f"{session.id}.jsonl"
+        kept = journal.read_bytes()
+        journal.write_bytes(b"not a journal\n")  # the list reads the metadata sidecars, never a journal
+        try:
+            listing = (await client.get("/sessions")).text
+        finally:
+            journal.write_bytes(kept)
+        assert f'<a href="/sessions/{child.id}">{child.id}</a>' in listing  # both rows, the child's parent linked
+        assert listing.count(f'<a href="/sessions/{session.id}">{session.id}</a>') == 2
+        assert re.search(rf"{session.id}</a></td>\s*<td>parent</td>\s*<td><span class=\"badge badge-idle\">", listing)
+
+        page = (await client.get(f"/sessions/{session.id}")).text
+        assert f'child session: <a href="/sessions/{child.id}">{child.id}</a>' in page
+        assert f'<a href="/sessions/{child.id}">{child.id}</a> (helper)' in page
+        assert "→ delegate_to_helper" in page and "count the units" in page
+        assert "✗ explode" in page and "the &lt;fuse&gt; blew" in page and "is-error" in page
+        assert re.search(r"← delegate_to_helper</span>\s*<span class=\"duration\">\d+ ms</span>", page)
+        assert "turn-completed" not in page and re.search(r"turn turn-\w+ completed", page)
+
+        child_page = (await client.get(f"/sessions/{child.id}")).text
+        assert f'<dt>parent</dt><dd><a href="/sessions/{session.id}">{session.id}</a></dd>' in child_page
+        assert "4 units" in child_page
+
+        assert (await client.get("/sessions/ses-nope")).status_code == 404
+        assert (await client.get("/sessions/..%2F..%2Fetc")).status_code == 404

@@ -1,0 +1,118 @@
+"""What the page lists as waiting, read from journals without locking them: a request whose turn is alive in
+another process is shown as that process's to answer (and answering it here is refused with a clear message);
+once that process is killed the same request is paused, and answering it here resumes the turn."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from agent.test_paused_approvals import SESSION, app, deployed
+from hypothesis import given
+from hypothesis import strategies as st
+from playwright.async_api import Browser, expect
+
+from unit_mcp.agent import TurnStatus
+from unit_mcp.agent.ui.folding import SHOW_CHARS, fold_arguments
+
+from .conftest import Shoot, serving
+
+pytestmark = pytest.mark.anyio
+NO_MODEL = "http://127.0.0.1:9/v1"
+
+
+async def test_a_request_of_a_live_process_is_its_own_and_becomes_answerable_here_when_it_dies(tmp_path: Path) -> None:
+    module = app(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, str(tmp_path / "paused_app.py"), str(tmp_path), "1"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().split()
+        assert line[:1] == ["waiting"], f"the app did not reach its approval (exit code {process.poll()})"
+        runner, _ = module.build(tmp_path, 1)  # the same app, second life: this process serves the page
+        async with runner, serving(runner) as (ui, base), httpx.AsyncClient() as client:
+            await client.get(ui.login_url(base))
+            (entry,) = ui.pending.pending()
+            assert (entry.request.id, entry.state, entry.writer_pid) == (line[1], "elsewhere", process.pid)
+            page = await client.get(f"{base}/")
+            assert f"another process (pid {process.pid})" in page.text and "Approve</button>" not in page.text
+
+            answer = f"{base}/approvals/{SESSION}/{entry.request.id}"
+            form = {"csrf": ui.csrf, "decision": "approve"}
+            answered = await client.post(answer, data=form, headers={"Origin": base}, follow_redirects=True)
+            assert f"Not answered: session {SESSION} is open in another process" in answered.text
+
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+            (entry,) = ui.pending.pending()
+            assert (entry.state, entry.writer_pid) == ("paused", None)
+            answered = await client.post(answer, data=form, headers={"Origin": base}, follow_redirects=True)
+            assert "Approved: deploy" in answered.text and "the turn resumed as turn-" in answered.text
+            handle = runner.active_turn(SESSION)
+            if handle is not None:
+                await handle.wait(20)
+                assert handle.status is TurnStatus.COMPLETED
+            assert ui.pending.pending() == []
+            again = await client.post(answer, data=form, headers={"Origin": base}, follow_redirects=True)
+            assert f"Already answered or withdrawn: session {SESSION} has no pending approval" in again.text
+    finally:
+        process.kill()
+        process.wait(10)
+    assert deployed(tmp_path) == ["t0"]
+
+
+async def test_in_the_browser_a_turn_of_another_process_shows_up_live_and_so_does_its_death(
+    tmp_path: Path, browser: Browser, shoot: Shoot
+) -> None:
+    runner, _ = app(tmp_path).build(tmp_path, 1)
+    async with runner, serving(runner) as (ui, base):
+        page = await browser.new_page(viewport={"width": 1100, "height": 700})
+        await page.goto(ui.login_url(base))
+        await expect(page.locator(".empty")).to_be_visible()
+        process = subprocess.Popen(
+            [sys.executable, str(tmp_path / "paused_app.py"), str(tmp_path), "1"], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert process.stdout is not None
+            line = (await anyio.to_thread.run_sync(process.stdout.readline)).split()
+            assert line[:1] == ["waiting"], f"the app did not reach its approval (exit code {process.poll()})"
+            request = page.locator(".request")
+            await expect(request).to_contain_text(f"running in another process (pid {process.pid})")
+            await expect(request.get_by_role("button")).to_have_count(0)
+            await shoot(page, "another-process")
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+            await expect(request).to_contain_text("Its turn ended with its process")  # the writer's death, live
+            await request.get_by_role("button", name="Approve", exact=True).click()
+            await expect(page.locator(".notice-ok")).to_contain_text("the turn resumed as turn-")
+            await expect(page.locator(".empty")).to_be_visible()
+        finally:
+            process.kill()
+            process.wait(10)
+        handle = runner.active_turn(SESSION)
+        if handle is not None:
+            await handle.wait(20)
+    assert deployed(tmp_path) == ["t0"]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20_000),
+    lambda inner: st.lists(inner, max_size=150) | st.dictionaries(st.text(max_size=300), inner, max_size=150),
+    max_leaves=400,
+)
+
+
+@given(st.dictionaries(st.text(max_size=50), json_values, max_size=120) | st.text(max_size=30_000))
+def test_folded_arguments_are_bounded_whatever_the_model_sent(arguments: dict | str) -> None:
+    entries = fold_arguments(arguments)
+    assert len(entries) <= 101
+    for entry in entries:
+        assert len(entry.text) <= SHOW_CHARS
+        assert len(entry.preview) <= 101
+        assert entry.folded or (len(entry.text) <= 240 and entry.omitted == 0)

@@ -1,0 +1,359 @@
+"""AgentUI: the approval and audit page of one session store, a Starlette app served on loopback.
+
+Pages: the approvals waiting across all sessions (answered through `AgentRunner.answer_approval`, so a turn
+whose process ended resumes in this one), the sessions, and a session's transcript. Pages follow the journals
+on disk over server-sent events, so turns running in another process show up live too.
+
+    ui = AgentUI(runner, port=port)          # the port the page is served on (checked against Host)
+    app = Starlette(routes=[Mount("/agents", app=ui.app)])     # or serve `ui.app` alone (see `server.py`)
+    print(ui.login_url("http://127.0.0.1:8000/agents"))
+
+Answering a turn that runs in this process needs a `PendingApprovals` approver on the runner; a turn running
+in another process is answered there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ...loopback import Guard, security_settings
+from ..errors import AgentError, SessionLocked
+from ..items import SESSION_ID, SessionMeta
+from ..sessions import SessionStore
+from .auth import PageAuth
+from .follow import Position, read_from
+from .pending import PendingEntry, PendingIndex, journal_writers
+from .transcript import Change, Transcript
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from ..runner import AgentRunner
+    from ..turns import TurnHandle
+
+log = logging.getLogger("unit_mcp.agent.ui")
+HERE = Path(__file__).parent
+REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+DECISIONS = {"approve": (True, False), "always": (True, True), "deny": (False, False)}
+POLL_SECONDS = 0.25  # how often an open page's event stream looks at the journals (a stat each)
+HEARTBEAT_SECONDS = 15.0
+NOTICES_KEPT = 64
+
+
+def when(timestamp: float | None) -> str:
+    if not timestamp:
+        return ""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
+    """One server-sent event; the data is one line of JSON (JSON escapes every newline)."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+class AgentUI:
+    """The page's Starlette app (`app`, wrapped in the loopback guard and the token check) for `runner`'s store.
+
+    `port` is the port the page is reached on (Host and Origin are checked against it); `token` is the per-run
+    secret the login URL carries (a new one when not given).
+    """
+
+    def __init__(self, runner: AgentRunner, *, port: int, host: str = "127.0.0.1", token: str | None = None) -> None:
+        self.runner = runner
+        self.root = runner.store.root
+        self.token = token or secrets.token_urlsafe(32)
+        self.csrf = secrets.token_urlsafe(32)
+        self.browse = SessionStore(self.root, read_only=True)
+        self.pending = PendingIndex(self.root, self._live_turn)
+        self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self.closing = False
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters.update(when=when, duration=duration)
+        self.templates.tests["session_id"] = lambda value: isinstance(value, str) and bool(SESSION_ID.fullmatch(value))
+        self.starlette = Starlette(
+            routes=[
+                Route("/", self.pending_page, name="pending"),
+                Route("/fragments/pending", self.pending_fragment),
+                Route("/approvals/{session_id}/{request_id}", self.answer, methods=["POST"]),
+                Route("/sessions", self.sessions_page),
+                Route("/fragments/sessions", self.sessions_fragment),
+                Route("/sessions/{session_id}", self.session_page),
+                Route("/sessions/{session_id}/events", self.session_events),
+                Route("/events", self.store_events),
+                Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+            ]
+        )
+        self.auth = PageAuth(self.starlette, token=self.token, csrf=self.csrf, port=port)
+        self.app: ASGIApp = Guard(self.auth, security=security_settings(host, port), token=None)
+
+    def close_streams(self) -> None:
+        """End the open event streams (within POLL_SECONDS), e.g. before the server stops; pages reconnect."""
+        self.closing = True
+
+    def login_url(self, base_url: str) -> str:
+        """The URL to open once: `base_url` (where the app is served or mounted) with the token."""
+        return f"{base_url.rstrip('/')}/?token={self.token}"
+
+    # -- pages ------------------------------------------------------------------------------------
+
+    async def pending_page(self, request: Request) -> Response:
+        notice = self.notices.pop(request.query_params.get("notice", ""), None)
+        entries = await anyio.to_thread.run_sync(self.pending.pending)
+        return self._page(
+            request,
+            "pending.html",
+            entries=entries,
+            notice=notice,
+            state=await anyio.to_thread.run_sync(self.store_state),
+        )
+
+    async def pending_fragment(self, request: Request) -> Response:
+        entries = await anyio.to_thread.run_sync(self.pending.pending)
+        return self._page(request, "_pending_list.html", entries=entries)
+
+    async def sessions_page(self, request: Request) -> Response:
+        metas = await anyio.to_thread.run_sync(self.browse.list)
+        return self._page(request, "sessions.html", metas=metas, state=await anyio.to_thread.run_sync(self.store_state))
+
+    async def sessions_fragment(self, request: Request) -> Response:
+        metas = await anyio.to_thread.run_sync(self.browse.list)
+        return self._page(request, "_sessions_table.html", metas=metas)
+
+    async def session_page(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        if not SESSION_ID.fullmatch(session_id):
+            return PlainTextResponse("No such session.", status_code=404)
+
+        def read() -> tuple[Transcript, Position, list[SessionMeta]] | None:
+            try:
+                chunk = read_from(self.browse.journal_path(session_id))
+            except FileNotFoundError:
+                return None
+            transcript = Transcript(session_id)
+            transcript.apply_all(chunk.records)
+            children = [meta for meta in self.browse.list() if meta.parent_id == session_id]
+            return transcript, chunk.position, children
+
+        found = await anyio.to_thread.run_sync(read)
+        if found is None or not found[0].meta:
+            return PlainTextResponse(f"No session {session_id} in this store.", status_code=404)
+        transcript, position, children = found
+        return self._page(
+            request,
+            "session.html",
+            transcript=transcript,
+            meta=transcript.meta,
+            position=position.token,
+            children=children,
+        )
+
+    # -- answers ----------------------------------------------------------------------------------
+
+    async def answer(self, request: Request) -> Response:
+        session_id, request_id = request.path_params["session_id"], request.path_params["request_id"]
+        async with request.form(max_files=0, max_fields=8) as form:
+            csrf, decision = form.get("csrf"), form.get("decision")
+        if not self.auth.check_csrf(csrf):
+            return PlainTextResponse("Forbidden: the form's CSRF token is missing or stale; reload the page.", 403)
+        if not (SESSION_ID.fullmatch(session_id) and REQUEST_ID.fullmatch(request_id)):
+            return PlainTextResponse("No such approval request.", status_code=404)
+        if not isinstance(decision, str) or decision not in DECISIONS:
+            return PlainTextResponse("decision must be approve, deny or always.", status_code=400)
+        approved, remember = DECISIONS[decision]
+        known = {entry.request.id: entry for entry in await anyio.to_thread.run_sync(self.pending.pending)}
+        entry = known.get(request_id)
+        what = f"{entry.request.tool or 'the call'} ({request_id})" if entry else request_id
+        verdict = "Denied" if not approved else "Approved (always, this session)" if remember else "Approved"
+        handle: TurnHandle | None = None
+        try:
+            handle = await self.runner.answer_approval(
+                session_id, request_id, approved=approved, remember=remember, reason="answered on the approval page"
+            )
+        except SessionLocked:
+            notice = (
+                "error",
+                f"Not answered: session {session_id} is open in another process, where its turn asks its own "
+                "approver. Answer it there, or here once that process has ended.",
+            )
+        except AgentError as exc:
+            lost = "no pending approval" in str(exc)
+            notice = ("error", f"{'Already answered or withdrawn' if lost else 'Not answered'}: {exc}")
+        else:
+            if handle is None:
+                outcome = "the turn resumes once its other requests are answered."
+            elif entry is not None and handle.id == entry.request.turn_id:
+                outcome = f"turn {handle.id} goes on."
+            else:
+                outcome = f"the turn resumed as {handle.id}."
+            notice = ("ok", f"{verdict}: {what} in session {session_id}; {outcome}")
+        if handle is not None and handle.running:
+            handle.on_complete(lambda ended: self._release(session_id))
+            handle.on_error(lambda ended: self._release(session_id))
+        else:
+            self._release(session_id)
+        key = secrets.token_urlsafe(12)
+        self.notices[key] = notice
+        while len(self.notices) > NOTICES_KEPT:
+            self.notices.popitem(last=False)
+        return RedirectResponse(f"{self._root(request)}/?notice={key}", status_code=303)
+
+    # -- live updates -----------------------------------------------------------------------------
+
+    def store_state(self) -> str:
+        """A short digest of every journal's (inode, size, mtime), the process writing it and this process's live
+        turns: it changes whenever anything a page shows may have changed (also when a writer dies)."""
+        digest = hashlib.sha256()
+        writers = journal_writers() or {}
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda entry: entry.name)
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                live = self._live_turn(entry.name[: -len(".jsonl")])
+                writer = writers.get((os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino))
+                digest.update(
+                    f"{entry.name}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{writer}:{live}\n".encode()
+                )
+        return digest.hexdigest()[:16]
+
+    async def store_events(self, request: Request) -> Response:
+        """`store` events (id: the store's state) whenever the store changed since the event id the client last
+        saw (`Last-Event-ID`, or `from` on the first connection)."""
+        seen = request.headers.get("last-event-id") or request.query_params.get("from")
+
+        async def stream() -> AsyncIterator[bytes]:
+            nonlocal seen
+            yield b"retry: 1000\n\n"
+            quiet = 0.0
+            while not self.closing:
+                state = await anyio.to_thread.run_sync(self.store_state)
+                if state != seen:
+                    seen, quiet = state, 0.0
+                    yield sse("store", {}, state)
+                elif quiet >= HEARTBEAT_SECONDS:
+                    quiet = 0.0
+                    yield b": still here\n\n"
+                await anyio.sleep(POLL_SECONDS)
+                quiet += POLL_SECONDS
+
+        return self._stream(stream())
+
+    async def session_events(self, request: Request) -> Response:
+        """`item` and `status` events for the records appended to one journal since the position the client
+        last saw (`Last-Event-ID`, or `from` on the first connection); `reset` when the journal was compacted
+        and the page must be reloaded."""
+        session_id = request.path_params["session_id"]
+        if not SESSION_ID.fullmatch(session_id):
+            return PlainTextResponse("No such session.", status_code=404)
+        path = self.browse.journal_path(session_id)
+        start = Position.parse(request.headers.get("last-event-id")) or Position.parse(request.query_params.get("from"))
+        render = self.templates.get_template("_item.html").module.item  # type: ignore[attr-defined]
+        root = self._root(request)
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield b"retry: 1000\n\n"
+            transcript = Transcript(session_id)
+            position = start
+            try:
+                if start is not None:  # what the page showed: so results to come know when their call began
+                    shown = await anyio.to_thread.run_sync(lambda: read_from(path, until=start.offset))
+                    if shown.position != start:  # compacted since
+                        yield sse("reset", {})
+                        return
+                    transcript.apply_all(shown.records)
+                quiet = 0.0
+                while not self.closing:
+                    chunk = await anyio.to_thread.run_sync(read_from, path, position)
+                    if chunk.restarted:
+                        yield sse("reset", {})
+                        return
+                    changes = transcript.apply_all(chunk.records)
+                    for number, change in enumerate(changes):
+                        last = number == len(changes) - 1
+                        yield self._change_event(change, render, root, chunk.position.token if last else None)
+                    position = chunk.position
+                    if changes:
+                        quiet = 0.0
+                    elif quiet >= HEARTBEAT_SECONDS:
+                        quiet = 0.0
+                        yield b": still here\n\n"
+                    await anyio.sleep(POLL_SECONDS)
+                    quiet += POLL_SECONDS
+            except FileNotFoundError:  # deleted: the reloaded page says so
+                yield sse("reset", {})
+            except OSError as exc:  # unreadable now: end the stream, the page retries in a second
+                log.warning("session %s: cannot follow its journal: %s", session_id, exc)
+
+        return self._stream(stream())
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _change_event(self, change: Change, render: Callable[..., str], root: str, event_id: str | None) -> bytes:
+        if change.item is not None:
+            html = str(render(change.item, root))
+            return sse("item", {"id": change.item.id, "html": html}, event_id)
+        return sse("status", {"status": change.status}, event_id)
+
+    def _stream(self, body: AsyncIterator[bytes]) -> Response:
+        return StreamingResponse(
+            body, media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        )
+
+    def _release(self, session_id: str) -> None:
+        """Close the journal answering opened here unless a turn of this process runs in it, so that a terminal
+        or another process can open the session again (one writer per session)."""
+        if self.runner.active_turn(session_id) is None:
+            self.runner.store.invalidate(session_id)
+
+    def _live_turn(self, session_id: str) -> str | None:
+        handle = self.runner.active_turn(session_id)
+        return None if handle is None else handle.id
+
+    def _root(self, request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def _page(self, request: Request, template: str, **context: Any) -> HTMLResponse:
+        html = self.templates.get_template(template).render(
+            root=self._root(request), csrf=self.csrf, now=time.time(), **context
+        )
+        return HTMLResponse(html)
+
+
+__all__ = ["AgentUI", "PendingEntry"]

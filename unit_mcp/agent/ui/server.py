@@ -1,0 +1,32 @@
+"""Serving the page on its own loopback port, as `python -m unit_mcp.agent ui` does."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+import anyio
+
+from ...loopback import LoopbackServer
+from ..errors import AgentError
+from .app import POLL_SECONDS, AgentUI
+
+if TYPE_CHECKING:
+    from ..runner import AgentRunner
+
+
+async def serve(runner: AgentRunner, *, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout) -> None:
+    """Serve the page for `runner` until SIGINT or SIGTERM; print `AGENT_UI_URL=<url>` once it listens."""
+    server = LoopbackServer(host=host, port=port, error=AgentError)
+    ui = AgentUI(runner, host=server.host, port=server.bind())
+    await server.start(ui.app)
+    try:
+        print(f"AGENT_UI_URL={ui.login_url(server.base_url)}", file=out, flush=True)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                break
+    finally:
+        ui.close_streams()
+        await anyio.sleep(POLL_SECONDS)  # let the open event streams see it and end
+        await server.stop()
