@@ -4,25 +4,32 @@
 A request is first seen as a chat-completions body (`chat_view`): `systemInstruction` becomes a system
 message, `user` and `model` contents user and assistant messages, `functionCall` parts an assistant message's
 `tool_calls` and `functionResponse` parts `tool` messages whose text is the result's `output` (or, for a
-refusal, its `error`, flagged `is_error`). Calls without an id are matched to their responses by name. So one
-script answers Gemini CLI too. The answer goes out as `GenerateContentResponse` objects: text parts in
-chunks, then the function calls with `finishReason: "STOP"` and the usage.
+refusal, its `error`, flagged `is_error`), unwrapped from Gemini CLI's `<untrusted_context>` tags. Calls
+without an id are matched to their responses by name. So one script answers Gemini CLI too. The answer goes
+out as `GenerateContentResponse` objects: text parts in chunks, then the function calls with
+`finishReason: "STOP"` and the usage.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+_UNTRUSTED = re.compile(r"\A<untrusted_context>\n?(.*?)\n?</untrusted_context>\Z", re.DOTALL)
+
 
 def _result_text(response: Any) -> tuple[str, bool]:
+    """A function response's text as the tool gave it: without the `<untrusted_context>` wrapper Gemini CLI
+    puts around an MCP tool's output (so `{{tool:NAME}}` sees the same text whichever client ran the tool)."""
     if isinstance(response, dict):
         for key, is_error in (("output", False), ("error", True), ("content", False)):
             value = response.get(key)
             if isinstance(value, str):
-                return value, is_error
+                match = _UNTRUSTED.match(value)
+                return (match.group(1) if match else value), is_error
             if value is not None:
                 return json.dumps(value), is_error
     return json.dumps(response), False
