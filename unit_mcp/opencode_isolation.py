@@ -14,10 +14,11 @@ appearance, and the last matching rule wins), so `plan_launch()` keeps them out 
 (and OpenCode's own home hook) at an empty one while data, cache and state stay the user's (so stored
 credentials still work), turns project config off, redirects the managed folder to an empty one, runs from
 the config folder itself (OpenCode's newer loader skips the project search only there, and takes the folder
-from `PWD`), and passes the deny-all config plus only `provider`, `model` and `small_model` from the user's
-`OPENCODE_CONFIG` file in `OPENCODE_CONFIG_CONTENT`. Sources it cannot neutralise (remote config of stored
-"wellknown" credentials, an active account organisation, another OpenCode version whose hooks may differ, a
-project folder given on the command line) are refused before OpenCode starts.
+from `PWD`), turns external plugins, Claude Code files and external skills off, and passes the deny-all
+config plus only `provider`, `model` and `small_model` from the user's `OPENCODE_CONFIG` file in
+`OPENCODE_CONFIG_CONTENT`. Sources it cannot neutralise (remote config of stored "wellknown" credentials, an
+active account organisation, another OpenCode version whose hooks may differ, a project folder given on the
+command line) are refused before OpenCode starts.
 
 `write_launcher()` writes the one executable a user runs (`"$OPENCODE_CMD" run …`); it calls `main()`.
 """
@@ -112,11 +113,22 @@ def config_path(config_home: Path) -> Path:
     return config_home / "opencode" / "opencode.json"
 
 
+PLUGIN_LOCK = {"packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
+"""A lock file that tells OpenCode the plugin SDK is already installed in a config folder: without it, every
+start installs `@opencode-ai/plugin` from the npm registry into each config folder (in the background; with no
+registry reachable it waits about 100 s). The isolated folder never holds a plugin that would need it."""
+
+
 def write_opencode_config(config_home: Path, config: Mapping[str, Any]) -> Path:
-    """Write `<config_home>/opencode/opencode.json` atomically (folders private to the user)."""
+    """Write `<config_home>/opencode/opencode.json` atomically (folders private to the user), with the
+    plugin lock that spares OpenCode its registry install."""
     path = config_path(config_home)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_json_atomically(path, config)
+    (path.parent / "node_modules").mkdir(exist_ok=True)
+    lock = path.parent / "package-lock.json"
+    if not lock.exists():
+        write_json_atomically(lock, PLUGIN_LOCK)
     return path
 
 
@@ -306,6 +318,10 @@ def plan_launch(config_home: Path, args: Sequence[str], environ: Mapping[str, st
         OPENCODE_TEST_MANAGED_CONFIG_DIR=str(managed),
         OPENCODE_DISABLE_PROJECT_CONFIG="1",
         OPENCODE_CONFIG_CONTENT=json.dumps(content),
+        # Defence in depth: no external plugins, no Claude Code prompt files or skills.
+        OPENCODE_PURE="1",
+        OPENCODE_DISABLE_CLAUDE_CODE="1",
+        OPENCODE_DISABLE_EXTERNAL_SKILLS="1",
     )
     check_version(binary, launch_dir, env)
     return Launch(

@@ -77,6 +77,7 @@ class RecordedRequest(BaseModel):
     status: int = 200
     error: str | None = None
     received_at: float = Field(default_factory=time.time)
+    api_key: str | None = None
     finished: bool = False
     disconnected: bool = False
 
@@ -132,6 +133,14 @@ class _Answer:
 def _pieces(text: str, size: int) -> Iterator[str]:
     for start in range(0, len(text), size):
         yield text[start : start + size]
+
+
+def _api_key(request: Request) -> str | None:
+    """The key the client authenticated with, whichever API's header carries it (to test which key was used)."""
+    authorization = request.headers.get("authorization", "")
+    if authorization.lower().startswith("bearer "):
+        return authorization[7:]
+    return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
 
 
 class ScriptedModel:
@@ -263,7 +272,9 @@ class ScriptedModel:
                 raise ValueError("the body must be a JSON object")
         except ValueError as exc:
             return JSONResponse({"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request"}}, 400)
-        record = RecordedRequest(index=len(self.requests) + 1, path=request.url.path, body=body)
+        record = RecordedRequest(
+            index=len(self.requests) + 1, path=request.url.path, body=body, api_key=_api_key(request)
+        )
         view = chat_view(record.path, body)
         record.stream = bool(view.get("stream"))
         self.requests.append(record)
