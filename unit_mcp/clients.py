@@ -131,8 +131,11 @@ def inspector_command(endpoint: Endpoint) -> list[str]:
     return command
 
 
-def _write(path: Path, data: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+def _write(folder: Path, name: str, data: dict[str, Any]) -> Path:
+    """Write `folder/name` (a relative path), every folder on the way private to the user."""
+    path = folder / name
+    for parent in reversed(Path(name).parents[:-1]):
+        (folder / parent).mkdir(exist_ok=True, mode=0o700)
     write_json_atomically(path, data)
     return path
 
@@ -142,11 +145,11 @@ def write_client_configs(folder: Path, endpoint: Endpoint, *, opencode_config_ho
     return the lines to print, in order."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     launcher = write_launcher(folder / "opencode", opencode_config_home)
-    claude = _write(folder / "claude-mcp.json", claude_config(endpoint))
-    gemini_home = folder / "gemini-home"
-    _write(gemini_home / ".gemini" / "settings.json", gemini_settings({endpoint.name: gemini_server_entry(endpoint)}))
-    cursor = _write(folder / "cursor" / "mcp.json", cursor_config(endpoint))
-    vscode = _write(folder / "vscode" / "mcp.json", vscode_config(endpoint))
+    claude = _write(folder, "claude-mcp.json", claude_config(endpoint))
+    gemini = gemini_settings({endpoint.name: gemini_server_entry(endpoint)})
+    gemini_home = _write(folder, "gemini-home/.gemini/settings.json", gemini).parent.parent
+    cursor = _write(folder, "cursor/mcp.json", cursor_config(endpoint))
+    vscode = _write(folder, "vscode/mcp.json", vscode_config(endpoint))
     return [
         ("OPENCODE_CMD", str(launcher)),
         ("CLAUDE_CMD", shlex.join(claude_command(claude, endpoint.name))),

@@ -120,16 +120,18 @@ registry reachable it waits about 100 s). The isolated folder never holds a plug
 
 
 def write_opencode_config(config_home: Path, config: Mapping[str, Any]) -> Path:
-    """Write `<config_home>/opencode/opencode.json` atomically (folders private to the user), with the
-    plugin lock that spares OpenCode its registry install."""
+    """Write `<config_home>/opencode/opencode.json` atomically (folders private to the user)."""
     path = config_path(config_home)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_json_atomically(path, config)
-    (path.parent / "node_modules").mkdir(exist_ok=True)
-    lock = path.parent / "package-lock.json"
+    return path
+
+
+def _seed_plugin_lock(folder: Path) -> None:
+    (folder / "node_modules").mkdir(exist_ok=True)
+    lock = folder / "package-lock.json"
     if not lock.exists():
         write_json_atomically(lock, PLUGIN_LOCK)
-    return path
 
 
 # -- the isolated launch ---------------------------------------------------------------------------------
@@ -306,6 +308,7 @@ def plan_launch(config_home: Path, args: Sequence[str], environ: Mapping[str, st
     for folder in user_dirs.values():
         folder.mkdir(parents=True, exist_ok=True)
     workdir = isolated_path.parent
+    _seed_plugin_lock(workdir)
 
     env = {key: value for key, value in environ.items() if not key.startswith("OPENCODE_") or key in KEPT_VARIABLES}
     dropped_variables = sorted(key for key in environ if key not in env and key != "OPENCODE_PATH")

@@ -87,6 +87,8 @@ def test_claude_code_uses_only_the_unit_tools(
     for request in main:
         assert sorted(request.tool_names) == UNIT_TOOLS, why  # only the unit tools: no built-in, no other server
 
+    assert {r.api_key for r in requests} == {"scripted-key"}, why
+
     result = main[1].last_message
     assert result["role"] == "tool" and not result["is_error"], why
     read = json.loads(result["content"])

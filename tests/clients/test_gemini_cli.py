@@ -96,6 +96,8 @@ def test_gemini_cli_uses_only_the_unit_tools(
     for request in main:
         assert sorted(request.tool_names) == UNIT_TOOLS, why  # only the unit tools: every built-in excluded
 
+    assert {r.api_key for r in requests} == {"scripted-key"}, why
+
     result = main[1].last_message
     assert result["role"] == "tool" and not result["is_error"], why
     read = json.loads(result["content"])
