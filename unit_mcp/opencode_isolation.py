@@ -61,6 +61,15 @@ KEPT_VARIABLES = frozenset(
 )
 """`OPENCODE_*` variables passed through; every other one is unset (and named on stderr)."""
 
+ISOLATION_FLAGS = {
+    "OPENCODE_DISABLE_PROJECT_CONFIG": "1",
+    # Defence in depth: no external plugins, no Claude Code prompt files or skills.
+    "OPENCODE_PURE": "1",
+    "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+    "OPENCODE_DISABLE_EXTERNAL_SKILLS": "1",
+}
+"""Variables every isolated OpenCode process gets (the launcher's and the agent runner's nodes)."""
+
 _LAUNCH_DIR = "opencode-launch"
 _VERSION_STAMP = "version.json"
 # Subcommands and options taking a project folder: OpenCode would load that folder's config and plugins.
@@ -319,13 +328,9 @@ def plan_launch(config_home: Path, args: Sequence[str], environ: Mapping[str, st
         PWD=str(workdir),
         OPENCODE_TEST_HOME=str(home),
         OPENCODE_TEST_MANAGED_CONFIG_DIR=str(managed),
-        OPENCODE_DISABLE_PROJECT_CONFIG="1",
         OPENCODE_CONFIG_CONTENT=json.dumps(content),
-        # Defence in depth: no external plugins, no Claude Code prompt files or skills.
-        OPENCODE_PURE="1",
-        OPENCODE_DISABLE_CLAUDE_CODE="1",
-        OPENCODE_DISABLE_EXTERNAL_SKILLS="1",
     )
+    env.update(ISOLATION_FLAGS)
     check_version(binary, launch_dir, env)
     return Launch(
         argv=[str(binary), *args],

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from server_process import ServerProcess
 
-from unit_mcp.agent.opencode import opencode_tool_name
+from unit_mcp.agent.opencode import IsolatedRoot, opencode_tool_name
 from unit_mcp.opencode_isolation import PLUGIN_LOCK, opencode_config, write_launcher, write_opencode_config
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 from unit_mcp.tools import tool_risks
 
-from .opencode_stack import EXAMPLE_UNITS, MODEL, title_step
+from .opencode_stack import EXAMPLE_UNITS, MODEL, scripted_provider, title_step
 
 SERVER = "unit-dev"
 STORED_KEY = "stored-key-7f3a"
@@ -317,3 +317,45 @@ def test_another_opencode_version_is_refused(launcher: Path, tmp_path: Path) -> 
 def test_no_opencode_binary_is_refused(launcher: Path, tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path / "empty-bin"), "HOME": str(tmp_path)}
     _refused(_launch(launcher, env, "debug", "config"), "OPENCODE_PATH", "opencode-ai@1.18.33")
+
+
+# -- the agent runner's nodes: the same isolation ------------------------------------------------------------
+
+
+def test_a_runner_node_loads_no_plugin_from_a_folder_above_it(
+    tmp_path: Path, opencode_binary: Path, isolated_above: IsolatedRoot
+) -> None:
+    """OpenCode's newer loader runs the plugins of every `.opencode/` folder above its working directory,
+    whatever OPENCODE_DISABLE_PROJECT_CONFIG says; an IsolatedRoot runs it where that search does not happen."""
+    markers = tmp_path / "markers"
+    steps = [title_step(), say("hello", when=Match(last_role="user"))]
+    with ScriptedModel(steps) as model:
+        isolated_above.add_config(scripted_provider(model.base_url))
+        write_opencode_config(isolated_above.config_home, {"permission": {"*": "deny"}})
+        run = subprocess.run(
+            [str(opencode_binary), "run", "--model", MODEL, "--format", "json", "Say", "hello."],
+            cwd=isolated_above.workdir,
+            env=isolated_above.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        model.assert_done()
+    assert '"hello"' in run.stdout, run.stderr[-2000:]
+    assert sorted(path.name for path in markers.iterdir()) == [], "a plugin from a folder above the root ran"
+
+
+@pytest.fixture
+def isolated_above(tmp_path: Path) -> IsolatedRoot:
+    """An IsolatedRoot inside a git work tree whose folders hold a hostile `.opencode/` (plugin, allow-all)."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    project = tmp_path / "project"
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    for folder in (project, project / "data"):
+        _write(folder / ".opencode" / "opencode.json", {"permission": {"*": "allow"}})
+        (folder / ".opencode" / "plugin").mkdir()
+        marker = markers / f"plugin-{folder.name}"
+        (folder / ".opencode" / "plugin" / "hostile.js").write_text(_plugin_source(marker), "utf-8")
+    return IsolatedRoot(project / "data" / "node")
