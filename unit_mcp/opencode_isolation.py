@@ -17,8 +17,8 @@ the config folder itself (OpenCode's newer loader skips the project search only 
 from `PWD`), turns external plugins, Claude Code files and external skills off, and passes the deny-all
 config plus only `provider`, `model` and `small_model` from the user's `OPENCODE_CONFIG` file in
 `OPENCODE_CONFIG_CONTENT`. Sources it cannot neutralise (remote config of stored "wellknown" credentials, an
-active account organisation, another OpenCode version whose hooks may differ, a project folder given on the
-command line) are refused before OpenCode starts.
+active account organisation, another OpenCode version whose hooks may differ, a project folder or another
+OpenCode server given on the command line) are refused before OpenCode starts.
 
 `write_launcher()` writes the one executable a user runs (`"$OPENCODE_CMD" run …`); it calls `main()`.
 """
@@ -72,11 +72,16 @@ ISOLATION_FLAGS = {
 
 _LAUNCH_DIR = "opencode-launch"
 _VERSION_STAMP = "version.json"
-# Subcommands and options taking a project folder: OpenCode would load that folder's config and plugins.
-_PROJECT_OPTIONS = ("--dir",)
+# Options that leave the isolated world: a project folder (OpenCode would load its config and plugins) or
+# another OpenCode server (which runs with a config of its own).
+_REFUSED_OPTIONS = {
+    "--dir": "a project folder would bring that folder's opencode.json, .opencode/ and plugins in",
+    "--attach": "another OpenCode server runs with its own, not isolated, config",
+}
+_REFUSED_COMMANDS = {"attach": _REFUSED_OPTIONS["--attach"]}
 _SUBCOMMANDS = frozenset(
     {
-        "acp", "agent", "attach", "auth", "completion", "db", "debug", "export", "github", "import", "mcp",
+        "acp", "agent", "auth", "completion", "db", "debug", "export", "github", "import", "mcp",
         "models", "plugin", "pr", "providers", "run", "serve", "session", "stats", "uninstall", "upgrade", "web",
     }
 )  # fmt: skip
@@ -234,12 +239,15 @@ def _check_credentials(data_home: Path, environ: Mapping[str, str]) -> None:
 
 def _check_arguments(args: Sequence[str]) -> None:
     for arg in args:
-        if arg in _PROJECT_OPTIONS or any(arg.startswith(f"{option}=") for option in _PROJECT_OPTIONS):
+        option = arg.split("=", 1)[0]
+        if option in _REFUSED_OPTIONS:
             raise IsolationRefused(
-                f"{arg}: an isolated OpenCode runs in its own config folder; a project folder would bring that "
-                "folder's opencode.json, .opencode/ and plugins in (the unit tools need no project folder)"
+                f"{option}: an isolated OpenCode runs in its own config folder; {_REFUSED_OPTIONS[option]} "
+                "(the unit tools need neither)"
             )
     first = args[0] if args else None
+    if first in _REFUSED_COMMANDS:
+        raise IsolationRefused(f"{first}: {_REFUSED_COMMANDS[first]}; run the TUI itself (no arguments) instead")
     if first is not None and not first.startswith("-") and first not in _SUBCOMMANDS:
         raise IsolationRefused(
             f"{first!r} is not an OpenCode command; a project folder would bring that folder's config in "

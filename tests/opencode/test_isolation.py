@@ -301,10 +301,12 @@ def test_an_active_account_organisation_is_refused(launcher: Path, tmp_path: Pat
     _refused(_launch(launcher, env, "run", "hi"), str(database), "account organisation")
 
 
-def test_a_project_folder_argument_is_refused(launcher: Path, tmp_path: Path, opencode_binary: Path) -> None:
+def test_a_project_folder_or_another_server_is_refused(launcher: Path, tmp_path: Path, opencode_binary: Path) -> None:
     env = _base_env(tmp_path, opencode_binary)
     _refused(_launch(launcher, env, "run", "--dir", str(tmp_path), "hi"), "--dir")
     _refused(_launch(launcher, env, str(tmp_path)), "not an OpenCode command")
+    _refused(_launch(launcher, env, "run", "--attach=http://127.0.0.1:4096", "hi"), "--attach", "another OpenCode")
+    _refused(_launch(launcher, env, "attach", "http://127.0.0.1:4096"), "attach")
 
 
 def test_another_opencode_version_is_refused(launcher: Path, tmp_path: Path) -> None:
