@@ -23,7 +23,14 @@ import pytest
 from server_process import ServerProcess
 
 from unit_mcp.agent.opencode import IsolatedRoot, opencode_tool_name
-from unit_mcp.opencode_isolation import PLUGIN_LOCK, opencode_config, write_launcher, write_opencode_config
+from unit_mcp.opencode_isolation import (
+    OPENCODE_VERSION,
+    PLUGIN_LOCK,
+    opencode_config,
+    plan_launch,
+    write_launcher,
+    write_opencode_config,
+)
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 from unit_mcp.tools import tool_risks
 
@@ -361,3 +368,43 @@ def isolated_above(tmp_path: Path) -> IsolatedRoot:
         marker = markers / f"plugin-{folder.name}"
         (folder / ".opencode" / "plugin" / "hostile.js").write_text(_plugin_source(marker), "utf-8")
     return IsolatedRoot(project / "data" / "node")
+
+
+def test_the_launch_plan_keeps_only_the_users_model(tmp_path: Path) -> None:
+    """The planned environment in detail (no OpenCode started: the binary only has to answer --version)."""
+    binary = tmp_path / "opencode"
+    binary.write_text(f"#!/bin/sh\necho {OPENCODE_VERSION}\n", encoding="utf-8")
+    binary.chmod(0o755)
+    config_home = tmp_path / "opencode-config"
+    isolated = opencode_config(url="http://127.0.0.1:9/mcp", server_name=SERVER, token="t")
+    write_opencode_config(config_home, isolated)
+    user = _write(
+        tmp_path / "mine.json", {"$schema": "x", "model": "p/m", "provider": {"p": {}}, "mcp": {}, "tools": {}}
+    )
+    environ = {
+        "HOME": str(tmp_path / "home"),
+        "PATH": "/usr/bin",
+        "ANTHROPIC_API_KEY": "kept",
+        "OPENCODE_PATH": str(binary),
+        "OPENCODE_CONFIG": str(user),
+        "OPENCODE_PERMISSION": "{}",
+        "OPENCODE_SERVER_PASSWORD": "kept",
+        "XDG_CONFIG_HOME": str(tmp_path / "mine"),
+    }
+    launch = plan_launch(config_home, ["run", "hi"], environ)
+    assert launch.argv == [str(binary.resolve()), "run", "hi"] and launch.cwd == config_home / "opencode"
+    content = json.loads(launch.env.pop("OPENCODE_CONFIG_CONTENT"))
+    assert content == {"model": "p/m", "provider": {"p": {}}, "permission": DENY_ALL, **_isolated_rest(isolated)}
+    assert launch.env["ANTHROPIC_API_KEY"] == "kept" and launch.env["OPENCODE_SERVER_PASSWORD"] == "kept"
+    assert launch.env["XDG_CONFIG_HOME"] == str(config_home) and launch.env["PWD"] == str(launch.cwd)
+    assert launch.env["XDG_DATA_HOME"] == str(tmp_path / "home" / ".local" / "share")  # the user's credentials
+    assert Path(launch.env["HOME"]) != tmp_path / "home" and not any(Path(launch.env["HOME"]).iterdir())
+    assert {"OPENCODE_CONFIG", "OPENCODE_PERMISSION", "OPENCODE_PATH"}.isdisjoint(launch.env)
+    assert launch.notice() == (
+        f"unit-mcp: isolated OpenCode: ignored mcp, tools from OPENCODE_CONFIG {user}; unset OPENCODE_CONFIG, "
+        "OPENCODE_PERMISSION (only provider, model and small_model are used)"
+    )
+
+
+def _isolated_rest(isolated: dict[str, object]) -> dict[str, object]:
+    return {key: isolated[key] for key in ("mcp", "autoupdate", "share")}
