@@ -22,6 +22,7 @@ CLAUDE = CLIENTS / "claude"
 GEMINI = CLIENTS / "gemini"
 INSTALL = REPO / "scripts" / "client-tools"
 SERVER = "unit-dev"  # the entry point's default --server-name
+BLACKHOLE_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
 
 @pytest.fixture
@@ -79,7 +80,8 @@ def stdio_command(units: Path, data: Path) -> tuple[str, list[str]]:
 
 
 def client_env(home: Path, **extra: str) -> dict[str, str]:
-    """A private HOME and TMPDIR, Node 22 first on PATH, telemetry, update checks and error reports off."""
+    """A private HOME and TMPDIR, Node 22 first on PATH, telemetry, update checks and error reports off, and
+    every non-loopback request sent to a proxy that does not exist."""
     home.mkdir(parents=True, exist_ok=True)
     keep = ("PATH", "LANG", "LC_ALL", "TZ")
     env = {key: os.environ[key] for key in keep if key in os.environ}
@@ -94,6 +96,13 @@ def client_env(home: Path, **extra: str) -> dict[str, str]:
         DISABLE_ERROR_REPORTING="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
         GEMINI_TELEMETRY_ENABLED="false",
+        # Anything not for loopback goes to a proxy that is not there: nothing can leave the machine.
+        HTTP_PROXY=BLACKHOLE_PROXY,
+        HTTPS_PROXY=BLACKHOLE_PROXY,
+        http_proxy=BLACKHOLE_PROXY,
+        https_proxy=BLACKHOLE_PROXY,
+        NO_PROXY="127.0.0.1,localhost,::1",
+        no_proxy="127.0.0.1,localhost,::1",
     )
     env.update(extra)
     return env
