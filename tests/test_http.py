@@ -300,7 +300,14 @@ async def test_entry_point_prints_its_lines_serves_and_stops_on_sigterm(
     process = ServerProcess("--no-watch", tmp=tmp_path)
     server_process.append(process)
     printed = process.ready()
-    assert list(printed) == ["MCP_URL", "MCP_SSE_URL", "MCP_TOKEN", "OPENCODE_XDG_CONFIG_HOME", "XDG_CONFIG_HOME"]
+    assert list(printed) == [
+        "MCP_URL",
+        "MCP_SSE_URL",
+        "MCP_TOKEN",
+        "OPENCODE_XDG_CONFIG_HOME",
+        *("OPENCODE_CMD", "CLAUDE_CMD", "GEMINI_CLI_HOME", "CURSOR_MCP_JSON", "VSCODE_MCP_JSON", "INSPECTOR_CMD"),
+        "XDG_CONFIG_HOME",
+    ]
     root = Path(printed["OPENCODE_XDG_CONFIG_HOME"])
     assert printed["XDG_CONFIG_HOME"] == f"{root} opencode"
     assert printed["MCP_URL"].startswith("http://127.0.0.1:") and printed["MCP_URL"].endswith("/mcp")

@@ -14,8 +14,6 @@ whole in time (a silent or trickling client is disconnected after 30 s).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import re
@@ -44,11 +42,11 @@ from .loopback import (
     security_settings,
     url_host,
 )
+from .opencode_isolation import config_path, opencode_config, write_opencode_config
 
 MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
 MESSAGE_PATH = "/messages/"
-OPENCODE_SCHEMA = "https://opencode.ai/config.json"
 MAX_BODY_BYTES = 16 * 1024 * 1024  # above the service's 2 MB source limit, with room for JSON escaping
 MAX_STREAMS = 64
 MAX_SESSIONS = 512
@@ -106,42 +104,11 @@ class _StreamLimit:
             self.open -= 1
 
 
-def opencode_config(*, url: str, server_name: str, token: str | None) -> dict[str, Any]:
-    """Deny every native OpenCode tool and allow only this server's MCP tools (last matching rule wins)."""
-    entry: dict[str, Any] = {"type": "remote", "url": url, "enabled": True, "oauth": False}
-    if token is not None:
-        entry["headers"] = {"Authorization": f"Bearer {token}"}
-    return {
-        "$schema": OPENCODE_SCHEMA,
-        "autoupdate": False,
-        "share": "disabled",
-        "permission": {"*": "deny", f"{server_name}_*": "allow"},
-        "mcp": {server_name: entry},
-    }
-
-
 def _user_opencode_dirs() -> set[Path]:
     homes = [Path.home() / ".config"]
     if os.environ.get("XDG_CONFIG_HOME"):
         homes.append(Path(os.environ["XDG_CONFIG_HOME"]))
     return {(home / "opencode").resolve() for home in homes}
-
-
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """Temporary file in the same folder, fsync, rename: a reader sees the old file or the new one, whole."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class Bridge:
@@ -218,7 +185,7 @@ class Bridge:
 
     @property
     def config_path(self) -> Path | None:
-        return None if self._config_root is None else self._config_root / "opencode" / "opencode.json"
+        return None if self._config_root is None else config_path(self._config_root)
 
     def status(self) -> BridgeStatus:
         return BridgeStatus(
@@ -297,10 +264,11 @@ class Bridge:
 
     def _write_config(self) -> None:
         path = self.config_path
-        assert path is not None and self.url is not None
+        assert path is not None and self.url is not None and self._config_root is not None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            write_json_atomically(path, opencode_config(url=self.url, server_name=self.server_name, token=self._token))
+            write_opencode_config(
+                self._config_root, opencode_config(url=self.url, server_name=self.server_name, token=self._token)
+            )
         except OSError as exc:
             raise BridgeError(f"cannot write the OpenCode config {path}: {exc}") from exc
 

@@ -2,7 +2,7 @@
 
 A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge`. Without --units it serves a private
 copy of the built-in example units, so a newcomer can connect at once. Once listening it prints, one per
-line, the URLs, the token and the XDG_CONFIG_HOME an OpenCode session needs.
+line, the URLs, the token, the isolated OpenCode launcher and a ready config or command for each other client.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 
 from .bridge import Bridge, BridgeError
+from .clients import Endpoint, write_client_configs
 from .host import Host
 from .loopback import is_loopback
 from .service import UnitService
@@ -150,6 +151,12 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
     if bridge.token is not None:
         _say(f"MCP_TOKEN={bridge.token}")
     _say(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
+    assert status.url is not None and status.sse_url is not None and status.config_root is not None
+    endpoint = Endpoint(url=status.url, sse_url=status.sse_url, token=bridge.token, name=args.server_name)
+    for key, value in write_client_configs(
+        data_dir / "clients", endpoint, opencode_config_home=Path(status.config_root)
+    ):
+        _say(f"{key}={value}")
     _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
     await anyio.sleep_forever()
 

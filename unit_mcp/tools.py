@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,28 @@ active activity came back.
 
 A refused call is an error result starting with a stable code in brackets, e.g. [stale_hash] or \
 [no_match], followed by a hint that says what to do next."""
+
+
+CLIENT_INJECTED_ARGUMENTS: dict[str, type] = {
+    # Gemini CLI (0.61) adds this boolean to every tool's input schema, tells its model to set it on dependent
+    # calls and forwards it unchanged (google-gemini/gemini-cli#27403).
+    "wait_for_previous": bool,
+}
+"""Arguments that known MCP clients add to every call on their own: accepted with their documented type and
+ignored. Any other unknown argument is still refused."""
+
+
+def without_client_arguments(arguments: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """`arguments` without the client-injected ones a tool does not declare itself (a wrong type stays, and
+    is refused like any unknown argument)."""
+    declared = set(fields)
+    return {
+        key: value
+        for key, value in arguments.items()
+        if key in declared
+        or key not in CLIENT_INJECTED_ARGUMENTS
+        or not isinstance(value, CLIENT_INJECTED_ARGUMENTS[key])
+    }
 
 
 class _Args(BaseModel):
@@ -445,7 +467,7 @@ class UnitTools:
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         try:
-            args = spec.args.model_validate(params.arguments or {})
+            args = spec.args.model_validate(without_client_arguments(params.arguments or {}, spec.args.model_fields))
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()

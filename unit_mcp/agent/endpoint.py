@@ -11,8 +11,6 @@ native OpenCode tool and enables only this server.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import secrets
@@ -42,6 +40,7 @@ from starlette.requests import Request
 from starlette.routing import Mount, Route
 
 from ..loopback import Guard, LoopbackServer, SseEndpoint, security_settings
+from ..opencode_isolation import config_path, opencode_config, write_opencode_config
 from .errors import EndpointError, ToolFailed
 from .toolsurface import AgentToolSurface
 
@@ -50,7 +49,6 @@ log = logging.getLogger("unit_mcp.agent.endpoint")
 MCP_PATH = "/mcp"
 SSE_PATH = "/sse"
 MESSAGE_PATH = "/messages/"
-OPENCODE_SCHEMA = "https://opencode.ai/config.json"
 _MAX_TRACKED_SESSIONS = 256
 
 
@@ -77,38 +75,6 @@ class _ListChangedServer(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
         )
-
-
-def opencode_config(
-    *, url: str, server_name: str, token: str | None, extra: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    """Deny every native OpenCode tool, allow this server's (last matching rule wins); `extra` is merged in
-    (e.g. a provider and model), but can never loosen the permission rules."""
-    entry: dict[str, Any] = {"type": "remote", "url": url, "enabled": True, "oauth": False}
-    if token is not None:
-        entry["headers"] = {"Authorization": f"Bearer {token}"}
-    config: dict[str, Any] = {"$schema": OPENCODE_SCHEMA, "autoupdate": False, "share": "disabled", **(extra or {})}
-    config["permission"] = {"*": "deny", f"{server_name}_*": "allow"}
-    config["mcp"] = {server_name: entry}
-    return config
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Temporary file in the same folder, fsync, rename: readers see the old config or the new one, whole."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 class ApprovedEndpoint:
@@ -251,7 +217,7 @@ class ApprovedEndpoint:
 
     @property
     def config_path(self) -> Path | None:
-        return None if self._config_root is None else self._config_root / "opencode" / "opencode.json"
+        return None if self._config_root is None else config_path(self._config_root)
 
     def status(self) -> EndpointStatus:
         return EndpointStatus(
@@ -296,8 +262,8 @@ class ApprovedEndpoint:
             self._listed = self._signature()
             assert self.url is not None and self.config_path is not None
             try:
-                _write_json(
-                    self.config_path,
+                write_opencode_config(
+                    self._config_root,
                     opencode_config(
                         url=self.url, server_name=self.server_name, token=self._token, extra=self.config_extra
                     ),

@@ -1,6 +1,6 @@
-"""Test your agents offline: a scripted OpenAI-compatible model server on loopback (chat completions and
-the Responses API, answered from the same script, so one script drives OpenAI-compatible, OpenCode and
-Codex agents).
+"""Test your agents offline: a scripted model server on loopback (chat completions, the Responses API,
+Anthropic Messages and Gemini generateContent, answered from the same script, so one script drives
+OpenAI-compatible, OpenCode, Codex, Claude Code and Gemini CLI agents).
 
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 

@@ -1,7 +1,8 @@
 """`python -m unit_mcp.testing --script steps.json`: serve a scripted model until SIGINT or SIGTERM.
 
 Prints `OPENAI_BASE_URL=http://127.0.0.1:<port>/v1` (flushed) once it accepts requests, so a test or a
-shell can point any OpenAI-compatible client (OpenCode, the agent CLI) at it.
+shell can point any OpenAI-compatible client (OpenCode, the agent CLI) at it, then `ANTHROPIC_BASE_URL=…`
+(Claude Code) and `GOOGLE_GEMINI_BASE_URL=…` (Gemini CLI): the same script answers all of them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ async def serve(args: argparse.Namespace) -> None:
     script = Script.parse(sys.stdin.read()) if args.script == "-" else Script.load(args.script)
     async with ScriptedModel(script, host=args.host, port=args.port, model=args.model, log_path=args.log) as model:
         print(f"OPENAI_BASE_URL={model.base_url}", flush=True)
+        print(f"ANTHROPIC_BASE_URL={model.url}\nGOOGLE_GEMINI_BASE_URL={model.url}", flush=True)
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 break

@@ -2,8 +2,10 @@
 
 `POST /v1/chat/completions` answers with a JSON completion, or with SSE chunks when the request says
 `stream: true` (text in deltas, tool calls by index, a finish reason, a usage chunk when
-`stream_options.include_usage` is set, then `[DONE]`). `POST /v1/responses` answers the same script in
-the Responses API (see `responses.py`), which is what Codex speaks. Every request is logged with the step
+`stream_options.include_usage` is set, then `[DONE]`). The same script is answered in the Responses API
+(`POST /v1/responses`, see `responses.py`; what Codex speaks), the Anthropic Messages API (`POST
+/v1/messages`, see `anthropic.py`; Claude Code) and the Gemini API (`POST
+/v1beta/models/MODEL:streamGenerateContent`, see `gemini.py`; Gemini CLI). Every request is logged with the step
 that answered it and whether the client went away mid-stream, in memory (`requests`), over HTTP
 (`GET /_scripted/requests`) and, if asked, as JSON Lines in a file. `POST /_scripted/steps` appends steps.
 
@@ -34,10 +36,33 @@ from starlette.routing import Route
 from unit_mcp.agent.errors import EndpointError
 from unit_mcp.loopback import LoopbackServer
 
-from . import responses
+from . import anthropic, gemini, responses
 from .script import Script, ScriptError, Step, message_text, offered_tools, render, render_value
 
 STEPS = TypeAdapter(list[Step])
+
+
+def api_of(path: str) -> str:
+    """Which API a request path speaks: "chat", "responses", "anthropic" or "gemini"."""
+    if path.endswith("/responses"):
+        return "responses"
+    if path.endswith("/messages"):
+        return "anthropic"
+    if path.endswith("enerateContent"):
+        return "gemini"
+    return "chat"
+
+
+def chat_view(path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Any API's request as a chat-completions body: what matches, templates and usage read."""
+    api = api_of(path)
+    if api == "responses":
+        return responses.chat_view(body)
+    if api == "anthropic":
+        return anthropic.chat_view(body)
+    if api == "gemini":
+        return gemini.chat_view(body, model=gemini.model_of(path), stream=path.endswith(":streamGenerateContent"))
+    return dict(body)
 
 
 class RecordedRequest(BaseModel):
@@ -52,19 +77,22 @@ class RecordedRequest(BaseModel):
     status: int = 200
     error: str | None = None
     received_at: float = Field(default_factory=time.time)
+    api_key: str | None = None
     finished: bool = False
     disconnected: bool = False
 
     @property
+    def api(self) -> str:
+        return api_of(self.path)
+
+    @property
     def responses_api(self) -> bool:
-        return self.path.endswith("/responses")
+        return self.api == "responses"
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """Chat-completion messages (a Responses request's `instructions` and `input` seen as such)."""
-        if self.responses_api:
-            return responses.chat_messages(self.body)
-        return list(self.body.get("messages") or [])
+        """Chat-completion messages (a Responses, Messages or Gemini request seen as such)."""
+        return list(chat_view(self.path, self.body).get("messages") or [])
 
     @property
     def last_message(self) -> dict[str, Any]:
@@ -76,7 +104,9 @@ class RecordedRequest(BaseModel):
 
     @property
     def tool_names(self) -> list[str]:
-        return list(responses.offered(self.body)) if self.responses_api else offered_tools(self.body)
+        if self.api == "responses":
+            return list(responses.offered(self.body))
+        return offered_tools(chat_view(self.path, self.body))
 
 
 def _usage(step: Step, body: Mapping[str, Any], text: str, arguments: list[str]) -> dict[str, int]:
@@ -103,6 +133,14 @@ class _Answer:
 def _pieces(text: str, size: int) -> Iterator[str]:
     for start in range(0, len(text), size):
         yield text[start : start + size]
+
+
+def _api_key(request: Request) -> str | None:
+    """The key the client authenticated with, whichever API's header carries it (to test which key was used)."""
+    authorization = request.headers.get("authorization", "")
+    if authorization.lower().startswith("bearer "):
+        return authorization[7:]
+    return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
 
 
 class ScriptedModel:
@@ -133,6 +171,9 @@ class ScriptedModel:
                 Route("/responses", self._responses, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/models", self._models, methods=["GET"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route("/v1beta/models/{name:path}", self._gemini, methods=["POST"]),
                 Route("/_scripted/requests", self._requests, methods=["GET"]),
                 Route("/_scripted/steps", self._add_steps, methods=["POST"]),
             ]
@@ -223,7 +264,7 @@ class ScriptedModel:
         self.add(*steps)
         return JSONResponse({"added": len(steps), "steps": len(self.steps)})
 
-    async def _answer(self, request: Request, *, responses_api: bool = False) -> _Answer | Response:
+    async def _answer(self, request: Request) -> _Answer | Response:
         """Record the request, choose its step and render it; a refusal comes back as the HTTP response."""
         try:
             body = json.loads(await request.body())
@@ -231,10 +272,13 @@ class ScriptedModel:
                 raise ValueError("the body must be a JSON object")
         except ValueError as exc:
             return JSONResponse({"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request"}}, 400)
-        record = RecordedRequest(index=len(self.requests) + 1, path=request.url.path, body=body)
-        record.stream = bool(body.get("stream"))
+        record = RecordedRequest(
+            index=len(self.requests) + 1, path=request.url.path, body=body, api_key=_api_key(request)
+        )
+        view = chat_view(record.path, body)
+        record.stream = bool(view.get("stream"))
         self.requests.append(record)
-        view = responses.chat_view(body) if responses_api else body
+        responses_api = record.api == "responses"
         chosen = self._choose(view)
         if chosen is None:
             return await self._refuse(
@@ -262,7 +306,7 @@ class ScriptedModel:
         usage = _usage(step, view, text, [c["arguments"] for c in calls])
         if step.delay:
             await anyio.sleep(step.delay)
-        return _Answer(record, step, str(body.get("model") or self.model), text, calls, usage)
+        return _Answer(record, step, str(view.get("model") or self.model), text, calls, usage)
 
     async def _completions(self, request: Request) -> Response:
         answer = await self._answer(request)
@@ -279,7 +323,7 @@ class ScriptedModel:
         return JSONResponse(self._completion(record, answer.model, answer.text, answer.calls, answer.usage))
 
     async def _responses(self, request: Request) -> Response:
-        answer = await self._answer(request, responses_api=True)
+        answer = await self._answer(request)
         if isinstance(answer, Response):
             return answer
         record = answer.record
@@ -298,12 +342,58 @@ class ScriptedModel:
         await self._log(record)
         return JSONResponse(scripted.response())
 
+    async def _messages(self, request: Request) -> Response:
+        answer = await self._answer(request)
+        if isinstance(answer, Response):
+            return answer
+        record = answer.record
+        scripted = anthropic.MessageAnswer(
+            message_id=f"msg_scripted_{record.index}",
+            model=answer.model,
+            text=answer.text,
+            calls=answer.calls,
+            usage=answer.usage,
+        )
+        if record.stream:
+            events = self._message_events(record, answer.step, scripted)
+            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        record.finished = True
+        await self._log(record)
+        return JSONResponse(scripted.message())
+
+    async def _count_tokens(self, request: Request) -> Response:
+        """An estimate (a quarter of the request's length), never recorded: clients ask it on the side."""
+        return JSONResponse({"input_tokens": max(1, len(await request.body()) // 4)})
+
+    async def _gemini(self, request: Request) -> Response:
+        path = request.url.path
+        if path.endswith(":countTokens"):
+            return JSONResponse({"totalTokens": max(1, len(await request.body()) // 4)})
+        if not path.endswith("enerateContent"):
+            return JSONResponse(gemini.error(f"scripted model: no such method {path}", 404, "not_found"), 404)
+        answer = await self._answer(request)
+        if isinstance(answer, Response):
+            return answer
+        record = answer.record
+        scripted = gemini.ContentAnswer(model=answer.model, text=answer.text, calls=answer.calls, usage=answer.usage)
+        if record.stream:
+            events = self._gemini_events(record, answer.step, scripted)
+            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        record.finished = True
+        await self._log(record)
+        return JSONResponse(scripted.response())
+
     async def _refuse(
         self, record: RecordedRequest, message: str, *, status: int = 400, kind: str = "script_error"
     ) -> Response:
         record.status, record.error, record.finished = status, message, True
         await self._log(record)
-        return JSONResponse({"error": {"message": f"scripted model: {message}", "type": kind}}, status_code=status)
+        text = f"scripted model: {message}"
+        if record.api == "anthropic":
+            return JSONResponse(anthropic.error(text, kind), status_code=status)
+        if record.api == "gemini":
+            return JSONResponse(gemini.error(text, status, kind), status_code=status)
+        return JSONResponse({"error": {"message": text, "type": kind}}, status_code=status)
 
     def _completion(
         self, record: RecordedRequest, model: str, text: str, calls: list[dict[str, str]], usage: dict[str, int]
@@ -382,6 +472,44 @@ class ScriptedModel:
                     await anyio.sleep(step.chunk_delay)
                 yield responses.sse(event)
             yield responses.sse(responses.closing(answer))
+            record.finished = True
+        finally:
+            record.disconnected = not record.finished and record.error is None
+            with anyio.CancelScope(shield=True):
+                await self._log(record)
+
+    async def _message_events(
+        self, record: RecordedRequest, step: Step, answer: anthropic.MessageAnswer
+    ) -> AsyncIterator[str]:
+        try:
+            yield anthropic.sse(answer.opening())
+            for is_delta, event in answer.block_events(step.chunk_size):
+                if step.break_off and event["type"] == "content_block_stop":
+                    record.error = "the stream was broken off, as scripted"
+                    return
+                if is_delta and step.chunk_delay:
+                    await anyio.sleep(step.chunk_delay)
+                yield anthropic.sse(event)
+            for event in answer.closing():
+                yield anthropic.sse(event)
+            record.finished = True
+        finally:
+            record.disconnected = not record.finished and record.error is None
+            with anyio.CancelScope(shield=True):
+                await self._log(record)
+
+    async def _gemini_events(
+        self, record: RecordedRequest, step: Step, answer: gemini.ContentAnswer
+    ) -> AsyncIterator[str]:
+        try:
+            chunks = list(answer.chunks(step.chunk_size))
+            for position, (is_delta, chunk) in enumerate(chunks):
+                if step.break_off and position == len(chunks) - 1:
+                    record.error = "the stream was broken off, as scripted"
+                    return
+                if is_delta and step.chunk_delay:
+                    await anyio.sleep(step.chunk_delay)
+                yield gemini.sse(chunk)
             record.finished = True
         finally:
             record.disconnected = not record.finished and record.error is None

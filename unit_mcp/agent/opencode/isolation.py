@@ -3,9 +3,12 @@
 OpenCode reads and writes its config, data, cache and state under HOME and the XDG folders, uses TMPDIR
 (else `/tmp/opencode`), merges a project `opencode.json` found walking up from its working directory, and
 honours a dozen `OPENCODE_*` variables. A process run with `env()` sees none of the user's: its own HOME,
-XDG_DATA/CACHE/STATE_HOME and TMPDIR under the root, an empty working directory, the given config root
-(the isolated `opencode.json` of an MCP endpoint) as XDG_CONFIG_HOME, project config, the model catalogue
-fetch and autoupdate off, and no variable inherited from the caller except PATH and the locale.
+XDG_DATA/CACHE/STATE_HOME and TMPDIR under the root, the given config root (the isolated `opencode.json` of
+an MCP endpoint) as XDG_CONFIG_HOME, an empty managed-config folder, project config, external plugins, the
+model catalogue fetch and autoupdate off, and no variable inherited from the caller except PATH and the
+locale. It runs in the config folder itself, `PWD` included: OpenCode's newer config loader ignores the
+project-config switch and loads (and runs the plugins of) every `.opencode/` folder above its working
+directory, except when that directory is the config folder.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ...opencode_isolation import ISOLATION_FLAGS
 from .errors import OpenCodeError
 
 _KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
@@ -33,15 +37,15 @@ class IsolatedRoot:
         self._owned = root is None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="unit-mcp-opencode-node-"))
         self.config_home = Path(config_home) if config_home is not None else self.root / "config"
-        for name in ("home", "data", "cache", "state", "tmp", "work"):
+        for name in ("home", "data", "cache", "state", "tmp", "managed"):
             (self.root / name).mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.config_home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.extra_config: Path | None = None
 
     @property
     def workdir(self) -> Path:
-        """The empty working directory: no project `opencode.json` above it is ever merged."""
-        return self.root / "work"
+        """The working directory: the config folder, the one place OpenCode searches no project config from."""
+        return self.config_home / "opencode"
 
     def add_config(self, config: Mapping[str, Any], *, name: str = "extra-config.json") -> Path:
         """Write config the isolated `opencode.json` lacks (a provider, a model) to a file OpenCode merges
@@ -62,9 +66,12 @@ class IsolatedRoot:
             XDG_CACHE_HOME=str(self.root / "cache"),
             XDG_STATE_HOME=str(self.root / "state"),
             TMPDIR=str(self.root / "tmp"),
+            PWD=str(self.workdir),
+            OPENCODE_TEST_HOME=str(self.root / "home"),
+            OPENCODE_TEST_MANAGED_CONFIG_DIR=str(self.root / "managed"),
             OPENCODE_DISABLE_MODELS_FETCH="1",
             OPENCODE_DISABLE_AUTOUPDATE="1",
-            OPENCODE_DISABLE_PROJECT_CONFIG="1",
+            **ISOLATION_FLAGS,
         )
         if self.extra_config is not None:
             env["OPENCODE_CONFIG"] = str(self.extra_config)

