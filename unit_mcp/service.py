@@ -19,6 +19,7 @@ from typing import Any
 from . import applog, paths
 from .errors import (
     BinarySource,
+    Cancelled,
     Exists,
     InvalidArgument,
     InvalidSourceId,
@@ -503,6 +504,8 @@ class UnitService:
             duration_ms=run.duration_ms,
             timed_out=run.timed_out,
         )
+        if run.cancelled:
+            raise Cancelled(f"Tests test_{test_name} of unit {unit_id!r} were cancelled and their processes killed.")
         if run.timed_out:
             raise TestTimeout(
                 f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.",

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from . import __version__
+from .cancel import cancellation
 from .errors import UnitError
 from .models import (
     ApplyPatchResult,
@@ -466,7 +468,7 @@ class UnitTools:
             elif spec.on_loop:
                 result = call()
             else:
-                result = await anyio.to_thread.run_sync(call)
+                result = await _in_thread(call)
         except UnitError as exc:
             log.info("call %s %s refused: [%s] %s", params.name, target, exc.code, _shown_message(exc.message))
             return self._error(exc.code, exc.message, exc.hint, exc.details)
@@ -501,13 +503,6 @@ class UnitTools:
         self, ctx: ServerRequestContext[Any], call: Callable[[], BaseModel], label: str
     ) -> BaseModel:
         """Run `call` in a worker thread, reporting progress every `progress_interval` seconds until it ends."""
-        outcome: list[Any] = []
-
-        def run() -> None:
-            try:
-                outcome.append(call())
-            except Exception as exc:
-                outcome.append(exc)
 
         async def report() -> None:
             started = anyio.current_time()
@@ -522,12 +517,36 @@ class UnitTools:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(report)
-            await anyio.to_thread.run_sync(run)
+            result = await _in_thread(call)
             tg.cancel_scope.cancel()
-        if isinstance(outcome[0], Exception):
-            raise outcome[0]
-        result: BaseModel = outcome[0]
         return result
+
+
+CANCEL_GRACE = 5.0
+"""Seconds a cancelled call waits for its worker thread to stop (a test's processes die within 0.1 s)."""
+
+
+async def _in_thread(call: Callable[[], BaseModel]) -> BaseModel:
+    """Run `call` in a worker thread. When the client cancels the request (MCP `notifications/cancelled`, or
+    it closes the request), the work is told so (`unit_mcp.cancel`): a test's process group is killed, a
+    reload stops waiting for unit code; the call waits up to CANCEL_GRACE for the thread, then ends cancelled."""
+    finished = threading.Event()
+
+    def run() -> BaseModel:
+        try:
+            return call()
+        finally:
+            finished.set()
+
+    with cancellation() as cancel:
+        try:
+            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(finished.wait, CANCEL_GRACE)
+            log.info("call cancelled by the client%s", "" if finished.is_set() else "; its thread still runs")
+            raise
 
 
 # Clients and the conformance suite list resources and prompts of every server; this one has none.
