@@ -515,11 +515,17 @@ class UnitTools:
                     log.debug("progress for %s could not be sent", label, exc_info=True)
                     return
 
+        outcome: list[BaseModel | Exception] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(report)
-            result = await _in_thread(call)
+            try:
+                outcome.append(await _in_thread(call))
+            except Exception as exc:  # raised after the task group, which would wrap it in an ExceptionGroup
+                outcome.append(exc)
             tg.cancel_scope.cancel()
-        return result
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return outcome[0]
 
 
 CANCEL_GRACE = 5.0
