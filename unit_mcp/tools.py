@@ -147,8 +147,13 @@ class RunTestsArgs(_Args):
 class ReadLogArgs(_Args):
     grep: str | None = Field(None, description="Only lines containing this text (case-sensitive substring).")
     lines: int = Field(100, description="How many of the newest matching lines to return (1-1000).")
-    offset: int | None = Field(None, description="Skip this many newest matching lines first, to page back.")
-    limit: int | None = Field(None, description="Lines to return when paging with offset (instead of `lines`).")
+    offset: int | None = Field(
+        None, description="Read forward from this absolute line number (see line_numbers), oldest first."
+    )
+    limit: int | None = Field(None, description="Lines to return (instead of `lines`), e.g. with offset.")
+    before: int | None = Field(
+        None, description="Page back: the newest matching lines numbered below this (the first of line_numbers)."
+    )
 
 
 @dataclass(frozen=True)
@@ -282,8 +287,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "unit_read_log",
         "Read the application log",
         "Read the newest lines of the application log, oldest first, optionally only those containing "
-        "`grep`. Units log as 'units.<unit_id>'. Page back with offset and limit; has_more says whether "
-        "older matching lines exist.",
+        "`grep`, with their absolute line_numbers. Units log as 'units.<unit_id>'. Page back with "
+        "before=line_numbers[0]; or read forward from a line number with offset (and limit). has_more says "
+        "whether more matching lines exist in the direction read.",
         ReadLogArgs,
         ReadLogResult,
         "filesystem-read",
