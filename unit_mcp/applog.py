@@ -90,9 +90,7 @@ def forward(files: list[Path], *, grep: str | None, count: int, start: int) -> P
         for log in opened:
             if log.base + log.lines < start:
                 continue
-            for number, raw in _forward(log):
-                if number < start:
-                    continue
+            for number, raw in _forward(log, start):
                 text = _match(raw, grep)
                 if text is not None:
                     if len(found) == count:
@@ -168,10 +166,34 @@ def _reverse(log: _LogFile) -> Iterator[tuple[int, bytes]]:
         yield log.base + index + 1, pending
 
 
-def _forward(log: _LogFile) -> Iterator[tuple[int, bytes]]:
-    """(number, line) first first, up to the counted size. A line longer than MAX_PENDING bytes is cut."""
-    handle, number, left = log.handle, log.base + 1, log.size
+def _skip_to(log: _LogFile, start: int) -> tuple[int, int]:
+    """The byte position and number of line `start` in this file (its first line if `start` is before it),
+    found by counting newlines a block at a time."""
+    wanted = start - log.base - 1  # newlines before that line
+    handle, position, passed = log.handle, 0, 0
     handle.seek(0)
+    while wanted > passed and position < log.size:
+        chunk = handle.read(min(16 * BLOCK, log.size - position))
+        if not chunk:
+            break
+        found = chunk.count(b"\n")
+        if passed + found >= wanted:
+            index = -1
+            for _ in range(wanted - passed):
+                index = chunk.index(b"\n", index + 1)
+            return position + index + 1, start
+        passed += found
+        position += len(chunk)
+    return position, log.base + passed + 1
+
+
+def _forward(log: _LogFile, start: int) -> Iterator[tuple[int, bytes]]:
+    """(number, line) first first from line `start`, up to the counted size. A line longer than MAX_PENDING
+    bytes is cut."""
+    handle = log.handle
+    position, number = _skip_to(log, start)
+    left = log.size - position
+    handle.seek(position)
     while left > 0:
         raw = handle.readline(min(left, MAX_PENDING))
         if not raw:
