@@ -69,6 +69,8 @@ class _TurnState:
     """The assistant messages of this reply (their parent is the turn's user message)."""
     followed: int = 0
     """The seq of the last node event the follower has handled."""
+    following: bool = True
+    """False once the follower has stopped (its stream closed, or it failed)."""
 
 
 class UnitAgent:
@@ -199,7 +201,7 @@ class UnitAgent:
         call that ran), which can sit unread in its queue while it writes earlier items (bounded)."""
         target = self.client.events.seq
         with anyio.move_on_after(self.settle_timeout):
-            while state.followed < target:
+            while state.following and state.followed < target:
                 await anyio.sleep(0.01)
 
     async def _settle(self, state: _TurnState, ctx: TurnContext) -> None:
@@ -291,6 +293,8 @@ class UnitAgent:
                     state.followed = event.seq
         except Exception:
             log.warning("following OpenCode's events failed; the reply is recorded when it is complete", exc_info=True)
+        finally:
+            state.following = False
 
     async def _follow_event(self, event: NodeEvent, state: _TurnState, ctx: TurnContext) -> None:
         props = event.properties
