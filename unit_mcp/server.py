@@ -178,7 +178,7 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
     try:
         await stack.enter_async_context(bridge)
     except BridgeError as exc:
-        if "cannot listen" in str(exc):
+        if isinstance(exc.__cause__, OSError):  # the socket could not be bound
             raise StartError(f"{exc}; choose another --port, or leave --port out for a free one") from exc
         raise
     status = bridge.status()
