@@ -214,15 +214,18 @@ async def turn_runtime(
             try:
                 await stack.enter_async_context(source)
             except Exception as exc:
-                raise _unit_server_error(args.mcp_url, source, exc) from exc
+                error = _unit_server_error(args.mcp_url, source, exc)
+                if error is None:
+                    raise
+                raise error from exc
             surface.add_source(source)
         with _store_error(data_dir):
             runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
         yield runner, TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
 
 
-def _unit_server_error(url: str, source: McpToolSource, exc: Exception) -> Exception:
-    """What went wrong connecting to the unit server, as a CliError when a person can fix it."""
+def _unit_server_error(url: str, source: McpToolSource, exc: Exception) -> CliError | None:
+    """What went wrong connecting to the unit server, when a person can fix it (else None: a bug)."""
     import httpx2
 
     from .mcpsource import McpRefused
@@ -239,7 +242,7 @@ def _unit_server_error(url: str, source: McpToolSource, exc: Exception) -> Excep
             f"cannot reach the unit server at {url} ({_root_cause(exc)}); start it (scripts/serve) and pass the "
             "MCP_URL it printed (--mcp-url or MCP_URL)"
         )
-    return exc
+    return None
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
