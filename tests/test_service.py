@@ -388,13 +388,32 @@ def test_read_log_tail_grep_and_paging(service: UnitService, host: Host) -> None
     tail = service.read_log(grep="greeting guest", lines=5)
     assert [line.rsplit(" ", 1)[1] for line in tail.lines] == [f"guest{n}" for n in range(25, 30)]
     assert tail.has_more
-    page = service.read_log(grep="greeting guest", offset=5, limit=3)
-    assert [line.rsplit(" ", 1)[1] for line in page.lines] == ["guest22", "guest23", "guest24"]
     everything = service.read_log(grep="greeting guest", lines=1000)
     assert everything.returned == 30 and not everything.has_more
+    assert everything.line_numbers[-5:] == tail.line_numbers
+
+    # line numbers are absolute: line N of the result is line N of the file
+    on_disk = host.log_path.read_text().splitlines()
+    assert all(on_disk[n - 1] == line for n, line in zip(everything.line_numbers, everything.lines, strict=True))
+    assert tail.total_lines == len(on_disk)
+
+    # newest first, paging back: before = the first number of the page before
+    back = service.read_log(grep="greeting guest", lines=3, before=tail.line_numbers[0])
+    assert [line.rsplit(" ", 1)[1] for line in back.lines] == ["guest22", "guest23", "guest24"] and back.has_more
+    # forward from an absolute line number (the reference's offset), `limit` lines
+    start = everything.line_numbers[10]
+    page = service.read_log(grep="greeting guest", offset=start, limit=3)
+    assert [line.rsplit(" ", 1)[1] for line in page.lines] == ["guest10", "guest11", "guest12"]
+    assert page.line_numbers == everything.line_numbers[10:13] and page.has_more
+    last = service.read_log(grep="greeting guest", offset=everything.line_numbers[-2])
+    assert last.returned == 2 and not last.has_more
+    assert service.read_log(offset=tail.total_lines + 1).lines == []
+
     assert service.read_log(grep="no such line").lines == []
     refusal("invalid_argument", service.read_log, lines=0)
-    refusal("invalid_argument", service.read_log, offset=-1)
+    refusal("invalid_argument", service.read_log, offset=0)
+    refusal("invalid_argument", service.read_log, before=-1)
+    refusal("invalid_argument", service.read_log, offset=1, before=5)
 
 
 def test_the_log_rotates_by_size_and_reading_pages_back_into_the_backups(units_root: Path, tmp_path: Path) -> None:
@@ -405,9 +424,11 @@ def test_the_log_rotates_by_size_and_reading_pages_back_into_the_backups(units_r
         assert all(path.exists() for path in files) and not small.log_path.with_name("app.log.3").exists()
         assert all(path.stat().st_size < 4096 + 200 for path in files), "a file rolls over once it reaches the limit"
         kept = UnitService(small).read_log(grep="line ", lines=1000)
+        stream = b"".join(path.read_bytes() for path in reversed(files)).decode().splitlines()  # oldest file first
     numbers = [int(line.split("line ")[1][:3]) for line in kept.lines]
     assert numbers == list(range(numbers[0], 200)) and 100 < len(numbers) < 200  # newest, in order, across files
     assert not kept.has_more
+    assert [stream[n - 1] for n in kept.line_numbers] == kept.lines, "numbers run through the backups"
 
 
 def test_read_log_never_reveals_host_paths(service: UnitService, host: Host) -> None:

@@ -1,36 +1,61 @@
-"""Read the app log from its end, a block at a time, never loading the whole file."""
+"""Read the app log by absolute line number: newest first from its end, or forward from a line, a block at a
+time, never loading a file whole.
+
+Line numbers run through the kept log as one stream: line 1 is the first line of the oldest rotated backup,
+the last line of the live file is `total`. A rotation drops the oldest backup, so the numbers then shift
+down by its line count. Each file's newlines are counted once and then only what was appended since.
+"""
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 BLOCK = 64 * 1024
 MAX_LINE_CHARS = 4000
+MAX_PENDING = 1024 * 1024
+_SIGNATURE_BYTES = 256
 
 
-def reverse_lines(path: Path, *, max_pending: int = 1024 * 1024) -> Iterator[bytes]:
-    """Yield the lines of a file last first. A line longer than max_pending bytes is cut to its end."""
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        handle.seek(0, 2)
-        position = handle.tell()
-        pending = b""
-        while position > 0:
-            size = min(BLOCK, position)
-            position -= size
-            handle.seek(position)
-            block = handle.read(size) + pending
-            parts = block.split(b"\n")
-            pending = parts[0][-max_pending:]
-            for line in reversed(parts[1:]):
-                if line:
-                    yield line
-        if pending:
-            yield pending
+@dataclass
+class Page:
+    lines: list[tuple[int, str]]
+    """(line number, text), oldest first."""
+    has_more: bool
+    """Matching lines exist beyond the page: older ones (newest-first reading) or newer ones (forward)."""
+    total: int
+    """Lines in the kept log: the number of its last line."""
+
+
+@dataclass
+class _Counted:
+    signature: bytes  # the file's first bytes: a reused inode number is a different file
+    size: int
+    newlines: int
+
+
+_counted: dict[tuple[int, int], _Counted] = {}
+_counted_lock = threading.Lock()
+
+
+@dataclass
+class _LogFile:
+    handle: BinaryIO
+    size: int
+    newlines: int
+    base: int  # lines in the older files
+
+    @property
+    def lines(self) -> int:
+        """Complete lines, and an unterminated last one if there is one."""
+        if self.size == 0:
+            return 0
+        self.handle.seek(self.size - 1)
+        return self.newlines + (self.handle.read(1) != b"\n")
 
 
 def log_files(path: Path, backups: int) -> list[Path]:
@@ -38,25 +63,158 @@ def log_files(path: Path, backups: int) -> list[Path]:
     return [path] + [path.with_name(f"{path.name}.{n}") for n in range(1, backups + 1)]
 
 
-def tail(files: list[Path], *, grep: str | None, skip: int, count: int) -> tuple[list[str], bool]:
-    """The `count` newest lines containing grep, after skipping the `skip` newest.
-
-    Returns them oldest first, and whether older matching lines exist.
-    """
-    found: list[str] = []
-    wanted = skip + count + 1
-    seen = 0
-    for path in files:
-        for raw in reverse_lines(path):
-            line = raw.decode("utf-8", "replace").rstrip("\r")
-            if grep is not None and grep not in line:
+def newest(files: list[Path], *, grep: str | None, count: int, before: int | None = None) -> Page:
+    """The `count` newest lines containing grep (numbered below `before`, if given), oldest first."""
+    with _open(files) as opened:
+        total = opened[-1].base + opened[-1].lines if opened else 0
+        found: list[tuple[int, str]] = []
+        for log in reversed(opened):
+            if before is not None and log.base + 1 >= before:
                 continue
-            seen += 1
-            if seen > skip:
-                found.append(line[:MAX_LINE_CHARS])
-            if seen >= wanted:
-                break
-        if seen >= wanted:
+            for number, raw in _reverse(log):
+                if before is not None and number >= before:
+                    continue
+                text = _match(raw, grep)
+                if text is not None:
+                    found.append((number, text))
+                    if len(found) > count:
+                        return Page(list(reversed(found[:count])), True, total)
+        return Page(list(reversed(found)), False, total)
+
+
+def forward(files: list[Path], *, grep: str | None, count: int, start: int) -> Page:
+    """The first `count` lines containing grep from line number `start` on, oldest first."""
+    with _open(files) as opened:
+        total = opened[-1].base + opened[-1].lines if opened else 0
+        found: list[tuple[int, str]] = []
+        for log in opened:
+            if log.base + log.lines < start:
+                continue
+            for number, raw in _forward(log, start):
+                text = _match(raw, grep)
+                if text is not None:
+                    if len(found) == count:
+                        return Page(found, True, total)
+                    found.append((number, text))
+        return Page(found, False, total)
+
+
+class _open:
+    """The existing log files, oldest first, opened with their sizes and newline counts fixed now: lines
+    appended while reading are left for the next call, so every number given out is right."""
+
+    def __init__(self, files: list[Path]) -> None:
+        self.opened: list[_LogFile] = []
+        base = 0
+        for path in reversed(files):
+            try:
+                handle = path.open("rb")
+            except FileNotFoundError:
+                continue
+            status = os.fstat(handle.fileno())
+            log = _LogFile(handle, status.st_size, _newlines(handle, status), base)
+            self.opened.append(log)
+            base += log.lines
+
+    def __enter__(self) -> list[_LogFile]:
+        return self.opened
+
+    def __exit__(self, *exc: object) -> None:
+        for log in self.opened:
+            log.handle.close()
+
+
+def _newlines(handle: BinaryIO, status: os.stat_result) -> int:
+    """Newlines in the first `st_size` bytes, counting only what was appended since the last call."""
+    key = (status.st_dev, status.st_ino)
+    handle.seek(0)
+    signature = handle.read(_SIGNATURE_BYTES)
+    with _counted_lock:
+        known = _counted.get(key)
+    if known is None or known.size > status.st_size or not signature.startswith(known.signature):
+        known = _Counted(signature, 0, 0)
+    handle.seek(known.size)
+    done, newlines = known.size, known.newlines
+    while done < status.st_size:
+        chunk = handle.read(min(16 * BLOCK, status.st_size - done))
+        if not chunk:
             break
-    has_more = len(found) > count
-    return list(reversed(found[:count])), has_more
+        newlines += chunk.count(b"\n")
+        done += len(chunk)
+    with _counted_lock:
+        if len(_counted) > 64:
+            _counted.clear()
+        _counted[key] = _Counted(signature, done, newlines)
+    return newlines
+
+
+def _reverse(log: _LogFile) -> Iterator[tuple[int, bytes]]:
+    """(number, line) last first. A line longer than MAX_PENDING bytes is cut to its end."""
+    handle, position, pending = log.handle, log.size, b""
+    index = log.newlines  # of the piece after the last newline (empty when the file ends with one)
+    while position > 0:
+        size = min(BLOCK, position)
+        position -= size
+        handle.seek(position)
+        parts = (handle.read(size) + pending).split(b"\n")
+        pending = parts[0][-MAX_PENDING:]
+        for line in reversed(parts[1:]):
+            if line:
+                yield log.base + index + 1, line
+            index -= 1
+    if pending:
+        yield log.base + index + 1, pending
+
+
+def _skip_to(log: _LogFile, start: int) -> tuple[int, int]:
+    """The byte position and number of line `start` in this file (its first line if `start` is before it),
+    found by counting newlines a block at a time."""
+    wanted = start - log.base - 1  # newlines before that line
+    handle, position, passed = log.handle, 0, 0
+    handle.seek(0)
+    while wanted > passed and position < log.size:
+        chunk = handle.read(min(16 * BLOCK, log.size - position))
+        if not chunk:
+            break
+        found = chunk.count(b"\n")
+        if passed + found >= wanted:
+            index = -1
+            for _ in range(wanted - passed):
+                index = chunk.index(b"\n", index + 1)
+            return position + index + 1, start
+        passed += found
+        position += len(chunk)
+    return position, log.base + passed + 1
+
+
+def _forward(log: _LogFile, start: int) -> Iterator[tuple[int, bytes]]:
+    """(number, line) first first from line `start`, up to the counted size. A line longer than MAX_PENDING
+    bytes is cut."""
+    handle = log.handle
+    position, number = _skip_to(log, start)
+    left = log.size - position
+    handle.seek(position)
+    while left > 0:
+        raw = handle.readline(min(left, MAX_PENDING))
+        if not raw:
+            return
+        left -= len(raw)
+        if raw.endswith(b"\n"):
+            if raw != b"\n":
+                yield number, raw[:-1]
+            number += 1
+        else:  # a cut long line (its rest follows) or the unterminated last line
+            yield number, raw
+            while left > 0 and not raw.endswith(b"\n"):
+                raw = handle.readline(min(left, MAX_PENDING))
+                left -= len(raw)
+                if not raw:
+                    return
+            number += 1
+
+
+def _match(raw: bytes, grep: str | None) -> str | None:
+    line = raw.decode("utf-8", "replace").rstrip("\r")
+    if grep is not None and grep not in line:
+        return None
+    return line[:MAX_LINE_CHARS]

@@ -128,6 +128,11 @@ class TestTimeout(UnitError):
     default_hint = "The test run was killed at its timeout: look for an infinite loop or raise `timeout`."
 
 
+class Cancelled(UnitError):
+    code = "cancelled"
+    default_hint = "The caller cancelled the call; nothing more was done."
+
+
 class TooLarge(UnitError):
     code = "too_large"
     default_hint = "Send a smaller argument."

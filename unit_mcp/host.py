@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import cancel
 from .loader import FilesystemLoader, UnitKind
 from .paths import hash_bytes
 from .redact import Redactor
@@ -515,13 +516,15 @@ class Host:
         if self._worker is None:
             self._worker = _Worker("unit-mcp-reload")
         self._worker.submit(run)
-        finished = done.wait(self.reload_timeout)
+        finished = cancel.wait(done, self.reload_timeout)
         self._transaction_thread = None
         if not finished:
             given_up.append(stage())
             abandoned.set()
             self._worker.stop()
             self._worker = None
+            if cancel.requested():
+                raise ReloadTimeout(f"{given_up[0]} of unit {unit_id} was still running when the caller cancelled")
             raise ReloadTimeout(f"{given_up[0]} of unit {unit_id} did not finish within {self.reload_timeout:g} s")
         if "error" in outcome:
             raise outcome["error"]

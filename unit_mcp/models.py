@@ -141,9 +141,17 @@ class RunTestsResult(_Model):
 
 
 class ReadLogResult(_Model):
-    lines: list[str]
+    lines: list[str] = Field(description="The matching lines, oldest first.")
+    line_numbers: list[int] = Field(
+        description="The absolute line number of each line (line 1 is the oldest kept line; a log rotation "
+        "renumbers). Pass one as offset to read forward from it, or as before to page back."
+    )
     returned: int
-    has_more: bool = Field(description="Older matching lines exist beyond this page.")
+    has_more: bool = Field(
+        description="More matching lines exist beyond this page: older ones (newest-first reading, page back "
+        "with before=line_numbers[0]), or newer ones when reading forward from offset."
+    )
+    total_lines: int = Field(description="Lines in the kept log: the number of its newest line.")
     grep: str | None = None
 
 

@@ -184,6 +184,20 @@ def replace_bytes(root: Path, parts: Sequence[str], data: bytes) -> None:
             raise
 
 
+def write_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600) -> None:
+    """Atomically write `folder/name` (new or replaced) with `mode`: a reader sees the old file or the new one."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        tmp = _write_temp(fd, name, data, mode)
+        try:
+            os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            os.unlink(tmp, dir_fd=fd)
+            raise
+    finally:
+        os.close(fd)
+
+
 def create_bytes(root: Path, parts: Sequence[str], data: bytes, *, mode: int = 0o644) -> list[str]:
     """Atomically create a file that must not exist yet; return the parent folders it had to create."""
     created: list[str] = []

@@ -2,24 +2,29 @@
 
 A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge`. Without --units it serves a private
 copy of the built-in example units, so a newcomer can connect at once. Once listening it prints, one per
-line, the URLs, the token, the isolated OpenCode launcher and a ready config or command for each other client.
+line, the URLs, the token, the isolated OpenCode launcher and a ready config or command for each other client
+(`--env-file` writes the same lines to a file). A failure a person can fix (a port in use, a folder it
+cannot write) ends with one line on stderr saying what happened and what to do; `--debug` shows the
+traceback too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import shlex
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
 
+from . import paths
 from .bridge import Bridge, BridgeError
 from .clients import Endpoint, write_client_configs
 from .host import Host
@@ -31,6 +36,10 @@ from .tools import UnitTools, check_prefix
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
 
 log = logging.getLogger("unit_mcp.server")
+
+
+class StartError(Exception):
+    """A start-up failure the person running the server can fix; the message says what happened and what to do."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -50,7 +59,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "removed at exit",
     )
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port to bind (default: 0, a free port)")
+    parser.add_argument("--port", type=int, help="port to bind (default: a free port)")
     parser.add_argument("--tool-prefix", default="", help="prefix for every tool name, e.g. space_ → space_unit_list")
     parser.add_argument(
         "--server-name", default="unit-dev", help="name of this server in the OpenCode config (default: unit-dev)"
@@ -60,15 +69,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="speak MCP on stdin/stdout instead of HTTP (for clients that launch the server); prints nothing else",
     )
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        help="also write the printed KEY=VALUE lines to this file (atomically, mode 0600), e.g. for `set -a; . FILE`",
+    )
     parser.add_argument("--no-watch", action="store_true", help="do not reload units when their files change on disk")
     parser.add_argument(
         "--no-auth",
         action="store_true",
         help="serve without the bearer token, for clients that cannot send headers (loopback is still enforced)",
     )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
     args = parser.parse_args(argv)
     if not is_loopback(args.host):
         parser.error(f"--host {args.host} is not a loopback address; unit-mcp serves on loopback only")
+    if args.stdio and (args.port is not None or args.env_file is not None):
+        option = "--port" if args.port is not None else "--env-file"
+        parser.error(f"--stdio speaks on stdin/stdout and listens on no port; leave out {option}")
+    if args.port is None:
+        args.port = 0
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port} is not a port number")
     try:
@@ -114,18 +134,31 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         stack.callback(shutil.rmtree, data_dir, True)
     else:
         data_dir = args.data_dir.resolve()
-        data_dir.mkdir(parents=True, exist_ok=True)
     units = args.units
-    if units is None:
-        units = data_dir / "example-units"
-        if not units.exists():
-            shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
-    host = Host(units, data_dir)
-    host.start()
+    with _cannot_write("--data-dir", data_dir, "give a folder you can write, or leave --data-dir out"):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if units is None:
+            units = data_dir / "example-units"
+            if not units.exists():
+                shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
+        host = Host(units, data_dir)
+        host.start()
     stack.callback(host.close)
+    if not host.unit_kinds():
+        empty = f"--units {units} holds no units yet (add <unit_id>.py or <unit_id>/__init__.py)"
+        print(f"unit-mcp: warning: {empty}", file=sys.stderr, flush=True)
     if not args.no_watch:
         host.start_watching()
     return UnitTools(UnitService(host), prefix=args.tool_prefix), data_dir
+
+
+@contextlib.contextmanager
+def _cannot_write(option: str, path: Path, remedy: str) -> Iterator[None]:
+    """An OSError while preparing `path` becomes one StartError line naming the option, the cause and the remedy."""
+    try:
+        yield
+    except OSError as exc:
+        raise StartError(f"cannot use {option} {path}: {exc.strerror or exc}; {remedy}") from exc
 
 
 async def _serve_stdio(tools: UnitTools, streams: Streams) -> None:
@@ -144,35 +177,63 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
         config_root=data_dir / "opencode-config",
         auth=not args.no_auth,
     )
-    await stack.enter_async_context(bridge)
+    try:
+        await stack.enter_async_context(bridge)
+    except BridgeError as exc:
+        if isinstance(exc.__cause__, OSError):  # the socket could not be bound
+            raise StartError(f"{exc}; choose another --port, or leave --port out for a free one") from exc
+        raise
     status = bridge.status()
-    _say(f"MCP_URL={status.url}")
-    _say(f"MCP_SSE_URL={status.sse_url}")
+    lines = [f"MCP_URL={status.url}", f"MCP_SSE_URL={status.sse_url}"]
     if bridge.token is not None:
-        _say(f"MCP_TOKEN={bridge.token}")
-    _say(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
+        lines.append(f"MCP_TOKEN={bridge.token}")
+    lines.append(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
     assert status.url is not None and status.sse_url is not None and status.config_root is not None
     endpoint = Endpoint(url=status.url, sse_url=status.sse_url, token=bridge.token, name=args.server_name)
     for key, value in write_client_configs(
         data_dir / "clients", endpoint, opencode_config_home=Path(status.config_root)
     ):
-        _say(f"{key}={value}")
+        lines.append(f"{key}={value}")
+    if args.env_file is not None:
+        write_env_file(args.env_file, lines)
+    for line in lines:
+        _say(line)
     _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
     await anyio.sleep_forever()
+
+
+def write_env_file(path: Path, lines: Sequence[str]) -> None:
+    """The KEY=VALUE lines, shell-quoted, replacing `path` atomically with mode 0600 (it holds the token)."""
+    text = "".join(f"{key}={shlex.quote(value)}\n" for key, _, value in (line.partition("=") for line in lines))
+    target = path.absolute()
+    with _cannot_write("--env-file", path, "give a file in a folder you can write"):
+        paths.write_file(target.parent, target.name, text.encode(), mode=0o600)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.WARNING)
+    handler.setLevel(logging.DEBUG if args.debug else logging.WARNING)
     handler.setFormatter(logging.Formatter("unit-mcp: %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
+    if args.debug:
+        logging.getLogger("unit_mcp").setLevel(logging.DEBUG)
     try:
         anyio.run(serve, args, backend="asyncio")
-    except BridgeError as exc:
-        print(f"unit-mcp: error: {exc}", file=sys.stderr)
+    except BaseException as exc:
+        expected = _expected(exc)
+        if expected is None or args.debug:
+            raise
+        print(f"unit-mcp: error: {expected}", file=sys.stderr)
         return 1
     return 0
+
+
+def _expected(exc: BaseException) -> BaseException | None:
+    """The StartError or BridgeError behind `exc` (task groups wrap it in exception groups), else None."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, StartError | BridgeError) else None
 
 
 if __name__ == "__main__":

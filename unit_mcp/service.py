@@ -19,6 +19,7 @@ from typing import Any
 from . import applog, paths
 from .errors import (
     BinarySource,
+    Cancelled,
     Exists,
     InvalidArgument,
     InvalidSourceId,
@@ -503,6 +504,8 @@ class UnitService:
             duration_ms=run.duration_ms,
             timed_out=run.timed_out,
         )
+        if run.cancelled:
+            raise Cancelled(f"Tests test_{test_name} of unit {unit_id!r} were cancelled and their processes killed.")
         if run.timed_out:
             raise TestTimeout(
                 f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.",
@@ -516,23 +519,46 @@ class UnitService:
             return self._reload(unit_id)
 
     def read_log(
-        self, grep: str | None = None, lines: int = 100, offset: int | None = None, limit: int | None = None
+        self,
+        grep: str | None = None,
+        lines: int = 100,
+        offset: int | None = None,
+        limit: int | None = None,
+        before: int | None = None,
     ) -> ReadLogResult:
-        """The newest matching log lines, oldest first. `offset` skips that many newest matches (paging back)."""
+        """Matching log lines with their absolute line numbers, oldest first: by default the newest `lines`
+        (page back with `before`, the first number of the previous page); with `offset`, forward from that
+        line number (`limit` lines, default `lines`)."""
         for name, value, low, high in (
             ("lines", lines, 1, MAX_LOG_LINES),
-            ("offset", offset, 0, MAX_LOG_OFFSET),
+            ("offset", offset, 1, MAX_LOG_OFFSET),
             ("limit", limit, 1, MAX_LOG_LINES),
+            ("before", before, 1, MAX_LOG_OFFSET),
         ):
             if value is not None and (type(value) is not int or not low <= value <= high):
                 raise InvalidArgument(f"{name} must be an integer from {low} to {high}, not {value!r}.")
         if grep is not None and (not isinstance(grep, str) or len(grep) > 1000):
             raise InvalidArgument("grep must be a string of at most 1000 characters.")
-        count = limit if offset is not None and limit is not None else lines
+        if offset is not None and before is not None:
+            raise InvalidArgument(
+                "Give offset (read forward from a line number) or before (page back), not both.",
+                hint="offset=N reads from line N on; before=N reads the newest lines numbered below N.",
+            )
+        count = limit if limit is not None else lines
         files = applog.log_files(self.host.log_path, self.host.log_backups)
-        found, has_more = applog.tail(files, grep=grep or None, skip=offset or 0, count=count)
-        shown = [self.host.redact(line) for line in found]
-        return ReadLogResult(lines=shown, returned=len(shown), has_more=has_more, grep=grep or None)
+        if offset is not None:
+            page = applog.forward(files, grep=grep or None, count=count, start=offset)
+        else:
+            page = applog.newest(files, grep=grep or None, count=count, before=before)
+        shown = [self.host.redact(text) for _, text in page.lines]
+        return ReadLogResult(
+            lines=shown,
+            line_numbers=[number for number, _ in page.lines],
+            returned=len(shown),
+            has_more=page.has_more,
+            total_lines=page.total,
+            grep=grep or None,
+        )
 
     def snapshot(self, unit_id: str) -> SnapshotResult:
         self._unit(unit_id)

@@ -1,4 +1,6 @@
-"""Run a unit's test module in a subprocess: own process group, timeout that kills the whole group, capped output."""
+"""Run a unit's test module in a subprocess: own process group, timeout that kills the whole group, capped output.
+
+A cancellation (`unit_mcp.cancel`) kills the group too, within one poll interval (`POLL`)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import cancel
 from .proctree import descendants, kill_all
 
 PIPE_GRACE = 0.5
+POLL = 0.1  # seconds between checks for the end of the process and for a cancellation
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -61,10 +65,14 @@ class TestProcessResult:
     truncated: bool
     duration_ms: float
     timed_out: bool
+    cancelled: bool = False
 
 
-def _pump(proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, deadline: float) -> bool:
-    """Copy both pipes into their buffers until EOF on both or the deadline. True if the process ended.
+def _pump(
+    proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, deadline: float, cancellable: bool = False
+) -> bool:
+    """Copy both pipes into their buffers until EOF on both, the deadline or (if `cancellable`) a cancellation.
+    True if the process ended.
 
     One thread and non-blocking reads: a pipe held open by an escaped grandchild can delay us
     until the deadline, never block us.
@@ -79,9 +87,9 @@ def _pump(proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, de
             if proc.poll() is not None:
                 deadline = min(deadline, now + PIPE_GRACE)  # pipes held open by a stray child: stop soon
             remaining = deadline - now
-            if remaining <= 0:
+            if remaining <= 0 or (cancellable and cancel.requested()):
                 break
-            for key, _ in selector.select(min(remaining, 0.2)):
+            for key, _ in selector.select(min(remaining, POLL)):
                 try:
                     chunk = os.read(key.fd, 65536)
                 except BlockingIOError:
@@ -90,11 +98,11 @@ def _pump(proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, de
                     streams[key.fd].feed(chunk)
                 else:
                     selector.unregister(key.fd)
-        if proc.poll() is None:
-            try:
-                proc.wait(max(0.0, deadline - time.perf_counter()))
-            except subprocess.TimeoutExpired:
+        while proc.poll() is None:  # both pipes closed (or given up on), the process still runs
+            if time.perf_counter() >= deadline or (cancellable and cancel.requested()):
                 return False
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, min(POLL, deadline - time.perf_counter())))
         return True
     finally:
         selector.close()
@@ -149,7 +157,9 @@ def _run_test_host(
     out, err = CappedBuffer(max_output), CappedBuffer(max_output)
     streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
     try:
-        timed_out = not _pump(proc, streams, deadline=started + timeout)
+        ended = _pump(proc, streams, deadline=started + timeout, cancellable=True)
+        cancelled = not ended and cancel.requested()
+        timed_out = not ended and not cancelled
     finally:
         kill_tree(proc.pid)  # the test's own children too, whether it finished or not
         proc.wait()
@@ -158,10 +168,11 @@ def _run_test_host(
         proc.stderr.close()
     duration = (time.perf_counter() - started) * 1000
     return TestProcessResult(
-        exit_code=None if timed_out else proc.returncode,
+        exit_code=None if timed_out or cancelled else proc.returncode,
         stdout=out.text(),
         stderr=err.text(),
         truncated=out.truncated or err.truncated,
         duration_ms=duration,
         timed_out=timed_out,
+        cancelled=cancelled,
     )

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from . import __version__
+from .cancel import cancellation
 from .errors import UnitError
 from .models import (
     ApplyPatchResult,
@@ -167,8 +169,13 @@ class RunTestsArgs(_Args):
 class ReadLogArgs(_Args):
     grep: str | None = Field(None, description="Only lines containing this text (case-sensitive substring).")
     lines: int = Field(100, description="How many of the newest matching lines to return (1-1000).")
-    offset: int | None = Field(None, description="Skip this many newest matching lines first, to page back.")
-    limit: int | None = Field(None, description="Lines to return when paging with offset (instead of `lines`).")
+    offset: int | None = Field(
+        None, description="Read forward from this absolute line number (see line_numbers), oldest first."
+    )
+    limit: int | None = Field(None, description="Lines to return (instead of `lines`), e.g. with offset.")
+    before: int | None = Field(
+        None, description="Page back: the newest matching lines numbered below this (the first of line_numbers)."
+    )
 
 
 @dataclass(frozen=True)
@@ -302,8 +309,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "unit_read_log",
         "Read the application log",
         "Read the newest lines of the application log, oldest first, optionally only those containing "
-        "`grep`. Units log as 'units.<unit_id>'. Page back with offset and limit; has_more says whether "
-        "older matching lines exist.",
+        "`grep`, with their absolute line_numbers. Units log as 'units.<unit_id>'. Page back with "
+        "before=line_numbers[0]; or read forward from a line number with offset (and limit). has_more says "
+        "whether more matching lines exist in the direction read.",
         ReadLogArgs,
         ReadLogResult,
         "filesystem-read",
@@ -488,7 +496,7 @@ class UnitTools:
             elif spec.on_loop:
                 result = call()
             else:
-                result = await anyio.to_thread.run_sync(call)
+                result = await _in_thread(call)
         except UnitError as exc:
             log.info("call %s %s refused: [%s] %s", params.name, target, exc.code, _shown_message(exc.message))
             return self._error(exc.code, exc.message, exc.hint, exc.details)
@@ -523,13 +531,6 @@ class UnitTools:
         self, ctx: ServerRequestContext[Any], call: Callable[[], BaseModel], label: str
     ) -> BaseModel:
         """Run `call` in a worker thread, reporting progress every `progress_interval` seconds until it ends."""
-        outcome: list[Any] = []
-
-        def run() -> None:
-            try:
-                outcome.append(call())
-            except Exception as exc:
-                outcome.append(exc)
 
         async def report() -> None:
             started = anyio.current_time()
@@ -542,14 +543,44 @@ class UnitTools:
                     log.debug("progress for %s could not be sent", label, exc_info=True)
                     return
 
+        outcome: list[BaseModel | Exception] = []
         async with anyio.create_task_group() as tg:
             tg.start_soon(report)
-            await anyio.to_thread.run_sync(run)
+            try:
+                outcome.append(await _in_thread(call))
+            except Exception as exc:  # raised after the task group, which would wrap it in an ExceptionGroup
+                outcome.append(exc)
             tg.cancel_scope.cancel()
         if isinstance(outcome[0], Exception):
             raise outcome[0]
-        result: BaseModel = outcome[0]
-        return result
+        return outcome[0]
+
+
+CANCEL_GRACE = 5.0
+"""Seconds a cancelled call waits for its worker thread to stop (a test's processes die within 0.1 s)."""
+
+
+async def _in_thread(call: Callable[[], BaseModel]) -> BaseModel:
+    """Run `call` in a worker thread. When the client cancels the request (MCP `notifications/cancelled`, or
+    it closes the request), the work is told so (`unit_mcp.cancel`): a test's process group is killed, a
+    reload stops waiting for unit code; the call waits up to CANCEL_GRACE for the thread, then ends cancelled."""
+    finished = threading.Event()
+
+    def run() -> BaseModel:
+        try:
+            return call()
+        finally:
+            finished.set()
+
+    with cancellation() as cancel:
+        try:
+            return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            cancel.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(finished.wait, CANCEL_GRACE)
+            log.info("call cancelled by the client%s", "" if finished.is_set() else "; its thread still runs")
+            raise
 
 
 # Clients and the conformance suite list resources and prompts of every server; this one has none.

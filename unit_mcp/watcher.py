@@ -1,4 +1,9 @@
-"""Reload a unit when a human edits its files on disk; never touch the human's files."""
+"""Reload a unit when a human edits its files on disk; never touch the human's files.
+
+`start()` returns once the watch is armed (the inotify watches are in place), so an edit made right after
+it is seen. `watchfiles.watch` arms its watch lazily, inside the generator, on the watcher thread; this
+module drives watchfiles' own `RustNotify` instead, created in `start()` itself.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import watchfiles
+from watchfiles._rust_notify import RustNotify
 
 from . import paths
 from .host import ReloadError
@@ -20,34 +26,38 @@ def _interesting(change: watchfiles.Change, path: str) -> bool:
 
 
 class UnitWatcher:
-    """A background thread running `watchfiles.watch` on the units root (debounced)."""
+    """A background thread waiting on a watchfiles `RustNotify` of the units root (debounced)."""
 
     def __init__(self, host: Host, *, debounce_ms: int = 300) -> None:
         self.host = host
         self.debounce_ms = debounce_ms
         self._stop = threading.Event()
-        self._ready = threading.Event()
+        self._notify: RustNotify | None = None
         self._thread = threading.Thread(target=self._run, name="unit-mcp-watcher", daemon=True)
 
     def start(self) -> None:
+        """Arm the watch, then start the thread that reloads: an edit after this returns is seen."""
+        self._notify = RustNotify([str(self.host.units_root)], False, False, 300, True, False)
         self._thread.start()
-        self._ready.wait(5)
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
+        notify, self._notify = self._notify, None
+        if notify is not None:
+            notify.close()
 
     def _run(self) -> None:
-        self._ready.set()
-        for changes in watchfiles.watch(
-            self.host.units_root,
-            watch_filter=_interesting,
-            debounce=self.debounce_ms,
-            step=50,
-            stop_event=self._stop,
-            raise_interrupt=False,
-        ):
-            self.handle(changes)
+        assert self._notify is not None
+        while True:
+            raw = self._notify.watch(self.debounce_ms, 50, 0, self._stop)
+            if raw == "stop":
+                return
+            if isinstance(raw, set):
+                changes = {(watchfiles.Change(c), path) for c, path in raw if _interesting(watchfiles.Change(c), path)}
+                if changes:
+                    self.handle(changes)
 
     def handle(self, changes: set[tuple[watchfiles.Change, str]]) -> None:
         by_unit: dict[str, list[Path]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,109 @@ def test_a_turn_needs_a_model_endpoint(
         assert main(["--data-dir", str(tmp_path), *command]) == 2
         assert "give --base-url or set OPENAI_BASE_URL" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing was created
+
+
+# -- what a person meets when something is off: one line saying what and what to do, never a traceback --
+
+
+def unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def cli_with_env(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "UNIT_MCP_", "OPENAI_"))}
+    done = await anyio.run_process(
+        [sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False, env={**clean, **env}
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def last_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    return stderr.strip().splitlines()[-1]
+
+
+async def test_a_refused_token_names_the_401_and_the_variable(tmp_path: Path, unit_server: UnitServer) -> None:
+    """MCP_URL/MCP_TOKEN (what the server prints) are read, and UNIT_MCP_URL/UNIT_MCP_TOKEN as fallbacks."""
+    expected = (
+        f"error: the unit server at {unit_server.url} refused the token (401 Unauthorized); "
+        "pass the MCP_TOKEN it printed (--mcp-token=T or MCP_TOKEN)"
+    )
+    run = ["--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "hi"]
+    for names in (("MCP_URL", "MCP_TOKEN"), ("UNIT_MCP_URL", "UNIT_MCP_TOKEN")):
+        code, out, err = await cli_with_env({names[0]: unit_server.url, names[1]: "wrong"}, *run)
+        assert code == 1 and out == "" and last_line(err) == expected and len(err.splitlines()) == 1, err
+    assert unit_server.calls == []
+
+
+async def test_an_unreachable_unit_server_is_one_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{unused_port()}/mcp"
+    code, out, err = await cli_with_env(
+        {"MCP_URL": url, "MCP_TOKEN": "t"},
+        "--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "hi",
+    )  # fmt: skip
+    assert code == 1 and out == "" and len(err.splitlines()) == 1
+    assert last_line(err).startswith(f"error: cannot reach the unit server at {url} (")
+    assert last_line(err).endswith("); start it (scripts/serve) and pass the MCP_URL it printed (--mcp-url or MCP_URL)")
+
+
+async def test_a_model_endpoint_that_is_down_or_refuses_the_key_is_one_line(tmp_path: Path) -> None:
+    base_url = f"http://127.0.0.1:{unused_port()}/v1"
+    run = ["--data-dir", str(tmp_path / "d"), "run", "--model", "m", "hi"]
+    code, _, err = await cli_with_env({"OPENAI_BASE_URL": base_url}, *run)
+    assert code == 1
+    assert last_line(err) == (
+        f"error: cannot reach the model endpoint {base_url} (Connection error.); check --base-url "
+        "(or OPENAI_BASE_URL) and that the endpoint runs"
+    )
+    assert err.splitlines()[-2].startswith("session: ses-"), "the session (kept) is named before the error"
+
+    refusal = say("unused", error={"status": 401, "message": "Incorrect API key provided"})
+    async with ScriptedModel([refusal]) as model:
+        base_url = model.base_url
+        code, _, err = await cli_with_env({"OPENAI_API_KEY": "sk-wrong"}, *run, "--base-url", base_url)
+    assert code == 1
+    line = last_line(err)
+    assert line.startswith(f"error: the model endpoint {base_url} refused the API key (Error code: 401")
+    assert "Incorrect API key provided" in line and line.endswith("; pass a valid key (--api-key or OPENAI_API_KEY)")
+
+
+async def test_a_store_that_cannot_be_written_and_an_unknown_session_are_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = blocker / "sessions"
+    expected = (
+        f"error: cannot use the session store {store}: Not a directory; give a folder you can write "
+        "(--data-dir or UNIT_MCP_AGENT_DATA)"
+    )
+    model = ["--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
+    for command in (["run", *model, "hi"], ["sessions", "pending", "ses-x"], ["sessions", "list"]):
+        code, _, err = await cli_with_env({"UNIT_MCP_AGENT_DATA": str(store)}, *command)
+        if command[-1] == "list":  # browsing opens the store read-only: a missing store is just empty
+            assert code == 0 and err == "", err
+            continue
+        assert code == 1 and last_line(err) == expected and len(err.splitlines()) == 1, (command, err)
+
+    data = tmp_path / "data"
+    unknown = (
+        f"error: no session ses-nope in {data}; `python -m unit_mcp.agent sessions list` shows the sessions there "
+        "(--data-dir picks another store)"
+    )
+    for command in (["sessions", "show", "ses-nope"], ["sessions", "pending", "ses-nope"],
+                    ["answer", "ses-nope", "apr-1", "approve", *model]):  # fmt: skip
+        code, _, err = await cli_with_env({}, "--data-dir", str(data), *command)
+        assert code == 1 and last_line(err) == unknown and len(err.splitlines()) == 1, (command, err)
+
+
+async def test_help_shows_the_real_defaults(tmp_path: Path) -> None:
+    code, out, _ = await cli_with_env({"HOME": str(tmp_path), "XDG_DATA_HOME": "", "COLUMNS": "1000"}, "--help")
+    assert code == 0
+    assert f"(default: $UNIT_MCP_AGENT_DATA or {tmp_path}/.local/share/unit-mcp/agent-sessions)" in " ".join(
+        out.split()
+    )
+    code, out, _ = await cli_with_env({"COLUMNS": "1000"}, "run", "--help")
+    flat = " ".join(out.split())
+    assert code == 0 and "(default: $MCP_URL;" in flat and "(default: $MCP_TOKEN;" in flat
+    assert "(default: $OPENAI_BASE_URL)" in flat

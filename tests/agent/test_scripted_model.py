@@ -160,3 +160,18 @@ def test_the_command_line_serves_a_script_until_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
     assert json.loads(log.read_text())["index"] == 1
+
+
+async def test_the_readme_example_script_is_valid_and_plays() -> None:
+    """The README documents the step format with one script holding every field; it must parse and answer."""
+    readme = (REPO / "README.md").read_text()
+    script = Script.parse(readme.split("Every field of a step, in one script:\n\n```json\n", 1)[1].split("```", 1)[0])
+    assert len(script.steps) == 6
+    tools = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("unit_inspect", "x")]
+    async with ScriptedModel(script) as model, httpx2.AsyncClient(base_url=model.base_url) as http:
+        asked = body({"role": "user", "content": "what is counter?"}, tools=tools)
+        answer = (await http.post("/chat/completions", json=asked)).json()["choices"][0]["message"]
+        assert answer["content"] == "Let me look."
+        assert answer["tool_calls"][0]["function"] == {"name": "unit_inspect", "arguments": '{"unit_id": "counter"}'}
+        refused = await http.post("/chat/completions", json=body({"role": "user", "content": "hi"}))
+        assert refused.status_code == 429 and refused.json()["error"]["message"] == "scripted model: slow down"

@@ -1,7 +1,9 @@
-"""The figures the hardening suite measures, written to `reports/hardening.json` and `reports/hardening.md`.
+"""The figures the hardening suite measures, written to `hardening.json` and `hardening.md`.
 
-Each test records its own section; a run merges its sections into the existing report, so running one test
-module refreshes its figures without dropping the others. `UNIT_MCP_REPORT_DIR` moves the report elsewhere.
+A test run writes them to `build/hardening/` (ignored by git), so tests leave the work tree as they found
+it; `scripts/hardening-report` runs the suite with `UNIT_MCP_REPORT_DIR=reports` to refresh the committed
+report. Each test records its own section; a run merges its sections into the existing report, so running
+one test module refreshes its figures without dropping the others.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         "# Hardening figures",
         "",
-        "Written by `tests/hardening` each time it runs (`scripts/test tests/hardening`); do not edit by hand.",
+        "Written by `scripts/hardening-report` (it runs `tests/hardening`); do not edit by hand.",
         f"Last machine: Python {machine.get('python')}, {machine.get('platform')}, {machine.get('cpus')} CPUs.",
     ]
     for name, figures in report.get("sections", {}).items():
@@ -109,4 +111,5 @@ def render(report: dict[str, Any]) -> str:
 
 
 def report_dir() -> Path:
-    return Path(os.environ.get("UNIT_MCP_REPORT_DIR") or REPO / "reports")
+    """`UNIT_MCP_REPORT_DIR`, else `build/hardening` (ignored): a plain test run changes no tracked file."""
+    return Path(os.environ.get("UNIT_MCP_REPORT_DIR") or REPO / "build" / "hardening")

@@ -72,7 +72,7 @@ MISTYPED: dict[str, list[Any]] = {
 }
 KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "str", "old": "str", "new": "str",
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
-         "offset": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float"}  # fmt: skip
+         "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:

@@ -13,7 +13,10 @@ before a tool whose risk needs approval (without a terminal such a call is denie
 a risk up front). Ctrl-C cancels the turn cleanly. If the process ends while it asks (the terminal was
 closed), `sessions pending` lists the question and `answer` resumes the turn: an approved call runs then,
 and the model goes on (`answer` takes the same model and server options as `run`). Defaults come from
-OPENAI_BASE_URL, OPENAI_API_KEY, UNIT_MCP_URL, UNIT_MCP_TOKEN and UNIT_MCP_AGENT_DATA.
+OPENAI_BASE_URL, OPENAI_API_KEY, MCP_URL and MCP_TOKEN (the names the unit server prints; UNIT_MCP_URL and
+UNIT_MCP_TOKEN are read too) and UNIT_MCP_AGENT_DATA. A failure a person can fix (a server that does not
+answer, a refused token or key, a session that does not exist) ends with one line saying what happened and
+what to do; `--debug` shows the traceback too.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,12 +35,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
-from .items import Item, MessageItem, ToolCallItem, ToolResultItem
+from .items import ErrorItem, Item, MessageItem, ToolCallItem, ToolResultItem
 from .paused import RESUMED_OUTPUT
 from .projections import transcript_line
 from .sessions import SessionStore
 
 if TYPE_CHECKING:
+    from .mcpsource import McpToolSource
     from .runner import AgentRunner
     from .turns import TurnCallbacks, TurnHandle
 
@@ -46,6 +50,15 @@ INSTRUCTIONS = """\
 You develop the hot-reloadable units of a running Python application, using only the tools you are \
 offered. Inspect before you edit, pass the hash you read as expected_hash, run the unit's tests after a \
 change, and say plainly what you did and what you could not do."""
+
+
+class CliError(Exception):
+    """A failure the person at the terminal can fix: one line saying what happened and what to do, exit 1."""
+
+
+def _env(*names: str) -> str | None:
+    """The first of these environment variables that is set and not empty."""
+    return next((os.environ[name] for name in names if os.environ.get(name)), None)
 
 
 def default_data_dir() -> Path:
@@ -57,18 +70,32 @@ def default_data_dir() -> Path:
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m unit_mcp.agent", description=__doc__.split("\n\n")[0])
-    top.add_argument("--data-dir", type=Path, default=None, help="session store (default: %(default)s)")
+    top.add_argument(
+        "--data-dir",
+        type=Path,
+        default=default_data_dir(),
+        help="session store (default: $UNIT_MCP_AGENT_DATA or %(default)s)",
+    )
+    top.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     commands = top.add_subparsers(dest="command", required=True)
 
     turns = argparse.ArgumentParser(add_help=False)
     turns.add_argument("--model", required=True, help="model name at the OpenAI-compatible endpoint")
-    turns.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"), help="OpenAI-compatible base URL")
-    turns.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="API key (not needed locally)")
-    turns.add_argument("--mcp-url", default=os.environ.get("UNIT_MCP_URL"), help="the unit server's MCP URL")
+    turns.add_argument(
+        "--base-url", default=_env("OPENAI_BASE_URL"), help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL)"
+    )
+    turns.add_argument(
+        "--api-key", default=_env("OPENAI_API_KEY"), help="API key, not needed locally (default: $OPENAI_API_KEY)"
+    )
+    turns.add_argument(
+        "--mcp-url",
+        default=_env("MCP_URL", "UNIT_MCP_URL"),
+        help="the MCP_URL the unit server printed (default: $MCP_URL; without it the turn has no unit tools)",
+    )
     turns.add_argument(
         "--mcp-token",
-        default=os.environ.get("UNIT_MCP_TOKEN"),
-        help="its bearer token (write --mcp-token=T: tokens may start with '-')",
+        default=_env("MCP_TOKEN", "UNIT_MCP_TOKEN"),
+        help="the MCP_TOKEN it printed (default: $MCP_TOKEN; write --mcp-token=T: tokens may start with '-')",
     )
     turns.add_argument("--allow", action="append", default=[], choices=RISKS, help="allow a risk without asking")
     turns.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")
@@ -110,9 +137,12 @@ class Terminal:
 
     def __init__(self) -> None:
         self.printed: dict[str, int] = {}
+        self.error_code: str | None = None
 
     def item(self, item: Item) -> None:
-        if isinstance(item, MessageItem) and item.role == "assistant":
+        if isinstance(item, ErrorItem):
+            self.error_code = item.code
+        elif isinstance(item, MessageItem) and item.role == "assistant":
             self.text(item)
         elif isinstance(item, ToolCallItem | ToolResultItem):
             self.err(transcript_line(item))
@@ -153,7 +183,9 @@ class Terminal:
 
 
 @contextlib.asynccontextmanager
-async def turn_runtime(args: argparse.Namespace, data_dir: Path) -> AsyncIterator[tuple[AgentRunner, TurnCallbacks]]:
+async def turn_runtime(
+    args: argparse.Namespace, data_dir: Path, terminal: Terminal
+) -> AsyncIterator[tuple[AgentRunner, TurnCallbacks]]:
     """The runner `run` and `answer` use (the OpenAI-compatible agent, the unit server's tools, the terminal as
     approver) and the callbacks that stream a turn to the terminal."""
     # the MCP and OpenAI SDKs load only here: browsing sessions stays quick
@@ -164,7 +196,6 @@ async def turn_runtime(args: argparse.Namespace, data_dir: Path) -> AsyncIterato
     from .toolsurface import AgentToolSurface
     from .turns import TurnCallbacks
 
-    terminal = Terminal()
     approvals = AgentApprovals(
         {**dict.fromkeys(args.allow, "auto"), **dict.fromkeys(args.deny, "deny")},
         approver=terminal.approve if sys.stdin.isatty() else None,
@@ -185,25 +216,97 @@ async def turn_runtime(args: argparse.Namespace, data_dir: Path) -> AsyncIterato
     )
     async with contextlib.AsyncExitStack() as stack:
         if args.mcp_url:
-            source = await stack.enter_async_context(McpToolSource(args.mcp_url, token=args.mcp_token))
+            source = McpToolSource(args.mcp_url, token=args.mcp_token)
+            try:
+                await stack.enter_async_context(source)
+            except Exception as exc:
+                error = _unit_server_error(args.mcp_url, source, exc)
+                if error is None:
+                    raise
+                raise error from exc
             surface.add_source(source)
-        runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
+        with _store_error(data_dir):
+            runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
         yield runner, TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
 
 
+def _unit_server_error(url: str, source: McpToolSource, exc: Exception) -> CliError | None:
+    """What went wrong connecting to the unit server, when a person can fix it (else None: a bug)."""
+    import httpx2
+
+    from .mcpsource import McpRefused
+
+    if isinstance(exc, McpRefused) and source.refused == 401:
+        return CliError(
+            f"the unit server at {url} refused the token (401 Unauthorized); pass the MCP_TOKEN it printed "
+            "(--mcp-token=T or MCP_TOKEN)"
+        )
+    if isinstance(exc, McpRefused):
+        return CliError(f"{exc}; check --mcp-url (or MCP_URL) against what the unit server printed")
+    if _caused_by(exc, httpx2.TransportError):
+        return CliError(
+            f"cannot reach the unit server at {url} ({_root_cause(exc)}); start it (scripts/serve) and pass the "
+            "MCP_URL it printed (--mcp-url or MCP_URL)"
+        )
+    return None
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    return isinstance(_root_cause(exc, kind), kind)
+
+
+def _root_cause(exc: BaseException, kind: type[BaseException] | None = None) -> BaseException:
+    """The innermost exception (of `kind`, if given) behind exception groups, causes and contexts."""
+    seen: set[int] = set()
+    todo = [exc]
+    last = exc
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if kind is not None and isinstance(current, kind):
+            return current
+        last = current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return last
+
+
+@contextlib.contextmanager
+def _store_error(data_dir: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise CliError(
+            f"cannot use the session store {data_dir}: {exc.strerror or exc}; give a folder you can write "
+            "(--data-dir or UNIT_MCP_AGENT_DATA)"
+        ) from exc
+
+
+def _unknown_session(session_id: str, data_dir: Path) -> CliError:
+    return CliError(
+        f"no session {session_id} in {data_dir}; `python -m unit_mcp.agent sessions list` shows the sessions there "
+        "(--data-dir picks another store)"
+    )
+
+
 async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
-    async with turn_runtime(args, data_dir) as (runner, callbacks):
+    terminal = Terminal()
+    async with turn_runtime(args, data_dir, terminal) as (runner, callbacks):
         session = await runner.get_session(args.session) if args.session else None
         if session is None:
             session = await runner.create_session(AGENT_ID, session_id=args.session, title=" ".join(args.prompt)[:80])
         handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
-        return await follow(handle)
+        return await follow(handle, terminal, args)
 
 
 async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
-    from .errors import AgentError
+    from .errors import AgentError, SessionNotFound
 
-    async with turn_runtime(args, data_dir) as (runner, callbacks):
+    terminal = Terminal()
+    async with turn_runtime(args, data_dir, terminal) as (runner, callbacks):
         try:
             handle = await runner.answer_approval(
                 args.session_id,
@@ -212,14 +315,15 @@ async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
                 remember=args.remember,
                 callbacks=callbacks,
             )
+        except SessionNotFound:
+            raise _unknown_session(args.session_id, data_dir) from None
         except AgentError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            raise CliError(f"{exc}; `sessions pending {args.session_id}` lists what can be answered") from exc
         if handle is None:
             waiting = ", ".join(request.id for request in await runner.pending_approvals(args.session_id))
             print(f"recorded; the turn resumes once its other requests are answered: {waiting}", file=sys.stderr)
             return 0
-        return await follow(handle)
+        return await follow(handle, terminal, args)
 
 
 async def ui_command(args: argparse.Namespace, data_dir: Path) -> int:
@@ -229,7 +333,7 @@ async def ui_command(args: argparse.Namespace, data_dir: Path) -> int:
     from .errors import AgentError
     from .ui import serve
 
-    async with turn_runtime(args, data_dir) as (runner, _):
+    async with turn_runtime(args, data_dir, Terminal()) as (runner, _):
         runner.approvals.attach(PendingApprovals())
         try:
             await serve(runner, port=args.port)
@@ -239,7 +343,20 @@ async def ui_command(args: argparse.Namespace, data_dir: Path) -> int:
     return 0
 
 
-async def follow(handle: TurnHandle) -> int:
+# How a failed turn's error code (the exception class) reads to the person at the terminal, with the remedy.
+_MODEL_FAILURES = {
+    "APIConnectionError": "cannot reach the model endpoint {url} ({error}); check --base-url (or OPENAI_BASE_URL) "
+    "and that the endpoint runs",
+    "APITimeoutError": "the model endpoint {url} did not answer in time ({error}); check that it runs",
+    "AuthenticationError": "the model endpoint {url} refused the API key ({error}); pass a valid key "
+    "(--api-key or OPENAI_API_KEY)",
+    "PermissionDeniedError": "the model endpoint {url} refused the API key ({error}); pass a key allowed to use "
+    "that model (--api-key or OPENAI_API_KEY)",
+    "NotFoundError": "the model endpoint {url} answered 404 ({error}); check --model and --base-url",
+}
+
+
+async def follow(handle: TurnHandle, terminal: Terminal, args: argparse.Namespace) -> int:
     """Wait for the turn (Ctrl-C or SIGTERM cancels it) and say how it ended; the exit status."""
     from .turns import TurnStatus
 
@@ -255,16 +372,21 @@ async def follow(handle: TurnHandle) -> int:
         await handle.wait()
         tg.cancel_scope.cancel()
     sys.stdout.write("\n")
+    print(f"session: {handle.session_id}", file=sys.stderr)
+    explained = _MODEL_FAILURES.get(terminal.error_code or "") if handle.status is TurnStatus.FAILED else None
+    if explained is not None:
+        error = (handle.error or "").removeprefix(f"{terminal.error_code}: ")
+        raise CliError(explained.format(url=args.base_url, error=error))
     if handle.status is not TurnStatus.COMPLETED:
         print(f"turn {handle.status}: {handle.error or ''}".rstrip(": "), file=sys.stderr)
-    print(f"session: {handle.session_id}", file=sys.stderr)
     return {TurnStatus.COMPLETED: 0, TurnStatus.CANCELLED: 130}.get(handle.status, 1)
 
 
 def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
     if args.action == "pending":
         return pending_command(args, data_dir)
-    store = SessionStore(data_dir, read_only=True)
+    with _store_error(data_dir):
+        store = SessionStore(data_dir, read_only=True)
     try:
         if args.action == "list":
             metas = store.list()
@@ -277,8 +399,7 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
             return 0
         session = store.load(args.session_id)
         if session is None:
-            print(f"error: no session {args.session_id} in {data_dir}", file=sys.stderr)
-            return 1
+            raise _unknown_session(args.session_id, data_dir)
         if args.json:
             print(session.model_dump_json(indent=2))
         else:
@@ -296,16 +417,15 @@ def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
     from .errors import AgentError
     from .paused import pending_requests
 
-    store = SessionStore(data_dir)
+    with _store_error(data_dir):
+        store = SessionStore(data_dir)
     try:
         session = store.load(args.session_id)
         if session is None:
-            print(f"error: no session {args.session_id} in {data_dir}", file=sys.stderr)
-            return 1
+            raise _unknown_session(args.session_id, data_dir)
         pending = pending_requests(session)
     except AgentError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise CliError(str(exc)) from exc
     finally:
         store.close()
     if args.json:
@@ -320,12 +440,21 @@ def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    data_dir: Path = args.data_dir or default_data_dir()
-    if args.command in ("run", "answer", "ui"):
-        if not args.base_url:
-            print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
-            return 2
-        command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]
-        outcome: Any = anyio.run(command, args, data_dir)
-        return int(outcome)
-    return sessions_command(args, data_dir)
+    data_dir: Path = args.data_dir
+    try:
+        if args.command in ("run", "answer", "ui"):
+            if not args.base_url:
+                print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
+                return 2
+            command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]
+            outcome: Any = anyio.run(command, args, data_dir)
+            return int(outcome)
+        return sessions_command(args, data_dir)
+    except BaseException as exc:
+        expected = exc
+        while isinstance(expected, BaseExceptionGroup) and len(expected.exceptions) == 1:  # task groups wrap it
+            expected = expected.exceptions[0]
+        if not isinstance(expected, CliError) or args.debug:
+            raise
+        print(f"error: {expected}", file=sys.stderr)
+        return 1

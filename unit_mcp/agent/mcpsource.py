@@ -33,6 +33,10 @@ RISK_META_KEY = "unit_mcp/risk"  # the wire contract of unit-mcp servers: a tool
 ChangeListener = Callable[[], None]
 
 
+class McpRefused(ConnectionError):
+    """The server answered the connection attempt with an HTTP refusal (401: the token; 403, 421: Origin, Host)."""
+
+
 class McpToolSource:
     """An entered MCP client plus its current tool list. Enter and exit it in the same task."""
 
@@ -64,6 +68,8 @@ class McpToolSource:
         self.failure: BaseException | None = None
         self._listeners: list[ChangeListener] = []
         self._refresh_lock = anyio.Lock()
+        self.refused: int | None = None
+        """The HTTP status of the last refusal (401, 403, 404, 421) while connecting, if there was one."""
 
     @property
     def connected(self) -> bool:
@@ -84,8 +90,14 @@ class McpToolSource:
             await tg.start(self._own)
         except BaseException as exc:
             tg.cancel_scope.cancel()
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
             self._tg = None
+            try:
+                await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            except Exception as failure:
+                if self.refused is None:
+                    raise
+                refusal = f"the MCP server at {self.target} refused the connection (HTTP {self.refused})"
+                raise McpRefused(refusal) from failure
             raise
         return self
 
@@ -167,11 +179,19 @@ class McpToolSource:
             transport = sse_client(target, headers=self.headers, timeout=self.timeout)
             return Client(transport, mode="legacy", message_handler=self._on_message)
         http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=self.headers, timeout=httpx2.Timeout(self.timeout, read=300.0))
+            httpx2.AsyncClient(
+                headers=self.headers,
+                timeout=httpx2.Timeout(self.timeout, read=300.0),
+                event_hooks={"response": [self._note_refusal]},
+            )
         )
         return Client(
             streamable_http_client(target, http_client=http), mode=self.mode, message_handler=self._on_message
         )
+
+    async def _note_refusal(self, response: httpx2.Response) -> None:
+        if response.status_code in (401, 403, 404, 421) and not self.connected:
+            self.refused = response.status_code
 
     async def _on_message(self, message: IncomingMessage) -> None:
         """Handshake-era change notifications arrive here; the re-list runs in its own task (the handler

@@ -67,6 +67,10 @@ class _TurnState:
     """OpenCode message id → its text parts (part id → text so far), in the order they appeared."""
     assistant: set[str] = field(default_factory=set)
     """The assistant messages of this reply (their parent is the turn's user message)."""
+    followed: int = 0
+    """The seq of the last node event the follower has handled."""
+    following: bool = True
+    """False once the follower has stopped (its stream closed, or it failed)."""
 
 
 class UnitAgent:
@@ -121,6 +125,9 @@ class UnitAgent:
                 except anyio.get_cancelled_exc_class():
                     with anyio.CancelScope(shield=True):
                         await self._settle(state, ctx)
+                    raise
+                except Exception:
+                    await self._catch_up(state)
                     raise
                 finally:
                     tg.cancel_scope.cancel()
@@ -188,6 +195,14 @@ class UnitAgent:
         except OpenCodeError as exc:
             raise OpenCodeError(f"could not read the reply back from OpenCode: {exc}") from exc
         return read_reply(messages, after_message_id=sent.after_message_id)
+
+    async def _catch_up(self, state: _TurnState) -> None:
+        """Before a failed turn stops the follower: let it record the events the node already sent (a tool
+        call that ran), which can sit unread in its queue while it writes earlier items (bounded)."""
+        target = self.client.events.seq
+        with anyio.move_on_after(self.settle_timeout):
+            while state.following and state.followed < target:
+                await anyio.sleep(0.01)
 
     async def _settle(self, state: _TurnState, ctx: TurnContext) -> None:
         """After a cancel (the hook aborted the node's session): let the node settle, read back what it
@@ -270,14 +285,16 @@ class UnitAgent:
         turns are skipped, and a failure here is logged, never fatal to the turn."""
         try:
             async for event in events:
-                if not isinstance(event, NodeEvent) or state.sent is None:
-                    continue  # nothing of this reply can be told apart before the prompt was sent
-                if event.session_id != state.session_id:
-                    continue
-                with anyio.CancelScope(shield=True):  # an item is recorded whole, with its bookkeeping
-                    await self._follow_event(event, state, ctx)
+                if isinstance(event, NodeEvent) and state.sent is not None and event.session_id == state.session_id:
+                    # (nothing of this reply can be told apart before the prompt was sent)
+                    with anyio.CancelScope(shield=True):  # an item is recorded whole, with its bookkeeping
+                        await self._follow_event(event, state, ctx)
+                if isinstance(event, NodeEvent):
+                    state.followed = event.seq
         except Exception:
             log.warning("following OpenCode's events failed; the reply is recorded when it is complete", exc_info=True)
+        finally:
+            state.following = False
 
     async def _follow_event(self, event: NodeEvent, state: _TurnState, ctx: TurnContext) -> None:
         props = event.properties

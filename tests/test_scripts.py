@@ -1,0 +1,83 @@
+"""The project's scripts as a newcomer meets them on a machine missing a tool: one line naming it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_scripts_test_names_a_missing_tool_in_one_line(tmp_path: Path) -> None:
+    """A PATH with Python, git and the shell's basics but no npm: scripts/test stops before installing anything."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(Path(sys.executable).resolve())
+    for tool in ("git", "dirname", "bash"):
+        found = shutil.which(tool)
+        assert found is not None, f"{tool} is needed to run this test"
+        (bin_dir / tool).symlink_to(found)
+    done = subprocess.run(
+        [str(bin_dir / "bash"), "scripts/test"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "scripts/test: npm is not installed; the external checks, OpenCode and Codex tests install their pinned "
+        "tools with it (Debian: apt-get install npm)"
+    ]
+
+
+def fake_project(tmp_path: Path, python_body: str) -> Path:
+    """A git work tree holding the real scripts/test, with every step it runs replaced by a stub; the stub
+    `.venv/bin/python` (which runs pytest) executes `python_body`, as a test run would."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "test", repo / "scripts" / "test")
+    stubs = {f"scripts/{name}": "" for name in ("bootstrap", "npm-tools", "opencode-tool", "codex-tool")}
+    stubs |= {".venv/bin/ruff": "", ".venv/bin/mypy": "", ".venv/bin/python": python_body, "bin/npm": ""}
+    for name, body in stubs.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    (repo / ".gitignore").write_text(".venv/\nbin/\nignored/\n")
+    (repo / "tracked.txt").write_text("as committed\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-qm", "init"], check=True)
+    return repo
+
+
+def run_scripts_test(repo: Path) -> subprocess.CompletedProcess[str]:
+    path = f"{repo / 'bin'}:{Path(sys.executable).resolve().parent}:/usr/bin:/bin"
+    return subprocess.run(
+        ["bash", "scripts/test"], cwd=repo, capture_output=True, text=True, timeout=60, env={"PATH": path}
+    )
+
+
+def test_scripts_test_fails_in_one_line_when_the_run_changes_the_work_tree(tmp_path: Path) -> None:
+    writes = "echo rewritten > tracked.txt; echo new > report.md; mkdir ignored; echo fine > ignored/x"
+    repo = fake_project(tmp_path, writes)
+    done = run_scripts_test(repo)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "scripts/test: the run changed the work tree (report.md tracked.txt); tests must write to tmp_path or an "
+        "ignored folder"
+    ]
+
+
+def test_scripts_test_accepts_a_tree_that_was_dirty_before_and_that_the_run_leaves_alone(tmp_path: Path) -> None:
+    repo = fake_project(tmp_path, "mkdir -p ignored; echo output > ignored/report.md")
+    (repo / "tracked.txt").write_text("a developer's edit\n")
+    (repo / "notes.txt").write_text("untracked, the developer's\n")
+    done = run_scripts_test(repo)
+    assert done.returncode == 0, done.stderr
+    assert (repo / "ignored" / "report.md").exists(), "the stubbed test run did run"

@@ -1,0 +1,45 @@
+"""Cancellation that reaches blocking work running in a worker thread.
+
+A thread cannot be interrupted, so work that may run long checks a flag instead: the tool layer opens a
+`cancellation()` around each call it runs in a thread (the thread sees it through a context variable, which
+anyio copies into the worker) and sets it when the client cancels the request. The test runner then kills
+the test's process group; a reload stops waiting for unit code that hangs, as at its timeout. Python code
+calling the service from its own thread can do the same: `with cancellation() as cancel: ...`, and
+`cancel.set()` from another thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+_current: ContextVar[threading.Event | None] = ContextVar("unit_mcp_cancellation", default=None)
+
+
+@contextmanager
+def cancellation() -> Iterator[threading.Event]:
+    """An event that, once set, asks the work started in this context (and threads it spawns via anyio) to stop."""
+    event = threading.Event()
+    token = _current.set(event)
+    try:
+        yield event
+    finally:
+        _current.reset(token)
+
+
+def requested() -> bool:
+    """Whether the caller of the work running in this context has cancelled it."""
+    event = _current.get()
+    return event is not None and event.is_set()
+
+
+def wait(done: threading.Event, timeout: float, *, poll: float = 0.1) -> bool:
+    """`done.wait(timeout)` that gives up early, returning False, once the caller cancels."""
+    deadline = time.monotonic() + timeout
+    while not done.wait(max(0.0, min(poll, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline or requested():
+            return False
+    return True
