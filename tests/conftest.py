@@ -22,6 +22,11 @@ def copy_units(target: Path, *, fixtures: bool = True) -> Path:
     return target
 
 
+def root_of(host: Host) -> Path:
+    """The units folder of a host on the folder loader (tests that edit files directly)."""
+    return Path(host.loader.location)
+
+
 @pytest.fixture
 def units_root(tmp_path: Path) -> Path:
     return copy_units(tmp_path / "units")
