@@ -136,8 +136,12 @@ class Host:
         """`units` is a loader, or what `open_loader` opens (a folder, `sqlite:PATH`); a loader opened here is
         closed with the host. `app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its
         stderr instead)."""
-        self._owns_loader = isinstance(units, (str, os.PathLike))
-        self.loader: Loader = open_loader(units, read_only=read_only) if self._owns_loader else units  # type: ignore[arg-type]
+        if isinstance(units, (str, os.PathLike)):
+            units = open_loader(units, read_only=read_only)
+            self._owns_loader = True
+        else:
+            self._owns_loader = False
+        self.loader: Loader = units
         self.data_dir = Path(data_dir).resolve()
         self.namespace = namespace
         self.log_path = self.data_dir / "logs" / "app.log"
