@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import io
 import linecache
 import types
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 from .loader import Loader, LoaderError, UnitKind, UnsafeSource
 from .paths import hash_bytes
@@ -21,11 +23,19 @@ class UnitModuleLoader:
     """Executes one unit module from the bytes its finder read (a loader by its methods: no `importlib.abc` base,
     whose import pulls in importlib.resources and tempfile)."""
 
-    def __init__(self, fullname: str, origin: str, data: bytes, codes: dict[tuple[str, str], types.CodeType]) -> None:
+    def __init__(
+        self,
+        fullname: str,
+        origin: str,
+        data: bytes,
+        codes: dict[tuple[str, str], types.CodeType],
+        files: UnitFiles | None = None,
+    ) -> None:
         self.name = fullname
         self.path = origin
         self.data = data
         self.codes = codes
+        self.files = files
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return None
@@ -45,6 +55,61 @@ class UnitModuleLoader:
 
     def is_package(self, fullname: str) -> bool:
         return self.path.endswith("/__init__.py")
+
+    def get_resource_reader(self, fullname: str) -> UnitFiles | None:
+        """`importlib.resources.files(__package__)`: the package's data files, read through the unit's loader."""
+        return self.files
+
+
+class UnitFiles:
+    """A folder of a directory unit as an `importlib.resources` Traversable (and its own resource reader)."""
+
+    def __init__(self, loader: Loader, unit_id: str, kind: UnitKind, folder: str) -> None:
+        self._loader = loader
+        self._unit = (unit_id, kind)
+        self._id = folder  # source id of this entry, '' for the unit itself
+
+    def files(self) -> UnitFiles:
+        return self
+
+    @property
+    def name(self) -> str:
+        return self._id.rsplit("/", 1)[-1]
+
+    def _ids(self) -> list[str]:
+        return self._loader.source_ids(*self._unit)
+
+    def joinpath(self, *descendants: str) -> UnitFiles:
+        parts = [p for d in descendants for p in str(d).split("/") if p]
+        return UnitFiles(self._loader, *self._unit, "/".join([self._id, *parts] if self._id else parts))
+
+    __truediv__ = joinpath
+
+    def is_file(self) -> bool:
+        return self._id in self._ids()
+
+    def is_dir(self) -> bool:
+        return not self._id or any(i.startswith(self._id + "/") for i in self._ids())
+
+    def iterdir(self) -> Iterator[UnitFiles]:
+        prefix = self._id + "/" if self._id else ""
+        names = sorted({i[len(prefix) :].split("/")[0] for i in self._ids() if i.startswith(prefix)})
+        return iter([self.joinpath(name) for name in names])
+
+    def read_bytes(self) -> bytes:
+        try:
+            return self._loader.read(*self._unit, self._id)
+        except LoaderError:
+            raise FileNotFoundError(f"no resource {self._id!r} in unit {self._unit[0]!r}") from None
+
+    def read_text(self, encoding: str | None = None) -> str:
+        return self.read_bytes().decode(encoding or "utf-8")
+
+    def open(self, mode: str = "r", *args: Any, **kwargs: Any) -> IO[Any]:
+        if "w" in mode or "a" in mode or "+" in mode:
+            raise PermissionError("unit resources are read-only; change sources with the unit tools")
+        data = io.BytesIO(self.read_bytes())
+        return data if "b" in mode else io.TextIOWrapper(data, *args, **kwargs)
 
 
 class UnitFinder:
@@ -73,9 +138,11 @@ class UnitFinder:
             except (LoaderError, ValueError, OSError):
                 continue
             origin = self.loader.origin(unit_id, kind, source_id)
+            folder = source_id.rsplit("/", 1)[0] if "/" in source_id else ""
+            files = UnitFiles(self.loader, unit_id, kind, folder) if package else None
             spec = importlib.machinery.ModuleSpec(
                 fullname,
-                UnitModuleLoader(fullname, origin, data, self.codes),  # type: ignore[arg-type]  # a loader by its methods
+                UnitModuleLoader(fullname, origin, data, self.codes, files),  # type: ignore[arg-type]  # a loader by its methods
                 origin=origin,
                 is_package=package,
             )
