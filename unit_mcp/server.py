@@ -22,6 +22,7 @@ import anyio
 
 from .bridge import Bridge, BridgeError
 from .host import Host
+from .loader import SQLITE_PREFIX
 from .loopback import is_loopback
 from .service import UnitService
 from .stdio import Streams, stdio_streams
@@ -39,8 +40,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--units",
-        type=Path,
-        help="units root to serve (default: a private copy of the built-in example units)",
+        help="units folder, or sqlite:PATH for a units database (created if missing), to serve "
+        "(default: a private copy of the built-in example units)",
     )
     parser.add_argument(
         "--data-dir",
@@ -74,8 +75,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         check_prefix(args.tool_prefix)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.units is not None and not args.units.is_dir():
-        parser.error(f"--units {args.units} is not a folder")
+    if args.units is not None and not args.units.startswith(SQLITE_PREFIX) and not Path(args.units).is_dir():
+        parser.error(f"--units {args.units} is not a folder (a units database is given as sqlite:PATH)")
     return args
 
 
@@ -114,7 +115,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
     else:
         data_dir = args.data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
-    units = args.units
+    units: str | Path | None = args.units
     if units is None:
         units = data_dir / "example-units"
         if not units.exists():
