@@ -31,6 +31,7 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "init.d
 
 def make_store(kind: str, tmp_path: Path) -> str:
     """A copy of the example and fixture units as a `--units` value: a folder, a git work tree or a database."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     folder = copy_units(tmp_path / "units")
     if kind == "folder":
         return str(folder)
@@ -337,3 +338,43 @@ def test_copy_is_bytes_exact_both_ways_and_refuses_to_overwrite(tmp_path: Path) 
     assert open_loader(db, read_only=True).read("greeter", "file", "greeter.py") == b"CHANGED = 1\n"
     missing = units_copy(f"sqlite:{tmp_path / 'none.db'}", str(back))
     assert missing.returncode == 2 and "neither a units folder nor an existing" in missing.stderr
+
+
+# -- the history tools on the MCP surface ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_history_tools_are_listed_with_their_risks_only_where_history_is_kept(
+    history_service: UnitService, tmp_path: Path, anyio_backend: str
+) -> None:
+    import jsonschema
+    from mcp import Client
+
+    from unit_mcp.tools import RISK_META_KEY, UnitTools, tool_risks
+
+    tools = UnitTools(history_service, prefix="space_")
+    assert {spec.name for spec in tools.specs.values()} >= {"unit_history", "unit_revert"}
+    async with Client(tools.server()) as client:
+        listed = (await client.list_tools()).tools
+        assert {t.name: (t.meta or {}).get(RISK_META_KEY) for t in listed} == tool_risks("space_", history=True)
+        schemas = {t.name: t.output_schema for t in listed}
+        result = await client.call_tool("space_unit_history", {"unit_id": "greeter", "source_id": "greeter.py"})
+        assert not result.is_error and len(result.structured_content["versions"]) == 1
+        jsonschema.validate(result.structured_content, schemas["space_unit_history"])
+        version = result.structured_content["versions"][0]["version"]
+        result = await client.call_tool(
+            "space_unit_revert", {"unit_id": "greeter", "source_id": "greeter.py", "version": version}
+        )
+        assert not result.is_error and not result.structured_content["changed"]
+        jsonschema.validate(result.structured_content, schemas["space_unit_revert"])
+    plain_store = make_store("folder", tmp_path / "plain")
+    with Host(plain_store, tmp_path / "plain-data", namespace="plain_units") as plain:
+        folder_tools = UnitTools(UnitService(plain))
+        async with Client(folder_tools.server()) as client:
+            assert {t.name for t in (await client.list_tools()).tools} == set(tool_risks())
+            refused = await client.call_tool(
+                "unit_revert", {"unit_id": "greeter", "source_id": "greeter.py", "version": 1}
+            )
+            assert refused.is_error and refused.meta is not None
+            assert refused.meta["unit_mcp/error"]["code"] == "not_supported"
