@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     import threading
@@ -128,7 +128,6 @@ class Watch(Protocol):
     def stop(self) -> None: ...
 
 
-@runtime_checkable
 class Loader(Protocol):
     """Storage of units: discovery, sources (bytes with size and hash), hash-checked writes, optional history.
 
