@@ -159,7 +159,7 @@ class UnitService:
             raise InvalidSourceId(
                 f"{source_id!r} of unit {unit_id!r}, or a folder above it, is a symbolic link or not a regular "
                 f"file{nothing}.",
-                hint=f"Only regular files inside the unit can be {action}.".replace("be read", "be read or written"),
+                hint="Only regular files inside the unit can be read or written.",
             ) from None
         except PathConflict:
             raise InvalidSourceId(
