@@ -200,9 +200,11 @@ def test_fifty_patches_with_one_expected_hash_have_one_winner(service: UnitServi
 def external_write(host: Host, unit_id: str, source_id: str, data: bytes) -> None:
     """Change a source the way someone else would: an editor on the file, or another SQLite connection."""
     loader = host.loader
-    if loader.name == "sqlite":
+    if loader.name == "sqlite":  # as the sqlite3 shell would: the new source stored as TEXT
         with sqlite3.connect(loader.location) as conn:
-            conn.execute("UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data, unit_id, source_id))
+            conn.execute(
+                "UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data.decode(), unit_id, source_id)
+            )
     else:
         target = Path(loader.location) / source_id
         target.write_bytes(data)
@@ -226,6 +228,9 @@ def test_a_change_made_by_someone_else_is_reloaded_and_a_bad_one_keeps_the_old_v
     wait_for(lambda: "greeter" in "".join(service.read_log(grep="previous version kept").lines))
     assert getattr(host.module("greeter"), "EXTERNAL", None) == 1
     assert raw(service, "greeter", "greeter.py").endswith(b"EXTERNAL = (\n")  # the other writer's bytes stay
+    if service.loader.capabilities.history:  # recorded as versions written outside the tools
+        latest = service.history("greeter", "greeter.py").versions[0]
+        assert latest.tool_call is None and latest.size == len(source) + len(b"\nEXTERNAL = (\n")
 
 
 def test_a_loader_without_history_refuses_history_and_revert(tmp_path: Path) -> None:

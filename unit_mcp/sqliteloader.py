@@ -74,6 +74,11 @@ PRAGMA user_version = {SCHEMA_VERSION};
 _PRIMARY = "CASE u.kind WHEN 'directory' THEN '__init__.py' ELSE u.unit_id || '.py' END"
 
 
+def _blob(value: bytes | str) -> bytes:
+    """A stored source as bytes: another SQLite tool may have stored it as TEXT (UTF-8)."""
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
 class SqliteLoader:
     """Units as rows of one SQLite database (created if missing unless read-only)."""
 
@@ -171,7 +176,7 @@ class SqliteLoader:
         rows = self._query("SELECT source_id, data FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
         return [
             SourceInfo(sid, len(data), hash_bytes(data), sid == primary, artifact_kind(sid, data))
-            for sid, data in rows
+            for sid, data in ((sid, _blob(value)) for sid, value in rows)
             if sid in wanted
         ]
 
@@ -184,7 +189,7 @@ class SqliteLoader:
         rows = self._query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", (unit_id, source_id))
         if not rows:
             self._missing(self._db(), unit_id, source_id)
-        return bytes(rows[0][0])
+        return _blob(rows[0][0])
 
     def _missing(self, conn: sqlite3.Connection, unit_id: str, source_id: str) -> None:
         """Raise why there is no such source, as the folder loader would say it."""
@@ -207,7 +212,7 @@ class SqliteLoader:
             ).fetchone()
             if row is None:
                 self._missing(conn, unit_id, source_id)
-            previous = bytes(row[0])
+            previous = _blob(row[0])
             if hash_bytes(previous) != expected_hash:
                 raise StaleSource(hash_bytes(previous))
             conn.execute("UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data, unit_id, source_id))
@@ -267,7 +272,13 @@ class SqliteLoader:
             "AND listed = 1 AND data IS NOT NULL ORDER BY version DESC LIMIT ?",
             (unit_id, source_id, limit),
         )
-        return [Version(int(v), str(h) if h else hash_bytes(bytes(d)), len(d), str(t), tc) for v, h, d, t, tc in rows]
+        versions = []
+        for version, digest, value, when, tool_call in rows:
+            data = _blob(value)
+            versions.append(
+                Version(int(version), str(digest) if digest else hash_bytes(data), len(data), str(when), tool_call)
+            )
+        return versions
 
     def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
         rows = self._query(
@@ -277,7 +288,7 @@ class SqliteLoader:
         )
         if not rows:
             raise UnknownVersion(version)
-        return bytes(rows[0][0])
+        return _blob(rows[0][0])
 
     # -- watching and copying ---------------------------------------------------------------
 
