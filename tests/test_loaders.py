@@ -17,13 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import copy_units
+from conftest import copy_units, sqlite_copy
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
 from unit_mcp.loader import Loader, open_loader
 from unit_mcp.paths import hash_bytes
-from unit_mcp.units import copy_units as copy_between
 
 REPO = Path(__file__).resolve().parent.parent
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "init.defaultBranch=main"]
@@ -40,11 +39,7 @@ def make_store(kind: str, tmp_path: Path) -> str:
         subprocess.run([*GIT, "-C", str(folder), "add", "-A"], check=True)
         subprocess.run([*GIT, "-C", str(folder), "commit", "-qm", "units"], check=True)
         return str(folder)
-    store = f"sqlite:{tmp_path / 'units.db'}"
-    source, target = open_loader(folder, read_only=True), open_loader(store)
-    copy_between(source, target)
-    target.close()
-    return store
+    return sqlite_copy(folder, tmp_path / "units.db")
 
 
 @pytest.fixture(params=["folder", "sqlite"])
