@@ -1,4 +1,4 @@
-"""The headless engine: a units root, its loaded units, their activities, transactional reload and the app log."""
+"""The headless engine: the units of one loader, their activities, transactional reload and the app log."""
 
 from __future__ import annotations
 
@@ -346,7 +346,7 @@ class Host:
         """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
 
         On failure the old modules, their init and their state are put back, and
-        `rollback_source` (given when the reload follows a write) restores the old files first.
+        `rollback_source` (given when the reload follows a write) restores the old sources first.
         The old version stays listed as loaded until the new one replaces it.
         """
         from .models import ActivityEvidence, ReloadResult

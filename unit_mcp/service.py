@@ -1,6 +1,6 @@
 """Loader-neutral unit operations: one method per tool, pydantic results, `UnitError` refusals.
 
-Methods are blocking (file and process work); async callers run them in a worker thread.
+Methods are blocking (storage and process work); async callers run them in a worker thread.
 """
 
 from __future__ import annotations
