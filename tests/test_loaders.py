@@ -228,6 +228,18 @@ def test_a_change_made_by_someone_else_is_reloaded_and_a_bad_one_keeps_the_old_v
         assert latest.tool_call is None and latest.size == len(source) + len(b"\nEXTERNAL = (\n")
 
 
+def test_writes_through_the_tools_are_not_reloaded_again_by_the_watch(service: UnitService, host: Host) -> None:
+    host.start_watching(debounce_ms=50)
+    service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
+    refusal("reload_failed", service.apply_patch, "greeter", "greeter.py", old="import logging", new="import nothing_x")
+    service.create_source("counter", "extra.py", "X = 1\n")
+    time.sleep(1.0)  # ten debounce periods: a watch that saw these writes as someone else's would have reloaded
+    log = host.log_path.read_text()
+    assert log.count("unit greeter reloaded in") == 2  # the start-up load and the patch
+    assert log.count("unit counter reloaded in") == 2  # the start-up load and the create
+    assert "after a change in the store" not in log and "after an edit on disk" not in log
+
+
 def test_a_loader_without_history_refuses_history_and_revert(tmp_path: Path) -> None:
     with Host(make_store("folder", tmp_path), tmp_path / "data") as host:
         service = UnitService(host)

@@ -179,3 +179,19 @@ def test_sigkill_during_database_writes_leaves_it_whole(tmp_path: Path) -> None:
         changed += now != previous
         previous = now
     assert changed >= 3, "the writer must have been killed between writes as well as during them"
+
+
+async def test_a_missing_database_is_created_and_served_empty(tmp_path: Path, servers: list[ServerProcess]) -> None:
+    path = tmp_path / "new" / "units.db"
+    servers.append(ServerProcess("--units", f"sqlite:{path}", "--no-watch", tmp=tmp_path))
+    async with connect(servers[0].ready()) as client:
+        assert (await ok(client, "unit_list"))["units"] == []
+        assert await refused(client, "unit_inspect", unit_id="counter") == "unknown_unit"
+    assert servers[0].stop() == 0
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} >= {
+            "units",
+            "sources",
+            "versions",
+        }
