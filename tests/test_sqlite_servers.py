@@ -195,3 +195,21 @@ async def test_a_missing_database_is_created_and_served_empty(tmp_path: Path, se
             "sources",
             "versions",
         }
+
+
+def test_units_that_cannot_be_served_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from unit_mcp.server import parse_args
+
+    (tmp_path / "notes.db").write_text("not a database\n")
+    for units, problem in [
+        (f"sqlite:{tmp_path / 'notes.db'}", "is not a SQLite database"),
+        (f"sqlite:{tmp_path}", "is a folder, not a database file"),
+        (str(tmp_path / "missing"), "is not a folder (a units database is given as sqlite:PATH)"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            parse_args(["--units", units])
+        assert exited.value.code == 2
+        assert capsys.readouterr().err.strip().endswith(f"--units {units} {problem}")
+    assert parse_args(["--units", f"sqlite:{tmp_path / 'new.db'}"]).units == f"sqlite:{tmp_path / 'new.db'}"

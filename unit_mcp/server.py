@@ -75,9 +75,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         check_prefix(args.tool_prefix)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.units is not None and not args.units.startswith(SQLITE_PREFIX) and not Path(args.units).is_dir():
-        parser.error(f"--units {args.units} is not a folder (a units database is given as sqlite:PATH)")
+    if args.units is not None:
+        problem = units_problem(args.units)
+        if problem:
+            parser.error(f"--units {args.units} {problem}")
     return args
+
+
+def units_problem(units: str) -> str | None:
+    """Why `--units` cannot be served, or None: a folder, or sqlite:PATH naming a database or nothing yet."""
+    if not units.startswith(SQLITE_PREFIX):
+        return None if Path(units).is_dir() else "is not a folder (a units database is given as sqlite:PATH)"
+    path = Path(units[len(SQLITE_PREFIX) :]).expanduser()
+    if path.is_dir():
+        return "is a folder, not a database file"
+    if path.is_file() and path.stat().st_size:
+        with path.open("rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                return "is not a SQLite database"
+    return None
 
 
 def _say(line: str) -> None:
