@@ -314,6 +314,14 @@ def test_git_commits_only_the_written_file_and_leaves_other_changes_alone(tmp_pa
     assert sorted(status.splitlines()) == [" M notes/__init__.py", "M  greeter.py"]
 
 
+def test_a_folder_git_ignores_gets_no_history(tmp_path: Path) -> None:
+    folder = Path(make_store("git", tmp_path))
+    (folder / ".gitignore").write_text("weather/\n")
+    (folder / "weather" / "nested").mkdir()
+    assert open_loader(folder).capabilities.history
+    assert not open_loader(folder / "weather" / "nested").capabilities.history
+
+
 # -- copying between stores ------------------------------------------------------------------------------
 
 

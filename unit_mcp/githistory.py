@@ -31,7 +31,7 @@ class GitHistory:
 
     @classmethod
     def find(cls, folder: Path) -> GitHistory | None:
-        """The work tree holding `folder`, or None (no git executable, or not in a work tree)."""
+        """The work tree holding `folder`, or None (no git executable, not in a work tree, or ignored there)."""
         if shutil.which("git") is None:
             return None
         try:
@@ -41,6 +41,11 @@ class GitHistory:
         if out[0] != "true":
             return None
         top = Path(out[1]).resolve()
+        try:
+            _git(top, "check-ignore", "-q", "--", str(folder))
+            return None  # an ignored folder (a data folder, say) is not the user's to commit
+        except GitError:
+            pass
         try:
             has_identity = bool(_git(top, "config", "user.email").strip())
         except GitError:
