@@ -253,7 +253,6 @@ class FolderWatchTarget:
     """The host as `UnitWatcher` sees it: the folder to watch and this loader's own writes, the rest the host's."""
 
     def __init__(self, host: WatchTarget, loader: FilesystemLoader) -> None:
-        self._host = host
         self.units_root = loader.root
         self.is_own_write = loader.is_own_write
         self.logger = host.logger
