@@ -47,7 +47,7 @@ from unit_mcp.tools import UnitTools  # noqa: E402
 FS_SERVER = "@modelcontextprotocol/server-filesystem@2026.8.31"
 BENCH_TOOLS = REPO / ".cache" / "bench-tools"
 OUT = REPO / "bench"
-SECTIONS = ("transport", "filesystem", "reload", "scale", "log", "sessions", "concurrency", "tests")
+SECTIONS = ("transport", "filesystem", "reload", "scale", "loaders", "log", "sessions", "concurrency", "tests")
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -375,6 +375,75 @@ class Bench:
                 ratio_row(f"unit_list {big_count}/100 units", figures[f"list_{big_count}"], figures["list_100"], None),
                 ratio_row(
                     f"unit_resolve {big_count}/100 units", figures[f"resolve_{big_count}"], figures["resolve_100"], None
+                ),
+            ],
+        )
+
+    async def loaders(self) -> None:
+        """The SQLite loader against the folder loader: patch→reloaded of one ten-module unit, and unit_list."""
+        from unit_mcp.loader import open_loader
+        from unit_mcp.units import copy_units
+
+        folder = self.work / "loader-units"
+        unit = folder / "tenmods"
+        unit.mkdir(parents=True)
+        imports = "".join(f"from . import mod{n}\n" for n in range(9))
+        (unit / "__init__.py").write_text(f'"""Ten modules."""\n{imports}VERSION = 0\n')
+        for n in range(9):
+            (unit / f"mod{n}.py").write_text("".join(f"def f{k}(x):\n    return x * {k} + {n}\n\n" for k in range(40)))
+        big_count = 1000 if self.quick else 10_000
+        many = self.work / "loader-many"
+        make_units(many, big_count, body="def total(items):\n    return sum(items)\n")
+        stores = {"folder": str(folder), "sqlite": f"sqlite:{self.work / 'loader-units.db'}"}
+        big = {"folder": str(many), "sqlite": f"sqlite:{self.work / 'loader-many.db'}"}
+        for source, target in ((folder, stores["sqlite"]), (many, big["sqlite"])):
+            opened = open_loader(target)
+            copy_units(open_loader(source, read_only=True), opened)
+            opened.close()
+        figures: dict[str, Any] = {}
+        hosts: list[Host] = []
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {}
+        try:
+            for name in ("folder", "sqlite"):
+                host = Host(stores[name], self.work / f"loader-data-{name}", namespace=f"bench_loader_{name}")
+                hosts.append(host.start())
+                service = UnitService(host)
+                version = {"v": 0}
+
+                def patch(service: UnitService = service, version: dict[str, int] = version) -> Any:
+                    old = f"VERSION = {version['v']}"
+                    version["v"] += 1
+                    return service.apply_patch("tenmods", "__init__.py", old=old, new=f"VERSION = {version['v']}")
+
+                calls[f"patch_to_reloaded_{name}"] = (lambda p: lambda: anyio.to_thread.run_sync(p))(patch)
+            for name in ("folder", "sqlite"):
+                host = Host(big[name], self.work / f"loader-big-{name}", namespace=f"bench_loader_big_{name}")
+                started = time.perf_counter()
+                hosts.append(host.start())
+                figures[f"host_start_{big_count}_units_{name}_ms"] = round((time.perf_counter() - started) * 1000, 1)
+                calls[f"list_{big_count}_{name}"] = (lambda s: lambda: anyio.to_thread.run_sync(s.list))(
+                    UnitService(host)
+                )
+            samples = await interleaved(calls, 20 if self.quick else 60, warmup=2)
+        finally:
+            for host in hosts:
+                host.close()
+        figures.update({k: summary(v) for k, v in samples.items()})
+        self.record(
+            "loaders",
+            figures,
+            [
+                ratio_row(
+                    "patch→reloaded (10 modules) SQLite / folder",
+                    figures["patch_to_reloaded_sqlite"],
+                    figures["patch_to_reloaded_folder"],
+                    None,
+                ),
+                ratio_row(
+                    f"unit_list {big_count} units SQLite / folder",
+                    figures[f"list_{big_count}_sqlite"],
+                    figures[f"list_{big_count}_folder"],
+                    None,
                 ),
             ],
         )

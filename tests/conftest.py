@@ -22,6 +22,23 @@ def copy_units(target: Path, *, fixtures: bool = True) -> Path:
     return target
 
 
+def sqlite_copy(folder: Path, db: Path) -> str:
+    """The units of `folder` copied into a new database; its `--units` value."""
+    from unit_mcp.loader import open_loader
+    from unit_mcp.units import copy_units as copy_between
+
+    store = f"sqlite:{db}"
+    source, target = open_loader(folder, read_only=True), open_loader(store)
+    copy_between(source, target)
+    target.close()
+    return store
+
+
+def root_of(host: Host) -> Path:
+    """The units folder of a host on the folder loader (tests that edit files directly)."""
+    return Path(host.loader.location)
+
+
 @pytest.fixture
 def units_root(tmp_path: Path) -> Path:
     return copy_units(tmp_path / "units")

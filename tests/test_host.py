@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import root_of
 
 from unit_mcp import Host, ReloadError, UnitService
 
@@ -38,7 +39,7 @@ def test_a_unit_that_fails_to_load_is_recorded_not_fatal(host: Host) -> None:
     assert not host.is_loaded("broken")
     error = host.load_error("broken")
     assert error is not None and "SyntaxError" in error and "line 3" in error
-    assert str(host.units_root) not in error
+    assert str(root_of(host)) not in error
 
 
 def test_state_survives_a_reload_and_the_activity_is_reactivated(host: Host) -> None:
@@ -70,7 +71,7 @@ def test_reload_purges_sub_modules(host: Host) -> None:
 
 
 def test_a_same_size_edit_within_the_same_second_is_picked_up(host: Host) -> None:
-    source = host.units_root / "greeter.py"
+    source = root_of(host) / "greeter.py"
     edit(source, "Hello", "Howdy")
     host.reload("greeter")
     assert host.module("greeter").greet("Ada") == "Howdy, Ada!"
@@ -98,14 +99,14 @@ def test_a_failed_reload_leaves_the_old_version_serving_with_its_state(
     counter = host.module("counter")
     host.activate("counter")
     counter.increment()
-    edit(host.units_root / "counter" / "__init__.py", old, new)
+    edit(root_of(host) / "counter" / "__init__.py", old, new)
     with pytest.raises(ReloadError) as caught:
         host.reload("counter")
     assert caught.value.stage == stage
     evidence = caught.value.evidence
     assert evidence["rolled_back"] and evidence["previous_version_serving"]
     assert not evidence["source_restored"]
-    assert str(host.units_root) not in json.dumps(evidence)
+    assert str(root_of(host)) not in json.dumps(evidence)
     assert host.module("counter") is counter
     assert counter.count == 1
     assert counter.increment() == 2
@@ -115,14 +116,14 @@ def test_a_failed_reload_leaves_the_old_version_serving_with_its_state(
 
 
 def test_a_unit_that_exits_at_import_does_not_stop_the_host(host: Host) -> None:
-    edit(host.units_root / "greeter.py", "import logging", "import sys\nsys.exit(3)")
+    edit(root_of(host) / "greeter.py", "import logging", "import sys\nsys.exit(3)")
     with pytest.raises(ReloadError):
         host.reload("greeter")
     assert host.module("greeter").greet("x") == "Hello, x!"
 
 
 def test_rollback_source_is_called_when_a_reload_after_a_write_fails(host: Host) -> None:
-    source = host.units_root / "greeter.py"
+    source = root_of(host) / "greeter.py"
     original = source.read_text()
     source.write_text(original + "\nraise RuntimeError('nope')\n")
     with pytest.raises(ReloadError) as caught:
@@ -132,10 +133,10 @@ def test_rollback_source_is_called_when_a_reload_after_a_write_fails(host: Host)
 
 
 def test_a_namespace_is_held_by_one_open_host(host: Host, tmp_path: Path) -> None:
-    other = Host(host.units_root, tmp_path / "other")
+    other = Host(root_of(host), tmp_path / "other")
     with pytest.raises(RuntimeError, match="already used"):
         other.start()
-    with Host(host.units_root, tmp_path / "third", namespace="units_third") as third:
+    with Host(root_of(host), tmp_path / "third", namespace="units_third") as third:
         assert third.module("greeter") is sys.modules["units_third.greeter"]
 
 
@@ -157,7 +158,7 @@ def test_units_log_into_the_app_log(host: Host) -> None:
 
 
 def test_activities_register_only_once_across_units(host: Host) -> None:
-    (host.units_root / "thief.py").write_text("def init(host):\n    host.register_activity('counter', object)\n")
+    (root_of(host) / "thief.py").write_text("def init(host):\n    host.register_activity('counter', object)\n")
     with pytest.raises(ReloadError, match="already registered"):
         host.reload("thief")
     assert host.activities("counter") == ["counter"]
@@ -166,7 +167,7 @@ def test_activities_register_only_once_across_units(host: Host) -> None:
 
 def test_the_watcher_reloads_an_edit_on_disk_and_keeps_the_old_version_on_a_bad_one(host: Host) -> None:
     host.start_watching(debounce_ms=50)
-    source = host.units_root / "greeter.py"
+    source = root_of(host) / "greeter.py"
     edit(source, "Hello", "Howdy")
     assert wait_for(lambda: host.module("greeter").greet("A") == "Howdy, A!")
     serving = host.module("greeter")
@@ -178,9 +179,9 @@ def test_the_watcher_reloads_an_edit_on_disk_and_keeps_the_old_version_on_a_bad_
 
 def test_the_watcher_loads_a_new_unit_and_unloads_a_deleted_one(host: Host) -> None:
     host.start_watching(debounce_ms=50)
-    (host.units_root / "fresh.py").write_text("VALUE = 7\n")
+    (root_of(host) / "fresh.py").write_text("VALUE = 7\n")
     assert wait_for(lambda: host.is_loaded("fresh"))
-    (host.units_root / "fresh.py").unlink()
+    (root_of(host) / "fresh.py").unlink()
     assert wait_for(lambda: not host.is_loaded("fresh"))
 
 
@@ -199,7 +200,7 @@ def test_a_unit_that_hangs_at_import_is_bounded_and_the_old_version_keeps_servin
     so it sleeps for a bounded time here; the host gives up waiting after reload_timeout."""
     host.reload_timeout = 1.0
     serving = host.module("greeter")
-    edit(host.units_root / "greeter.py", "import logging", "import logging\nimport time\ntime.sleep(4)")
+    edit(root_of(host) / "greeter.py", "import logging", "import logging\nimport time\ntime.sleep(4)")
     started = time.monotonic()
     with pytest.raises(ReloadError) as caught:
         host.reload("greeter")
@@ -214,14 +215,14 @@ def test_a_unit_that_hangs_at_import_is_bounded_and_the_old_version_keeps_servin
 
 def test_unit_code_may_call_the_host_during_init(host: Host) -> None:
     init = "def init(host):\n    host.register_activity('starter', dict)\n    host.activate('starter')\n"
-    (host.units_root / "starter.py").write_text(init)
+    (root_of(host) / "starter.py").write_text(init)
     result = host.reload("starter")
     assert result.reloaded and host.active_activity == "starter"
 
 
 def test_a_unit_that_removes_itself_from_sys_modules_fails_cleanly(host: Host) -> None:
     serving = host.module("greeter")
-    edit(host.units_root / "greeter.py", "import logging", "import logging\nimport sys\ndel sys.modules[__name__]")
+    edit(root_of(host) / "greeter.py", "import logging", "import logging\nimport sys\ndel sys.modules[__name__]")
     with pytest.raises(ReloadError) as caught:
         host.reload("greeter")
     assert caught.value.stage == "import"

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import root_of, sqlite_copy
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
+
+
+@pytest.fixture(params=["folder", "sqlite"])
+def host(request: pytest.FixtureRequest, units_root: Path, tmp_path: Path) -> Iterator[Host]:
+    """Tests not about files run over both loaders; those about files take `folder_service`."""
+    store = str(units_root) if request.param == "folder" else sqlite_copy(units_root, tmp_path / "units.db")
+    with Host(store, tmp_path / "data") as started:
+        yield started
+
+
+@pytest.fixture
+def folder_service(units_root: Path, tmp_path: Path) -> Iterator[UnitService]:
+    with Host(units_root, tmp_path / "data") as started:
+        yield UnitService(started, test_timeout=30)
 
 
 def refusal(code: str, fn, *args, **kwargs) -> UnitError:  # type: ignore[no-untyped-def]
@@ -22,7 +38,7 @@ def refusal(code: str, fn, *args, **kwargs) -> UnitError:  # type: ignore[no-unt
 
 def no_host_paths(service: UnitService, value: object) -> None:
     text = json.dumps(value, default=str)
-    for root in (service.host.units_root, service.host.data_dir):
+    for root in (root_of(service.host), service.host.data_dir):
         assert str(root) not in text
 
 
@@ -32,12 +48,15 @@ def no_host_paths(service: UnitService, value: object) -> None:
 def test_list_is_sorted_with_handles_and_capabilities(service: UnitService) -> None:
     units = {u.unit_id: u for u in service.list().units}
     assert list(units) == sorted(units)
-    assert units["counter"].source_handle.model_dump() == {"kind": "directory", "source_id": "__init__.py"}
-    assert units["greeter"].source_handle.model_dump() == {"kind": "file", "source_id": "greeter.py"}
+    listed = {"primary": True, "size": None, "hash": None}  # size and hash cost a read: unit_inspect has them
+    assert units["counter"].source_handle.model_dump() == {"kind": "directory", "source_id": "__init__.py", **listed}
+    assert units["greeter"].source_handle.model_dump() == {"kind": "file", "source_id": "greeter.py", **listed}
     assert units["counter"].edit_capabilities == ["read", "patch", "create"]
     assert units["greeter"].edit_capabilities == ["read", "patch"]
     assert units["weather"].test_capabilities == ["broken", "init"]
-    assert units["counter"].loader == "filesystem" and units["counter"].commit_capability is False
+    history = service.loader.name == "sqlite"  # the folder here is not in a git work tree
+    assert units["counter"].loader in ("filesystem", "sqlite") and units["counter"].commit_capability is history
+    assert units["counter"].loader_capabilities == ["read", "write", "create", *(["history"] if history else [])]
     assert not units["broken"].loaded and "SyntaxError" in (units["broken"].load_error or "")
     no_host_paths(service, service.list().model_dump())
 
@@ -85,17 +104,22 @@ def test_inspect_reports_lifecycle_activities_and_artifacts(service: UnitService
     assert set(artifacts) == {"__init__.py", "panel.py", "test_init.py"}
     assert artifacts["__init__.py"].primary and not artifacts["panel.py"].primary
     assert artifacts["__init__.py"].hash == service.read_source("counter", "__init__.py").hash
+    handle = result.source_handle
+    assert (handle.source_id, handle.primary, handle.hash) == ("__init__.py", True, artifacts["__init__.py"].hash)
+    assert handle.size == artifacts["__init__.py"].size > 0
     weather = {a.source_id: a.kind for a in service.inspect("weather").source_artifacts}
     assert weather["data/cities.json"] == "text"
     greeter = service.inspect("greeter")
     assert greeter.lifecycle.init is None and [a.source_id for a in greeter.source_artifacts] == ["greeter.py"]
 
 
-def test_inspect_lists_binary_files_and_skips_caches_and_hidden_files(service: UnitService, host: Host) -> None:
-    (host.units_root / "counter" / "logo.png").write_bytes(b"\x89PNG\x00\x01")
-    (host.units_root / "counter" / ".secret").write_text("x")
-    (host.units_root / "counter" / "__pycache__").mkdir(exist_ok=True)
-    (host.units_root / "counter" / "__pycache__" / "x.pyc").write_bytes(b"\x00")
+def test_inspect_lists_binary_files_and_skips_caches_and_hidden_files(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
+    (root_of(host) / "counter" / "logo.png").write_bytes(b"\x89PNG\x00\x01")
+    (root_of(host) / "counter" / ".secret").write_text("x")
+    (root_of(host) / "counter" / "__pycache__").mkdir(exist_ok=True)
+    (root_of(host) / "counter" / "__pycache__" / "x.pyc").write_bytes(b"\x00")
     kinds = {a.source_id: a.kind for a in service.inspect("counter").source_artifacts}
     assert kinds["logo.png"] == "binary"
     assert ".secret" not in kinds and not any("pycache" in k for k in kinds)
@@ -117,16 +141,20 @@ def test_unknown_and_invalid_units(service: UnitService) -> None:
 # -- read -----------------------------------------------------------------------------------------
 
 
-def test_read_source_returns_content_hash_and_line_endings(service: UnitService, host: Host) -> None:
+def test_read_source_returns_content_hash_and_line_endings(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
     result = service.read_source("notes", "__init__.py")
-    raw = (host.units_root / "notes" / "__init__.py").read_bytes()
+    raw = (root_of(host) / "notes" / "__init__.py").read_bytes()
     assert result.content == raw.decode("utf-8")
     assert result.hash.startswith("sha256:") and result.size == len(raw)
     assert result.line_ending == "crlf" and "café" in result.content
     assert service.read_source("weather", "data/cities.json").content.startswith("{")
 
 
-def test_read_source_refusals_name_unit_and_source_only(service: UnitService, host: Host, tmp_path: Path) -> None:
+def test_read_source_refusals_name_unit_and_source_only(folder_service: UnitService, tmp_path: Path) -> None:
+    service = folder_service
+    host = folder_service.host
     refusal("unknown_source", service.read_source, "counter", "missing.py")
     refusal("unknown_source", service.read_source, "weather", "data")
     refusal("unknown_source", service.read_source, "greeter", "other.py")
@@ -134,7 +162,7 @@ def test_read_source_refusals_name_unit_and_source_only(service: UnitService, ho
     refusal("invalid_source_id", service.read_source, "counter", "/etc/passwd")
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
-    (host.units_root / "counter" / "leak.py").symlink_to(secret)
+    (root_of(host) / "counter" / "leak.py").symlink_to(secret)
     error = refusal("invalid_source_id", service.read_source, "counter", "leak.py")
     no_host_paths(service, error.to_dict())
     assert "top secret" not in str(error.to_dict())
@@ -169,8 +197,10 @@ def test_diff_patch_is_applied(service: UnitService, host: Host) -> None:
     assert host.module("greeter").greet("Ada") == "Good day, Ada!"
 
 
-def test_dry_run_returns_the_diff_and_writes_nothing(service: UnitService, host: Host) -> None:
-    source = host.units_root / "greeter.py"
+def test_dry_run_returns_the_diff_and_writes_nothing(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
+    source = root_of(host) / "greeter.py"
     before = source.read_bytes()
     result = service.apply_patch("greeter", "greeter.py", old="Hello", new="Bonjour", dry_run=True)
     assert result.dry_run and result.changed and result.reload is None
@@ -178,15 +208,17 @@ def test_dry_run_returns_the_diff_and_writes_nothing(service: UnitService, host:
     assert source.read_bytes() == before
 
 
-def test_a_stale_hash_is_refused_and_nothing_is_written(service: UnitService, host: Host) -> None:
+def test_a_stale_hash_is_refused_and_nothing_is_written(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
     read = service.read_source("greeter", "greeter.py")
     service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
-    current = (host.units_root / "greeter.py").read_bytes()
+    current = (root_of(host) / "greeter.py").read_bytes()
     error = refusal(
         "stale_hash", service.apply_patch, "greeter", "greeter.py", old="Hi", new="Yo", expected_hash=read.hash
     )
     assert error.details["current_hash"] != read.hash
-    assert (host.units_root / "greeter.py").read_bytes() == current
+    assert (root_of(host) / "greeter.py").read_bytes() == current
     refusal("invalid_argument", service.apply_patch, "greeter", "greeter.py", old="Hi", new="Yo", expected_hash="abc")
 
 
@@ -198,31 +230,37 @@ def test_ambiguous_and_missing_old_are_refused_with_counts(service: UnitService)
     assert error.details["matches"] == 0
 
 
-def test_a_crlf_file_stays_crlf_after_a_patch(service: UnitService, host: Host) -> None:
+def test_a_crlf_file_stays_crlf_after_a_patch(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
     service.apply_patch(
         "notes",
         "__init__.py",
         old='    """Return the notes that contain word."""\n',
         new='    """Notes containing word."""\n    word = word.strip()\n',
     )
-    raw = (host.units_root / "notes" / "__init__.py").read_bytes()
+    raw = (root_of(host) / "notes" / "__init__.py").read_bytes()
     assert raw.count(b"\r\n") == raw.count(b"\n")
     assert b"    word = word.strip()\r\n" in raw
     assert host.module("notes").search(" café ") == ["café au lait"]
 
 
-def test_a_syntax_error_is_reported_with_position_and_nothing_is_written(service: UnitService, host: Host) -> None:
-    before = (host.units_root / "greeter.py").read_bytes()
+def test_a_syntax_error_is_reported_with_position_and_nothing_is_written(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
+    before = (root_of(host) / "greeter.py").read_bytes()
     error = refusal(
         "syntax_error", service.apply_patch, "greeter", "greeter.py", old="def greet(name):", new="def greet(name:"
     )
     assert error.details["file"] == "greeter.py" and error.details["line"] == 8 and error.details["column"]
-    assert (host.units_root / "greeter.py").read_bytes() == before
+    assert (root_of(host) / "greeter.py").read_bytes() == before
 
 
-def test_a_patch_whose_reload_fails_restores_the_original_bytes(service: UnitService, host: Host) -> None:
+def test_a_patch_whose_reload_fails_restores_the_original_bytes(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
     host.module("counter").increment()
-    before = (host.units_root / "counter" / "__init__.py").read_bytes()
+    before = (root_of(host) / "counter" / "__init__.py").read_bytes()
     error = refusal(
         "reload_failed",
         service.apply_patch,
@@ -233,7 +271,7 @@ def test_a_patch_whose_reload_fails_restores_the_original_bytes(service: UnitSer
     )
     assert error.details["stage"] == "init" and "ZeroDivisionError" in error.details["error"]
     assert error.details["source_restored"] and error.details["previous_version_serving"]
-    assert (host.units_root / "counter" / "__init__.py").read_bytes() == before
+    assert (root_of(host) / "counter" / "__init__.py").read_bytes() == before
     assert host.module("counter").count == 1
     no_host_paths(service, error.to_dict())
 
@@ -250,7 +288,9 @@ def test_patch_argument_refusals(service: UnitService) -> None:
     refusal("too_large", service.apply_patch, "greeter", "greeter.py", old="Hello", new="x" * (3 * 1024 * 1024))
 
 
-def test_concurrent_patches_with_one_expected_hash_have_one_winner(service: UnitService, host: Host) -> None:
+def test_concurrent_patches_with_one_expected_hash_have_one_winner(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
     read = service.read_source("greeter", "greeter.py")
     outcomes: list[str] = []
 
@@ -268,7 +308,7 @@ def test_concurrent_patches_with_one_expected_hash_have_one_winner(service: Unit
         t.join()
     winners = [o for o in outcomes if o.startswith("won")]
     assert len(winners) == 1 and outcomes.count("stale_hash") == 11
-    assert f"Hello{winners[0][3:]}, " in (host.units_root / "greeter.py").read_text()
+    assert f"Hello{winners[0][3:]}, " in (root_of(host) / "greeter.py").read_text()
 
 
 def test_a_read_only_loader_refuses_writes_loudly(units_root: Path, tmp_path: Path) -> None:
@@ -283,33 +323,39 @@ def test_a_read_only_loader_refuses_writes_loudly(units_root: Path, tmp_path: Pa
 # -- create ---------------------------------------------------------------------------------------
 
 
-def test_create_source_makes_parents_and_reloads(service: UnitService, host: Host) -> None:
+def test_create_source_makes_parents_and_reloads(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
     result = service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
     assert result.reload.reloaded and result.size == len("BONUS = 3\n")
-    assert (host.units_root / "counter" / "extras" / "bonus.py").read_text() == "BONUS = 3\n"
+    assert (root_of(host) / "counter" / "extras" / "bonus.py").read_text() == "BONUS = 3\n"
     assert "extras/bonus.py" in [a.source_id for a in service.inspect("counter").source_artifacts]
 
 
-def test_create_source_refusals(service: UnitService, host: Host) -> None:
+def test_create_source_refusals(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
     refusal("exists", service.create_source, "counter", "panel.py", "x = 1\n")
     refusal("not_supported", service.create_source, "greeter", "more.py", "x = 1\n")
     error = refusal("syntax_error", service.create_source, "counter", "bad.py", "def f(:\n")
     assert error.details["line"] == 1
-    assert not (host.units_root / "counter" / "bad.py").exists()
+    assert not (root_of(host) / "counter" / "bad.py").exists()
     refusal("invalid_source_id", service.create_source, "counter", "../escape.py", "x = 1\n")
     refusal("invalid_source_id", service.create_source, "counter", ".hidden.py", "x = 1\n")
     refusal("invalid_source_id", service.create_source, "counter", "panel.py/x.py", "x = 1\n")
 
 
-def test_create_source_removes_the_file_when_the_reload_fails(service: UnitService, host: Host) -> None:
-    (host.units_root / "counter" / "__init__.py").write_text(
-        (host.units_root / "counter" / "__init__.py").read_text() + "\nfrom .plugins import hook\n"
+def test_create_source_removes_the_file_when_the_reload_fails(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
+    (root_of(host) / "counter" / "__init__.py").write_text(
+        (root_of(host) / "counter" / "__init__.py").read_text() + "\nfrom .plugins import hook\n"
     )
     error = refusal(
         "reload_failed", service.create_source, "counter", "plugins/__init__.py", "raise ImportError('no')\n"
     )
     assert error.details["source_restored"]
-    assert not (host.units_root / "counter" / "plugins").exists()
+    assert not (root_of(host) / "counter" / "plugins").exists()
 
 
 # -- tests, reload, log, snapshot -----------------------------------------------------------------
@@ -325,10 +371,11 @@ def test_run_tests_main_and_pytest_runners(service: UnitService) -> None:
     no_host_paths(service, failed.model_dump())
 
 
-def test_the_test_process_starts_lean_and_logs_to_its_stderr(service: UnitService, units_root: Path) -> None:
+def test_the_test_process_starts_lean_and_logs_to_its_stderr(folder_service: UnitService, units_root: Path) -> None:
     """pydantic doubled the start-up of every test run, tempfile and logging.handlers added a tenth: the host and
     the loader import the result models lazily, the server makes the data folder, and a test writes no app log
     (it would be deleted unread) but logs to its stderr, which the caller sees."""
+    service = folder_service
     (units_root / "counter" / "test_probe.py").write_text(
         "import logging\nimport sys\n\n\ndef main(host):\n"
         "    logging.getLogger('units.counter').info('info from the test')\n"
@@ -347,19 +394,22 @@ def test_run_tests_refusals(service: UnitService) -> None:
     refusal("invalid_argument", service.run_tests, "counter", timeout=0)
 
 
-def test_an_infinite_loop_is_killed_at_its_timeout(service: UnitService) -> None:
+def test_an_infinite_loop_is_killed_at_its_timeout(folder_service: UnitService) -> None:
+    service = folder_service
     error = refusal("test_timeout", service.run_tests, "looper", "init", timeout=2)
     assert error.details["timed_out"] and error.details["exit_code"] is None
     assert 2000 <= error.details["duration_ms"] < 20000
 
 
-def test_ten_megabytes_of_output_are_capped(service: UnitService) -> None:
+def test_ten_megabytes_of_output_are_capped(folder_service: UnitService) -> None:
+    service = folder_service
     result = service.run_tests("looper", "chatty", timeout=60)
     assert result.passed and result.truncated
     assert len(result.stdout) < 70 * 1024 and "bytes of output dropped" in result.stdout
 
 
-def test_a_test_that_spawns_children_leaves_none_behind(service: UnitService) -> None:
+def test_a_test_that_spawns_children_leaves_none_behind(folder_service: UnitService) -> None:
+    service = folder_service
     error = refusal("test_timeout", service.run_tests, "looper", "spawner", timeout=6)
     pid = int(error.details["stdout"].split("child ")[1].split()[0])
     assert not running(pid)
@@ -431,8 +481,10 @@ def test_the_log_rotates_by_size_and_reading_pages_back_into_the_backups(units_r
     assert [stream[n - 1] for n in kept.line_numbers] == kept.lines, "numbers run through the backups"
 
 
-def test_read_log_never_reveals_host_paths(service: UnitService, host: Host) -> None:
-    host.unit_logger("greeter").info("file is at %s", host.units_root / "greeter.py")
+def test_read_log_never_reveals_host_paths(folder_service: UnitService) -> None:
+    service = folder_service
+    host = folder_service.host
+    host.unit_logger("greeter").info("file is at %s", root_of(host) / "greeter.py")
     lines = service.read_log(grep="file is at").lines
     assert lines and "<units>/greeter.py" in lines[-1]
     no_host_paths(service, lines)
@@ -445,20 +497,23 @@ def test_snapshot(service: UnitService, host: Host) -> None:
     refusal("not_loaded", service.snapshot, "broken")
 
 
-def test_a_hundred_megabytes_of_output_are_capped(service: UnitService) -> None:
+def test_a_hundred_megabytes_of_output_are_capped(folder_service: UnitService) -> None:
+    service = folder_service
     result = service.run_tests("looper", "flood", timeout=120)
     assert result.passed and result.truncated
     assert len(result.stdout) < 70 * 1024 and len(result.stderr) < 70 * 1024
 
 
-def test_a_child_that_ignores_sigterm_is_killed_at_the_timeout(service: UnitService) -> None:
+def test_a_child_that_ignores_sigterm_is_killed_at_the_timeout(folder_service: UnitService) -> None:
+    service = folder_service
     error = refusal("test_timeout", service.run_tests, "looper", "stubborn", timeout=6)
     pid = int(error.details["stdout"].split("child ")[1].split()[0])
     assert not running(pid)
 
 
 @pytest.mark.parametrize("test_name", ["escape", "escape_exit"])
-def test_a_grandchild_in_its_own_session_is_killed_too(service: UnitService, test_name: str) -> None:
+def test_a_grandchild_in_its_own_session_is_killed_too(folder_service: UnitService, test_name: str) -> None:
+    service = folder_service
     try:
         output = service.run_tests("looper", test_name, timeout=6).stdout
     except UnitError as exc:

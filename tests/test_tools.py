@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ import anyio
 import jsonschema
 import mcp_types as types
 import pytest
+from conftest import sqlite_copy
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
@@ -54,9 +55,24 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(params=["folder", "sqlite"])
+def host(request: pytest.FixtureRequest, units_root: Path, tmp_path: Path) -> Iterator[Host]:
+    """Every tool test that is not about files runs on both loaders (test_loaders.py has the contract)."""
+    store = str(units_root) if request.param == "folder" else sqlite_copy(units_root, tmp_path / "units.db")
+    with Host(store, tmp_path / "data") as started:
+        yield started
+
+
 @pytest.fixture
 def tools(service: UnitService) -> UnitTools:
     return UnitTools(service, progress_interval=0.1)
+
+
+@pytest.fixture
+def folder_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
+    """For tests about the folder loader's files (and the exact ten tools of a loader without history)."""
+    with Host(units_root, tmp_path / "data") as started:
+        yield UnitTools(UnitService(started, test_timeout=30), progress_interval=0.1)
 
 
 @asynccontextmanager
@@ -107,7 +123,8 @@ def sha(path: Path) -> str:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_lists_ten_tools_with_schemas_annotations_and_risks(tools: UnitTools, mode: str) -> None:
+async def test_lists_ten_tools_with_schemas_annotations_and_risks(folder_tools: UnitTools, mode: str) -> None:
+    tools = folder_tools
     async with connect(tools, mode) as client:
         listed = (await client.list_tools()).tools
     assert [tool.name for tool in listed] == NAMES
@@ -151,7 +168,8 @@ async def test_instructions_describe_the_workflow_and_nothing_else_is_served(too
     assert positions == sorted(positions)
 
 
-async def test_prefix_renames_tools_and_their_cross_references(service: UnitService) -> None:
+async def test_prefix_renames_tools_and_their_cross_references(folder_tools: UnitTools) -> None:
+    service = folder_tools.service
     prefixed = UnitTools(service, prefix="space_")
     async with connect(prefixed) as client:
         listed = (await client.list_tools()).tools
@@ -197,7 +215,8 @@ async def test_read_only_tools(tools: UnitTools, mode: str) -> None:
         assert log["returned"] >= 1 and all("counter ready" in line for line in log["lines"])
 
 
-async def test_edit_workflow_with_expected_hash_diff_and_dry_run(tools: UnitTools, units_root: Path) -> None:
+async def test_edit_workflow_with_expected_hash_diff_and_dry_run(folder_tools: UnitTools, units_root: Path) -> None:
+    tools = folder_tools
     source = units_root / "counter" / "__init__.py"
     async with session(tools) as s:
         read = await s.ok("unit_read_source", {"unit_id": "counter", "source_id": "__init__.py"})
@@ -276,7 +295,10 @@ async def test_reload_reports_activity_evidence(tools: UnitTools, host: Host) ->
 # -- refusals --------------------------------------------------------------------------------------------
 
 
-async def test_refusals_carry_code_hint_and_no_host_path(tools: UnitTools, units_root: Path, tmp_path: Path) -> None:
+async def test_refusals_carry_code_hint_and_no_host_path(
+    folder_tools: UnitTools, units_root: Path, tmp_path: Path
+) -> None:
+    tools = folder_tools
     (units_root / "counter" / "blob.bin").write_bytes(b"\x00\x01\x02")
     source = units_root / "counter" / "__init__.py"
     before = sha(source)
@@ -379,10 +401,10 @@ async def test_unknown_tool_is_a_protocol_error(tools: UnitTools) -> None:
 
 
 async def test_unexpected_failure_is_a_generic_error_and_the_server_keeps_serving(
-    tools: UnitTools, units_root: Path
+    folder_tools: UnitTools, units_root: Path
 ) -> None:
     moved = units_root.with_name("units-away")
-    async with session(tools) as s:
+    async with session(folder_tools) as s:
         units_root.rename(moved)
         try:
             text = await s.refused("unit_list", {}, "internal_error")

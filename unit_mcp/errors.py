@@ -141,3 +141,8 @@ class TooLarge(UnitError):
 class SnapshotFailed(UnitError):
     code = "snapshot_failed"
     default_hint = "The unit's snapshot() raised or returned something that is not JSON: fix snapshot()."
+
+
+class UnknownVersion(UnitError):
+    code = "unknown_version"
+    default_hint = "Call unit_history to list the versions of the source."

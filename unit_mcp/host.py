@@ -1,4 +1,4 @@
-"""The headless engine: a units root, its loaded units, their activities, transactional reload and the app log."""
+"""The headless engine: the units of one loader, their activities, transactional reload and the app log."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import cancel
-from .loader import FilesystemLoader, UnitKind
-from .paths import hash_bytes
+from .importer import UnitFinder
+from .loader import Loader, UnitKind, Watch, open_loader
 from .redact import Redactor
 
 if TYPE_CHECKING:  # pydantic stays out of the test host process, whose start-up it would double
@@ -115,64 +115,8 @@ class _Progress:
     loaded: LoadedUnit | None = None
 
 
-class _FreshSourceLoader(importlib.machinery.SourceFileLoader):
-    """Compile unit sources from the file every time: no stale bytecode after a same-second, same-size edit.
-
-    Code the service already compiled to validate a write is taken from `codes` (keyed by path and
-    content hash), so a patch is not compiled twice.
-    """
-
-    def __init__(self, fullname: str, path: str, codes: dict[tuple[str, str], types.CodeType]) -> None:
-        super().__init__(fullname, path)
-        self.codes = codes
-
-    def path_stats(self, path: str) -> Any:
-        raise OSError("unit sources are never served from bytecode caches")
-
-    def source_to_code(self, data: Any, path: Any, *, _optimize: int = -1) -> types.CodeType:  # type: ignore[override]
-        code = self.codes.pop((str(path), hash_bytes(bytes(data))), None)
-        if code is not None:
-            return code
-        return super().source_to_code(data, path, _optimize=_optimize)  # type: ignore[call-arg]
-
-
-class _UnitFinder:
-    """Finds `<namespace>.<unit>[.sub]` modules inside the units root only, refusing symlinked files. A meta path
-    finder by its `find_spec` (no `importlib.abc` base: importing that pulls in importlib.resources and tempfile)."""
-
-    def __init__(self, namespace: str, root: Path) -> None:
-        self.namespace = namespace
-        self.root = root
-        self.codes: dict[tuple[str, str], types.CodeType] = {}
-        self.names: dict[str, set[str]] = {}  # unit id → module names imported for it (no scan of sys.modules)
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> Any:
-        if not fullname.startswith(self.namespace + "."):
-            return None
-        self.names.setdefault(fullname.split(".")[1], set()).add(fullname)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.origin is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
-            return spec
-        origin = Path(spec.origin)
-        try:
-            relative = origin.relative_to(self.root)
-        except ValueError:
-            raise ImportError(f"{fullname} resolves outside the units root") from None
-        probe = self.root
-        for part in relative.parts:
-            probe = probe / part
-            if probe.is_symlink():
-                raise ImportError(f"{fullname}: symlinked source refused")
-        return importlib.util.spec_from_file_location(
-            fullname,
-            spec.origin,
-            loader=_FreshSourceLoader(fullname, spec.origin, self.codes),
-            submodule_search_locations=spec.submodule_search_locations,
-        )
-
-
 class Host:
-    """Hosts the units of one units root under a namespace package (default `units`).
+    """Hosts the units of one loader under a namespace package (default `units`).
 
     All module work happens under one re-entrant lock (sys.modules is global);
     `unit_lock(unit_id)` serialises edit-then-reload sequences of one unit.
@@ -180,7 +124,7 @@ class Host:
 
     def __init__(
         self,
-        units_root: str | os.PathLike[str],
+        units: Loader | str | os.PathLike[str],
         data_dir: str | os.PathLike[str],
         *,
         namespace: str = "units",
@@ -190,16 +134,20 @@ class Host:
         reload_timeout: float = 30.0,
         app_log: bool = True,
     ) -> None:
-        """`app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its stderr instead)."""
-        self.units_root = Path(units_root).resolve()
-        if not self.units_root.is_dir():
-            raise FileNotFoundError(f"units root {self.units_root} is not a directory")
+        """`units` is a loader, or what `open_loader` opens (a folder, `sqlite:PATH`); a loader opened here is
+        closed with the host. `app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its
+        stderr instead)."""
+        if isinstance(units, (str, os.PathLike)):
+            units = open_loader(units, read_only=read_only)
+            self._owns_loader = True
+        else:
+            self._owns_loader = False
+        self.loader: Loader = units
         self.data_dir = Path(data_dir).resolve()
         self.namespace = namespace
-        self.loader = FilesystemLoader(self.units_root, read_only=read_only)
         self.log_path = self.data_dir / "logs" / "app.log"
         self.logger = logging.getLogger("unit_mcp.host")
-        self.redact = Redactor([(self.units_root, "<units>"), (self.data_dir, "<data>")])
+        self.redact = Redactor([(self.loader.location, "<units>"), (self.data_dir, "<data>")])
         self._log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.app_log = app_log
@@ -214,13 +162,11 @@ class Host:
         self._initialising: str | None = None
         self._transaction_thread: int | None = None
         self._worker: _Worker | None = None
-        self._batch_loading = False
         self.reload_timeout = reload_timeout
         self._pending_activities: list[str] = []
-        self._own_writes: dict[str, str | None] = {}
-        self._finder: _UnitFinder | None = None
+        self._finder: UnitFinder | None = None
         self._log_handler: logging.Handler | None = None
-        self._watcher: Any = None
+        self._watcher: Watch | None = None
         self._started = False
 
     # -- start / stop -----------------------------------------------------------------
@@ -239,18 +185,14 @@ class Host:
                 self._open_log()
             self._install_namespace()
             self._started = True
-            self._invalidate_finders()
-            self._batch_loading = True  # one directory listing for the whole start-up, not one per unit
-            try:
-                for unit_id in self.loader.discover() if unit_ids is None else unit_ids:
-                    with contextlib.suppress(ReloadError):
-                        self._reload(unit_id, None)
-            finally:
-                self._batch_loading = False
+            for unit_id in self.loader.discover() if unit_ids is None else unit_ids:
+                with contextlib.suppress(ReloadError):
+                    self._reload(unit_id, None)
             return self
 
     def close(self) -> None:
-        """Stop watching, deactivate, drop every unit, release the namespace and the log."""
+        """Stop watching, deactivate, drop every unit, release the namespace and the log (and the loader if the
+        host opened it)."""
         self.stop_watching()
         with self._guard():
             if not self._started:
@@ -268,6 +210,8 @@ class Host:
             if self._worker is not None:
                 self._worker.stop()
                 self._worker = None
+            if self._owns_loader:
+                self.loader.close()  # a loader reopens on use: a closed host may be started again
             self._started = False
 
     def __enter__(self) -> Host:
@@ -297,11 +241,11 @@ class Host:
 
     def _install_namespace(self) -> None:
         spec = importlib.machinery.ModuleSpec(self.namespace, None, is_package=True)
-        spec.submodule_search_locations = [str(self.units_root)]
+        spec.submodule_search_locations = []
         package = importlib.util.module_from_spec(spec)
-        package.__path__ = [str(self.units_root)]
+        package.__path__ = []  # its units come from `self._finder`, never from sys.path
         sys.modules[self.namespace] = package
-        self._finder = _UnitFinder(self.namespace, self.units_root)
+        self._finder = UnitFinder(self.namespace, self.loader)
         sys.meta_path.insert(0, self._finder)
 
     # -- discovery and queries -----------------------------------------------------------
@@ -403,7 +347,7 @@ class Host:
         """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
 
         On failure the old modules, their init and their state are put back, and
-        `rollback_source` (given when the reload follows a write) restores the old files first.
+        `rollback_source` (given when the reload follows a write) restores the old sources first.
         The old version stays listed as loaded until the new one replaces it.
         """
         from .models import ActivityEvidence, ReloadResult
@@ -543,18 +487,8 @@ class Host:
             return contextlib.nullcontext()
         return self._lock
 
-    def _invalidate_finders(self) -> None:
-        """Forget cached directory listings below the units root only (a new file must be seen at once)."""
-        root = str(self.units_root)
-        for path, finder in list(sys.path_importer_cache.items()):
-            invalidate = getattr(finder, "invalidate_caches", None)
-            if callable(invalidate) and isinstance(path, str) and path.startswith(root):
-                invalidate()
-
     def _import(self, unit_id: str) -> types.ModuleType:
         self._purge(unit_id)
-        if not self._batch_loading:
-            self._invalidate_finders()
         self._pending_activities = []
         return importlib.import_module(self.module_name(unit_id))
 
@@ -675,31 +609,33 @@ class Host:
         self.logger.error("reloading unit %s failed at %s: %s", unit_id, stage, text)
         return ReloadError(unit_id, stage, text, evidence)
 
-    def remember_code(self, path: Path, data: bytes, code: types.CodeType) -> None:
-        """Code compiled from `data` for the file at `path`, for the next import of exactly those bytes."""
+    def remember_code(self, origin: str, data: bytes, code: types.CodeType) -> None:
+        """Code compiled from `data` for the source named `origin`, for the next import of exactly those bytes."""
         if self._finder is not None:
-            if len(self._finder.codes) > 64:
-                self._finder.codes.clear()
-            self._finder.codes[(str(path), hash_bytes(data))] = code
-
-    # -- writes made through the service (so the watcher does not reload them twice) ---------
-
-    def note_own_write(self, path: Path, digest: str | None) -> None:
-        self._own_writes[str(path)] = digest
-
-    def is_own_write(self, path: Path, digest: str | None) -> bool:
-        key = str(path)
-        return key in self._own_writes and self._own_writes[key] == digest
+            self._finder.remember(origin, data, code)
 
     # -- watching -------------------------------------------------------------------------
 
     def start_watching(self, *, debounce_ms: int = 300) -> None:
-        from .watcher import UnitWatcher
-
+        """Reload units whose sources someone else changes in the store (a human's editor, another server)."""
         with self._guard():
             if self._watcher is None:
-                self._watcher = UnitWatcher(self, debounce_ms=debounce_ms)
-                self._watcher.start()
+                self._watcher = self.loader.watch(self, debounce_ms=debounce_ms)
+
+    def reload_changed(self, unit_id: str) -> None:
+        """A change made outside this host: load or reload the unit, or unload it if it is gone. A failed reload
+        keeps the old version running and is logged; the changed source is never touched."""
+        with self.unit_lock(unit_id):
+            if self.unit_kind(unit_id) is None:
+                if self.is_loaded(unit_id):
+                    self.unload(unit_id)
+                    self.logger.info("unit %s removed from the store: unloaded", unit_id)
+                return
+            try:
+                self.reload(unit_id)
+                self.logger.info("unit %s reloaded after a change in the store", unit_id)
+            except ReloadError as exc:
+                self.logger.error("change of unit %s not loaded (%s); previous version kept", unit_id, exc.error)
 
     def stop_watching(self) -> None:
         watcher, self._watcher = self._watcher, None

@@ -1,20 +1,23 @@
-"""The filesystem loader: finds units in a units root and reads and writes their sources by handle."""
+"""The `Loader` protocol: where units live, behind one narrow interface the host and the service use for all storage.
+
+Two implementations ship: `FilesystemLoader` (a folder, `folderloader.py`, with history when the folder is in a
+git work tree) and `SqliteLoader` (one SQLite database, `sqliteloader.py`, with native history). `open_loader`
+turns a `--units` value (`DIR` or `sqlite:PATH`) into one of them.
+"""
 
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
-
-from . import paths
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from .models import SourceArtifact
+    import threading
+
+    from .models import ReloadResult
 
 UnitKind = Literal["directory", "file"]
+SQLITE_PREFIX = "sqlite:"
 
 
 @dataclass(frozen=True)
@@ -22,131 +25,202 @@ class Capabilities:
     read: bool = True
     write: bool = True
     create: bool = True
-    commit: bool = False
+    history: bool = False
+
+    def names(self) -> list[Literal["read", "write", "create", "history"]]:
+        return [name for name in ("read", "write", "create", "history") if getattr(self, name)]
 
 
-class FilesystemLoader:
-    """Units as `<root>/<id>/__init__.py` (directory units) or `<root>/<id>.py` (file units)."""
+@dataclass(frozen=True)
+class SourceInfo:
+    """One source of a unit as its loader lists it."""
 
-    name = "filesystem"
+    source_id: str
+    size: int
+    hash: str
+    primary: bool
+    kind: Literal["python", "text", "binary"]
 
-    def __init__(self, root: Path, *, read_only: bool = False) -> None:
-        self.root = root
-        self.capabilities = Capabilities(write=not read_only, create=not read_only)
+
+@dataclass(frozen=True)
+class Version:
+    """One accepted version of a source. `version` numbers grow with time; `tool_call` is None for changes made
+    outside the tools."""
+
+    version: int
+    hash: str
+    size: int
+    time: str
+    tool_call: str | None
+
+
+@dataclass
+class Written:
+    """What a loader write did, for `Loader.accept` (the reload succeeded) or `Loader.rollback` (it failed)."""
+
+    unit_id: str
+    kind: UnitKind
+    source_id: str
+    data: bytes
+    previous: bytes | None  # None: the source was created
+    tool_call: str
+    token: Any = None  # the loader's own bookkeeping (created folders, history row, ...)
+
+
+# Refusals a loader raises; the service turns them into `UnitError`s. They never carry a host path.
+
+
+class LoaderError(Exception):
+    """Base of the storage refusals below."""
+
+
+class MissingSource(LoaderError):
+    """The source does not exist."""
+
+
+class NotASource(LoaderError):
+    """The source id names a folder (or something else that is not a source)."""
+
+
+class PathConflict(LoaderError):
+    """A folder on the source id's path is a source itself."""
+
+
+class UnsafeSource(LoaderError):
+    """The storage refuses the source (e.g. a symbolic link, or not a regular file)."""
+
+
+class SourceExists(LoaderError):
+    """`create` found the source already there."""
+
+
+class StaleSource(LoaderError):
+    """The source is no longer the bytes the write was based on (changed by someone else meanwhile)."""
+
+    def __init__(self, current_hash: str | None) -> None:
+        super().__init__(current_hash)
+        self.current_hash = current_hash
+
+
+class UnknownVersion(LoaderError):
+    """No such version of the source in the history."""
+
+
+class WatchTarget(Protocol):
+    """What a loader's change watcher needs from the host (a `Host` is one)."""
+
+    logger: Any
+
+    def unit_lock(self, unit_id: str) -> threading.RLock: ...
+
+    def unit_kind(self, unit_id: str) -> UnitKind | None: ...
+
+    def is_loaded(self, unit_id: str) -> bool: ...
+
+    def unload(self, unit_id: str) -> None: ...
+
+    def reload(self, unit_id: str) -> ReloadResult: ...
+
+    def reload_changed(self, unit_id: str) -> None: ...
+
+
+class Watch(Protocol):
+    def stop(self) -> None: ...
+
+
+class Loader(Protocol):
+    """Storage of units: discovery, sources (bytes with size and hash), hash-checked writes, optional history.
+
+    Ids are validated by the caller (`paths.validate_unit_id` / `validate_source_id`) before they arrive here.
+    A write is two-phase: `write`/`create` change the store at once (the reload that follows reads from it) and
+    return a `Written`; the caller then calls `accept` when the reload succeeded or `rollback` when it did not.
+    History loaders record accepted versions only.
+    """
+
+    name: str
+    """Shown to clients as the unit's loader, e.g. 'filesystem' or 'sqlite'."""
+    capabilities: Capabilities
+    address: str
+    """Opens the same store again in another process (the test host): a folder path or 'sqlite:PATH'."""
+    location: str
+    """The host path of the store, replaced by '<units>' in everything a client sees."""
 
     def discover(self) -> dict[str, UnitKind]:
-        """Unit ids on disk. Symlinks are ignored; a package directory wins over a same-named module."""
-        found: dict[str, UnitKind] = {}
-        with os.scandir(self.root) as entries:
-            for entry in entries:
-                if entry.is_symlink() or paths.is_hidden_or_compiled(entry.name):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    init = os.path.join(entry.path, "__init__.py")
-                    if _is_unit_id(entry.name) and os.path.isfile(init) and not os.path.islink(init):
-                        found[entry.name] = "directory"
-                elif entry.is_file(follow_symlinks=False) and entry.name.endswith(".py"):
-                    stem = entry.name[:-3]
-                    if _is_unit_id(stem) and found.get(stem) != "directory":
-                        found.setdefault(stem, "file")
-        return dict(sorted(found.items()))
+        """Every unit id with its kind, sorted by id."""
+        ...
 
     def kind(self, unit_id: str) -> UnitKind | None:
-        """The kind of one unit, by looking at its two possible places only (no scan of the root)."""
-        if not _is_unit_id(unit_id):
-            return None
-        # os.lstat on strings, not pathlib: this runs on every call that names a unit.
-        folder = os.path.join(self.root, unit_id)
-        if _lstat_is(folder, stat.S_ISDIR) and _lstat_is(os.path.join(folder, "__init__.py"), stat.S_ISREG):
-            return "directory"
-        if _lstat_is(folder + ".py", stat.S_ISREG):
-            return "file"
-        return None
+        """The kind of one unit, or None if there is none (cheap: called on every tool call)."""
+        ...
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
-        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
-
-    def parts(self, unit_id: str, kind: UnitKind, segments: tuple[str, ...]) -> list[str]:
-        """Path parts below the units root for a validated source id."""
-        if kind == "directory":
-            return [unit_id, *segments]
-        return list(segments)
+    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str: ...
 
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
-        if kind == "file":
-            return [f"{unit_id}.py"]
-        base = self.root / unit_id
-        out: list[str] = []
-        stack = [("", base)]
-        while stack:
-            prefix, folder = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            for entry in entries:
-                if paths.is_hidden_or_compiled(entry.name) or entry.is_symlink():
-                    continue
-                rel = f"{prefix}{entry.name}"
-                try:
-                    paths.validate_source_id(rel)
-                except Exception:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((rel + "/", Path(entry.path)))
-                elif entry.is_file(follow_symlinks=False):
-                    out.append(rel)
-        return sorted(out)
+        """The unit's source ids, sorted, hidden and compiled files left out."""
+        ...
 
-    def artifacts(self, unit_id: str, kind: UnitKind) -> list[SourceArtifact]:
-        from .models import SourceArtifact  # not at module level: the test host process never needs pydantic
+    def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
+        """Each source with its size and `sha256:` hash of the raw bytes."""
+        ...
 
-        primary = self.primary_source_id(unit_id, kind)
-        result = []
-        for source_id in self.source_ids(unit_id, kind):
-            try:
-                data = self.read(unit_id, kind, source_id)
-            except (OSError, paths.UnsafePath):
-                continue
-            result.append(
-                SourceArtifact(
-                    source_id=source_id,
-                    kind=artifact_kind(source_id, data),
-                    size=len(data),
-                    hash=paths.hash_bytes(data),
-                    primary=source_id == primary,
-                )
-            )
-        return result
+    def stamp(self, unit_id: str, kind: UnitKind) -> object:
+        """A cheap value that changes whenever any source of the unit changes (for caches)."""
+        ...
 
-    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
-        return paths.read_bytes(self.root, self.parts(unit_id, kind, paths.validate_source_id(source_id)))
+    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes: ...
 
-    def replace(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes) -> None:
-        paths.replace_bytes(self.root, self.parts(unit_id, kind, paths.validate_source_id(source_id)), data)
+    def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:
+        """The name a source goes by in code objects and tracebacks (`__file__`); '<units>/…' once redacted."""
+        ...
 
-    def create(self, unit_id: str, source_id: str, data: bytes) -> list[str]:
-        return paths.create_bytes(self.root, [unit_id, *paths.validate_source_id(source_id)], data)
+    def write(
+        self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, expected_hash: str, tool_call: str
+    ) -> Written:
+        """Replace an existing source, atomically checking that it still hashes to `expected_hash` (else
+        `StaleSource`). Keeps what the store keeps of the old source (a file's mode, for instance)."""
+        ...
 
-    def remove(self, unit_id: str, source_id: str, created_dirs: list[str]) -> None:
-        paths.remove_file(self.root, [unit_id, *paths.validate_source_id(source_id)])
-        paths.remove_empty_dirs(self.root, created_dirs)
+    def create(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, tool_call: str) -> Written:
+        """Add a source that must not exist yet (`SourceExists` otherwise)."""
+        ...
+
+    def accept(self, written: Written) -> None:
+        """The reload after the write succeeded: record the version (history loaders)."""
+        ...
+
+    def rollback(self, written: Written) -> None:
+        """The reload after the write failed: put the previous bytes back (or remove a created source)."""
+        ...
+
+    def history(self, unit_id: str, kind: UnitKind, source_id: str, limit: int) -> list[Version]:
+        """Accepted versions of a source, newest first (loaders with the `history` capability)."""
+        ...
+
+    def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
+        """The bytes of one version from `history` (`UnknownVersion` if there is none)."""
+        ...
+
+    def watch(self, target: WatchTarget, *, debounce_ms: int) -> Watch:
+        """Start reloading units changed in the store by anyone else (debounced); returns once watching."""
+        ...
+
+    def put_unit(self, unit_id: str, kind: UnitKind, files: dict[str, bytes], *, replace: bool) -> None:
+        """Store a whole unit at once (`unit_mcp.units copy`); `SourceExists` if it exists and not `replace`."""
+        ...
+
+    def close(self) -> None: ...
 
 
-def _lstat_is(path: str, kind: Callable[[int], bool]) -> bool:
-    """Whether path is of that kind itself (a symbolic link is of none)."""
-    try:
-        return kind(os.lstat(path).st_mode)
-    except OSError:
-        return False
+def open_loader(units: str | os.PathLike[str], *, read_only: bool = False) -> Loader:
+    """`sqlite:PATH` opens (or creates) a database; anything else is a units folder."""
+    text = os.fspath(units)
+    if text.startswith(SQLITE_PREFIX):
+        from .sqliteloader import SqliteLoader
 
+        return SqliteLoader(text[len(SQLITE_PREFIX) :], read_only=read_only)
+    from .folderloader import FilesystemLoader
 
-def _is_unit_id(name: str) -> bool:
-    try:
-        paths.validate_unit_id(name)
-    except Exception:
-        return False
-    return True
+    return FilesystemLoader(text, read_only=read_only)
 
 
 def artifact_kind(source_id: str, data: bytes) -> Literal["python", "text", "binary"]:

@@ -24,6 +24,13 @@ class SourceArtifact(_Model):
 class SourceHandle(_Model):
     kind: Literal["directory", "file"]
     source_id: str = Field(description="The primary source artifact.")
+    primary: bool = Field(default=True, description="The handle names the unit's primary source.")
+    size: int | None = Field(default=None, description="Size of the primary source in bytes (unit_inspect only).")
+    hash: str | None = Field(default=None, description="'sha256:<hex>' of the primary source (unit_inspect only).")
+
+
+LoaderCapability = Literal["read", "write", "create", "history"]
+_LOADER_CAPABILITIES = Field(description="What the unit's loader offers; 'history' adds unit_history and unit_revert.")
 
 
 class UnitSummary(_Model):
@@ -32,7 +39,8 @@ class UnitSummary(_Model):
     source_handle: SourceHandle
     edit_capabilities: list[str]
     test_capabilities: list[str] = Field(description="Test names runnable with unit_run_tests.")
-    commit_capability: bool
+    commit_capability: bool = Field(description="Every accepted write is recorded as a version (history).")
+    loader_capabilities: list[LoaderCapability] = _LOADER_CAPABILITIES
     loaded: bool
     load_error: str | None = None
 
@@ -68,6 +76,7 @@ class Lifecycle(_Model):
 class InspectResult(_Model):
     unit_id: str
     loader: str
+    loader_capabilities: list[LoaderCapability] = _LOADER_CAPABILITIES
     module: str
     source_handle: SourceHandle
     loaded: bool
@@ -109,10 +118,10 @@ class ReloadResult(_Model):
 class ApplyPatchResult(_Model):
     unit_id: str
     source_id: str
-    mode: Literal["exact", "diff"]
+    mode: Literal["exact", "diff", "revert"]
     dry_run: bool
     changed: bool
-    replacements: int = Field(description="Occurrences replaced (exact mode) or hunks applied (diff mode).")
+    replacements: int = Field(description="Occurrences replaced (exact mode), hunks applied (diff mode) or 1 (revert).")
     hash_before: str
     hash: str = Field(description="Hash of the source after the edit (the would-be hash on a dry run).")
     diff: str = Field(description="Unified diff of the change.")
@@ -159,3 +168,17 @@ class SnapshotResult(_Model):
     unit_id: str
     supported: bool
     state: Any = Field(default=None, description="Any JSON value: what the unit's snapshot() returned.")
+
+
+class HistoryVersion(_Model):
+    version: int = Field(description="Pass it to unit_revert; larger is newer.")
+    hash: str
+    size: int
+    time: str = Field(description="When the version was written, ISO 8601.")
+    tool_call: str | None = Field(description="The tool that wrote it; null for a change made outside the tools.")
+
+
+class HistoryResult(_Model):
+    unit_id: str
+    source_id: str
+    versions: list[HistoryVersion] = Field(description="Newest first.")

@@ -28,6 +28,7 @@ from . import paths
 from .bridge import Bridge, BridgeError
 from .clients import Endpoint, write_client_configs
 from .host import Host
+from .loader import SQLITE_PREFIX
 from .loopback import is_loopback
 from .service import UnitService
 from .stdio import Streams, stdio_streams
@@ -49,8 +50,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--units",
-        type=Path,
-        help="units root to serve (default: a private copy of the built-in example units)",
+        help="units folder, or sqlite:PATH for a units database (created if missing), to serve "
+        "(default: a private copy of the built-in example units)",
     )
     parser.add_argument(
         "--data-dir",
@@ -95,9 +96,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         check_prefix(args.tool_prefix)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.units is not None and not args.units.is_dir():
-        parser.error(f"--units {args.units} is not a folder")
+    if args.units is not None:
+        problem = units_problem(args.units)
+        if problem:
+            parser.error(f"--units {args.units} {problem}")
     return args
+
+
+def units_problem(units: str) -> str | None:
+    """Why `--units` cannot be served, or None: a folder, or sqlite:PATH naming a database or nothing yet."""
+    if not units.startswith(SQLITE_PREFIX):
+        return None if Path(units).is_dir() else "is not a folder (a units database is given as sqlite:PATH)"
+    path = Path(units[len(SQLITE_PREFIX) :]).expanduser()
+    if path.is_dir():
+        return "is a folder, not a database file"
+    if path.is_file() and path.stat().st_size:
+        with path.open("rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                return "is not a SQLite database"
+    return None
 
 
 def _say(line: str) -> None:
@@ -134,7 +151,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         stack.callback(shutil.rmtree, data_dir, True)
     else:
         data_dir = args.data_dir.resolve()
-    units = args.units
+    units: str | Path | None = args.units
     with _cannot_write("--data-dir", data_dir, "give a folder you can write, or leave --data-dir out"):
         data_dir.mkdir(parents=True, exist_ok=True)
         if units is None:

@@ -1,19 +1,16 @@
 """Loader-neutral unit operations: one method per tool, pydantic results, `UnitError` refusals.
 
-Methods are blocking (file and process work); async callers run them in a worker thread.
+Methods are blocking (storage and process work); async callers run them in a worker thread.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import errno
 import json
-import os
 import re
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from . import applog, paths
@@ -33,12 +30,26 @@ from .errors import (
     UnitNotLoaded,
     UnknownSource,
     UnknownUnit,
+    UnknownVersion,
 )
 from .host import LIFECYCLE, Host, ReloadError
-from .loader import UnitKind
+from .loader import (
+    LoaderError,
+    MissingSource,
+    NotASource,
+    PathConflict,
+    SourceExists,
+    StaleSource,
+    UnitKind,
+    UnsafeSource,
+    Written,
+)
+from .loader import UnknownVersion as MissingVersion
 from .models import (
     ApplyPatchResult,
     CreateSourceResult,
+    HistoryResult,
+    HistoryVersion,
     InspectResult,
     Lifecycle,
     ReadLogResult,
@@ -47,6 +58,7 @@ from .models import (
     ResolveResult,
     RunTestsResult,
     SnapshotResult,
+    SourceArtifact,
     SourceHandle,
     UnitListResult,
     UnitSummary,
@@ -59,6 +71,16 @@ _TEST_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 _HASH = re.compile(r"(sha256:)?[0-9a-fA-F]{64}")
 MAX_LOG_LINES = 1000
 MAX_LOG_OFFSET = 10**9
+MAX_HISTORY = 1000
+
+
+def _expected(expected_hash: Any) -> str | None:
+    """expected_hash in its one spelling ('sha256:' and lowercase hex), or None."""
+    if expected_hash is None:
+        return None
+    if not isinstance(expected_hash, str) or not _HASH.fullmatch(expected_hash):
+        raise InvalidArgument("expected_hash must be the 'sha256:<64 hex digits>' hash from unit_read_source.")
+    return "sha256:" + expected_hash.removeprefix("sha256:").lower()
 
 
 class UnitService:
@@ -77,7 +99,7 @@ class UnitService:
         self.max_test_timeout = max_test_timeout
         self.max_source_bytes = max_source_bytes
         self.max_test_output = max_test_output
-        self._facts_cache: dict[str, tuple[tuple[Any, ...], UnitFacts]] = {}
+        self._facts_cache: dict[str, tuple[object, UnitFacts]] = {}
         self._facts_lock = threading.Lock()
 
     # -- helpers ----------------------------------------------------------------------------
@@ -100,22 +122,8 @@ class UnitService:
 
     def _read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
         self._segments(unit_id, kind, source_id)
-        try:
+        with self._storage(unit_id, source_id, "read"):
             return self.loader.read(unit_id, kind, source_id)
-        except NotADirectoryError:
-            raise InvalidSourceId(
-                f"A folder on the path of {source_id!r} in unit {unit_id!r} is a file; nothing was written.",
-                hint="Pick a source id whose folders are folders (unit_inspect lists the sources).",
-            ) from None
-        except FileNotFoundError:
-            raise UnknownSource(f"Unit {unit_id!r} has no source {source_id!r}.") from None
-        except IsADirectoryError:
-            raise UnknownSource(f"{source_id!r} in unit {unit_id!r} is a folder, not a source file.") from None
-        except paths.UnsafePath:
-            raise InvalidSourceId(
-                f"{source_id!r} in unit {unit_id!r} is a symbolic link, lies under one, or is not a regular file.",
-                hint="Only regular files inside the unit can be read or written.",
-            ) from None
 
     def _text(self, unit_id: str, source_id: str, data: bytes) -> str:
         if b"\x00" in data:
@@ -141,40 +149,45 @@ class UnitService:
             ) from None
 
     @contextlib.contextmanager
-    def _writing(self, unit_id: str, source_id: str) -> Iterator[None]:
-        """Map what the filesystem can raise during a write (e.g. a path swapped for a symlink) to refusals."""
+    def _storage(self, unit_id: str, source_id: str, action: str) -> Iterator[None]:
+        """The loader's refusals as `UnitError`s naming the unit and the source."""
+        nothing = "; nothing was written" if action == "write" else ""
         try:
             yield
-        except FileExistsError:
+        except SourceExists:
             raise Exists(f"Unit {unit_id!r} already has {source_id!r}.") from None
-        except paths.UnsafePath:
+        except UnsafeSource:
             raise InvalidSourceId(
                 f"{source_id!r} of unit {unit_id!r}, or a folder above it, is a symbolic link or not a regular "
-                "file; nothing was written.",
-                hint="Only regular files inside the unit can be written.",
+                f"file{nothing}.",
+                hint="Only regular files inside the unit can be read or written.",
             ) from None
-        except NotADirectoryError:
+        except PathConflict:
             raise InvalidSourceId(
-                f"A folder on the path of {source_id!r} in unit {unit_id!r} is a file; nothing was written.",
+                f"A folder on the path of {source_id!r} in unit {unit_id!r} is a file{nothing}.",
                 hint="Pick a source id whose folders are folders (unit_inspect lists the sources).",
             ) from None
-        except FileNotFoundError:
-            raise UnknownSource(
-                f"{source_id!r} of unit {unit_id!r} (or a folder above it) disappeared; nothing was written.",
-            ) from None
-        except OSError as exc:
-            if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR):
-                raise
-            raise InvalidSourceId(
-                f"{source_id!r} of unit {unit_id!r} cannot be written: a symbolic link or a file stands on its path.",
-                hint="Only regular files inside the unit can be written.",
-            ) from None
+        except NotASource:
+            raise UnknownSource(f"{source_id!r} in unit {unit_id!r} is a folder, not a source file.") from None
+        except MissingSource:
+            if action == "write":
+                raise UnknownSource(
+                    f"{source_id!r} of unit {unit_id!r} (or a folder above it) disappeared; nothing was written."
+                ) from None
+            raise UnknownSource(f"Unit {unit_id!r} has no source {source_id!r}.") from None
 
     def _require(self, capability: str, unit_id: str) -> None:
         if not getattr(self.loader.capabilities, capability):
             raise NotSupported(
-                f"The {self.loader.name} loader of unit {unit_id!r} cannot {capability} sources (read-only root).",
+                f"The {self.loader.name} loader of unit {unit_id!r} cannot {capability} sources (read-only store).",
                 hint="This server was started read-only; edit the unit another way or restart it writable.",
+            )
+
+    def _require_history(self, unit_id: str) -> None:
+        if not self.loader.capabilities.history:
+            raise NotSupported(
+                f"The {self.loader.name} loader of unit {unit_id!r} keeps no history of its sources.",
+                hint="History needs a SQLite store (--units sqlite:PATH) or a units folder inside a git work tree.",
             )
 
     def _check_size(self, name: str, value: str) -> None:
@@ -184,12 +197,12 @@ class UnitService:
                 hint="Send a smaller edit (a diff or an exact replacement of the lines that change).",
             )
 
-    def _compile(self, source_id: str, data: bytes, target: Path) -> None:
+    def _compile(self, source_id: str, data: bytes, origin: str) -> None:
         """Refuse Python that does not compile; hand the code to the host so the reload does not compile it again."""
         if not source_id.endswith(".py"):
             return
         try:
-            code = compile(data, str(target), "exec", dont_inherit=True)
+            code = compile(data, origin, "exec", dont_inherit=True)
         except SyntaxError as exc:
             raise SourceSyntaxError(
                 f"{source_id}: {exc.msg} at line {exc.lineno}, column {exc.offset}; nothing was written.",
@@ -200,19 +213,25 @@ class UnitService:
             ) from None
         except ValueError as exc:
             raise SourceSyntaxError(f"{source_id}: {exc}; nothing was written.", file=source_id) from None
-        self.host.remember_code(target, data, code)
+        self.host.remember_code(origin, data, code)
 
-    def _abs(self, unit_id: str, kind: UnitKind, source_id: str) -> Path:
-        return self.host.units_root.joinpath(*self.loader.parts(unit_id, kind, paths.validate_source_id(source_id)))
-
-    def _reload(self, unit_id: str, rollback: Callable[[], None] | None = None) -> ReloadResult:
+    def _reload(self, unit_id: str, written: Written | None = None) -> ReloadResult:
+        """Reload after a write (`written`): on failure the loader puts the previous source back; on success
+        it records the new version (history loaders)."""
+        rollback = None if written is None else lambda: self.loader.rollback(written)
         try:
-            return self.host.reload(unit_id, rollback_source=rollback)
+            result = self.host.reload(unit_id, rollback_source=rollback)
         except ReloadError as exc:
             restored = " The previous source was restored and is still running." if rollback else ""
             raise ReloadFailed(
                 f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}.{restored}", **exc.evidence
             ) from None
+        if written is not None:
+            try:
+                self.loader.accept(written)
+            except Exception:
+                self.host.logger.exception("recording %s of unit %s in the history failed", written.source_id, unit_id)
+        return result
 
     def _test_names(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind != "directory":
@@ -245,7 +264,8 @@ class UnitService:
                     source_handle=SourceHandle(kind=kind, source_id=self.loader.primary_source_id(unit_id, kind)),
                     edit_capabilities=self._edit_capabilities(kind),
                     test_capabilities=self._test_names(unit_id, kind),
-                    commit_capability=self.loader.capabilities.commit,
+                    commit_capability=self.loader.capabilities.history,
+                    loader_capabilities=self.loader.capabilities.names(),
                     loaded=self.host.is_loaded(unit_id),
                     load_error=self.host.load_error(unit_id),
                 )
@@ -254,14 +274,7 @@ class UnitService:
 
     def _facts(self, unit_id: str, kind: UnitKind) -> UnitFacts:
         source_ids = self.loader.source_ids(unit_id, kind)
-        stamp_parts: list[Any] = []
-        for source_id in source_ids:
-            try:
-                st = os.stat(self._abs(unit_id, kind, source_id), follow_symlinks=False)
-                stamp_parts.append((source_id, st.st_mtime_ns, st.st_size))
-            except OSError:
-                continue
-        stamp = tuple(stamp_parts)
+        stamp = self.loader.stamp(unit_id, kind)
         with self._facts_lock:
             cached = self._facts_cache.get(unit_id)
         if cached is not None and cached[0] == stamp:
@@ -273,7 +286,7 @@ class UnitService:
                 continue
             try:
                 text = self.loader.read(unit_id, kind, source_id).decode("utf-8")
-            except (OSError, paths.UnsafePath, UnicodeDecodeError):
+            except (OSError, LoaderError, UnicodeDecodeError):
                 continue
             docstring, names = python_facts(text)
             if docstring and source_id == self.loader.primary_source_id(unit_id, kind):
@@ -306,14 +319,25 @@ class UnitService:
                 tree = ast.parse(self.loader.read(unit_id, kind, primary))
                 defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
                 lifecycle = {name: name if name in defined else None for name in LIFECYCLE}
-            except (OSError, SyntaxError, ValueError, paths.UnsafePath):
+            except (OSError, SyntaxError, ValueError, LoaderError):
                 pass
         docstring = (module.__doc__ if module is not None else None) or None
+        artifacts = [
+            SourceArtifact(source_id=s.source_id, kind=s.kind, size=s.size, hash=s.hash, primary=s.primary)
+            for s in self.loader.sources(unit_id, kind)
+        ]
+        main = next((a for a in artifacts if a.primary), None)
         return InspectResult(
             unit_id=unit_id,
             loader=self.loader.name,
+            loader_capabilities=self.loader.capabilities.names(),
             module=self.host.module_name(unit_id),
-            source_handle=SourceHandle(kind=kind, source_id=self.loader.primary_source_id(unit_id, kind)),
+            source_handle=SourceHandle(
+                kind=kind,
+                source_id=self.loader.primary_source_id(unit_id, kind),
+                size=main.size if main else None,
+                hash=main.hash if main else None,
+            ),
             loaded=module is not None,
             load_error=self.host.load_error(unit_id),
             docstring=docstring.strip() if docstring else None,
@@ -321,7 +345,7 @@ class UnitService:
             activities=self.host.activities(unit_id),
             edit_capabilities=self._edit_capabilities(kind),
             test_capabilities=self._test_names(unit_id, kind),
-            source_artifacts=self.loader.artifacts(unit_id, kind),
+            source_artifacts=artifacts,
         )
 
     def read_source(self, unit_id: str, source_id: str) -> ReadSourceResult:
@@ -365,27 +389,14 @@ class UnitService:
                 self._check_size(name, value)
         if patch is not None and not patch.strip():
             raise InvalidArgument("`patch` is empty.", hint="Send a unified diff with at least one @@ hunk.")
-        if expected_hash is not None:
-            if not isinstance(expected_hash, str) or not _HASH.fullmatch(expected_hash):
-                raise InvalidArgument(
-                    "expected_hash must be the 'sha256:<64 hex digits>' hash from unit_read_source.",
-                )
-            expected_hash = "sha256:" + expected_hash.removeprefix("sha256:").lower()
+        expected_hash = _expected(expected_hash)
         kind = self._unit(unit_id)
         self._segments(unit_id, kind, source_id)
         if not dry_run:
             self._require("write", unit_id)
         label = f"{source_id} of unit {unit_id}"
         with self.host.unit_lock(unit_id):
-            data = self._read(unit_id, kind, source_id)
-            text = self._text(unit_id, source_id, data)
-            current = paths.hash_bytes(data)
-            if expected_hash is not None and expected_hash != current:
-                raise StaleHash(
-                    f"{label} changed since it was read: expected {expected_hash}, found {current}.",
-                    expected_hash=expected_hash,
-                    current_hash=current,
-                )
+            data, text = self._current(unit_id, kind, source_id, expected_hash)
             if patch is not None:
                 new_text, count = apply_unified_diff(text, patch, source_id)
                 mode = "diff"
@@ -393,34 +404,68 @@ class UnitService:
                 assert old is not None and new is not None
                 new_text, count = replace_exact(text, old, new, replace_all=replace_all, label=label)
                 mode = "exact"
-            changed = new_text != text
-            new_data = self._encode(unit_id, source_id, new_text)
-            target = self._abs(unit_id, kind, source_id)
-            if changed:
-                self._compile(source_id, new_data, target)
-            result = ApplyPatchResult(
-                unit_id=unit_id,
-                source_id=source_id,
-                mode=mode,  # type: ignore[arg-type]
-                dry_run=dry_run,
-                changed=changed,
-                replacements=count,
-                hash_before=current,
-                hash=paths.hash_bytes(new_data),
-                diff=unified_diff(text, new_text, source_id),
+            return self._edit(unit_id, kind, source_id, data, text, new_text, mode, count, dry_run, "unit_apply_patch")
+
+    def _current(self, unit_id: str, kind: UnitKind, source_id: str, expected_hash: str | None) -> tuple[bytes, str]:
+        """The source's bytes and text, refused if they no longer hash to `expected_hash`."""
+        data = self._read(unit_id, kind, source_id)
+        text = self._text(unit_id, source_id, data)
+        current = paths.hash_bytes(data)
+        if expected_hash is not None and expected_hash != current:
+            raise StaleHash(
+                f"{source_id} of unit {unit_id} changed since it was read: expected {expected_hash}, found {current}.",
+                expected_hash=expected_hash,
+                current_hash=current,
             )
-            if dry_run or not changed:
-                return result
+        return data, text
 
-            def rollback() -> None:
-                self.host.note_own_write(target, current)
-                self.loader.replace(unit_id, kind, source_id, data)
-
-            self.host.note_own_write(target, result.hash)
-            with self._writing(unit_id, source_id):
-                self.loader.replace(unit_id, kind, source_id, new_data)
-            result.reload = self._reload(unit_id, rollback)
+    def _edit(
+        self,
+        unit_id: str,
+        kind: UnitKind,
+        source_id: str,
+        data: bytes,
+        text: str,
+        new_text: str,
+        mode: str,
+        count: int,
+        dry_run: bool,
+        tool_call: str,
+    ) -> ApplyPatchResult:
+        """Compile, write (checked against the hash of `data`, which another process may have changed since),
+        reload; the loader puts the old source back if the reload fails. Called under the unit lock."""
+        current = paths.hash_bytes(data)
+        changed = new_text != text
+        new_data = self._encode(unit_id, source_id, new_text)
+        if changed:
+            self._compile(source_id, new_data, self.loader.origin(unit_id, kind, source_id))
+        result = ApplyPatchResult(
+            unit_id=unit_id,
+            source_id=source_id,
+            mode=mode,  # type: ignore[arg-type]
+            dry_run=dry_run,
+            changed=changed,
+            replacements=count,
+            hash_before=current,
+            hash=paths.hash_bytes(new_data),
+            diff=unified_diff(text, new_text, source_id),
+        )
+        if dry_run or not changed:
             return result
+        try:
+            with self._storage(unit_id, source_id, "write"):
+                written = self.loader.write(
+                    unit_id, kind, source_id, new_data, expected_hash=current, tool_call=tool_call
+                )
+        except StaleSource as exc:
+            raise StaleHash(
+                f"{source_id} of unit {unit_id} was changed by someone else while this edit was made: expected "
+                f"{current}, found {exc.current_hash}; nothing was written.",
+                expected_hash=current,
+                current_hash=exc.current_hash,
+            ) from None
+        result.reload = self._reload(unit_id, written)
+        return result
 
     def create_source(self, unit_id: str, source_id: str, source: str) -> CreateSourceResult:
         kind = self._unit(unit_id)
@@ -439,21 +484,53 @@ class UnitService:
                 f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name."
             )
         data = self._encode(unit_id, source_id, source)
-        target = self._abs(unit_id, kind, source_id)
-        self._compile(source_id, data, target)
+        self._compile(source_id, data, self.loader.origin(unit_id, kind, source_id))
         with self.host.unit_lock(unit_id):
-            self.host.note_own_write(target, paths.hash_bytes(data))
-            with self._writing(unit_id, source_id):
-                created_dirs = self.loader.create(unit_id, source_id, data)
-
-            def rollback() -> None:
-                self.host.note_own_write(target, None)
-                self.loader.remove(unit_id, source_id, created_dirs)
-
-            reload = self._reload(unit_id, rollback)
+            with self._storage(unit_id, source_id, "write"):
+                written = self.loader.create(unit_id, kind, source_id, data, tool_call="unit_create_source")
+            reload = self._reload(unit_id, written)
             return CreateSourceResult(
                 unit_id=unit_id, source_id=source_id, hash=paths.hash_bytes(data), size=len(data), reload=reload
             )
+
+    def history(self, unit_id: str, source_id: str, limit: int = 20) -> HistoryResult:
+        kind = self._unit(unit_id)
+        self._segments(unit_id, kind, source_id)
+        self._require_history(unit_id)
+        if type(limit) is not int or not 1 <= limit <= MAX_HISTORY:
+            raise InvalidArgument(f"limit must be an integer from 1 to {MAX_HISTORY}, not {limit!r}.")
+        versions = self.loader.history(unit_id, kind, source_id, limit)
+        if not versions:
+            self._read(unit_id, kind, source_id)  # refuses a source that does not exist
+        return HistoryResult(
+            unit_id=unit_id,
+            source_id=source_id,
+            versions=[
+                HistoryVersion(version=v.version, hash=v.hash, size=v.size, time=v.time, tool_call=v.tool_call)
+                for v in versions
+            ],
+        )
+
+    def revert(
+        self, unit_id: str, source_id: str, version: int, expected_hash: str | None = None, dry_run: bool = False
+    ) -> ApplyPatchResult:
+        """Put a source back to a version from its history, through the same checked write and reload as a patch."""
+        expected_hash = _expected(expected_hash)
+        kind = self._unit(unit_id)
+        self._segments(unit_id, kind, source_id)
+        self._require_history(unit_id)
+        if type(version) is not int or version < 1:
+            raise InvalidArgument(f"version must be a version number from unit_history, not {version!r}.")
+        if not dry_run:
+            self._require("write", unit_id)
+        with self.host.unit_lock(unit_id):
+            data, text = self._current(unit_id, kind, source_id, expected_hash)
+            try:
+                old = self.loader.version_data(unit_id, kind, source_id, version)
+            except MissingVersion:
+                raise UnknownVersion(f"{source_id} of unit {unit_id} has no version {version}.") from None
+            old_text = self._text(unit_id, source_id, old)
+            return self._edit(unit_id, kind, source_id, data, text, old_text, "revert", 1, dry_run, "unit_revert")
 
     def run_tests(self, unit_id: str, test_name: str = "init", timeout: float | None = None) -> RunTestsResult:
         kind = self._unit(unit_id)
@@ -484,7 +561,7 @@ class UnitService:
         except (SyntaxError, ValueError):
             has_main = False
         run = run_test_process(
-            self.host.units_root,
+            self.loader.address,
             self.host.namespace,
             unit_id,
             test_name,

@@ -94,7 +94,7 @@ def _main(argv: list[str] | None) -> int:
 
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="unit-mcp-test-"))
         _log_to_stderr()
-        host = Host(args.units, data_dir, namespace=args.namespace, app_log=False).start([args.unit])
+        host = Host(args.units, data_dir, namespace=args.namespace, app_log=False, read_only=True).start([args.unit])
         try:
             return _run(host, args.unit, args.test)
         finally:
@@ -134,19 +134,38 @@ def _run(host: Host, unit_id: str, test_name: str) -> int:
         print("pytest is not installed: give the test module a main() or install pytest", file=sys.stderr)
         return 1
     unit = host.module(unit_id)
+    plugins = [_Fixtures(host, unit).register()]
+    path = str(module.__file__)
+    rootdir = host.loader.location
+    if not os.path.isfile(path):
+        # A unit that is not a file (a database row): pytest collects the module imported above, through a
+        # stand-in file holding its source for pytest's reports.
+        rootdir = str(host.data_dir)
+        path = os.path.join(rootdir, f"test_{test_name}.py")
+        with open(path, "w", encoding="utf-8") as stand_in:
+            stand_in.write(inspect.getsource(module))
+        plugins.append(_ImportedModule(path, module))
     code = pytest.main(
-        [
-            str(module.__file__),
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--import-mode=importlib",
-            "--rootdir",
-            str(host.units_root),
-        ],
-        plugins=[_Fixtures(host, unit).register()],
+        [path, "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", rootdir], plugins=plugins
     )
     return int(code)
+
+
+class _ImportedModule:
+    """A pytest plugin that hands pytest an already imported module for one path instead of importing it."""
+
+    def __init__(self, path: str, module: Any) -> None:
+        self.path = path
+        self.module = module
+
+    def pytest_pycollect_makemodule(self, module_path: Any, parent: Any) -> Any:
+        import pytest
+
+        if str(module_path) != self.path:
+            return None
+        collector = pytest.Module.from_parent(parent, path=module_path)
+        collector._obj = self.module  # what `collector.obj` would otherwise import from the path
+        return collector
 
 
 if __name__ == "__main__":

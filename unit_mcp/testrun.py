@@ -118,7 +118,7 @@ def kill_tree(pid: int, *, settle: float = 2.0) -> None:
 
 
 def run_test_process(
-    units_root: Path,
+    units_root: Path | str,
     namespace: str,
     unit_id: str,
     test_name: str,

@@ -35,6 +35,7 @@ from .errors import UnitError
 from .models import (
     ApplyPatchResult,
     CreateSourceResult,
+    HistoryResult,
     InspectResult,
     ReadLogResult,
     ReadSourceResult,
@@ -51,7 +52,8 @@ RISK_META_KEY = "unit_mcp/risk"
 ERROR_META_KEY = "unit_mcp/error"
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
-    r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot)\b"
+    r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
+    r"|history|revert)\b"
 )
 
 log = logging.getLogger("unit_mcp.tools")
@@ -176,6 +178,27 @@ class ReadLogArgs(_Args):
     before: int | None = Field(
         None, description="Page back: the newest matching lines numbered below this (the first of line_numbers)."
     )
+
+
+class HistoryArgs(_Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+    limit: int = Field(20, description="The most versions to return, newest first (1-1000).")
+
+
+class RevertArgs(_Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+    version: int = Field(description="The version number from unit_history to put back.")
+    expected_hash: str | None = Field(
+        None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
+    )
+    dry_run: bool = Field(False, description="Only show the diff and the would-be hash; write nothing.")
+
+
+HISTORY_INSTRUCTIONS = """
+8. unit_history lists the accepted versions of a source (newest first); unit_revert puts one back, \
+checked and reloaded like an edit."""
 
 
 @dataclass(frozen=True)
@@ -334,16 +357,48 @@ TOOLS: tuple[ToolSpec, ...] = (
 )
 
 
+HISTORY_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "unit_history",
+        "List a source's versions",
+        "List the accepted versions of one source of a unit, newest first: version number, hash, size, time "
+        "and the tool call that wrote it (null for a change made outside these tools). Offered when the "
+        "unit's loader keeps history.",
+        HistoryArgs,
+        HistoryResult,
+        "filesystem-read",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_revert",
+        "Revert a source to a version",
+        "Put one source of a unit back to a version from unit_history, then reload the unit, exactly like "
+        "unit_apply_patch: pass expected_hash from unit_read_source; if the reload fails, the source is "
+        "restored and the error returned. dry_run shows the diff without writing. The revert is itself "
+        "recorded as a new version.",
+        RevertArgs,
+        ApplyPatchResult,
+        "filesystem-write",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
+)
+
+
 def check_prefix(prefix: str) -> str:
     if not _PREFIX.fullmatch(prefix):
         raise ValueError(f"tool prefix {prefix!r} must be at most 40 of A-Z a-z 0-9 _ -")
     return prefix
 
 
-def tool_risks(prefix: str = "") -> dict[str, str]:
-    """The risk label of every tool by its (prefixed) name, for approval policies outside MCP."""
+def tool_risks(prefix: str = "", *, history: bool = False) -> dict[str, str]:
+    """The risk label of every tool by its (prefixed) name, for approval policies outside MCP; `history` adds
+    the two tools offered when the loader keeps history."""
     check_prefix(prefix)
-    return {prefix + spec.name: spec.risk for spec in TOOLS}
+    return {prefix + spec.name: spec.risk for spec in (*TOOLS, *(HISTORY_TOOLS if history else ()))}
 
 
 class _InputSchema(GenerateJsonSchema):
@@ -412,9 +467,13 @@ class UnitTools:
         self.service = service
         self.prefix = check_prefix(prefix)
         self.progress_interval = progress_interval
-        self.specs = {prefix + spec.name: spec for spec in TOOLS}
-        self.instructions = self._prefixed(INSTRUCTIONS)
-        self.tools = [self._tool(name, spec) for name, spec in self.specs.items()]
+        # The history tools are always callable (a loader without history refuses with [not_supported]) but
+        # listed only when the loader keeps history.
+        self.specs = {prefix + spec.name: spec for spec in (*TOOLS, *HISTORY_TOOLS)}
+        history = service.loader.capabilities.history
+        self.instructions = self._prefixed(INSTRUCTIONS + (HISTORY_INSTRUCTIONS if history else ""))
+        offered = {spec.name for spec in (*TOOLS, *(HISTORY_TOOLS if history else ()))}
+        self.tools = [self._tool(name, spec) for name, spec in self.specs.items() if spec.name in offered]
 
     def _prefixed(self, text: str) -> str:
         """Names the tools with the prefix in descriptions, instructions and hints."""

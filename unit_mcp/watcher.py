@@ -18,7 +18,7 @@ from . import paths
 from .host import ReloadError
 
 if TYPE_CHECKING:
-    from .host import Host
+    from .folderloader import FolderWatchTarget
 
 
 def _interesting(change: watchfiles.Change, path: str) -> bool:
@@ -28,7 +28,7 @@ def _interesting(change: watchfiles.Change, path: str) -> bool:
 class UnitWatcher:
     """A background thread waiting on a watchfiles `RustNotify` of the units root (debounced)."""
 
-    def __init__(self, host: Host, *, debounce_ms: int = 300) -> None:
+    def __init__(self, host: FolderWatchTarget, *, debounce_ms: int = 300) -> None:
         self.host = host
         self.debounce_ms = debounce_ms
         self._stop = threading.Event()

@@ -175,7 +175,7 @@ async def test_a_unit_that_removes_itself_from_sys_modules_during_init(served: S
 
 
 async def test_a_unit_whose_drop_hangs_does_not_wedge_the_server(served: Served, counting: Host) -> None:
-    greeter = counting.units_root / "greeter.py"
+    greeter = Path(counting.loader.location) / "greeter.py"
     greeter.write_text(greeter.read_text() + "\n\ndef drop():\n    import time\n\n    time.sleep(3)\n")
     async with connect(served.url, served.token) as client:
         assert not (await call(client, "unit_reload", {"unit_id": "greeter"})).is_error

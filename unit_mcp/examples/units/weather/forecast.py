@@ -1,9 +1,10 @@
 """Looks forecasts up in data/cities.json."""
 
 import json
-from pathlib import Path
+from importlib import resources
 
-_TABLE = json.loads((Path(__file__).parent / "data" / "cities.json").read_text(encoding="utf-8"))
+# Read through the unit's loader, so it works from a folder and from a database alike.
+_TABLE = json.loads(resources.files(__package__).joinpath("data/cities.json").read_text(encoding="utf-8"))
 
 
 def cities():

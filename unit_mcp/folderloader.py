@@ -1,0 +1,300 @@
+"""The folder loader: units in a units root, `<root>/<id>/__init__.py` (directory units) or `<root>/<id>.py`.
+
+Every file-specific safety rule lives here and in `paths`: descriptor walks that never follow a link, atomic
+writes that keep the file's mode, no symlinked units. When the root lies inside a git work tree, every accepted
+write is committed (`githistory.py`), which gives the loader the `history` capability.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from . import paths
+from .loader import (
+    Capabilities,
+    MissingSource,
+    NotASource,
+    PathConflict,
+    SourceExists,
+    SourceInfo,
+    StaleSource,
+    UnitKind,
+    UnknownVersion,
+    UnsafeSource,
+    Version,
+    Watch,
+    WatchTarget,
+    Written,
+    artifact_kind,
+)
+
+if TYPE_CHECKING:
+    from .githistory import GitHistory
+
+
+class FilesystemLoader:
+    """Units as files in one folder. The hash check and the write happen under one lock of this loader."""
+
+    name = "filesystem"
+
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, history: bool = True) -> None:
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"units root {self.root} is not a directory")
+        self.address = self.location = str(self.root)
+        self._git: GitHistory | None = None
+        if history and not read_only:
+            from .githistory import GitHistory
+
+            self._git = GitHistory.find(self.root)
+        self.capabilities = Capabilities(write=not read_only, create=not read_only, history=self._git is not None)
+        self._write_lock = threading.Lock()
+        self._own_writes: dict[str, str | None] = {}
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def discover(self) -> dict[str, UnitKind]:
+        """Unit ids on disk. Symlinks are ignored; a package directory wins over a same-named module."""
+        found: dict[str, UnitKind] = {}
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if entry.is_symlink() or paths.is_hidden_or_compiled(entry.name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    init = os.path.join(entry.path, "__init__.py")
+                    if _is_unit_id(entry.name) and os.path.isfile(init) and not os.path.islink(init):
+                        found[entry.name] = "directory"
+                elif entry.is_file(follow_symlinks=False) and entry.name.endswith(".py"):
+                    stem = entry.name[:-3]
+                    if _is_unit_id(stem) and found.get(stem) != "directory":
+                        found.setdefault(stem, "file")
+        return dict(sorted(found.items()))
+
+    def kind(self, unit_id: str) -> UnitKind | None:
+        """The kind of one unit, by looking at its two possible places only (no scan of the root)."""
+        if not _is_unit_id(unit_id):
+            return None
+        # os.lstat on strings, not pathlib: this runs on every call that names a unit.
+        folder = os.path.join(self.root, unit_id)
+        if _lstat_is(folder, stat.S_ISDIR) and _lstat_is(os.path.join(folder, "__init__.py"), stat.S_ISREG):
+            return "directory"
+        if _lstat_is(folder + ".py", stat.S_ISREG):
+            return "file"
+        return None
+
+    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
+        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
+
+    def _parts(self, unit_id: str, kind: UnitKind, source_id: str) -> list[str]:
+        """Path parts below the units root for a source id."""
+        segments = paths.validate_source_id(source_id)
+        return [unit_id, *segments] if kind == "directory" else list(segments)
+
+    def _path(self, unit_id: str, kind: UnitKind, source_id: str) -> Path:
+        return self.root.joinpath(*self._parts(unit_id, kind, source_id))
+
+    def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
+        if kind == "file":
+            return [f"{unit_id}.py"]
+        out: list[str] = []
+        stack = [("", self.root / unit_id)]
+        while stack:
+            prefix, folder = stack.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                if paths.is_hidden_or_compiled(entry.name) or entry.is_symlink():
+                    continue
+                rel = f"{prefix}{entry.name}"
+                try:
+                    paths.validate_source_id(rel)
+                except Exception:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((rel + "/", Path(entry.path)))
+                elif entry.is_file(follow_symlinks=False):
+                    out.append(rel)
+        return sorted(out)
+
+    def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
+        primary = self.primary_source_id(unit_id, kind)
+        result = []
+        for source_id in self.source_ids(unit_id, kind):
+            try:
+                data = self.read(unit_id, kind, source_id)
+            except (MissingSource, NotASource, PathConflict, UnsafeSource, OSError):
+                continue
+            result.append(
+                SourceInfo(
+                    source_id, len(data), paths.hash_bytes(data), source_id == primary, artifact_kind(source_id, data)
+                )
+            )
+        return result
+
+    def stamp(self, unit_id: str, kind: UnitKind) -> object:
+        parts: list[Any] = []
+        for source_id in self.source_ids(unit_id, kind):
+            try:
+                st = os.stat(self._path(unit_id, kind, source_id), follow_symlinks=False)
+            except OSError:
+                continue
+            parts.append((source_id, st.st_mtime_ns, st.st_size))
+        return tuple(parts)
+
+    # -- sources --------------------------------------------------------------------------
+
+    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
+        with _refusals():
+            return paths.read_bytes(self.root, self._parts(unit_id, kind, source_id))
+
+    def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:
+        return str(self._path(unit_id, kind, source_id))
+
+    def write(
+        self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, expected_hash: str, tool_call: str
+    ) -> Written:
+        parts = self._parts(unit_id, kind, source_id)
+        with self._write_lock, _refusals():
+            previous = paths.read_bytes(self.root, parts)
+            if paths.hash_bytes(previous) != expected_hash:
+                raise StaleSource(paths.hash_bytes(previous))
+            self._note(parts, data)
+            paths.replace_bytes(self.root, parts, data)
+        return Written(unit_id, kind, source_id, data, previous, tool_call)
+
+    def create(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, tool_call: str) -> Written:
+        parts = self._parts(unit_id, kind, source_id)
+        with self._write_lock, _refusals():
+            self._note(parts, data)
+            created_dirs = paths.create_bytes(self.root, parts, data)
+        return Written(unit_id, kind, source_id, data, None, tool_call, token=created_dirs)
+
+    def rollback(self, written: Written) -> None:
+        parts = self._parts(written.unit_id, written.kind, written.source_id)
+        with self._write_lock, _refusals():
+            self._note(parts, written.previous)
+            if written.previous is None:
+                paths.remove_file(self.root, parts)
+                paths.remove_empty_dirs(self.root, cast("list[str]", written.token))
+            else:
+                paths.replace_bytes(self.root, parts, written.previous)
+
+    def accept(self, written: Written) -> None:
+        if self._git is not None:
+            self._git.commit(self._path(written.unit_id, written.kind, written.source_id), written.tool_call)
+
+    def _note(self, parts: list[str], data: bytes | None) -> None:
+        """Remember a write of ours so that the watcher does not reload it a second time."""
+        self._own_writes[str(self.root.joinpath(*parts))] = None if data is None else paths.hash_bytes(data)
+
+    def is_own_write(self, path: Path, digest: str | None) -> bool:
+        key = str(path)
+        return key in self._own_writes and self._own_writes[key] == digest
+
+    # -- history (in a git work tree) ---------------------------------------------------------
+
+    def history(self, unit_id: str, kind: UnitKind, source_id: str, limit: int) -> list[Version]:
+        if self._git is None:
+            return []
+        return self._git.history(self._path(unit_id, kind, source_id), limit)
+
+    def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
+        if self._git is None:
+            raise UnknownVersion(version)
+        return self._git.version_data(self._path(unit_id, kind, source_id), version)
+
+    # -- watching and copying ---------------------------------------------------------------
+
+    def watch(self, target: WatchTarget, *, debounce_ms: int) -> Watch:
+        from .watcher import UnitWatcher
+
+        watcher = UnitWatcher(FolderWatchTarget(target, self), debounce_ms=debounce_ms)
+        watcher.start()
+        return watcher
+
+    def put_unit(self, unit_id: str, kind: UnitKind, files: dict[str, bytes], *, replace: bool) -> None:
+        """Write the unit into a hidden folder next to it, then swap it in with renames."""
+        import shutil
+        import tempfile
+
+        existing = self.kind(unit_id)
+        if existing is not None and not replace:
+            raise SourceExists(unit_id)
+        staging = Path(tempfile.mkdtemp(prefix=f".{unit_id}.", dir=self.root))
+        try:
+            for source_id, data in files.items():
+                paths.create_bytes(staging, list(paths.validate_source_id(source_id)), data)
+            old = Path(tempfile.mkdtemp(prefix=f".{unit_id}.old.", dir=self.root))
+            for name in (unit_id, f"{unit_id}.py"):
+                if os.path.lexists(self.root / name):
+                    os.replace(self.root / name, old / name)
+            if kind == "directory":
+                os.replace(staging, self.root / unit_id)
+            else:
+                os.replace(staging / f"{unit_id}.py", self.root / f"{unit_id}.py")
+            shutil.rmtree(old)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def close(self) -> None:
+        pass
+
+
+class FolderWatchTarget:
+    """The host as `UnitWatcher` sees it: the folder to watch and this loader's own writes, the rest the host's."""
+
+    def __init__(self, host: WatchTarget, loader: FilesystemLoader) -> None:
+        self.units_root = loader.root
+        self.is_own_write = loader.is_own_write
+        self.logger = host.logger
+        self.unit_lock = host.unit_lock
+        self.unit_kind = host.unit_kind
+        self.is_loaded = host.is_loaded
+        self.unload = host.unload
+        self.reload = host.reload
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """What the filesystem raises, as the loader-neutral refusals the service maps (no path in them)."""
+    try:
+        yield
+    except FileExistsError:
+        raise SourceExists() from None
+    except paths.UnsafePath:
+        raise UnsafeSource() from None
+    except NotADirectoryError:
+        raise PathConflict() from None
+    except FileNotFoundError:
+        raise MissingSource() from None
+    except IsADirectoryError:
+        raise NotASource() from None
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EISDIR):
+            raise
+        raise UnsafeSource() from None
+
+
+def _lstat_is(path: str, kind: Callable[[int], bool]) -> bool:
+    """Whether path is of that kind itself (a symbolic link is of none)."""
+    try:
+        return kind(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _is_unit_id(name: str) -> bool:
+    try:
+        paths.validate_unit_id(name)
+    except Exception:
+        return False
+    return True

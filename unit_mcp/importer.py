@@ -1,0 +1,168 @@
+"""Import units from any `Loader`: a meta path finder for `<namespace>.<unit>[.sub…]` and a module loader.
+
+Source comes from `Loader.read` every time (no bytecode cache, so a same-second, same-size edit is never missed),
+and its name from `Loader.origin`. The module loader answers `get_source`, so tracebacks and `inspect.getsource`
+show the real lines whether the unit is a file or a database row.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import io
+import linecache
+import types
+from collections.abc import Iterator
+from typing import IO, Any
+
+from .loader import Loader, LoaderError, UnitKind, UnsafeSource
+from .paths import hash_bytes
+
+
+class UnitModuleLoader:
+    """Executes one unit module from the bytes its finder read (a loader by its methods: no `importlib.abc` base,
+    whose import pulls in importlib.resources and tempfile)."""
+
+    def __init__(
+        self,
+        fullname: str,
+        origin: str,
+        data: bytes,
+        codes: dict[tuple[str, str], types.CodeType],
+        files: UnitFiles | None = None,
+    ) -> None:
+        self.name = fullname
+        self.path = origin
+        self.data = data
+        self.codes = codes
+        self.files = files
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        linecache.cache.pop(self.path, None)  # a traceback must show this version's lines, not a cached older one
+        code = self.codes.pop((self.path, hash_bytes(self.data)), None)
+        if code is None:
+            code = compile(self.data, self.path, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+
+    def get_source(self, fullname: str) -> str:
+        return importlib.util.decode_source(self.data)
+
+    def get_filename(self, fullname: str) -> str:
+        return self.path
+
+    def is_package(self, fullname: str) -> bool:
+        return self.path.endswith("/__init__.py")
+
+    def get_resource_reader(self, fullname: str) -> UnitFiles | None:
+        """`importlib.resources.files(__package__)`: the package's data files, read through the unit's loader."""
+        return self.files
+
+
+class UnitFiles:
+    """A folder of a directory unit as an `importlib.resources` Traversable (and its own resource reader)."""
+
+    def __init__(self, loader: Loader, unit_id: str, kind: UnitKind, folder: str) -> None:
+        self._loader = loader
+        self._unit = (unit_id, kind)
+        self._id = folder  # source id of this entry, '' for the unit itself
+
+    def files(self) -> UnitFiles:
+        return self
+
+    @property
+    def name(self) -> str:
+        return self._id.rsplit("/", 1)[-1]
+
+    def _ids(self) -> list[str]:
+        return self._loader.source_ids(*self._unit)
+
+    def joinpath(self, *descendants: str) -> UnitFiles:
+        parts = [p for d in descendants for p in str(d).split("/") if p]
+        return UnitFiles(self._loader, *self._unit, "/".join([self._id, *parts] if self._id else parts))
+
+    __truediv__ = joinpath
+
+    def is_file(self) -> bool:
+        return self._id in self._ids()
+
+    def is_dir(self) -> bool:
+        return not self._id or any(i.startswith(self._id + "/") for i in self._ids())
+
+    def iterdir(self) -> Iterator[UnitFiles]:
+        prefix = self._id + "/" if self._id else ""
+        names = sorted({i[len(prefix) :].split("/")[0] for i in self._ids() if i.startswith(prefix)})
+        return iter([self.joinpath(name) for name in names])
+
+    def read_bytes(self) -> bytes:
+        try:
+            return self._loader.read(*self._unit, self._id)
+        except LoaderError:
+            raise FileNotFoundError(f"no resource {self._id!r} in unit {self._unit[0]!r}") from None
+
+    def read_text(self, encoding: str | None = None) -> str:
+        return self.read_bytes().decode(encoding or "utf-8")
+
+    def open(self, mode: str = "r", *args: Any, **kwargs: Any) -> IO[Any]:
+        if "w" in mode or "a" in mode or "+" in mode:
+            raise PermissionError("unit resources are read-only; change sources with the unit tools")
+        data = io.BytesIO(self.read_bytes())
+        return data if "b" in mode else io.TextIOWrapper(data, *args, **kwargs)
+
+
+class UnitFinder:
+    """Finds unit modules in the loader only: nothing under the namespace is ever looked up on sys.path."""
+
+    def __init__(self, namespace: str, loader: Loader) -> None:
+        self.namespace = namespace
+        self.loader = loader
+        self.codes: dict[tuple[str, str], types.CodeType] = {}
+        self.names: dict[str, set[str]] = {}  # unit id → module names imported for it (no scan of sys.modules)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(self.namespace + "."):
+            return None
+        parts = fullname.split(".")[1:]
+        unit_id = parts[0]
+        self.names.setdefault(unit_id, set()).add(fullname)
+        kind = self.loader.kind(unit_id)
+        if kind is None:
+            return None
+        for source_id, package in _candidates(unit_id, kind, parts[1:]):
+            try:
+                data = self.loader.read(unit_id, kind, source_id)
+            except UnsafeSource:
+                raise ImportError(f"{fullname}: symlinked or irregular source refused", name=fullname) from None
+            except (LoaderError, ValueError, OSError):
+                continue
+            origin = self.loader.origin(unit_id, kind, source_id)
+            folder = source_id.rsplit("/", 1)[0] if "/" in source_id else ""
+            files = UnitFiles(self.loader, unit_id, kind, folder) if package else None
+            spec = importlib.machinery.ModuleSpec(
+                fullname,
+                UnitModuleLoader(fullname, origin, data, self.codes, files),  # type: ignore[arg-type]  # a loader by its methods
+                origin=origin,
+                is_package=package,
+            )
+            spec.has_location = True
+            if package:
+                spec.submodule_search_locations = [origin.rsplit("/", 1)[0]]
+            return spec
+        return None
+
+    def remember(self, origin: str, data: bytes, code: types.CodeType) -> None:
+        if len(self.codes) > 64:
+            self.codes.clear()
+        self.codes[(origin, hash_bytes(data))] = code
+
+
+def _candidates(unit_id: str, kind: UnitKind, rest: list[str]) -> list[tuple[str, bool]]:
+    """(source id, is package) that may hold the module, in the order Python's path finder tries them."""
+    if kind == "file":
+        return [] if rest else [(f"{unit_id}.py", False)]
+    if not rest:
+        return [("__init__.py", True)]
+    folder = "/".join(rest)
+    return [(f"{folder}/__init__.py", True), (f"{folder}.py", False)]

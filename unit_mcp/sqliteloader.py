@@ -1,0 +1,365 @@
+"""The SQLite loader: every unit in one database file, every accepted version of every source kept.
+
+Tables: `units` (id, kind), `sources` (the current bytes of each source) and `versions` (an append-only log filled
+by triggers on `sources`, so a change made with any other SQLite tool is seen too). WAL journal; each write is one
+`BEGIN IMMEDIATE` transaction that checks the expected hash and writes, so two processes sharing the database
+cannot lose an update. Changes committed by anyone else are noticed with `PRAGMA data_version` and reloaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .loader import (
+    SQLITE_PREFIX,
+    Capabilities,
+    MissingSource,
+    NotASource,
+    PathConflict,
+    SourceExists,
+    SourceInfo,
+    StaleSource,
+    UnitKind,
+    UnknownVersion,
+    Version,
+    WatchTarget,
+    Written,
+    artifact_kind,
+)
+from .paths import hash_bytes
+
+SCHEMA_VERSION = 1
+_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS units (
+    unit_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('directory', 'file'))
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sources (
+    unit_id TEXT NOT NULL REFERENCES units (unit_id) ON DELETE CASCADE,
+    source_id TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (unit_id, source_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS versions (
+    version INTEGER PRIMARY KEY AUTOINCREMENT,
+    unit_id TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    data BLOB,              -- NULL: the source was removed
+    hash TEXT,              -- NULL when written by another tool (computed when read)
+    time TEXT NOT NULL,
+    tool_call TEXT,         -- the unit tool that wrote it; NULL for other writers
+    writer TEXT,            -- the loader instance that wrote it (its own changes are not reloaded twice)
+    listed INTEGER NOT NULL DEFAULT 1  -- 0: a rollback, not an accepted version
+);
+CREATE INDEX IF NOT EXISTS versions_of_source ON versions (unit_id, source_id, version);
+CREATE TRIGGER IF NOT EXISTS source_added AFTER INSERT ON sources BEGIN
+    INSERT INTO versions (unit_id, source_id, data, time) VALUES (NEW.unit_id, NEW.source_id, NEW.data, {_NOW});
+END;
+CREATE TRIGGER IF NOT EXISTS source_changed AFTER UPDATE ON sources BEGIN
+    INSERT INTO versions (unit_id, source_id, data, time) VALUES (NEW.unit_id, NEW.source_id, NEW.data, {_NOW});
+END;
+CREATE TRIGGER IF NOT EXISTS source_removed AFTER DELETE ON sources BEGIN
+    INSERT INTO versions (unit_id, source_id, data, time) VALUES (OLD.unit_id, OLD.source_id, NULL, {_NOW});
+END;
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+_PRIMARY = "CASE u.kind WHEN 'directory' THEN '__init__.py' ELSE u.unit_id || '.py' END"
+
+
+def _blob(value: bytes | str) -> bytes:
+    """A stored source as bytes: another SQLite tool may have stored it as TEXT (UTF-8)."""
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+class SqliteLoader:
+    """Units as rows of one SQLite database (created if missing unless read-only)."""
+
+    name = "sqlite"
+
+    def __init__(self, path: str | Path, *, read_only: bool = False, poll_interval: float = 0.05) -> None:
+        self.path = Path(path).expanduser().resolve()
+        self.address = SQLITE_PREFIX + str(self.path)
+        self.location = str(self.path)
+        self.read_only = read_only
+        self.capabilities = Capabilities(write=not read_only, create=not read_only, history=True)
+        self.poll_interval = poll_interval
+        self.writer = secrets.token_hex(8)
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        if read_only and not self.path.is_file():
+            raise FileNotFoundError(f"units database {self.path} does not exist")
+        self._db()
+
+    # -- connection -----------------------------------------------------------------------
+
+    def connect(self) -> sqlite3.Connection:
+        """A new connection in autocommit mode (transactions are explicit), WAL, waiting up to 30 s for a lock."""
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed; power loss may
+        return conn
+
+    def _db(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._conn is None:
+                if not self.read_only:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = self.connect()
+                if not self.read_only:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                        conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+                self._conn = conn
+            return self._conn
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE: the write lock is taken before anything is read, so a check and a write are one."""
+        with self._lock:
+            conn = self._db()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
+        with self._lock:
+            return self._db().execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def discover(self) -> dict[str, UnitKind]:
+        rows = self._query(
+            f"SELECT u.unit_id, u.kind FROM units u WHERE EXISTS (SELECT 1 FROM sources s "
+            f"WHERE s.unit_id = u.unit_id AND s.source_id = {_PRIMARY}) ORDER BY u.unit_id"
+        )
+        return {str(unit_id): kind for unit_id, kind in rows}
+
+    def kind(self, unit_id: str) -> UnitKind | None:
+        rows = self._query(
+            f"SELECT u.kind FROM units u WHERE u.unit_id = ? AND EXISTS (SELECT 1 FROM sources s "
+            f"WHERE s.unit_id = u.unit_id AND s.source_id = {_PRIMARY})",
+            (unit_id,),
+        )
+        return rows[0][0] if rows else None
+
+    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
+        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
+
+    def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
+        if kind == "file":
+            return [f"{unit_id}.py"]
+        return [
+            str(r[0]) for r in self._query("SELECT source_id FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
+        ]
+
+    def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
+        primary = self.primary_source_id(unit_id, kind)
+        wanted = set(self.source_ids(unit_id, kind))
+        rows = self._query("SELECT source_id, data FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
+        return [
+            SourceInfo(sid, len(data), hash_bytes(data), sid == primary, artifact_kind(sid, data))
+            for sid, data in ((sid, _blob(value)) for sid, value in rows)
+            if sid in wanted
+        ]
+
+    def stamp(self, unit_id: str, kind: UnitKind) -> object:
+        return self._query("SELECT max(version) FROM versions WHERE unit_id = ?", (unit_id,))[0][0]
+
+    # -- sources --------------------------------------------------------------------------
+
+    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
+        rows = self._query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", (unit_id, source_id))
+        if not rows:
+            self._missing(self._db(), unit_id, source_id)
+        return _blob(rows[0][0])
+
+    def _missing(self, conn: sqlite3.Connection, unit_id: str, source_id: str) -> None:
+        """Raise why there is no such source, as the folder loader would say it."""
+        if conn.execute(
+            "SELECT 1 FROM sources WHERE unit_id = ? AND substr(source_id, 1, ?) = ? LIMIT 1",
+            (unit_id, len(source_id) + 1, source_id + "/"),
+        ).fetchone():
+            raise NotASource()
+        raise MissingSource()
+
+    def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:
+        return f"{self.path}/{unit_id}/{source_id}" if kind == "directory" else f"{self.path}/{source_id}"
+
+    def write(
+        self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, expected_hash: str, tool_call: str
+    ) -> Written:
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", (unit_id, source_id)
+            ).fetchone()
+            if row is None:
+                self._missing(conn, unit_id, source_id)
+            previous = _blob(row[0])
+            if hash_bytes(previous) != expected_hash:
+                raise StaleSource(hash_bytes(previous))
+            conn.execute("UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data, unit_id, source_id))
+            version = self._sign(conn, data, tool_call)
+        return Written(unit_id, kind, source_id, data, previous, tool_call, token=version)
+
+    def create(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, tool_call: str) -> Written:
+        with self._transaction() as conn:
+            if conn.execute(
+                "SELECT 1 FROM sources WHERE unit_id = ? AND (source_id = ? OR substr(source_id, 1, ?) = ?)",
+                (unit_id, source_id, len(source_id) + 1, source_id + "/"),
+            ).fetchone():
+                raise SourceExists()
+            folders = ["/".join(source_id.split("/")[:n]) for n in range(1, source_id.count("/") + 1)]
+            if (
+                folders
+                and conn.execute(
+                    f"SELECT 1 FROM sources WHERE unit_id = ? AND source_id IN ({','.join('?' * len(folders))})",
+                    (unit_id, *folders),
+                ).fetchone()
+            ):
+                raise PathConflict()
+            conn.execute("INSERT INTO sources (unit_id, source_id, data) VALUES (?, ?, ?)", (unit_id, source_id, data))
+            version = self._sign(conn, data, tool_call)
+        return Written(unit_id, kind, source_id, data, None, tool_call, token=version)
+
+    def _sign(self, conn: sqlite3.Connection, data: bytes | None, tool_call: str | None, *, listed: int = 1) -> int:
+        """Complete the version row the trigger just added (same transaction): hash, tool call, this writer."""
+        version = int(conn.execute("SELECT max(version) FROM versions").fetchone()[0])
+        conn.execute(
+            "UPDATE versions SET hash = ?, tool_call = ?, writer = ?, listed = ? WHERE version = ?",
+            (None if data is None else hash_bytes(data), tool_call, self.writer, listed, version),
+        )
+        return version
+
+    def accept(self, written: Written) -> None:
+        """Nothing to do: the version was recorded with the write."""
+
+    def rollback(self, written: Written) -> None:
+        """Put the previous bytes back and drop the rejected version from the history."""
+        with self._transaction() as conn:
+            key = (written.unit_id, written.source_id)
+            if written.previous is None:
+                conn.execute("DELETE FROM sources WHERE unit_id = ? AND source_id = ?", key)
+            else:
+                conn.execute(
+                    "UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (written.previous, *key)
+                )
+            self._sign(conn, written.previous, None, listed=0)
+            conn.execute("DELETE FROM versions WHERE version = ?", (written.token,))
+
+    # -- history --------------------------------------------------------------------------
+
+    def history(self, unit_id: str, kind: UnitKind, source_id: str, limit: int) -> list[Version]:
+        rows = self._query(
+            "SELECT version, hash, data, time, tool_call FROM versions WHERE unit_id = ? AND source_id = ? "
+            "AND listed = 1 AND data IS NOT NULL ORDER BY version DESC LIMIT ?",
+            (unit_id, source_id, limit),
+        )
+        versions = []
+        for version, digest, value, when, tool_call in rows:
+            data = _blob(value)
+            versions.append(
+                Version(int(version), str(digest) if digest else hash_bytes(data), len(data), str(when), tool_call)
+            )
+        return versions
+
+    def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
+        rows = self._query(
+            "SELECT data FROM versions WHERE version = ? AND unit_id = ? AND source_id = ? AND listed = 1 "
+            "AND data IS NOT NULL",
+            (version, unit_id, source_id),
+        )
+        if not rows:
+            raise UnknownVersion(version)
+        return _blob(rows[0][0])
+
+    # -- watching and copying ---------------------------------------------------------------
+
+    def watch(self, target: WatchTarget, *, debounce_ms: int) -> _Poller:
+        return _Poller(self, target, debounce_ms / 1000)
+
+    def put_unit(self, unit_id: str, kind: UnitKind, files: dict[str, bytes], *, replace: bool) -> None:
+        with self._transaction() as conn:
+            if conn.execute("SELECT 1 FROM units WHERE unit_id = ?", (unit_id,)).fetchone():
+                if not replace:
+                    raise SourceExists()
+                conn.execute("DELETE FROM units WHERE unit_id = ?", (unit_id,))  # its sources go too (cascade)
+                conn.execute(
+                    "UPDATE versions SET writer = ? WHERE unit_id = ? AND writer IS NULL", (self.writer, unit_id)
+                )
+            conn.execute("INSERT INTO units (unit_id, kind) VALUES (?, ?)", (unit_id, kind))
+            for source_id, data in sorted(files.items()):
+                conn.execute(
+                    "INSERT INTO sources (unit_id, source_id, data) VALUES (?, ?, ?)", (unit_id, source_id, data)
+                )
+                self._sign(conn, data, None)
+
+
+class _Poller:
+    """Reloads units changed in the database by another connection: `PRAGMA data_version` every poll interval,
+    then the new `versions` rows not written by this loader; debounced like the file watcher."""
+
+    def __init__(self, loader: SqliteLoader, target: WatchTarget, debounce: float) -> None:
+        self._loader = loader
+        self._target = target
+        self._debounce = debounce
+        self._conn = loader.connect()
+        self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        self._seen = self._conn.execute("SELECT coalesce(max(version), 0) FROM versions").fetchone()[0]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="unit-mcp-sqlite-watch", daemon=True)
+        self._thread.start()  # armed already: anything committed after __init__ has a larger version
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _changed_units(self) -> set[str]:
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version == self._data_version:
+            return set()
+        self._data_version = version
+        rows = self._conn.execute(
+            "SELECT version, unit_id, writer FROM versions WHERE version > ? ORDER BY version", (self._seen,)
+        ).fetchall()
+        if rows:
+            self._seen = rows[-1][0]
+        return {unit_id for _, unit_id, writer in rows if writer != self._loader.writer}
+
+    def _run(self) -> None:
+        pending: set[str] = set()
+        last_change = 0.0
+        try:
+            while not self._stop.wait(self._loader.poll_interval):
+                try:
+                    changed = self._changed_units()
+                except sqlite3.Error:
+                    self._target.logger.exception("watching the units database failed; retrying")
+                    continue
+                now = time.monotonic()
+                if changed:
+                    pending |= changed
+                    last_change = now
+                if pending and now - last_change >= self._debounce:
+                    for unit_id in sorted(pending):
+                        self._target.reload_changed(unit_id)
+                    pending.clear()
+        finally:
+            self._conn.close()

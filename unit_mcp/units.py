@@ -1,0 +1,62 @@
+"""`python -m unit_mcp.units copy SRC DST [--replace]`: copy every unit between two stores, bytes exact.
+
+A store is a units folder (`DIR`) or a database (`sqlite:PATH`, created if missing). Units that already exist in
+DST are refused, all of them named and nothing copied, unless --replace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .loader import Loader, SourceExists, open_loader
+
+
+def copy_units(source: Loader, target: Loader, *, replace: bool = False) -> list[str]:
+    """Copy every unit of `source` into `target`; the unit ids copied. Refuses (SourceExists naming the units)
+    before copying anything if some exist in `target` and not `replace`."""
+    units = source.discover()
+    if not replace:
+        clashes = [unit_id for unit_id in units if target.kind(unit_id) is not None]
+        if clashes:
+            raise SourceExists(", ".join(clashes))
+    for unit_id, kind in units.items():
+        files = {source_id: source.read(unit_id, kind, source_id) for source_id in source.source_ids(unit_id, kind)}
+        target.put_unit(unit_id, kind, files, replace=replace)
+    return list(units)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m unit_mcp.units", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    copy = commands.add_parser("copy", help="copy every unit of SRC into DST (DIR or sqlite:PATH)")
+    copy.add_argument("src", help="units folder or sqlite:PATH to copy from")
+    copy.add_argument("dst", help="units folder or sqlite:PATH to copy into (a database is created if missing)")
+    copy.add_argument("--replace", action="store_true", help="replace units that already exist in DST")
+    args = parser.parse_args(argv)
+    try:
+        source = open_loader(args.src, read_only=True)
+    except FileNotFoundError:
+        parser.error(f"{args.src} is neither a units folder nor an existing sqlite:PATH database")
+    try:
+        target = open_loader(args.dst)
+    except FileNotFoundError:
+        parser.error(f"{args.dst} is not a folder (create it first) nor sqlite:PATH")
+    try:
+        copied = copy_units(source, target, replace=args.replace)
+    except SourceExists as exc:
+        print(
+            f"unit-mcp: error: {args.dst} already has units {exc}; nothing copied (--replace overwrites)",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        source.close()
+        target.close()
+    print(f"copied {len(copied)} units: {', '.join(copied)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
