@@ -172,7 +172,7 @@ def test_the_watcher_reloads_an_edit_on_disk_and_keeps_the_old_version_on_a_bad_
     assert wait_for(lambda: host.module("greeter").greet("A") == "Howdy, A!")
     serving = host.module("greeter")
     edit(source, "def greet(name):", "def greet(name:")
-    assert wait_for(lambda: "edit on disk of unit greeter not loaded" in host.log_path.read_text())
+    assert wait_for(lambda: "change of unit greeter not loaded" in host.log_path.read_text())
     assert host.module("greeter") is serving
     assert "def greet(name:" in source.read_text(), "the human's file is never reverted"
 
@@ -192,7 +192,7 @@ def test_writes_through_the_service_are_not_reloaded_twice_by_the_watcher(host: 
     time.sleep(1.0)
     log = host.log_path.read_text()
     assert log.count("unit greeter reloaded in") == 2  # the start-up load and the patch
-    assert "greeter reloaded after an edit on disk" not in log
+    assert "greeter reloaded after a change in the store" not in log
 
 
 def test_a_unit_that_hangs_at_import_is_bounded_and_the_old_version_keeps_serving(host: Host) -> None:

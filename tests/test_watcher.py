@@ -51,14 +51,14 @@ def test_an_edit_made_right_after_start_watching_returns_is_reloaded(tmp_path: P
         assert done.stdout.strip() == "missed 0 of 25: []", done.stdout
 
 
-def test_a_reload_on_an_edit_keeps_the_state_and_reactivates_the_activity(host: Host) -> None:
+def test_a_reload_on_an_edit_keeps_the_state_and_reactivates_the_activity(host: Host, units_root: Path) -> None:
     counter = host.module("counter")
     assert counter is not None
     counter.increment()
     counter.increment()
     session_before = host.activate("counter")
     host.start_watching(debounce_ms=50)
-    source = host.units_root / "counter" / "__init__.py"
+    source = units_root / "counter" / "__init__.py"
     source.write_text(source.read_text().replace("step = 1", "step = 5"))
 
     deadline = time.monotonic() + 10
@@ -70,4 +70,4 @@ def test_a_reload_on_an_edit_keeps_the_state_and_reactivates_the_activity(host: 
     assert reloaded.increment() == 7, "the new code runs"
     assert host.active_activity == "counter", "the activity that was active is active again"
     assert host.active_session is not None and host.active_session is not session_before
-    assert "unit counter reloaded after an edit on disk" in host.log_path.read_text()
+    assert "unit counter reloaded after a change in the store" in host.log_path.read_text()

@@ -250,17 +250,12 @@ class FilesystemLoader:
 
 
 class FolderWatchTarget:
-    """The host as `UnitWatcher` sees it: the folder to watch and this loader's own writes, the rest the host's."""
+    """The host as `UnitWatcher` sees it: the folder to watch, this loader's own writes, the host's reload."""
 
     def __init__(self, host: WatchTarget, loader: FilesystemLoader) -> None:
         self.units_root = loader.root
         self.is_own_write = loader.is_own_write
-        self.logger = host.logger
-        self.unit_lock = host.unit_lock
-        self.unit_kind = host.unit_kind
-        self.is_loaded = host.is_loaded
-        self.unload = host.unload
-        self.reload = host.reload
+        self.reload_changed = host.reload_changed
 
 
 @contextlib.contextmanager

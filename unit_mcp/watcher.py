@@ -15,7 +15,6 @@ import watchfiles
 from watchfiles._rust_notify import RustNotify
 
 from . import paths
-from .host import ReloadError
 
 if TYPE_CHECKING:
     from .folderloader import FolderWatchTarget
@@ -78,18 +77,7 @@ class UnitWatcher:
             self._reload(unit_id)
 
     def _reload(self, unit_id: str) -> None:
-        host = self.host
-        with host.unit_lock(unit_id):
-            if host.unit_kind(unit_id) is None:
-                if host.is_loaded(unit_id):
-                    host.unload(unit_id)
-                    host.logger.info("unit %s removed on disk: unloaded", unit_id)
-                return
-            try:
-                host.reload(unit_id)
-                host.logger.info("unit %s reloaded after an edit on disk", unit_id)
-            except ReloadError as exc:
-                host.logger.error("edit on disk of unit %s not loaded (%s); previous version kept", unit_id, exc.error)
+        self.host.reload_changed(unit_id)  # a failed reload keeps the old version running; the file is never touched
 
 
 def _digest(path: Path) -> str | None:
