@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,10 @@ def fake_project(tmp_path: Path, python_body: str) -> Path:
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "test", repo / "scripts" / "test")
-    stubs = {f"scripts/{name}": "" for name in ("bootstrap", "npm-tools", "opencode-tool", "codex-tool")}
+    script = (REPO / "scripts" / "test").read_text()
+    steps = re.findall(r"^(scripts/[\w-]+)$", script, flags=re.MULTILINE)  # every install step it runs
+    assert "scripts/bootstrap" in steps, "scripts/test changed shape: update this stub list"
+    stubs = dict.fromkeys(steps, "")
     stubs |= {".venv/bin/ruff": "", ".venv/bin/mypy": "", ".venv/bin/python": python_body, "bin/npm": ""}
     for name, body in stubs.items():
         path = repo / name
