@@ -33,6 +33,8 @@ _EXPORTS = {
     "ToolFailed": "errors",
     "TurnClosed": "errors",
     "UnknownAgent": "errors",
+    "RunnerEvent": "events",
+    "events_app": "events",
     "FunctionAgent": "function_agent",
     "Hooks": "hooks",
     "ModelRequest": "hooks",
@@ -96,6 +98,7 @@ __all__ = [
     "OpenAIAgent",
     "PendingApprovals",
     "Refusal",
+    "RunnerEvent",
     "Session",
     "SessionCorrupt",
     "SessionLocked",
@@ -123,6 +126,7 @@ __all__ = [
     "delegate",
     "delegation_tool",
     "display_messages",
+    "events_app",
     "openai_tool_name",
     "opencode_config",
 ]
@@ -146,6 +150,7 @@ if TYPE_CHECKING:
         TurnClosed,
         UnknownAgent,
     )
+    from .events import RunnerEvent, events_app
     from .function_agent import FunctionAgent
     from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall
     from .inbox import Inbox

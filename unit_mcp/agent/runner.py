@@ -26,6 +26,7 @@ import anyio.abc
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
 from .context import Agent, TurnContext
 from .errors import AgentError, TurnClosed
+from .events import DEFAULT_BUFFER, EventHub, Subscription
 from .inbox import Inbox
 from .items import EventItem, MessageItem, Session, SessionMeta
 from .paused import AFTER_END, DECIDED, paused_calls, pending_requests
@@ -71,6 +72,7 @@ class AgentRunner:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self._dropping = False
+        self.event_hub = EventHub()
 
     async def __aenter__(self) -> AgentRunner:
         stack = AsyncExitStack()
@@ -87,6 +89,7 @@ class AgentRunner:
             if stack is not None:
                 await stack.aclose()
             self._tg = None
+            self.event_hub.close()
             if self._owns_store:
                 await anyio.to_thread.run_sync(self.store.close)
 
@@ -116,6 +119,12 @@ class AgentRunner:
     async def list_sessions(self) -> list[SessionMeta]:
         return await anyio.to_thread.run_sync(self.store.list)
 
+    def events(self, *, buffer: int = DEFAULT_BUFFER) -> Subscription:
+        """Every session's turn status changes, text chunks, tool calls and approvals, from now on:
+        `async with runner.events() as events: async for event in events: ...`. A subscriber that falls
+        `buffer` events behind loses the oldest and reads a `gap` event counting them; turns never wait."""
+        return self.event_hub.subscribe(buffer)
+
     def inbox(self, session_id: str) -> Inbox:
         return self._inboxes.setdefault(session_id, Inbox())
 
@@ -135,6 +144,7 @@ class AgentRunner:
         """Start a turn now if the session is idle, else after the running turn (then None is returned)."""
         if self.active_turn(session_id) is not None:
             self.inbox(session_id).enqueue(input)
+            self.event_hub.publish("turn-status", session_id=session_id, status="queued")
             return None
         return await self._start(session_id, [input], callbacks, supersede=False)
 
@@ -213,6 +223,14 @@ class AgentRunner:
                 return self.store.require(session_id)
 
             session = await anyio.to_thread.run_sync(write)
+            self.event_hub.publish(
+                "approval-answered",
+                session_id=session_id,
+                turn_id=request.turn_id,
+                request_id=request.id,
+                approved=approved,
+                decided_by="approver",
+            )
             if any(paused.decision is None for paused in paused_calls(session, request.turn_id)):
                 return None  # the turn resumes once its other requests are answered
         assert request.turn_id is not None
@@ -255,6 +273,7 @@ class AgentRunner:
         """Cancel every active turn (closing its tool calls) and flush; the runner can be entered again."""
         self._dropping = True
         for turn in list(self._active.values()):
+            turn.disposed = True
             await turn.cancel("the runner is shutting down")
         await self.flush()
 
@@ -282,6 +301,8 @@ class AgentRunner:
                 if not supersede:
                     for text in inputs:
                         self.inbox(session_id).enqueue(text)
+                    if inputs:
+                        self.event_hub.publish("turn-status", session_id=session_id, status="queued")
                     return None
                 self._superseded.add(old.id)
                 await old.cancel(f"superseded by turn {turn_id}")
@@ -293,6 +314,7 @@ class AgentRunner:
                 callbacks=callbacks,
                 on_end=self._ended,
                 cancel_timeout=self.cancel_timeout,
+                events=self.event_hub,
             )
             self._active[session_id] = turn
             try:
@@ -301,6 +323,7 @@ class AgentRunner:
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))
                 await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
+                turn.publish("turn-status", status="running", agent_id=agent.id, resumes=resume)
             except Exception as exc:
                 await turn.end(
                     TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"
