@@ -27,6 +27,7 @@ def example(heading: str) -> str:
     ("heading", "expected"),
     [
         ("### Runner events", "turn-status {'status': 'completed'"),
+        ("### Hooks", "5 (took 0.0"),
     ],
 )
 def test_readme_example_runs(tmp_path: Path, heading: str, expected: str) -> None:

@@ -42,6 +42,7 @@ _EXPORTS = {
     "Refusal": "hooks",
     "StepResult": "hooks",
     "ToolCall": "hooks",
+    "ToolExecution": "hooks",
     "Inbox": "inbox",
     "ErrorItem": "items",
     "EventItem": "items",
@@ -111,6 +112,7 @@ __all__ = [
     "ToolCallItem",
     "ToolDef",
     "ToolError",
+    "ToolExecution",
     "ToolFailed",
     "ToolOutput",
     "ToolResultItem",
@@ -152,7 +154,7 @@ if TYPE_CHECKING:
     )
     from .events import RunnerEvent, events_app
     from .function_agent import FunctionAgent
-    from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall
+    from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall, ToolExecution
     from .inbox import Inbox
     from .items import (
         ErrorItem,
