@@ -26,6 +26,7 @@ def example(heading: str) -> str:
 @pytest.mark.parametrize(
     ("heading", "expected"),
     [
+        ("### Presets", "active: ['math'] offered: ['add', 'preset_activate', 'preset_deactivate']"),
         ("### Runner events", "turn-status {'status': 'completed'"),
         ("### Hooks", "5 (took 0.0"),
     ],

@@ -44,6 +44,8 @@ _EXPORTS = {
     "ToolCall": "hooks",
     "ToolExecution": "hooks",
     "Inbox": "inbox",
+    "Preset": "presets",
+    "PresetManager": "presets",
     "ErrorItem": "items",
     "EventItem": "items",
     "Item": "items",
@@ -98,6 +100,8 @@ __all__ = [
     "ModelResponse",
     "OpenAIAgent",
     "PendingApprovals",
+    "Preset",
+    "PresetManager",
     "Refusal",
     "RunnerEvent",
     "Session",
@@ -170,6 +174,7 @@ if TYPE_CHECKING:
     from .loop import LoopAgent
     from .mcpsource import McpToolSource
     from .openai_agent import OpenAIAgent
+    from .presets import Preset, PresetManager
     from .projections import chat_messages, display_messages
     from .registry import AgentRegistry
     from .runner import AgentRunner
