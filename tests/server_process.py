@@ -1,4 +1,5 @@
-"""`python -m unit_mcp.server` as a real child process, for the HTTP and the external-tool tests."""
+"""`python -m unit_mcp.server` (or another entry point printing the same lines, such as `unit_mcp.fleet`) as a
+real child process, for the HTTP, the external-tool and the fleet tests."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import IO
 class ServerProcess:
     """Starts the entry point; stdout is read on a thread so waiting for the ready lines can time out."""
 
-    def __init__(self, *args: str, tmp: Path) -> None:
+    def __init__(self, *args: str, tmp: Path, module: str = "unit_mcp.server") -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "unit_mcp.server", *args],
+            [sys.executable, "-m", module, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
