@@ -30,6 +30,9 @@ from unit_mcp.loopback import Guard, LoopbackServer, security_settings
 from unit_mcp.testing import ScriptedModel, say
 
 from .conftest import running
+from .test_paused_approvals import SESSION as PAUSED_SESSION
+from .test_paused_approvals import app as paused_app
+from .test_paused_approvals import kill_while_waiting
 
 pytestmark = pytest.mark.anyio
 
@@ -240,3 +243,22 @@ def test_streamed_text_chunks_always_join_to_the_final_message(text: str, chunk_
         streamed += chunk.data["delta"]
         assert final.startswith(streamed)
     assert streamed == final == text
+
+
+async def test_a_turn_resumed_after_its_process_ended_reports_its_answer_and_the_call(tmp_path: Path) -> None:
+    waited = kill_while_waiting(tmp_path, calls=1)
+    runner, _ = paused_app(tmp_path).build(tmp_path, 1)
+    async with runner, runner.events() as events:
+        handle = await runner.answer_approval(PAUSED_SESSION, waited[0], approved=True)
+        assert handle is not None
+        seen = await drain(events, ended)
+    assert [(e.kind, e.data.get("status") or e.data.get("name")) for e in seen if e.kind != "text"] == [
+        ("approval-answered", None),
+        ("turn-status", "running"),
+        ("tool-call-started", "deploy"),
+        ("tool-call-finished", "deploy"),
+        ("turn-status", "completed"),
+    ]
+    assert seen[0].data == {"request_id": waited[0], "approved": True, "decided_by": "approver"}
+    assert seen[0].turn_id != handle.id and seen[1].data["resumes"] == seen[0].turn_id
+    assert seen[2].data["resumed"] is True and seen[3].data["is_error"] is False

@@ -266,3 +266,28 @@ def test_the_active_set_survives_the_process_with_a_state_file(tmp_path: Path) -
     state.write_text("{not json")
     with pytest.raises(PresetError, match="cannot be read"):
         PresetManager(declared(), state_path=state)
+
+
+async def test_the_user_sets_a_preset_through_the_runner_without_approval(
+    unit_server: UnitServer, tmp_path: Path
+) -> None:
+    asked: list[object] = []
+    async with (
+        surface_on(unit_server, AgentApprovals(approver=asked.append)) as surface,
+        running(tmp_path, {"f": lambda deps: FunctionAgent(lambda r, c: "ok", id="f")}, surface=surface) as runner,
+    ):
+        session = await runner.create_session("f")
+        assert await runner.set_preset(session.id, "shell", active=True)
+        assert not await runner.set_preset(session.id, "shell", active=True)
+        assert await runner.set_preset(session.id, "look", active=False)
+        with pytest.raises(PresetError, match="no preset named 'nope'"):
+            await runner.set_preset(session.id, "nope", active=True)
+    assert asked == [] and surface.presets.active() == ["shell"]
+    items = reload(tmp_path, session.id).items
+    recorded = [(i.kind, i.data["name"], i.data["changed"]) for i in items if isinstance(i, EventItem)]
+    assert recorded == [
+        ("preset-activated", "shell", True),
+        ("preset-activated", "shell", False),
+        ("preset-deactivated", "look", True),
+    ]
+    assert items[0].data["risk"] == "shell" and items[0].data["by"] == "user"  # type: ignore[union-attr]

@@ -155,6 +155,7 @@ async def test_interrupt_and_reset_over_stdio(tmp_path: Path, opencode_binary: P
     steps = [
         call(tool_call(oc("slow_echo"), {"seconds": 60}), when=Match(user_contains="slow task", has_tools=True)),
         say("fresh start", when=Match(user_contains="gamma task")),
+        say("rebuilt", when=Match(user_contains="delta task")),
     ]
     async with agent_stack(tmp_path, opencode_binary, steps, nodes=1) as stack:
         params = StdioServerParameters(
@@ -184,4 +185,12 @@ async def test_interrupt_and_reset_over_stdio(tmp_path: Path, opencode_binary: P
             await master.until_idle("a")
             read = await master("fleet_get_session_messages", node="a")
             assert [m["text"] for m in read["messages"]] == ["gamma task", "fresh start"]
+
+            # the node loses the working session (deleted behind the fleet's back): the next message rebuilds it
+            assert await stack.node.client.delete_session(fresh["session_id"])
+            rebuilt = await master("fleet_send_message", node="a", message="delta task")
+            assert rebuilt["new_session"] and rebuilt["replaced_session_id"] == fresh["session_id"]
+            await master.until_idle("a")
+            read = await master("fleet_get_session_messages", node="a")
+            assert [m["text"] for m in read["messages"]] == ["delta task", "rebuilt"]
     assert stack.recorder.slow == ["started", "cancelled"]

@@ -262,6 +262,20 @@ class AgentRunner:
         if not callable(getattr(agent, "resume", None)):
             raise AgentError(f"agent {agent.id} cannot resume a turn, so its approvals cannot be answered")
 
+    async def set_preset(self, session_id: str, name: str, *, active: bool) -> bool:
+        """The user (not an agent) turns a capability preset on or off, so no approval is asked; the change is
+        recorded in the session as a `preset-activated` / `preset-deactivated` item. True if it changed."""
+        presets = self.tools.presets
+        if presets is None:
+            raise AgentError("the tool surface has no presets: give AgentToolSurface a PresetManager")
+        await anyio.to_thread.run_sync(self.store.require, session_id)
+        changed = presets.activate(name) if active else presets.deactivate(name)
+        info = presets.describe(self.tools.registered(), name)
+        data = {"name": name, "risk": info.risk, "tools": info.tools, "changed": changed, "by": "user"}
+        kind = "preset-activated" if active else "preset-deactivated"
+        await anyio.to_thread.run_sync(self.store.append_item, session_id, EventItem(kind=kind, data=data))
+        return changed
+
     async def cancel_turn(self, session_id: str, reason: str = "cancelled by the caller") -> bool:
         turn = self._active.get(session_id)
         return False if turn is None else await turn.cancel(reason)

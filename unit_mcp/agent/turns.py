@@ -22,6 +22,7 @@ import anyio
 from .errors import TurnClosed
 from .events import EventHub
 from .items import ErrorItem, EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from .paused import RESUMED_OUTPUT
 from .sessions import SessionStore
 
 log = logging.getLogger("unit_mcp.agent.turns")
@@ -138,6 +139,8 @@ class Turn:
         )
         if isinstance(updated, MessageItem):
             self._publish_text(updated)
+        elif isinstance(updated, ToolResultItem) and "output" in changes:
+            self._publish_resumed(updated)
         await call_observer(self.callbacks.on_partial, updated)
         return updated
 
@@ -176,6 +179,14 @@ class Turn:
             )
             if decision.get("decided_by") == "approver" and not self._ending:
                 self.publish("turn-status", status="running")
+
+    def _publish_resumed(self, result: ToolResultItem) -> None:
+        """A call a resumed turn runs after its approval: its synthetic result is claimed, then replaced."""
+        if result.synthetic and result.output == RESUMED_OUTPUT:
+            self._call_started[result.call_id] = time.monotonic()
+            self.publish("tool-call-started", call_id=result.call_id, name=result.name, item_id=result.id, resumed=True)
+        elif not result.synthetic:
+            self._publish_item(result)
 
     def _publish_text(self, message: MessageItem) -> None:
         """A streamed assistant message as text chunks: each `delta` extends what was published before, so
