@@ -18,10 +18,11 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from opencode.event_proxy import EventProxy
 from opencode.opencode_stack import MODEL, Node, agent_stack, oc
 from server_process import ServerProcess
 
-from unit_mcp.fleet import INSTRUCTIONS
+from unit_mcp.fleet import INSTRUCTIONS, Fleet, NodeSpec
 from unit_mcp.testing import Match, call, say, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -113,7 +114,7 @@ async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
             assert sent_a["new_session"] and sent_b["new_session"]
             assert returned_in < ANSWER_DELAY, f"dispatch waited for the nodes ({returned_in:.1f} s)"
             both = [await master("fleet_get_session_status", node=n) for n in ("a", "b")]
-            assert [s["status"] for s in both] == ["busy", "busy"]  # both nodes work at once
+            assert [(s["status"], s["source"]) for s in both] == [("busy", "events")] * 2  # both nodes at work
 
             await master.until_idle("a")
             await master.until_idle("b")
@@ -194,3 +195,24 @@ async def test_interrupt_and_reset_over_stdio(tmp_path: Path, opencode_binary: P
             read = await master("fleet_get_session_messages", node="a")
             assert [m["text"] for m in read["messages"]] == ["delta task", "rebuilt"]
     assert stack.recorder.slow == ["started", "cancelled"]
+
+
+async def test_with_the_event_stream_down_the_status_comes_from_the_node(tmp_path: Path, opencode_binary: Path) -> None:
+    steps = [call(tool_call(oc("slow_echo"), {"seconds": 60}), when=Match(user_contains="slow task", has_tools=True))]
+    async with agent_stack(tmp_path, opencode_binary, steps, nodes=1) as stack:
+        assert stack.node.process.port is not None
+        async with EventProxy(stack.node.process.port) as proxy:
+            proxy.mode = "block"  # every /event request of the fleet's client is refused: the stream never comes up
+            spec = NodeSpec("a", proxy.url, password=stack.node.process.password)
+            async with Fleet([spec], timeout=10) as fleet:
+                sent = await fleet.send("a", "slow task")
+                with anyio.fail_after(POLL_TIMEOUT):
+                    await stack.recorder.slow_started.wait()
+                status = await fleet.status("a")
+                assert (status.status, status.source) == ("busy", "node")
+                assert (await fleet.interrupt("a")).interrupted
+                with anyio.fail_after(POLL_TIMEOUT):
+                    while (status := await fleet.status("a")).status != "idle":
+                        await anyio.sleep(0.2)
+                assert status.source == "node" and status.session_id == sent.session_id
+                assert proxy.event_connections > 0 and fleet.list_nodes().nodes[0].event_stream == "reconnecting"

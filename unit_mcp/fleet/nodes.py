@@ -120,7 +120,8 @@ class Dispatched(BaseModel):
 class SessionStatus(BaseModel):
     node: str
     session_id: str
-    status: str = Field(description="idle, busy or retry, from the node's event stream.")
+    status: str = Field(description="idle, busy or retry.")
+    source: Literal["events", "node"] = Field(description="The event stream's cache, or the node (stream down).")
 
 
 class ToolUse(BaseModel):
@@ -363,10 +364,15 @@ class Fleet:
             replaced_session_id=sent.previous_session_id if sent.replaced else None,
         )
 
-    def status(self, name: str, session_id: str | None = None) -> SessionStatus:
+    async def status(self, name: str, session_id: str | None = None) -> SessionStatus:
+        """From the event stream's cache while the stream is up (it refreshes the cache when it reconnects);
+        while it is down, from the node itself."""
         node = self.node(name)
         chosen = self._session(node, session_id)
-        return SessionStatus(node=name, session_id=chosen, status=node.client.status(chosen))
+        if node.client.events.connected:
+            return SessionStatus(node=name, session_id=chosen, status=node.client.status(chosen), source="events")
+        statuses = await node.client.session_statuses()
+        return SessionStatus(node=name, session_id=chosen, status=statuses.get(chosen, "idle"), source="node")
 
     async def messages(self, name: str, session_id: str | None = None, *, limit: int = 10) -> Messages:
         node = self.node(name)

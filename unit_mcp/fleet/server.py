@@ -125,6 +125,10 @@ async def _send(fleet: Fleet, args: SendArgs) -> Dispatched:
     return await fleet.send(args.node, args.message, model=args.model, new_session=args.new_session)
 
 
+async def _status(fleet: Fleet, args: SessionArgs) -> SessionStatus:
+    return await fleet.status(args.node, args.session_id)
+
+
 async def _messages(fleet: Fleet, args: MessagesArgs) -> Messages:
     return await fleet.messages(args.node, args.session_id, limit=args.limit)
 
@@ -181,7 +185,7 @@ TOOLS = [
         "the task is finished (or was interrupted).",
         SessionArgs,
         SessionStatus,
-        lambda fleet, args: fleet.status(args.node, args.session_id),
+        _status,
     ),
     FleetTool(
         "fleet_get_session_messages",
