@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -35,7 +36,13 @@ def test_readme_example_runs(tmp_path: Path, heading: str, expected: str) -> Non
     script = tmp_path / "example.py"
     script.write_text(example(heading), encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # the examples' temporary stores land in tmp_path
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert expected in done.stdout
