@@ -5,6 +5,7 @@ agent endpoint, so the tests see what reached the tools, not only what the nodes
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -28,6 +29,7 @@ from unit_mcp.testing import Match, call, say, tool_call
 pytestmark = pytest.mark.anyio
 ANSWER_DELAY = 2.0  # each node's first model answer takes this long, so the two tasks overlap visibly
 POLL_TIMEOUT = 60
+TASKS = [("alpha", "echo_token", {"token": "alpha"}), ("beta", "unit_inspect", {"unit_id": "counter"})]
 
 
 def node_arg(name: str, node: Node) -> str:
@@ -79,13 +81,14 @@ async def over_http(tmp: Path, nodes: Sequence[str]) -> AsyncIterator[Master]:
 async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
     tmp_path: Path, opencode_binary: Path
 ) -> None:
+    # node a calls a local tool of the agent endpoint, node b a tool of the real unit server behind it
     steps = [
         call(
-            tool_call(oc("echo_token"), {"token": word}),
+            tool_call(oc(tool), arguments),
             when=Match(user_contains=f"{word} task", last_role="user", has_tools=True),
             delay=ANSWER_DELAY,
         )
-        for word in ("alpha", "beta")
+        for word, tool, arguments in TASKS
     ]
     steps += [
         say(f"{word} done", when=Match(user_contains=f"{word} task", last_role="tool")) for word in ("alpha", "beta")
@@ -118,16 +121,18 @@ async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
 
             await master.until_idle("a")
             await master.until_idle("b")
-            for node, word, sent in (("a", "alpha", sent_a), ("b", "beta", sent_b)):
+            for node, (word, tool, arguments), sent in zip("ab", TASKS, (sent_a, sent_b), strict=True):
                 read = await master("fleet_get_session_messages", node=node)
                 assert read["session_id"] == sent["session_id"] and read["status"] == "idle"
                 roles = [m["role"] for m in read["messages"]]
                 assert roles[0] == "user" and read["messages"][0]["text"] == f"{word} task"
                 assert read["messages"][-1]["role"] == "assistant" and read["messages"][-1]["text"] == f"{word} done"
                 (used,) = [t for m in read["messages"] for t in m["tools"]]
-                assert (used["tool"], used["status"], used["input"], used["output"]) == (
-                    oc("echo_token"), "completed", {"token": word}, word,
-                )  # fmt: skip
+                assert (used["tool"], used["status"], used["input"]) == (oc(tool), "completed", arguments)
+                if tool == "echo_token":
+                    assert used["output"] == word
+                else:  # the unit server's own answer about the counter unit
+                    assert json.loads(used["output"])["unit_id"] == "counter"
                 newest = await master("fleet_get_session_messages", node=node, limit=1)
                 assert [m["text"] for m in newest["messages"]] == [f"{word} done"]
 
@@ -146,7 +151,7 @@ async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
             assert "no node named 'c'" in await master.refused("fleet_send_message", node="c", message="x")
             assert "[invalid_arguments]" in await master.refused("fleet_send_message", node="a")
 
-    assert sorted(args["token"] for _, args in stack.recorder.calls) == ["alpha", "beta"]
+    assert stack.recorder.calls == [("echo_token", {"token": "alpha"})]
     first = {r.last_text: r.received_at for r in stack.model.requests if r.last_message["role"] == "user"}
     finals = [r.received_at for r in stack.model.requests if r.last_message["role"] == "tool"]
     assert max(first["alpha task"], first["beta task"]) < min(finals), "the two nodes did not work in parallel"
