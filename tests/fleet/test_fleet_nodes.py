@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -110,12 +109,10 @@ async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
             ping = await master("fleet_node_health", node="b", include_capabilities=False)
             assert ping["healthy"] and ping["capabilities"] is None
 
-            dispatched_at = time.time()
             sent_a = await master("fleet_send_message", node="a", message="alpha task")
             sent_b = await master("fleet_send_message", node="b", message="beta task")
-            returned_in = time.time() - dispatched_at
             assert sent_a["new_session"] and sent_b["new_session"]
-            assert returned_in < ANSWER_DELAY, f"dispatch waited for the nodes ({returned_in:.1f} s)"
+            # fire-and-forget: both dispatches are back while both nodes still work on their tasks
             both = [await master("fleet_get_session_status", node=n) for n in ("a", "b")]
             assert [(s["status"], s["source"]) for s in both] == [("busy", "events")] * 2  # both nodes at work
 
