@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,13 +17,18 @@ from hypothesis import strategies as st
 
 from unit_mcp.agent import (
     AgentApprovals,
+    AgentRegistry,
+    AgentRunner,
     AgentToolSurface,
+    EventItem,
     FunctionAgent,
     MessageItem,
     ModelRequest,
     ModelResponse,
     OpenAIAgent,
     PendingApprovals,
+    Session,
+    SessionStore,
     TurnContext,
 )
 from unit_mcp.agent.events import RunnerEvent, Subscription, events_app
@@ -262,3 +268,56 @@ async def test_a_turn_resumed_after_its_process_ended_reports_its_answer_and_the
     assert seen[0].data == {"request_id": waited[0], "approved": True, "decided_by": "approver"}
     assert seen[0].turn_id != handle.id and seen[1].data["resumes"] == seen[0].turn_id
     assert seen[2].data["resumed"] is True and seen[3].data["is_error"] is False
+
+
+class HeldStore(SessionStore):
+    """A real store whose `require` can be held, to stop a turn's start half-way (on a worker thread)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.hold = threading.Event()
+        self.held = threading.Event()
+        self.hold.set()
+
+    def require(self, session_id: str) -> Session:
+        if not self.hold.is_set():
+            self.held.set()
+            self.hold.wait(10)
+        return super().require(session_id)
+
+
+async def test_a_queued_turn_starting_while_the_runner_shuts_down_is_disposed_not_left_running(
+    tmp_path: Path,
+) -> None:
+    asked = anyio.Event()
+
+    async def forever(request: ModelRequest, ctx: TurnContext) -> str:
+        asked.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    registry = AgentRegistry()
+    registry.register("f", lambda deps: FunctionAgent(forever, id="f"))
+    store = HeldStore(tmp_path / "sessions")
+    runner = AgentRunner(store=store, registry=registry, tools=AgentToolSurface(AgentApprovals()), cancel_timeout=5)
+    events = runner.events()
+    with anyio.fail_after(30):  # before the fix the queued turn started after the shutdown and ran for ever
+        async with runner:
+            session = await runner.create_session("f")
+            first = await runner.run_turn(session.id, "first")
+            assert await runner.enqueue(session.id, "second") is None
+            await asked.wait()
+            store.hold.clear()  # the queued turn's start will stop in `require`
+            await first.cancel("next one")
+            await anyio.to_thread.run_sync(store.held.wait, 10)
+            threading.Timer(0.5, store.hold.set).start()  # released once the runner is shutting down
+    store.close()
+    statuses = [e.data["status"] for e in events.ready() if e.kind == "turn-status"]
+    assert statuses == ["running", "queued", "cancelled", "disposed"]
+    items = SessionStore(tmp_path / "sessions").require(session.id).items
+    assert [i.kind for i in items if isinstance(i, EventItem) and i.kind.startswith("turn-")] == [
+        "turn-started",
+        "turn-cancelled",
+        "turn-started",
+        "turn-cancelled",
+    ]

@@ -337,7 +337,6 @@ class AgentRunner:
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))
                 await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
-                turn.publish("turn-status", status="running", agent_id=agent.id, resumes=resume)
             except Exception as exc:
                 await turn.end(
                     TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"
@@ -356,6 +355,12 @@ class AgentRunner:
                 deps=self.deps,
                 callbacks=turn.callbacks,
             )
+            if self._dropping:  # the runner began shutting down while this turn was set up: it never runs
+                turn.disposed = True
+                turn.cancel_reason = "the runner is shutting down"
+                await turn.finalize_cancel()
+                return turn.handle
+            turn.publish("turn-status", status="running", agent_id=agent.id, resumes=resume)
             tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx, resume)
             return turn.handle
 
