@@ -1,5 +1,5 @@
-"""`python -m unit_mcp.server` (or another entry point, e.g. `unit_mcp.agent`) as a real child process, for the
-HTTP, external-tool and browser tests."""
+"""`python -m unit_mcp.server` (or another entry point: `unit_mcp.agent`, `unit_mcp.fleet`) as a real child
+process, for the HTTP, external-tool, browser and fleet tests."""
 
 from __future__ import annotations
 

@@ -33,6 +33,8 @@ _EXPORTS = {
     "ToolFailed": "errors",
     "TurnClosed": "errors",
     "UnknownAgent": "errors",
+    "RunnerEvent": "events",
+    "events_app": "events",
     "FunctionAgent": "function_agent",
     "Hooks": "hooks",
     "ModelRequest": "hooks",
@@ -40,7 +42,10 @@ _EXPORTS = {
     "Refusal": "hooks",
     "StepResult": "hooks",
     "ToolCall": "hooks",
+    "ToolExecution": "hooks",
     "Inbox": "inbox",
+    "Preset": "presets",
+    "PresetManager": "presets",
     "ErrorItem": "items",
     "EventItem": "items",
     "Item": "items",
@@ -95,7 +100,10 @@ __all__ = [
     "ModelResponse",
     "OpenAIAgent",
     "PendingApprovals",
+    "Preset",
+    "PresetManager",
     "Refusal",
+    "RunnerEvent",
     "Session",
     "SessionCorrupt",
     "SessionLocked",
@@ -108,6 +116,7 @@ __all__ = [
     "ToolCallItem",
     "ToolDef",
     "ToolError",
+    "ToolExecution",
     "ToolFailed",
     "ToolOutput",
     "ToolResultItem",
@@ -123,6 +132,7 @@ __all__ = [
     "delegate",
     "delegation_tool",
     "display_messages",
+    "events_app",
     "openai_tool_name",
     "opencode_config",
 ]
@@ -146,8 +156,9 @@ if TYPE_CHECKING:
         TurnClosed,
         UnknownAgent,
     )
+    from .events import RunnerEvent, events_app
     from .function_agent import FunctionAgent
-    from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall
+    from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall, ToolExecution
     from .inbox import Inbox
     from .items import (
         ErrorItem,
@@ -163,6 +174,7 @@ if TYPE_CHECKING:
     from .loop import LoopAgent
     from .mcpsource import McpToolSource
     from .openai_agent import OpenAIAgent
+    from .presets import Preset, PresetManager
     from .projections import chat_messages, display_messages
     from .registry import AgentRegistry
     from .runner import AgentRunner

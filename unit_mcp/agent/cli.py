@@ -68,6 +68,15 @@ def default_data_dir() -> Path:
     return base / "unit-mcp" / "agent-sessions"
 
 
+def preset_file(path: str) -> list[Any]:
+    from .presets import PresetError, load_presets
+
+    try:
+        return load_presets(path)
+    except PresetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m unit_mcp.agent", description=__doc__.split("\n\n")[0])
     top.add_argument(
@@ -101,6 +110,9 @@ def parser() -> argparse.ArgumentParser:
     turns.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")
     turns.add_argument("--max-steps", type=int, default=20, help="model requests per turn (default 20)")
     turns.add_argument("--no-stream", action="store_true", help="ask for whole answers instead of deltas")
+    turns.add_argument(
+        "--presets", type=preset_file, help="capability presets (TOML or JSON); the agent is offered their tools only"
+    )
 
     run = commands.add_parser("run", parents=[turns], help="run one turn and stream it to the terminal")
     run.add_argument("prompt", nargs="+", help="what to do")
@@ -200,7 +212,10 @@ async def turn_runtime(
         {**dict.fromkeys(args.allow, "auto"), **dict.fromkeys(args.deny, "deny")},
         approver=terminal.approve if sys.stdin.isatty() else None,
     )
-    surface = AgentToolSurface(approvals)
+    from .presets import PresetManager
+
+    presets = PresetManager(args.presets, state_path=data_dir / "active-presets.json") if args.presets else None
+    surface = AgentToolSurface(approvals, presets=presets)
     registry = AgentRegistry()
     registry.register(
         AGENT_ID,

@@ -23,9 +23,10 @@ from .turns import TurnCallbacks, TurnController
 
 if TYPE_CHECKING:
     from .approvals import AgentApprovals
+    from .presets import PresetInfo
     from .registry import AgentRegistry
     from .runner import AgentRunner
-    from .toolsurface import AgentToolSurface, ToolDef
+    from .toolsurface import AgentToolSurface, ToolDef, ToolOutput
 
 
 @runtime_checkable
@@ -68,6 +69,23 @@ class TurnContext:
 
     def visible_tools(self) -> list[ToolDef]:
         return self.tools.visible(self.grants(), interactive=True)
+
+    @property
+    def presets(self) -> list[PresetInfo]:
+        """The active capability presets (their tools and highest risk); empty when the surface has none."""
+        return self.tools.preset_infos(active_only=True)
+
+    async def activate_preset(self, name: str) -> ToolOutput:
+        """Activate a preset as the `preset_activate` tool does: above `normal` risk it is an approval request
+        (recorded, answerable through the runner), and the change is a session item. An error output says why not."""
+        from .presets import ACTIVATE
+
+        return await self.tools.call(ACTIVATE, {"name": name}, self)
+
+    async def deactivate_preset(self, name: str) -> ToolOutput:
+        from .presets import DEACTIVATE
+
+        return await self.tools.call(DEACTIVATE, {"name": name}, self)
 
     async def approve(
         self,

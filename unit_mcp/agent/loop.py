@@ -8,6 +8,11 @@ and decide whether to continue (by default: while the model calls tools or steer
 Steering messages are drained right before each model request and again if a hook let time pass, so a
 message that arrived during a step is always in the next request. Whatever is left when the turn ends is
 re-queued by the runner as input for the next turn. Anything that raises ends the turn, never the runner.
+
+With `compact_at` set, a request whose history (as JSON) passes that many characters is built from a shorter
+history the `compact` hooks return (by default, old tool results summarised to one line each). The shorter
+history is recorded as a `compaction` event item and later requests start from it; the journal keeps every
+item as it was.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .errors import AgentError, StepLimitReached
-from .hooks import Hooks, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall
-from .items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem
+from .hooks import Hooks, Messages, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall, history_size
+from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
 from .paused import RESUMED_OUTPUT, paused_calls
 from .projections import chat_messages
 from .prompts import system_prompt
@@ -34,6 +39,16 @@ if TYPE_CHECKING:
     from .context import TurnContext
 
 SystemPrompt = str | Callable[["TurnContext"], "str | Awaitable[str]"]
+COMPACTION = "compaction"
+
+
+def history(items: list[Item]) -> Messages:
+    """The chat history a request is built from: the newest compaction's messages, then what came after it."""
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if isinstance(item, EventItem) and item.kind == COMPACTION:
+            return list(item.data["messages"]) + chat_messages(items[index + 1 :])
+    return chat_messages(items)
 
 
 class LoopAgent(ABC):
@@ -47,9 +62,11 @@ class LoopAgent(ABC):
         hooks: Hooks | None = None,
         max_steps: int = 20,
         parallel_tools: bool = True,
+        compact_at: int | None = None,
     ) -> None:
         """`system` is the system prompt (text or `fn(ctx)`); with only `instructions` it is assembled by
-        `prompts.system_prompt` (instructions, enriched context, capabilities, tool guidance)."""
+        `prompts.system_prompt` (instructions, enriched context, capabilities, tool guidance). `compact_at` is
+        the history size (characters of JSON) past which the `compact` hooks shorten it."""
         self.id = id
         self.name = name or id
         self.instructions = instructions
@@ -57,6 +74,9 @@ class LoopAgent(ABC):
         self.hooks = hooks or Hooks()
         self.max_steps = max_steps
         self.parallel_tools = parallel_tools
+        if compact_at is not None and compact_at < 1:
+            raise AgentError("compact_at is a size in characters: give a positive number, or None")
+        self.compact_at = compact_at
 
     @abstractmethod
     async def request(self, request: ModelRequest, ctx: TurnContext) -> ModelResponse:
@@ -104,6 +124,7 @@ class LoopAgent(ABC):
                 raise StepLimitReached(f"no final answer after {self.max_steps} model requests (max_steps)")
             request = await self._prepare(ctx, system, step)
             response = await self.request(request, ctx)
+            response = await self.hooks.run_step_result(ctx, response)
             result = await self._record(ctx, step, response)
             await self.hooks.run_after_step(ctx, result)
             carry_on = bool(response.tool_calls) or ctx.inbox.has_steering
@@ -123,14 +144,38 @@ class LoopAgent(ABC):
         """Deliver steering, build the request, run the hooks; repeat if steering arrived meanwhile."""
         while True:
             await self._deliver_steering(ctx)
+            messages = await self._history(ctx)
             request = ModelRequest(
                 step=step,
-                messages=chat_messages(ctx.session.items, system),
+                messages=([{"role": "system", "content": system}] if system else []) + messages,
                 tools=ctx.tools.openai_tools(ctx.grants()),
             )
             request = await self.hooks.run_before_request(ctx, request)
             if not ctx.inbox.has_steering:
                 return request
+
+    async def _history(self, ctx: TurnContext) -> Messages:
+        """The session's history for the next request, compacted (and the compaction recorded) when it is too big."""
+        items = ctx.session.items
+        messages = history(items)
+        if self.compact_at is None or (before := history_size(messages)) <= self.compact_at:
+            return messages
+        compacted = await self.hooks.run_compact(ctx, messages)
+        after = history_size(compacted)
+        if after >= before:
+            return messages
+        await ctx.turn.append_item(
+            EventItem(
+                kind=COMPACTION,
+                data={
+                    "messages": compacted,
+                    "size_before": before,
+                    "size_after": after,
+                    "through": items[-1].id if items else None,
+                },
+            )
+        )
+        return compacted
 
     @staticmethod
     async def _deliver_steering(ctx: TurnContext) -> None:
@@ -215,8 +260,13 @@ class LoopAgent(ABC):
         await self._close(ctx, call, output)
         return output
 
+    async def _execute(self, ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
+        """Run the call inside the `execute_tool` hooks."""
+        wire = ToolCall(id=call.call_id, name=call.name, arguments=call.arguments)
+        return await self.hooks.run_execute_tool(ctx, wire, lambda: self._run_call(ctx, call))
+
     @staticmethod
-    async def _execute(ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
+    async def _run_call(ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
         try:
             arguments = json.loads(call.arguments or "{}")
             if not isinstance(arguments, dict):

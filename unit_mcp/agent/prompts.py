@@ -19,6 +19,7 @@ from .turns import describe
 
 if TYPE_CHECKING:
     from .context import TurnContext
+    from .presets import PresetInfo
     from .toolsurface import PromptFragment, ToolDef
 
 Enricher = Callable[["TurnContext"], "str | Awaitable[str | None] | None"]
@@ -94,6 +95,23 @@ def format_tools(tools: Iterable[ToolDef]) -> str:
     return "\n".join(lines)
 
 
+def format_presets(presets: Iterable[PresetInfo]) -> str:
+    """Capability presets as a model reads them: name, risk, state, description and tools; an inactive one says
+    how to activate it (and that the user must approve it above `normal` risk)."""
+    lines = []
+    for preset in presets:
+        if preset.active:
+            state = "active"
+        elif preset.risk == "normal":
+            state = "inactive, activate with preset_activate"
+        else:
+            state = "inactive, activate with preset_activate (the user approves it)"
+        summary = preset.description.strip().split("\n", 1)[0] if preset.description else ""
+        lines.append(f"- {preset.name} ({preset.risk}; {state})" + (f": {summary}" if summary else ""))
+        lines.append(f"  tools: {', '.join(preset.tools) or 'none available right now'}")
+    return "\n".join(lines)
+
+
 def format_fragments(fragments: Iterable[PromptFragment]) -> str:
     return "\n\n".join(fragment.text.strip() for fragment in fragments if fragment.text.strip())
 
@@ -109,12 +127,14 @@ def assemble_blocks(blocks: Iterable[PromptBlock | tuple[str, str | None]]) -> s
 
 
 async def system_prompt(ctx: TurnContext, instructions: str) -> str:
-    """The standard layout: instructions, context from enrichers, available capabilities, tool guidance."""
+    """The standard layout: instructions, context from enrichers, available capabilities, the capability presets
+    (when the surface has them), tool guidance."""
     return assemble_blocks(
         [
             ("Instructions", instructions),
             ("Context", await format_context(ctx)),
             ("Available capabilities", format_tools(ctx.visible_tools())),
+            ("Capability presets", format_presets(ctx.tools.preset_infos())),
             ("Capability guidance", format_fragments(ctx.tools.prompt_fragments())),
         ]
     )

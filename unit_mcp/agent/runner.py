@@ -26,6 +26,7 @@ import anyio.abc
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
 from .context import Agent, TurnContext
 from .errors import AgentError, TurnClosed
+from .events import DEFAULT_BUFFER, EventHub, Subscription
 from .inbox import Inbox
 from .items import EventItem, MessageItem, Session, SessionMeta
 from .paused import AFTER_END, DECIDED, paused_calls, pending_requests
@@ -71,6 +72,7 @@ class AgentRunner:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self._dropping = False
+        self.event_hub = EventHub()
 
     async def __aenter__(self) -> AgentRunner:
         stack = AsyncExitStack()
@@ -87,6 +89,7 @@ class AgentRunner:
             if stack is not None:
                 await stack.aclose()
             self._tg = None
+            self.event_hub.close()
             if self._owns_store:
                 await anyio.to_thread.run_sync(self.store.close)
 
@@ -116,6 +119,12 @@ class AgentRunner:
     async def list_sessions(self) -> list[SessionMeta]:
         return await anyio.to_thread.run_sync(self.store.list)
 
+    def events(self, *, buffer: int = DEFAULT_BUFFER) -> Subscription:
+        """Every session's turn status changes, text chunks, tool calls and approvals, from now on:
+        `async with runner.events() as events: async for event in events: ...`. A subscriber that falls
+        `buffer` events behind loses the oldest and reads a `gap` event counting them; turns never wait."""
+        return self.event_hub.subscribe(buffer)
+
     def inbox(self, session_id: str) -> Inbox:
         return self._inboxes.setdefault(session_id, Inbox())
 
@@ -135,6 +144,7 @@ class AgentRunner:
         """Start a turn now if the session is idle, else after the running turn (then None is returned)."""
         if self.active_turn(session_id) is not None:
             self.inbox(session_id).enqueue(input)
+            self.event_hub.publish("turn-status", session_id=session_id, status="queued")
             return None
         return await self._start(session_id, [input], callbacks, supersede=False)
 
@@ -213,6 +223,14 @@ class AgentRunner:
                 return self.store.require(session_id)
 
             session = await anyio.to_thread.run_sync(write)
+            self.event_hub.publish(
+                "approval-answered",
+                session_id=session_id,
+                turn_id=request.turn_id,
+                request_id=request.id,
+                approved=approved,
+                decided_by="approver",
+            )
             if any(paused.decision is None for paused in paused_calls(session, request.turn_id)):
                 return None  # the turn resumes once its other requests are answered
         assert request.turn_id is not None
@@ -244,6 +262,20 @@ class AgentRunner:
         if not callable(getattr(agent, "resume", None)):
             raise AgentError(f"agent {agent.id} cannot resume a turn, so its approvals cannot be answered")
 
+    async def set_preset(self, session_id: str, name: str, *, active: bool) -> bool:
+        """The user (not an agent) turns a capability preset on or off, so no approval is asked; the change is
+        recorded in the session as a `preset-activated` / `preset-deactivated` item. True if it changed."""
+        presets = self.tools.presets
+        if presets is None:
+            raise AgentError("the tool surface has no presets: give AgentToolSurface a PresetManager")
+        await anyio.to_thread.run_sync(self.store.require, session_id)
+        changed = presets.activate(name) if active else presets.deactivate(name)
+        info = presets.describe(self.tools.registered(), name)
+        data = {"name": name, "risk": info.risk, "tools": info.tools, "changed": changed, "by": "user"}
+        kind = "preset-activated" if active else "preset-deactivated"
+        await anyio.to_thread.run_sync(self.store.append_item, session_id, EventItem(kind=kind, data=data))
+        return changed
+
     async def cancel_turn(self, session_id: str, reason: str = "cancelled by the caller") -> bool:
         turn = self._active.get(session_id)
         return False if turn is None else await turn.cancel(reason)
@@ -255,6 +287,7 @@ class AgentRunner:
         """Cancel every active turn (closing its tool calls) and flush; the runner can be entered again."""
         self._dropping = True
         for turn in list(self._active.values()):
+            turn.disposed = True
             await turn.cancel("the runner is shutting down")
         await self.flush()
 
@@ -282,6 +315,8 @@ class AgentRunner:
                 if not supersede:
                     for text in inputs:
                         self.inbox(session_id).enqueue(text)
+                    if inputs:
+                        self.event_hub.publish("turn-status", session_id=session_id, status="queued")
                     return None
                 self._superseded.add(old.id)
                 await old.cancel(f"superseded by turn {turn_id}")
@@ -293,6 +328,7 @@ class AgentRunner:
                 callbacks=callbacks,
                 on_end=self._ended,
                 cancel_timeout=self.cancel_timeout,
+                events=self.event_hub,
             )
             self._active[session_id] = turn
             try:
@@ -319,6 +355,12 @@ class AgentRunner:
                 deps=self.deps,
                 callbacks=turn.callbacks,
             )
+            if self._dropping:  # the runner began shutting down while this turn was set up: it never runs
+                turn.disposed = True
+                turn.cancel_reason = "the runner is shutting down"
+                await turn.finalize_cancel()
+                return turn.handle
+            turn.publish("turn-status", status="running", agent_id=agent.id, resumes=resume)
             tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx, resume)
             return turn.handle
 

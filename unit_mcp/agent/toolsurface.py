@@ -6,6 +6,9 @@ Tools come from MCP servers (their risk read from the tool's `_meta`) and from l
 tools (for client-side loops), filtered by what the approval policy allows; `call` checks approval again,
 because a model can name a tool it was never offered.
 
+With a `PresetManager` (see `presets.py`) the surface offers only the tools of active presets, plus the
+preset control tools; a preset change tells the surface's listeners like any other tool-list change.
+
 A refusal the model can act on (denied, unknown tool, bad arguments, a tool's own error) comes back as an
 error `ToolOutput`. A tool that crashes or a server that cannot be reached raises `ToolFailed`: that ends
 the turn, never the runner.
@@ -27,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .approvals import AgentApprovals, Risk, normalise_risk
 from .errors import AgentError, ToolError, ToolFailed
+from .items import EventItem
 from .mcpsource import RISK_META_KEY, McpToolSource
+from .presets import ACTIVATE, DEACTIVATE, PresetError, PresetInfo, PresetManager
 from .toolnames import openai_tool_name
 from .turns import describe
 
@@ -73,6 +78,10 @@ class _StrictArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class _PresetArgs(_StrictArgs):
+    name: str = Field(description="the preset's name, as the list of capabilities gives it")
+
+
 @dataclass
 class LocalTool:
     """A Python function offered as a tool. `fn` gets the validated argument model (or its fields as keyword
@@ -86,6 +95,7 @@ class LocalTool:
     prompt: str | None = None
     spread: bool = False
     needs_context: bool = False
+    risk_for: Callable[[dict[str, Any]], str] | None = None  # a call's risk when it depends on its arguments
 
     @classmethod
     def from_function(
@@ -156,12 +166,17 @@ class AgentToolSurface:
         *,
         local: Iterable[LocalTool] = (),
         sources: Iterable[McpToolSource] = (),
+        presets: PresetManager | None = None,
     ) -> None:
         self.approvals = approvals
+        self.presets = presets
         self._local: dict[str, LocalTool] = {}
         self._sources: dict[str, McpToolSource] = {}
         self._unsubscribe: dict[str, Callable[[], None]] = {}
         self._listeners: list[ChangeListener] = []
+        if presets is not None:
+            presets.on_change(self._changed)
+            self._add_preset_tools()
         for tool in local:
             self.add_local(tool)
         for source in sources:
@@ -224,7 +239,14 @@ class AgentToolSurface:
     # -- listing ----------------------------------------------------------------------------------
 
     def tools(self) -> list[ToolDef]:
-        """Every tool, approved or not; on a name clash the earlier registration wins (local tools first)."""
+        """The tools on offer, approved or not: every tool, or with presets those of the active ones."""
+        registered = self.registered()
+        if self.presets is None:
+            return registered
+        return [tool for tool in registered if self.presets.includes(tool.name)]
+
+    def registered(self) -> list[ToolDef]:
+        """Every tool, active preset or not; on a name clash the earlier registration wins (local tools first)."""
         found: dict[str, ToolDef] = {}
         for local in self._local.values():
             found[local.name] = local.definition()
@@ -276,8 +298,24 @@ class AgentToolSurface:
             for tool in self.visible(grants, interactive=interactive)
         ]
 
+    def preset_infos(self, *, active_only: bool = False) -> list[PresetInfo]:
+        """Each preset with the tools it resolves to now and their highest risk (none without a manager)."""
+        if self.presets is None:
+            return []
+        registered = self.registered()
+        names = self.presets.active() if active_only else self.presets.names()
+        return [self.presets.describe(registered, name) for name in names]
+
     def prompt_fragments(self) -> list[PromptFragment]:
-        fragments = [PromptFragment(source=t.name, text=t.prompt) for t in self._local.values() if t.prompt]
+        offered = {tool.name for tool in self.tools()}
+        fragments = [
+            PromptFragment(source=t.name, text=t.prompt) for t in self._local.values() if t.prompt and t.name in offered
+        ]
+        fragments += [
+            PromptFragment(source=f"preset:{info.name}", text=info.prompt)
+            for info in self.preset_infos(active_only=True)
+            if info.prompt
+        ]
         fragments += [
             PromptFragment(source=name, text=source.instructions)
             for name, source in self._sources.items()
@@ -299,20 +337,28 @@ class AgentToolSurface:
         """Run a tool after checking approval: through `ctx` when given (policy, the session's grants, then the
         approver; `call_id` ties a request to the model's call), otherwise by the policy and `grants` alone."""
         tool = self.get(name)
+        owners = self.presets.owners(name) if self.presets is not None and tool is None else []
+        if owners and any(t.name == name for t in self.registered()):
+            return ToolOutput(
+                text=f"[preset_inactive] {name} belongs to preset {' or '.join(owners)}, which is not active. "
+                f"Call {ACTIVATE} with its name first if the task needs it.",
+                is_error=True,
+            )
         if tool is None:
             return ToolOutput(
                 text=f"[unknown_tool] No tool named {name!r} is available. Use one of the tools you were offered.",
                 is_error=True,
             )
+        risk = self._risk_of(tool, arguments)
         if ctx is not None:
-            decision = await ctx.approve(tool.risk, tool=tool.name, arguments=arguments, call_id=call_id)
+            decision = await ctx.approve(risk, tool=tool.name, arguments=arguments, call_id=call_id)
             approved, reason = decision.approved, decision.reason
         else:
-            approved = self.approvals.check_risk(tool.risk, grants) == "approved"
-            reason = f"the policy for {tool.risk} is {self.approvals.mode(tool.risk)}"
+            approved = self.approvals.check_risk(risk, grants) == "approved"
+            reason = f"the policy for {risk} is {self.approvals.mode(risk)}"
         if not approved:
             return ToolOutput(
-                text=f"[approval_denied] {tool.name} (risk: {tool.risk}) is not approved: {reason}. "
+                text=f"[approval_denied] {tool.name} (risk: {risk}) is not approved: {reason}. "
                 "Do not call it again in this turn; tell the user what approval it needs.",
                 is_error=True,
             )
@@ -351,6 +397,72 @@ class AgentToolSurface:
         return _mcp_output(result)
 
     # -- internals --------------------------------------------------------------------------------
+
+    def _risk_of(self, tool: ToolDef, arguments: dict[str, Any]) -> str:
+        local = self._local.get(tool.name) if tool.source == LOCAL else None
+        if local is None or local.risk_for is None:
+            return tool.risk
+        try:
+            return normalise_risk(local.risk_for(arguments))
+        except Exception:
+            log.warning("the risk of a call to %s could not be worked out; treating it as destructive", tool.name)
+            return "destructive"
+
+    def _add_preset_tools(self) -> None:
+        presets = self.presets
+        assert presets is not None
+
+        def risk_of(arguments: dict[str, Any]) -> str:
+            name = arguments.get("name")
+            if not isinstance(name, str) or name not in presets.names():
+                return "normal"  # the call fails on the unknown name; asking first would help nobody
+            return presets.describe(self.registered(), name).risk
+
+        async def change(name: str, ctx: TurnContext | None, active: bool) -> ToolOutput:
+            try:
+                changed = presets.activate(name) if active else presets.deactivate(name)
+            except PresetError as exc:
+                raise ToolError(str(exc)) from None
+            info = presets.describe(self.registered(), name)
+            if ctx is not None:
+                kind = "preset-activated" if active else "preset-deactivated"
+                data = {"name": name, "risk": info.risk, "tools": info.tools, "changed": changed}
+                await ctx.turn.append_item(EventItem(kind=kind, data=data))
+            state = "active" if active else "inactive"
+            tools = ", ".join(info.tools) or "none right now"
+            return ToolOutput(
+                text=f"preset {name} is {state}{'' if changed else ' (it already was)'}; its tools: {tools}",
+                structured=info.model_dump(mode="json"),
+            )
+
+        async def activate(name: str, ctx: TurnContext | None = None) -> ToolOutput:
+            return await change(name, ctx, True)
+
+        async def deactivate(name: str, ctx: TurnContext | None = None) -> ToolOutput:
+            return await change(name, ctx, False)
+
+        self.add_local(
+            LocalTool(
+                ACTIVATE,
+                activate,
+                _PresetArgs,
+                description="Activate a capability preset, offering its tools from the next step on. A preset above "
+                "normal risk needs the user's approval.",
+                spread=True,
+                needs_context=True,
+                risk_for=risk_of,
+            )
+        )
+        self.add_local(
+            LocalTool(
+                DEACTIVATE,
+                deactivate,
+                _PresetArgs,
+                description="Deactivate a capability preset when its tools are no longer needed.",
+                spread=True,
+                needs_context=True,
+            )
+        )
 
     def _from_mcp(self, source: McpToolSource, tool: types.Tool) -> ToolDef:
         meta = tool.meta or {}

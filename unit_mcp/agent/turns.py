@@ -20,7 +20,9 @@ from typing import Any
 import anyio
 
 from .errors import TurnClosed
-from .items import ErrorItem, EventItem, Item, ToolCallItem, ToolResultItem
+from .events import EventHub
+from .items import ErrorItem, EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from .paused import RESUMED_OUTPUT
 from .sessions import SessionStore
 
 log = logging.getLogger("unit_mcp.agent.turns")
@@ -78,6 +80,7 @@ class Turn:
         callbacks: TurnCallbacks | None = None,
         on_end: Callable[[Turn], Awaitable[None]] | None = None,
         cancel_timeout: float = 10.0,
+        events: EventHub | None = None,
     ) -> None:
         self.id = turn_id
         self.session_id = session_id
@@ -103,6 +106,10 @@ class Turn:
         self._open_calls: dict[str, ToolCallItem] = {}
         self._last_item_id: str | None = None
         self._handle_callbacks: list[tuple[frozenset[TurnStatus], HandleCallback]] = []
+        self.events = events or EventHub()
+        self.disposed = False  # cancelled because the runner is shutting down (published as `disposed`)
+        self._call_started: dict[str, float] = {}
+        self._streamed: dict[str, str] = {}
 
     @property
     def done(self) -> bool:
@@ -120,6 +127,7 @@ class Turn:
         elif isinstance(stored, ToolResultItem):
             self._open_calls.pop(stored.call_id, None)
         self._last_item_id = stored.id
+        self._publish_item(stored)
         await call_observer(self.callbacks.on_item, stored)
         return stored
 
@@ -129,8 +137,74 @@ class Turn:
         updated = await anyio.to_thread.run_sync(
             lambda: self.store.update_item(self.session_id, item_id, changes, persist=persist)
         )
+        if isinstance(updated, MessageItem):
+            self._publish_text(updated)
+        elif isinstance(updated, ToolResultItem) and "output" in changes:
+            self._publish_resumed(updated)
         await call_observer(self.callbacks.on_partial, updated)
         return updated
+
+    # -- runner-wide events -----------------------------------------------------------------------
+
+    def publish(self, kind: Any, **data: Any) -> None:
+        self.events.publish(kind, session_id=self.session_id, turn_id=self.id, **data)
+
+    def _publish_item(self, item: Item) -> None:
+        if isinstance(item, MessageItem):
+            self._publish_text(item)
+        elif isinstance(item, ToolCallItem):
+            self._call_started[item.call_id] = time.monotonic()
+            self.publish("tool-call-started", call_id=item.call_id, name=item.name, item_id=item.id, risk=item.risk)
+        elif isinstance(item, ToolResultItem):
+            started = self._call_started.pop(item.call_id, None)
+            self.publish(
+                "tool-call-finished",
+                call_id=item.call_id,
+                name=item.name,
+                item_id=item.id,
+                is_error=item.is_error,
+                synthetic=item.synthetic,
+                duration=None if started is None else time.monotonic() - started,
+            )
+        elif isinstance(item, EventItem) and item.kind == "approval-requested":
+            self.publish("approval-requested", request=item.data)
+            self.publish("turn-status", status="waiting-for-approval", request_id=item.data.get("id"))
+        elif isinstance(item, EventItem) and item.kind == "approval-decided":
+            request, decision = item.data.get("request", {}), item.data.get("decision", {})
+            self.publish(
+                "approval-answered",
+                request_id=request.get("id"),
+                approved=decision.get("approved"),
+                decided_by=decision.get("decided_by"),
+            )
+            if decision.get("decided_by") == "approver" and not self._ending:
+                self.publish("turn-status", status="running")
+
+    def _publish_resumed(self, result: ToolResultItem) -> None:
+        """A call a resumed turn runs after its approval: its synthetic result is claimed, then replaced."""
+        if result.synthetic and result.output == RESUMED_OUTPUT:
+            self._call_started[result.call_id] = time.monotonic()
+            self.publish("tool-call-started", call_id=result.call_id, name=result.name, item_id=result.id, resumed=True)
+        elif not result.synthetic:
+            self._publish_item(result)
+
+    def _publish_text(self, message: MessageItem) -> None:
+        """A streamed assistant message as text chunks: each `delta` extends what was published before, so
+        the chunks of a message joined are its final content (`restart` marks a provider that rewrote it)."""
+        if message.role != "assistant":
+            return
+        before = self._streamed.get(message.id, "")
+        final = not message.partial
+        if message.content.startswith(before):
+            delta, restart = message.content[len(before) :], False
+        else:
+            delta, restart = message.content, True
+        if final:
+            self._streamed.pop(message.id, None)
+        else:
+            self._streamed[message.id] = message.content
+        if delta or final or restart:
+            self.publish("text", item_id=message.id, delta=delta, final=final, restart=restart)
 
     # -- cancellation -----------------------------------------------------------------------------
 
@@ -195,6 +269,8 @@ class Turn:
             self.status, self.result, self.error = status, result, error
             self.ended_at = time.time()
             self._done.set()
+            shown = "disposed" if status is TurnStatus.CANCELLED and self.disposed else str(status)
+            self.publish("turn-status", status=shown, error=error, reason=self.cancel_reason)
             await call_observer(
                 self.callbacks.on_finish if status is TurnStatus.COMPLETED else self.callbacks.on_error, self.handle
             )

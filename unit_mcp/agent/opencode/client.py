@@ -149,6 +149,14 @@ class OpenCodeClient:
     async def health(self) -> dict[str, Any]:
         return dict(await self._request("GET", "/global/health"))
 
+    async def config(self) -> dict[str, Any]:
+        """The node's fully merged runtime config (every layer resolved), permission rules included."""
+        return dict(await self._request("GET", "/config"))
+
+    async def providers(self) -> dict[str, Any]:
+        """`{"providers": [...], "default": {provider: model}}`: the models the node can use."""
+        return dict(await self._request("GET", "/config/providers"))
+
     async def list_sessions(self) -> list[dict[str, Any]]:
         return list(await self._request("GET", "/session"))
 

@@ -1,0 +1,88 @@
+"""The fleet without live nodes: node arguments, the capability summary of a node's config, a node that does
+not answer (a real closed port), and the command line's refusals."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from unit_mcp.fleet import Fleet, FleetError, FleetTools, NodeSpec, capability_summary, node_specs
+
+pytestmark = pytest.mark.anyio
+
+
+def test_node_arguments() -> None:
+    spec = NodeSpec.parse("build=http://me:s%40cret@127.0.0.1:4096/", username="x", password="shared")
+    assert spec == NodeSpec("build", "http://127.0.0.1:4096", "me", "s@cret")
+    shared = node_specs(["a=http://127.0.0.1:1", "b=http://[::1]:2"], env={"FLEET_PASSWORD": "p"})
+    assert [(s.url, s.username, s.password) for s in shared] == [
+        ("http://127.0.0.1:1", "opencode", "p"),
+        ("http://[::1]:2", "opencode", "p"),
+    ]
+    assert node_specs(["a=http://h:1"], env={"FLEET_PASSWORD": "env"}, password="flag")[0].password == "flag"
+    for bad, message in [
+        ("nourl", "a node is NAME=URL"),
+        ("a=ftp://h", "is not an http(s) URL"),
+        ("a b=http://h:1", "may use only letters"),
+    ]:
+        with pytest.raises(FleetError, match=re.escape(message)):
+            NodeSpec.parse(bad)
+    with pytest.raises(FleetError, match="given twice: a"):
+        node_specs(["a=http://h:1", "a=http://h:2"], env={})
+    with pytest.raises(FleetError, match="at least one --node"):
+        node_specs([], env={})
+
+
+@pytest.mark.parametrize(
+    ("permission", "expected"),
+    [
+        (None, "No permission rules are configured"),
+        ("allow", "Everything is allowed."),
+        ({"*": "deny"}, "Everything is denied"),
+        ({"*": "ask"}, "Everything asks for approval. A rule that asks blocks a headless node"),
+        (
+            {"*": "deny", "edit": {"*": "deny", "/tmp/*": "allow"}, "bash": "ask"},
+            "Tools not listed: deny. Asks: bash. Mixed rules: edit mixed (*: deny, /tmp/*: allow).",
+        ),
+    ],
+)
+def test_capability_summary(permission: object, expected: str) -> None:
+    config = {"model": "p/m"} | ({"permission": permission} if permission is not None else {})
+    summary = capability_summary(config, {"units": {"status": "failed", "error": "x"}})
+    assert expected in summary.summary and summary.summary.endswith("MCP servers: units failed.")
+    assert summary.model == "p/m"
+
+
+async def test_a_node_that_does_not_answer_is_reported_not_fatal() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again before the fleet calls it: nothing listens there
+    async with Fleet([NodeSpec("gone", f"http://127.0.0.1:{port}")], timeout=2) as fleet:
+        health = await fleet.health("gone")
+        assert not health.healthy and "did not answer GET /global/health" in (health.error or "")
+        tools = FleetTools(fleet)
+        failed = await tools.call("fleet_send_message", {"node": "gone", "message": "hello"})
+        assert failed.is_error and failed.content[0].text.startswith("[node_error] OpenCode node")  # type: ignore[union-attr]
+        unknown = await tools.call("fleet_nope", {})
+        assert unknown.is_error and "use one of: fleet_list_nodes" in unknown.content[0].text  # type: ignore[union-attr]
+        listed = await tools.call("fleet_list_nodes", {})
+        assert listed.structured_content == {
+            "nodes": [
+                {"name": "gone", "url": f"http://127.0.0.1:{port}", "event_stream": "reconnecting", "session_id": None}
+            ]
+        }
+
+
+def test_the_command_line_refuses_bad_arguments() -> None:
+    for args, message in [
+        ([], "give at least one --node NAME=URL"),
+        (["--node", "a=http://h:1", "--host", "0.0.0.0"], "is not a loopback address"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "unit_mcp.fleet", *args], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 2 and message in done.stderr

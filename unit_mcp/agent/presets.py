@@ -1,0 +1,246 @@
+"""Capability presets: named bundles of tools an agent is offered only while the bundle is active.
+
+A preset names tools (exact names or shell-style patterns such as `unit_read_*`) from any source of the tool
+surface, MCP or local; its risk is the highest risk among the tools it resolves to right now. With a
+`PresetManager` attached, `AgentToolSurface` offers only the tools of active presets (still filtered by the
+approval policy) plus two control tools: `preset_activate` (its risk is the preset's, so activating a preset
+above `normal` is an ordinary approval request, durable and answerable later) and `preset_deactivate`
+(always `normal`). Every change tells the surface's listeners, so each approval-filtered endpoint resyncs
+(`tools/list_changed`); a change made in a turn is recorded in its session as a `preset-activated` or
+`preset-deactivated` event item.
+
+The active set belongs to the manager (one per surface, like the reference's app-wide preset manager);
+with `state_path` it survives the process. Presets come from Python or a TOML / JSON file (`load_presets`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import tempfile
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .approvals import RISKS, Risk, normalise_risk
+from .errors import AgentError
+
+if TYPE_CHECKING:
+    from .toolsurface import ToolDef
+
+log = logging.getLogger("unit_mcp.agent.presets")
+
+ACTIVATE = "preset_activate"
+DEACTIVATE = "preset_deactivate"
+CONTROL_TOOLS = (ACTIVATE, DEACTIVATE)
+ChangeListener = Callable[[], None]
+
+
+class PresetError(AgentError):
+    """An unknown preset, or a preset file that cannot be read."""
+
+
+class Preset(BaseModel):
+    """A named bundle of tools; `active` is whether it starts active, `prompt` guidance while it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    description: str = ""
+    tools: list[str] = Field(min_length=1)
+    prompt: str | None = None
+    active: bool = False
+
+
+class PresetInfo(BaseModel):
+    """A preset as it stands: the tools its names resolve to on the surface, their highest risk, whether active."""
+
+    name: str
+    description: str
+    risk: Risk
+    tools: list[str]
+    missing: list[str] = Field(default_factory=list)  # names or patterns that match no tool right now
+    active: bool
+    prompt: str | None = None
+
+
+def highest_risk(risks: Iterable[str]) -> Risk:
+    """The highest of the risks (an unknown label counts as `destructive`); `normal` for none."""
+    return max((normalise_risk(risk) for risk in risks), key=RISKS.index, default="normal")
+
+
+def _matches(pattern: str, name: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern) if any(c in pattern for c in "*?[") else pattern == name
+
+
+class PresetManager:
+    def __init__(self, presets: Iterable[Preset] = (), *, state_path: str | os.PathLike[str] | None = None) -> None:
+        """`state_path` keeps the active set on disk (JSON, written atomically): a preset activated in one
+        process is active in the next; without it the `active` flags of the presets decide at start."""
+        self._presets: dict[str, Preset] = {}
+        self._active: set[str] = set()
+        self._listeners: list[ChangeListener] = []
+        self.state_path = Path(state_path) if state_path is not None else None
+        for preset in presets:
+            self.add(preset)
+        self._load_state()
+
+    # -- the presets ------------------------------------------------------------------------------
+
+    def add(self, preset: Preset) -> None:
+        if preset.name in self._presets:
+            raise PresetError(f"a preset named {preset.name!r} is already declared")
+        if preset.name in CONTROL_TOOLS:
+            raise PresetError(f"{preset.name!r} is the name of a preset control tool; choose another")
+        self._presets[preset.name] = preset
+        if preset.active:
+            self._active.add(preset.name)
+
+    def names(self) -> list[str]:
+        return list(self._presets)
+
+    def require(self, name: str) -> Preset:
+        preset = self._presets.get(name)
+        if preset is None:
+            known = ", ".join(self._presets) or "none"
+            raise PresetError(f"no preset named {name!r} (declared: {known})")
+        return preset
+
+    def active(self) -> list[str]:
+        """The active presets' names, in declaration order."""
+        return [name for name in self._presets if name in self._active]
+
+    def is_active(self, name: str) -> bool:
+        return name in self._active
+
+    # -- changes ----------------------------------------------------------------------------------
+
+    def activate(self, name: str) -> bool:
+        """Activate without asking anyone (the application's or the user's own decision); True if it changed.
+        An agent asks through the `preset_activate` tool or `TurnContext.activate_preset` instead."""
+        self.require(name)
+        return self._set(name, True)
+
+    def deactivate(self, name: str) -> bool:
+        self.require(name)
+        return self._set(name, False)
+
+    def on_change(self, listener: ChangeListener) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def _set(self, name: str, active: bool) -> bool:
+        if (name in self._active) == active:
+            return False
+        (self._active.add if active else self._active.discard)(name)
+        self._save_state()
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("preset change listener failed")
+        return True
+
+    # -- resolution against a tool list ----------------------------------------------------------
+
+    def includes(self, tool: str) -> bool:
+        """Whether an active preset offers the tool (the control tools are always offered)."""
+        return tool in CONTROL_TOOLS or any(
+            _matches(pattern, tool) for name in self._active for pattern in self._presets[name].tools
+        )
+
+    def owners(self, tool: str) -> list[str]:
+        """The presets (active or not) that name the tool."""
+        return [p.name for p in self._presets.values() if any(_matches(pattern, tool) for pattern in p.tools)]
+
+    def describe(self, tools: Sequence[ToolDef], name: str) -> PresetInfo:
+        preset = self.require(name)
+        found = [tool for tool in tools if any(_matches(pattern, tool.name) for pattern in preset.tools)]
+        missing = [pattern for pattern in preset.tools if not any(_matches(pattern, t.name) for t in tools)]
+        return PresetInfo(
+            name=preset.name,
+            description=preset.description,
+            risk=highest_risk(tool.risk for tool in found),
+            tools=[tool.name for tool in found],
+            missing=missing,
+            active=name in self._active,
+            prompt=preset.prompt,
+        )
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        if self.state_path is None or not self.state_path.exists():
+            return
+        try:
+            saved = json.loads(self.state_path.read_text(encoding="utf-8"))
+            names = [str(name) for name in saved["active"]]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise PresetError(
+                f"the preset state file {self.state_path.name} cannot be read ({exc}); delete it to start over"
+            ) from exc
+        unknown = [name for name in names if name not in self._presets]
+        if unknown:
+            log.warning("active presets %s are no longer declared; they stay inactive", ", ".join(unknown))
+        self._active = {name for name in names if name in self._presets}
+
+    def _save_state(self) -> None:
+        path = self.state_path
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump({"active": self.active()}, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def parse_presets(data: Any, *, origin: str = "presets") -> list[Preset]:
+    """`{"preset": [...]}` (TOML's `[[preset]]`), `{"presets": [...]}` or a bare list of preset tables."""
+    if isinstance(data, dict):
+        unknown = set(data) - {"preset", "presets"}
+        if unknown:
+            raise PresetError(f"{origin}: unknown top-level key(s) {', '.join(sorted(unknown))}; use [[preset]]")
+        data = data.get("preset", data.get("presets", []))
+    if not isinstance(data, list):
+        raise PresetError(f"{origin}: expected a list of presets")
+    presets: list[Preset] = []
+    for index, entry in enumerate(data):
+        try:
+            presets.append(Preset.model_validate(entry))
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'preset'}: {e['msg']}" for e in exc.errors())
+            raise PresetError(f"{origin}: preset #{index + 1} is invalid: {problems}") from None
+    names = [preset.name for preset in presets]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise PresetError(f"{origin}: preset(s) declared twice: {', '.join(duplicates)}")
+    return presets
+
+
+def load_presets(path: str | os.PathLike[str]) -> list[Preset]:
+    """Presets from a `.toml` file (`[[preset]]` tables) or a `.json` file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PresetError(f"cannot read the preset file {path}: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        raise PresetError(f"the preset file {path.name} is not valid {kind}: {exc}") from exc
+    return parse_presets(data, origin=path.name)

@@ -1,0 +1,108 @@
+"""`python -m unit_mcp.fleet`: serve the fleet tools over stdio, or on the loopback bridge until SIGINT/SIGTERM.
+
+Over HTTP it prints, like the unit server, `MCP_URL=`, `MCP_SSE_URL=`, `MCP_TOKEN=`, the
+`OPENCODE_XDG_CONFIG_HOME=` of an isolated config for a master OpenCode, and the line that starts one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import signal
+import sys
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+
+import anyio
+
+from ..bridge import Bridge, BridgeError
+from ..loopback import is_loopback
+from ..stdio import stdio_streams
+from .nodes import Fleet, FleetError, NodeSpec, node_specs
+from .server import FleetTools
+
+log = logging.getLogger("unit_mcp.fleet")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[NodeSpec]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m unit_mcp.fleet",
+        description="Serve fleet_* MCP tools that let a master agent drive several OpenCode nodes.",
+    )
+    parser.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="a node (repeat for each): NAME=http://host:port, credentials may go in the URL",
+    )
+    parser.add_argument("--username", help="basic-auth user of the nodes (default: $FLEET_USERNAME or opencode)")
+    parser.add_argument("--password", help="basic-auth password of the nodes (default: $FLEET_PASSWORD)")
+    parser.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (default: 0, a free port)")
+    parser.add_argument("--server-name", default="opencode-fleet", help="the server's name in the OpenCode config")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds for each request to a node")
+    args = parser.parse_args(argv)
+    if not is_loopback(args.host):
+        parser.error(f"--host {args.host} is not a loopback address; the fleet serves on loopback only")
+    try:
+        specs = node_specs(args.node, username=args.username, password=args.password)
+    except FleetError as exc:
+        parser.error(str(exc))
+    return args, specs
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+async def serve(args: argparse.Namespace, specs: list[NodeSpec]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with AsyncExitStack() as stack:
+            streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
+            fleet = await stack.enter_async_context(Fleet(specs, timeout=args.timeout))
+            server = FleetTools(fleet).server(args.server_name)
+            async with anyio.create_task_group() as group:
+
+                async def stop_on_signal() -> None:
+                    async for signum in signals:
+                        log.info("stopping on %s", signal.Signals(signum).name)
+                        break
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stop_on_signal)
+                if streams is not None:
+                    read_stream, write_stream = streams
+                    await server.run(read_stream, write_stream, server.create_initialization_options())
+                    group.cancel_scope.cancel()
+                    return
+                bridge = await stack.enter_async_context(
+                    Bridge(server, host=args.host, port=args.port, server_name=args.server_name)
+                )
+                status = bridge.status()
+                _say(f"MCP_URL={status.url}")
+                _say(f"MCP_SSE_URL={status.sse_url}")
+                _say(f"MCP_TOKEN={bridge.token}")
+                _say(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
+                _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
+                await anyio.sleep_forever()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, specs = parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("unit-mcp fleet: %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        anyio.run(serve, args, specs, backend="asyncio")
+    except BridgeError as exc:
+        print(f"unit-mcp fleet: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""The fleet: named OpenCode nodes a master agent dispatches work to, over the existing node client.
+
+Each node gets one `OpenCodeClient` (one shared `/event` stream with its status cache, idle waiters and
+reconnect) and one working session, created lazily on the first message and reused after; a session the node
+no longer knows is replaced (the client's 404 rebuild). Sending is fire-and-forget: the prompt goes out with
+`prompt_async` and the call returns the session id at once; the master polls the status (read from the event
+stream's cache, no request to the node) and reads the messages when the node is idle. Health with
+capabilities reads the node's merged runtime config (`GET /config`) and its MCP servers' state: no session is
+created, so the working session is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import anyio
+from pydantic import BaseModel, Field
+
+from ..agent.opencode.client import OpenCodeClient
+from ..agent.opencode.errors import OpenCodeError, UnknownOpenCodeSession
+from ..agent.opencode.transcript import tool_part
+
+DEFAULT_USERNAME = "opencode"
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+class FleetError(Exception):
+    """A request the fleet refuses, in words the master agent can act on."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: its name, its base URL (without credentials) and its basic-auth credentials, if any."""
+
+    name: str
+    url: str
+    username: str = DEFAULT_USERNAME
+    password: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, *, username: str | None = None, password: str | None = None) -> NodeSpec:
+        """`NAME=URL`; credentials in the URL (`http://user:pass@host:port`) win over the shared ones."""
+        name, sep, url = text.partition("=")
+        name = name.strip()
+        if not sep or not name or not url:
+            raise FleetError(f"a node is NAME=URL (e.g. build=http://127.0.0.1:4096), not {text!r}")
+        if not set(name) <= _NAME_CHARS:
+            raise FleetError(f"node name {name!r} may use only letters, digits, '_', '-' and '.'")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise FleetError(f"node {name}: {url!r} is not an http(s) URL")
+        host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        return cls(
+            name=name,
+            url=urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")),
+            username=unquote(parts.username) if parts.username else username or DEFAULT_USERNAME,
+            password=unquote(parts.password) if parts.password else password,
+        )
+
+
+def node_specs(texts: Sequence[str], env: Mapping[str, str] | None = None, **shared: str | None) -> list[NodeSpec]:
+    """Parse `--node` values; shared credentials default to FLEET_USERNAME / FLEET_PASSWORD."""
+    env = os.environ if env is None else env
+    username = shared.get("username") or env.get("FLEET_USERNAME")
+    password = shared.get("password") or env.get("FLEET_PASSWORD")
+    specs = [NodeSpec.parse(text, username=username, password=password) for text in texts]
+    if not specs:
+        raise FleetError("give at least one --node NAME=URL")
+    names = [spec.name for spec in specs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise FleetError(f"node name(s) given twice: {', '.join(twice)}")
+    return specs
+
+
+# -- results ---------------------------------------------------------------------------------------
+
+
+class NodeInfo(BaseModel):
+    name: str
+    url: str
+    event_stream: Literal["connected", "reconnecting"]
+    session_id: str | None = Field(None, description="The node's working session, once a message was sent.")
+
+
+class NodeList(BaseModel):
+    nodes: list[NodeInfo]
+
+
+class Capabilities(BaseModel):
+    summary: str = Field(description="What the node may do, in one paragraph a master agent can act on.")
+    default: str | None = Field(None, description="The rule for every tool not listed ('*').")
+    rules: dict[str, str] = Field(default_factory=dict, description="Per tool: allow, deny, ask, or mixed rules.")
+    mcp: dict[str, str] = Field(default_factory=dict, description="Per MCP server: its connection status.")
+    model: str | None = None
+
+
+class Health(BaseModel):
+    node: str
+    healthy: bool
+    version: str | None = None
+    error: str | None = None
+    capabilities: Capabilities | None = None
+
+
+class Dispatched(BaseModel):
+    node: str
+    session_id: str
+    status: str = Field(description="busy: the node is working; poll fleet_get_session_status until idle.")
+    new_session: bool
+    replaced_session_id: str | None = Field(None, description="A session the node had lost, replaced by this one.")
+
+
+class SessionStatus(BaseModel):
+    node: str
+    session_id: str
+    status: str = Field(description="idle, busy or retry.")
+    source: Literal["events", "node"] = Field(description="The event stream's cache, or the node (stream down).")
+
+
+class ToolUse(BaseModel):
+    tool: str
+    status: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    output: str | None = None
+    error: str | None = None
+
+
+class Message(BaseModel):
+    id: str
+    role: str
+    text: str
+    tools: list[ToolUse] = Field(default_factory=list)
+    error: str | None = None
+    completed: bool = True
+
+
+class Messages(BaseModel):
+    node: str
+    session_id: str
+    status: str
+    messages: list[Message] = Field(description="The newest messages, oldest first.")
+
+
+class Interrupted(BaseModel):
+    node: str
+    session_id: str
+    interrupted: bool
+
+
+class SessionSummary(BaseModel):
+    id: str
+    title: str | None = None
+    status: str
+    working: bool = Field(description="The fleet's working session on this node.")
+    updated: float | None = None
+
+
+class SessionList(BaseModel):
+    node: str
+    sessions: list[SessionSummary]
+
+
+class Reset(BaseModel):
+    node: str
+    previous_session_id: str | None
+    deleted: bool
+
+
+class Model(BaseModel):
+    id: str = Field(description="provider/model, as fleet_send_message takes it.")
+    name: str | None = None
+    default: bool = False
+
+
+class ModelList(BaseModel):
+    node: str
+    default: str | None = None
+    models: list[Model]
+
+
+# -- the fleet --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FleetNode:
+    spec: NodeSpec
+    client: OpenCodeClient
+    session_id: str | None = None
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+
+
+def _clip(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters]"
+
+
+def capability_summary(config: Mapping[str, Any], mcp: Mapping[str, Any]) -> Capabilities:
+    """The node's resolved permission rules as a master reads them: the default, each tool's rule (a tool with
+    patterns is `mixed` and lists them, deny rules included), its MCP servers and its model."""
+    permission = config.get("permission")
+    default: str | None
+    rules: dict[str, str] = {}
+    if isinstance(permission, str):
+        default = permission
+    elif isinstance(permission, dict):
+        default = permission.get("*") if isinstance(permission.get("*"), str) else None
+        for tool, rule in permission.items():
+            if tool == "*":
+                continue
+            if isinstance(rule, str):
+                rules[tool] = rule
+            elif isinstance(rule, dict):
+                actions = set(rule.values())
+                detail = ", ".join(f"{pattern}: {action}" for pattern, action in rule.items())
+                rules[tool] = next(iter(actions)) if len(actions) == 1 else f"mixed ({detail})"
+    else:
+        default = None
+    servers = {name: str(state.get("status", "unknown")) for name, state in mcp.items() if isinstance(state, dict)}
+    if default is None and not rules:
+        summary = "No permission rules are configured: OpenCode's defaults apply (edits and shell may ask)."
+    else:
+        actions = {default, *rules.values()} - {None}
+        if actions == {"allow"}:
+            summary = "Everything is allowed."
+        elif actions == {"deny"}:
+            summary = "Everything is denied: the node can only answer in text."
+        elif actions == {"ask"}:
+            summary = "Everything asks for approval."
+        else:
+            allowed = sorted(tool for tool, rule in rules.items() if rule == "allow")
+            denied = sorted(tool for tool, rule in rules.items() if rule == "deny")
+            mixed = sorted(tool for tool, rule in rules.items() if rule.startswith("mixed"))
+            asked = sorted(tool for tool, rule in rules.items() if rule == "ask")
+            parts = [f"Tools not listed: {default or 'OpenCode default'}."]
+            parts += [f"Allowed: {', '.join(allowed)}."] if allowed else []
+            parts += [f"Denied: {', '.join(denied)}."] if denied else []
+            parts += [f"Asks: {', '.join(asked)}."] if asked else []
+            parts += [f"Mixed rules: {'; '.join(f'{t} {rules[t]}' for t in mixed)}."] if mixed else []
+            summary = " ".join(parts)
+    if "ask" in {default, *rules.values()}:
+        summary += " A rule that asks blocks a headless node (nobody answers): avoid work that needs it."
+    if servers:
+        summary += " MCP servers: " + ", ".join(f"{name} {status}" for name, status in sorted(servers.items())) + "."
+    model = config.get("model") if isinstance(config.get("model"), str) else None
+    return Capabilities(summary=summary, default=default, rules=rules, mcp=servers, model=model)
+
+
+def simplify(message: Mapping[str, Any], limit: int) -> Message:
+    info = message.get("info") if isinstance(message.get("info"), dict) else {}
+    assert isinstance(info, dict)
+    parts = [part for part in message.get("parts") or [] if isinstance(part, dict)]
+    tools = [tool_part(part) for part in parts if part.get("type") == "tool"]
+    error = info.get("error")
+    return Message(
+        id=str(info.get("id", "")),
+        role=str(info.get("role", "")),
+        text=_clip("".join(str(p.get("text") or "") for p in parts if p.get("type") == "text"), limit) or "",
+        tools=[
+            ToolUse(tool=t.tool, status=t.status, input=t.input, output=_clip(t.output, limit), error=t.error)
+            for t in tools
+        ],
+        error=None if error is None else str(error.get("name", error)) if isinstance(error, dict) else str(error),
+        completed=info.get("role") != "assistant" or bool((info.get("time") or {}).get("completed")),
+    )
+
+
+class Fleet:
+    """Enter it (`async with Fleet(specs) as fleet`) to open each node's client and event stream."""
+
+    def __init__(self, specs: Sequence[NodeSpec], *, timeout: float = 30.0, text_limit: int = 4000) -> None:
+        self.specs = list(specs)
+        self.timeout = timeout
+        self.text_limit = text_limit
+        self._nodes: dict[str, FleetNode] = {}
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> Fleet:
+        stack = AsyncExitStack()
+        try:
+            for spec in self.specs:
+                client = OpenCodeClient(spec.url, username=spec.username, password=spec.password, timeout=self.timeout)
+                self._nodes[spec.name] = FleetNode(spec, await stack.enter_async_context(client))
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    def node(self, name: str) -> FleetNode:
+        node = self._nodes.get(name)
+        if node is None:
+            raise FleetError(f"no node named {name!r}; the fleet has: {', '.join(self._nodes)} (see fleet_list_nodes)")
+        return node
+
+    def _session(self, node: FleetNode, session_id: str | None) -> str:
+        chosen = session_id or node.session_id
+        if chosen is None:
+            raise FleetError(
+                f"node {node.spec.name} has no working session yet: send it a message with fleet_send_message, "
+                "or pass a session_id from fleet_list_sessions"
+            )
+        return chosen
+
+    # -- the operations ---------------------------------------------------------------------------
+
+    def list_nodes(self) -> NodeList:
+        return NodeList(
+            nodes=[
+                NodeInfo(
+                    name=name,
+                    url=node.spec.url,
+                    event_stream="connected" if node.client.events.connected else "reconnecting",
+                    session_id=node.session_id,
+                )
+                for name, node in self._nodes.items()
+            ]
+        )
+
+    async def health(self, name: str, *, include_capabilities: bool = True) -> Health:
+        node = self.node(name)
+        try:
+            answer = await node.client.health()
+        except OpenCodeError as exc:
+            return Health(node=name, healthy=False, error=str(exc))
+        health = Health(node=name, healthy=bool(answer.get("healthy")), version=answer.get("version"))
+        if include_capabilities:
+            try:
+                config, mcp = await node.client.config(), await node.client.mcp_status()
+            except OpenCodeError as exc:
+                health.error = f"the capabilities could not be read: {exc}"
+            else:
+                health.capabilities = capability_summary(config, mcp)
+        return health
+
+    async def send(self, name: str, message: str, *, model: str | None = None, new_session: bool = False) -> Dispatched:
+        if not message.strip():
+            raise FleetError("the message is empty: say what the node should do")
+        node = self.node(name)
+        async with node.lock:  # two dispatches to one node never create two working sessions
+            previous = None if new_session else node.session_id
+            try:
+                sent = await node.client.send(previous, message, title=f"fleet: {message[:60]}", model=model)
+            except ValueError as exc:  # a model that is not provider/model
+                raise FleetError(str(exc)) from None
+            node.session_id = sent.session_id
+        return Dispatched(
+            node=name,
+            session_id=sent.session_id,
+            status=node.client.status(sent.session_id),
+            new_session=previous is None or sent.replaced,
+            replaced_session_id=sent.previous_session_id if sent.replaced else None,
+        )
+
+    async def status(self, name: str, session_id: str | None = None) -> SessionStatus:
+        """From the event stream's cache while the stream is up (it refreshes the cache when it reconnects);
+        while it is down, from the node itself."""
+        node = self.node(name)
+        chosen = self._session(node, session_id)
+        if node.client.events.connected:
+            return SessionStatus(node=name, session_id=chosen, status=node.client.status(chosen), source="events")
+        statuses = await node.client.session_statuses()
+        return SessionStatus(node=name, session_id=chosen, status=statuses.get(chosen, "idle"), source="node")
+
+    async def messages(self, name: str, session_id: str | None = None, *, limit: int = 10) -> Messages:
+        node = self.node(name)
+        chosen = self._session(node, session_id)
+        try:
+            raw = await node.client.messages(chosen, limit=max(1, min(limit, 100)))
+        except UnknownOpenCodeSession:
+            raise FleetError(f"node {name} does not know session {chosen} (see fleet_list_sessions)") from None
+        return Messages(
+            node=name,
+            session_id=chosen,
+            status=node.client.status(chosen),
+            messages=[simplify(message, self.text_limit) for message in raw],
+        )
+
+    async def interrupt(self, name: str, session_id: str | None = None) -> Interrupted:
+        node = self.node(name)
+        chosen = self._session(node, session_id)
+        try:
+            done = await node.client.abort(chosen)
+        except UnknownOpenCodeSession:
+            raise FleetError(f"node {name} does not know session {chosen} (see fleet_list_sessions)") from None
+        return Interrupted(node=name, session_id=chosen, interrupted=done)
+
+    async def list_sessions(self, name: str) -> SessionList:
+        node = self.node(name)
+        sessions = await node.client.list_sessions()
+        active = await node.client.session_statuses()
+        return SessionList(
+            node=name,
+            sessions=[
+                SessionSummary(
+                    id=str(session["id"]),
+                    title=session.get("title"),
+                    status=active.get(str(session["id"]), "idle"),
+                    working=session["id"] == node.session_id,
+                    updated=(session.get("time") or {}).get("updated"),
+                )
+                for session in sessions
+                if isinstance(session, dict) and "id" in session
+            ],
+        )
+
+    async def reset(self, name: str, *, delete: bool = False) -> Reset:
+        node = self.node(name)
+        async with node.lock:
+            previous = node.session_id
+            if previous is not None:
+                status = node.client.status(previous)
+                if status != "idle":
+                    raise FleetError(
+                        f"session {previous} on node {name} is {status}: wait until it is idle, or stop it with "
+                        "fleet_interrupt_session first"
+                    )
+            deleted = False
+            if previous is not None and delete:
+                try:
+                    deleted = await node.client.delete_session(previous)
+                except UnknownOpenCodeSession:
+                    deleted = False
+            node.session_id = None
+        return Reset(node=name, previous_session_id=previous, deleted=deleted)
+
+    async def models(self, name: str) -> ModelList:
+        node = self.node(name)
+        answer = await node.client.providers()
+        defaults = answer.get("default") if isinstance(answer.get("default"), dict) else {}
+        config = await node.client.config()
+        chosen = config.get("model") if isinstance(config.get("model"), str) else None
+        models: list[Model] = []
+        for provider in answer.get("providers") or []:
+            if not isinstance(provider, dict):
+                continue
+            for model_id, model in (provider.get("models") or {}).items():
+                ref = f"{provider.get('id')}/{model_id}"
+                name_ = model.get("name") if isinstance(model, dict) else None
+                models.append(Model(id=ref, name=name_, default=ref == chosen))
+        if chosen is None and defaults:
+            provider, model_id = next(iter(defaults.items()))
+            chosen = f"{provider}/{model_id}"
+        return ModelList(node=name, default=chosen, models=models)

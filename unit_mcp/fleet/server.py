@@ -1,0 +1,312 @@
+"""The fleet's MCP server: `fleet_*` tools for a master agent, the operating protocol in its instructions.
+
+Each tool has a pydantic argument model (its input schema) and result model (its output schema and structured
+content). A refusal the master can act on (an unknown node, no session yet, a busy session to reset) and a
+node that does not answer come back as `isError` results saying what to do; nothing a node does can crash
+the server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .. import __version__
+from ..agent.opencode.errors import OpenCodeError
+from .nodes import (
+    Dispatched,
+    Fleet,
+    FleetError,
+    Health,
+    Interrupted,
+    Messages,
+    ModelList,
+    NodeList,
+    Reset,
+    SessionList,
+    SessionStatus,
+)
+
+log = logging.getLogger("unit_mcp.fleet")
+
+INSTRUCTIONS = """\
+You coordinate a fleet of OpenCode nodes (slaves). Each node works on its own, in one working session.
+
+fleet_send_message is fire-and-forget: it dispatches a prompt to a node and returns at once with the session
+id; the node works in the background. Never wait on one node: dispatch to every node that has work, then poll.
+
+The standard workflow for any task:
+1. Dispatch: fleet_send_message for each node (returns at once).
+2. Poll: fleet_get_session_status for each node until its status is idle.
+3. Retrieve: fleet_get_session_messages to read what the node did and answered.
+
+Before the first dispatch to a node, call fleet_node_health: it says whether the node is up and what it may do
+(its resolved permission rules and MCP servers); include_capabilities=false is a quick ping. A rule that asks
+blocks a headless node, so do not give it work that needs one. fleet_list_nodes names the nodes;
+fleet_list_models lists the models a node can use (pass one as `model` to fleet_send_message).
+
+To stop a running task but keep its session: fleet_interrupt_session. If you lost track of a session (e.g. after
+a restart): fleet_list_sessions, then pass its session_id. fleet_reset_session discards the working session so
+the next message starts a fresh one: a last resort, only when the session is idle (interrupt first)."""
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+_NODE = Field(description="The node's name, as fleet_list_nodes gives it.")
+_SESSION = Field(None, description="A session id from fleet_list_sessions; default: the node's working session.")
+
+
+class NoArgs(_Args):
+    pass
+
+
+class NodeArgs(_Args):
+    node: str = _NODE
+
+
+class HealthArgs(_Args):
+    node: str = _NODE
+    include_capabilities: bool = Field(True, description="Also read the node's permission rules and MCP servers.")
+
+
+class SendArgs(_Args):
+    node: str = _NODE
+    message: str = Field(description="The task for the node, complete in itself: the node sees nothing else.")
+    model: str | None = Field(None, description="provider/model from fleet_list_models; default: the node's own.")
+    new_session: bool = Field(False, description="Start a fresh working session instead of continuing the current.")
+
+
+class SessionArgs(_Args):
+    node: str = _NODE
+    session_id: str | None = _SESSION
+
+
+class MessagesArgs(_Args):
+    node: str = _NODE
+    session_id: str | None = _SESSION
+    limit: int = Field(10, description="How many of the newest messages to return (1-100), oldest first.")
+
+
+class ResetArgs(_Args):
+    node: str = _NODE
+    delete: bool = Field(False, description="Also delete the old session on the node (its history is lost).")
+
+
+Handler = Callable[[Fleet, Any], Awaitable[BaseModel] | BaseModel]
+
+
+@dataclass(frozen=True)
+class FleetTool:
+    name: str
+    title: str
+    description: str
+    args: type[BaseModel]
+    result: type[BaseModel]
+    handler: Handler
+    read_only: bool = True
+    destructive: bool = False
+
+
+async def _health(fleet: Fleet, args: HealthArgs) -> Health:
+    return await fleet.health(args.node, include_capabilities=args.include_capabilities)
+
+
+async def _send(fleet: Fleet, args: SendArgs) -> Dispatched:
+    return await fleet.send(args.node, args.message, model=args.model, new_session=args.new_session)
+
+
+async def _status(fleet: Fleet, args: SessionArgs) -> SessionStatus:
+    return await fleet.status(args.node, args.session_id)
+
+
+async def _messages(fleet: Fleet, args: MessagesArgs) -> Messages:
+    return await fleet.messages(args.node, args.session_id, limit=args.limit)
+
+
+async def _interrupt(fleet: Fleet, args: SessionArgs) -> Interrupted:
+    return await fleet.interrupt(args.node, args.session_id)
+
+
+async def _sessions(fleet: Fleet, args: NodeArgs) -> SessionList:
+    return await fleet.list_sessions(args.node)
+
+
+async def _reset(fleet: Fleet, args: ResetArgs) -> Reset:
+    return await fleet.reset(args.node, delete=args.delete)
+
+
+async def _models(fleet: Fleet, args: NodeArgs) -> ModelList:
+    return await fleet.models(args.node)
+
+
+TOOLS = [
+    FleetTool(
+        "fleet_list_nodes",
+        "List the fleet's nodes",
+        "The nodes of the fleet: name, URL, whether their event stream is connected, their working session.",
+        NoArgs,
+        NodeList,
+        lambda fleet, args: fleet.list_nodes(),
+    ),
+    FleetTool(
+        "fleet_node_health",
+        "Check a node",
+        "Whether a node is up, and (by default) a summary of what it may do: its resolved permission rules, its "
+        "MCP servers and its model. Call it before the first dispatch to a node. Creates no session.",
+        HealthArgs,
+        Health,
+        _health,
+    ),
+    FleetTool(
+        "fleet_send_message",
+        "Dispatch a task to a node",
+        "Send a prompt to a node's working session (created on first use) and return at once with the session "
+        "id: the node works in the background. Then poll fleet_get_session_status until idle and read the "
+        "answer with fleet_get_session_messages.",
+        SendArgs,
+        Dispatched,
+        _send,
+        read_only=False,
+    ),
+    FleetTool(
+        "fleet_get_session_status",
+        "Is the node done?",
+        "The status of a node's session (idle, busy or retry) from the node's live event stream. Idle means "
+        "the task is finished (or was interrupted).",
+        SessionArgs,
+        SessionStatus,
+        _status,
+    ),
+    FleetTool(
+        "fleet_get_session_messages",
+        "Read a node's session",
+        "The newest messages of a node's session, oldest first: each with its role, text, the tools it ran "
+        "(input, output, status) and any error.",
+        MessagesArgs,
+        Messages,
+        _messages,
+    ),
+    FleetTool(
+        "fleet_interrupt_session",
+        "Stop a node's task",
+        "Abort what a node's session is doing; the session and its history stay.",
+        SessionArgs,
+        Interrupted,
+        _interrupt,
+        read_only=False,
+    ),
+    FleetTool(
+        "fleet_list_sessions",
+        "List a node's sessions",
+        "Every session on a node with its status, marking the fleet's working session (to find a session "
+        "again after a restart).",
+        NodeArgs,
+        SessionList,
+        _sessions,
+    ),
+    FleetTool(
+        "fleet_reset_session",
+        "Start a node afresh",
+        "Forget the node's working session so the next message starts a new one. Only when the session is "
+        "idle: interrupt it first. With delete=true the old session is deleted on the node too.",
+        ResetArgs,
+        Reset,
+        _reset,
+        read_only=False,
+        destructive=True,
+    ),
+    FleetTool(
+        "fleet_list_models",
+        "List a node's models",
+        "The models a node can use (provider/model), marking its default.",
+        NodeArgs,
+        ModelList,
+        _models,
+    ),
+]
+
+
+class FleetTools:
+    """The tools over one entered `Fleet`; `server()` builds a low-level MCP server for stdio or the bridge."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.specs = {tool.name: tool for tool in TOOLS}
+
+    def definitions(self) -> list[types.Tool]:
+        return [
+            types.Tool(
+                name=tool.name,
+                title=tool.title,
+                description=tool.description,
+                input_schema=tool.args.model_json_schema(),
+                output_schema=tool.result.model_json_schema(mode="serialization"),
+                annotations=types.ToolAnnotations(
+                    title=tool.title,
+                    read_only_hint=tool.read_only,
+                    destructive_hint=tool.destructive,
+                    idempotent_hint=tool.read_only,
+                    open_world_hint=True,
+                ),
+            )
+            for tool in TOOLS
+        ]
+
+    def server(self, name: str = "opencode-fleet") -> Server[Any]:
+        return Server(
+            name,
+            version=__version__,
+            title="OpenCode fleet",
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.definitions())
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        tool = self.specs.get(name)
+        if tool is None:
+            return _error(f"[unknown_tool] no fleet tool named {name!r}; use one of: {', '.join(self.specs)}")
+        try:
+            args = tool.args.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            return _error(f"[invalid_arguments] {name}: {problems}")
+        try:
+            outcome = tool.handler(self.fleet, args)
+            result = await outcome if isinstance(outcome, Awaitable) else outcome
+        except FleetError as exc:
+            return _error(f"[refused] {exc}")
+        except OpenCodeError as exc:
+            return _error(f"[node_error] {exc}")
+        except Exception as exc:
+            log.exception("fleet tool %s failed", name)
+            return _error(f"[internal_error] {name} failed: {type(exc).__name__}: {exc}")
+        structured = result.model_dump(mode="json")
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(structured, ensure_ascii=False))],
+            structured_content=structured,
+        )
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await self.call(params.name, dict(params.arguments or {}))
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
