@@ -9,9 +9,9 @@ import ast
 import contextlib
 import errno
 import json
-import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from .models import (
     UnitSummary,
 )
 from .patching import apply_unified_diff, line_ending_kind, replace_exact, unified_diff
-from .resolve import UnitFacts, python_facts, rank
+from .resolve import ResolveIndex, UnitFacts, python_facts
 from .testrun import run_test_process
 
 _TEST_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
@@ -76,8 +76,11 @@ class UnitService:
         self.max_test_timeout = max_test_timeout
         self.max_source_bytes = max_source_bytes
         self.max_test_output = max_test_output
-        self._facts_cache: dict[str, tuple[tuple[Any, ...], UnitFacts]] = {}
-        self._facts_lock = threading.Lock()
+        self._index: ResolveIndex | None = None
+        self._stale: set[str] = set()
+        self._index_lock = threading.Lock()
+        changed = weakref.WeakMethod(self._unit_changed)
+        host.unit_listeners.append(lambda unit_id: (method := changed()) is not None and method(unit_id))
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -253,18 +256,6 @@ class UnitService:
 
     def _facts(self, unit_id: str, kind: UnitKind) -> UnitFacts:
         source_ids = self.loader.source_ids(unit_id, kind)
-        stamp_parts: list[Any] = []
-        for source_id in source_ids:
-            try:
-                st = os.stat(self._abs(unit_id, kind, source_id), follow_symlinks=False)
-                stamp_parts.append((source_id, st.st_mtime_ns, st.st_size))
-            except OSError:
-                continue
-        stamp = tuple(stamp_parts)
-        with self._facts_lock:
-            cached = self._facts_cache.get(unit_id)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
         fields: list[tuple[str, str]] = [("unit_id", unit_id), ("module", self.host.module_name(unit_id))]
         for source_id in source_ids:
             fields.append(("file", source_id))
@@ -278,10 +269,26 @@ class UnitService:
             if docstring and source_id == self.loader.primary_source_id(unit_id, kind):
                 fields.append(("docstring", docstring.strip()))
             fields.extend(("symbol", name) for name in names)
-        facts = UnitFacts(unit_id, tuple(fields))
-        with self._facts_lock:
-            self._facts_cache[unit_id] = (stamp, facts)
-        return facts
+        return UnitFacts(unit_id, tuple(fields))
+
+    def _unit_changed(self, unit_id: str) -> None:
+        """The host reloaded or unloaded a unit: its facts are read again before the next resolve."""
+        with self._index_lock:
+            self._stale.add(unit_id)
+
+    def _current_index(self) -> ResolveIndex:
+        """The resolve index, built from every unit on first use and then brought up to date unit by unit."""
+        with self._index_lock:
+            if self._index is None:
+                self._stale.clear()
+                self._index = ResolveIndex()
+                for unit_id, kind in self.host.unit_kinds().items():
+                    self._index.update(unit_id, self._facts(unit_id, kind))
+            while self._stale:
+                unit_id = self._stale.pop()
+                now = self.host.unit_kind(unit_id)
+                self._index.update(unit_id, None if now is None else self._facts(unit_id, now))
+            return self._index
 
     def resolve(self, description: str, limit: int = 20) -> ResolveResult:
         if not isinstance(description, str) or not description.strip():
@@ -290,8 +297,8 @@ class UnitService:
             )
         if not isinstance(limit, int) or not 1 <= limit <= 100:
             raise InvalidArgument(f"limit must be between 1 and 100, not {limit!r}.")
-        facts = [self._facts(unit_id, kind) for unit_id, kind in self.host.unit_kinds().items()]
-        return ResolveResult(description=description, candidates=rank(description[:2000], facts, limit))
+        candidates = self._current_index().query(description[:2000], limit)
+        return ResolveResult(description=description, candidates=candidates)
 
     def inspect(self, unit_id: str) -> InspectResult:
         kind = self._unit(unit_id)
