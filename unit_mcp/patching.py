@@ -221,7 +221,7 @@ def _keepends(text: str) -> list[str]:
 _RANGE = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     """Length of the common prefix of a and b, compared a block at a time in C, then bisected."""
     limit = min(len(a), len(b))
     at = 0
@@ -253,8 +253,8 @@ def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -
     a, b = _to_lf(before), _to_lf(after)
     if a == b:
         return ""
-    head = a.rfind("\n", 0, _common_prefix(a, b)) + 1  # start of the first line that differs
-    suffix = min(_common_prefix(a[::-1], b[::-1]), min(len(a), len(b)) - head)
+    head = a.rfind("\n", 0, common_prefix(a, b)) + 1  # start of the first line that differs
+    suffix = min(common_prefix(a[::-1], b[::-1]), min(len(a), len(b)) - head)
     newline = a.find("\n", len(a) - suffix)  # the first line whose preceding newline is in the common suffix
     tail = len(a) if newline == -1 else newline + 1
     start = head

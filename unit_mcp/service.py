@@ -52,6 +52,7 @@ from .models import (
 )
 from .patching import apply_unified_diff, line_ending_kind, replace_exact, unified_diff
 from .resolve import ResolveIndex, UnitFacts, python_facts
+from .syntax import SyntaxCache
 from .testrun import run_test_process
 
 _TEST_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
@@ -79,6 +80,7 @@ class UnitService:
         self._index: ResolveIndex | None = None
         self._stale: set[str] = set()
         self._index_lock = threading.Lock()
+        self._syntax = SyntaxCache()
         changed = weakref.WeakMethod(self._unit_changed)
         host.unit_listeners.append(lambda unit_id: (method := changed()) is not None and method(unit_id))
 
@@ -401,8 +403,17 @@ class UnitService:
                 mode = "exact"
             changed = new_text != text
             new_data = self._encode(unit_id, source_id, new_text)
+            new_hash = paths.hash_bytes(new_data)
             target = self._abs(unit_id, kind, source_id)
-            if changed:
+            # A dry run may skip the full compile when the edited statements alone prove the source compiles; a
+            # write compiles in full (the reload runs that code) and only keeps the statement map current.
+            proven = (
+                changed
+                and source_id.endswith(".py")
+                and (dry_run or self._syntax.knows(current))
+                and self._syntax.compiles(current, text, new_hash, new_text)
+            )
+            if changed and not (dry_run and proven):
                 self._compile(source_id, new_data, target)
             result = ApplyPatchResult(
                 unit_id=unit_id,
@@ -412,7 +423,7 @@ class UnitService:
                 changed=changed,
                 replacements=count,
                 hash_before=current,
-                hash=paths.hash_bytes(new_data),
+                hash=new_hash,
                 diff=unified_diff(text, new_text, source_id),
             )
             if dry_run or not changed:
