@@ -83,6 +83,15 @@ def ratio_row(
     return row
 
 
+def start_row(count: int, milliseconds: float) -> dict[str, Any]:
+    """Host start-up is an absolute figure, in seconds; its goal (1 s) is for 10,000 units."""
+    row: dict[str, Any] = {"ratio": f"host start, {count} units (seconds)", "value": round(milliseconds / 1000, 3)}
+    if count == 10_000:
+        row["goal"] = "<= 1.0"
+        row["met"] = row["value"] <= 1.0
+    return row
+
+
 def make_units(root: Path, count: int, *, body: str = "") -> None:
     root.mkdir(parents=True, exist_ok=True)
     for n in range(count):
@@ -260,22 +269,22 @@ class Bench:
                     1.0,
                 ),
                 ratio_row(
-                    "unit_apply_patch dry_run / fs edit_file dryRun",
-                    figures["unit_apply_patch_dry_run"],
+                    "unit_apply_patch dry_run, non-Python file / fs edit_file dryRun",
+                    figures["unit_apply_patch_dry_run_txt"],
                     figures["fs_edit_file_dry_run"],
                     1.0,
                 ),
                 ratio_row(
-                    "unit_apply_patch dry_run, non-Python file (no syntax check) / fs edit_file dryRun",
-                    figures["unit_apply_patch_dry_run_txt"],
+                    "unit_apply_patch dry_run, Python file (with its syntax check) / fs edit_file dryRun",
+                    figures["unit_apply_patch_dry_run"],
                     figures["fs_edit_file_dry_run"],
-                    None,
+                    1.3,
                 ),
                 ratio_row(
                     "unit_apply_patch (write+reload) / fs edit_file",
                     figures["unit_apply_patch_reload"],
                     figures["fs_edit_file"],
-                    2.0,
+                    1.5,
                 ),
             ],
         )
@@ -374,8 +383,12 @@ class Bench:
             [
                 ratio_row(f"unit_list {big_count}/100 units", figures[f"list_{big_count}"], figures["list_100"], None),
                 ratio_row(
-                    f"unit_resolve {big_count}/100 units", figures[f"resolve_{big_count}"], figures["resolve_100"], None
+                    f"unit_resolve {big_count}/100 units",
+                    figures[f"resolve_{big_count}"],
+                    figures["resolve_100"],
+                    10.0 if big_count == 10_000 else None,
                 ),
+                start_row(big_count, figures[f"host_start_{big_count}_units_ms"]),
             ],
         )
 
@@ -505,7 +518,7 @@ class Bench:
                     "unit_run_tests(trivial) / python -c pass",
                     figures["unit_run_tests_trivial"],
                     figures["python_c_pass"],
-                    None,
+                    1.5,
                 )
             ],
         )
