@@ -120,21 +120,29 @@ class _Entry:
             for token in value_tokens:
                 self.weights[token] = max(self.weights.get(token, 0.0), FIELD_WEIGHTS[field])
 
-    def confidence(self, terms: list[str], whole: str) -> float:
-        """Each term's best weighted match over the fields, averaged over the terms; 1 for the exact unit id."""
+    def confidence(self, term_scores: list[dict[str, float]], whole: str) -> float:
+        """Each term's best weighted match over the unit's tokens, averaged over the terms; 1 for the exact unit
+        id. `term_scores` holds, per term, the score of every indexed token it matches (see `_matches`)."""
         if whole == self.facts.unit_id.lower():
             return 1.0
-        best = dict.fromkeys(terms, 0.0)
-        for field, _, value_tokens in self.fields:
-            weight = FIELD_WEIGHTS[field]
-            for term in terms:
-                best[term] = max(best[term], _term_score(term, value_tokens) * weight)
-        return round(min(sum(best.values()) / len(terms), 1.0), 3)
+        total = 0.0
+        for scores in term_scores:
+            best = 0.0
+            for token, weight in self.weights.items():
+                score = scores.get(token)
+                if score is not None and score * weight > best:
+                    best = score * weight
+            total += best
+        return round(min(total / len(term_scores), 1.0), 3)
 
-    def candidate(self, terms: list[str], confidence: float) -> Candidate:
+    def candidate(self, terms: list[str], term_scores: list[dict[str, float]], confidence: float) -> Candidate:
         evidence: list[Evidence] = []
         for field, value, value_tokens in self.fields:
-            matched = [term for term in terms if _term_score(term, value_tokens) > 0]
+            matched = [
+                term
+                for term, scores in zip(terms, term_scores, strict=True)
+                if any(token in scores for token in value_tokens)
+            ]
             if matched:
                 shown = value if len(value) <= 200 else value[:200] + "…"
                 evidence.append(Evidence(field=field, value=shown, matched=matched))
@@ -221,7 +229,7 @@ class ResolveIndex:
             for gram in _grams(token):
                 _discard(self._grams, gram, token)
 
-    def _matches(self, term: str) -> list[tuple[str, float]]:
+    def _matches(self, term: str) -> dict[str, float]:
         """The indexed tokens a query term matches, with the score of that match (before field weights)."""
         found: set[str] = set()
         if term in self._postings:
@@ -233,7 +241,7 @@ class ResolveIndex:
             grams = [self._grams.get(gram, set()) for gram in _grams(term)]
             rarest = min(grams, key=len)
             found.update(t for t in rarest if term in t)
-        return [(token, _term_score(term, (token,))) for token in found]
+        return {token: _term_score(term, (token,)) for token in found}
 
     def _max_weight(self, token: str) -> float:
         return max(FIELD_WEIGHTS[field] for field in self._field_counts[token])
@@ -244,28 +252,28 @@ class ResolveIndex:
             return []
         whole = description.strip().lower()
         with self._lock:
+            term_scores = [self._matches(term) for term in terms]
             plans = []
-            for term in terms:
-                matched = self._matches(term)
-                size = sum(len(self._postings[token]) for token, _ in matched)
-                top = max((score * self._max_weight(token) for token, score in matched), default=0.0)
-                plans.append((size, top, matched))
+            for scores in term_scores:
+                size = sum(len(self._postings[token]) for token in scores)
+                top = max((score * self._max_weight(token) for token, score in scores.items()), default=0.0)
+                plans.append((size, top, scores))
             plans.sort(key=lambda plan: plan[0])
             scored: dict[str, float] = {}
             for unit_id in self._by_lower.get(whole, ()):
                 scored[unit_id] = 1.0
-            for step, (_, _, matched) in enumerate(plans):
+            for step, (_, _, scores) in enumerate(plans):
                 if len(scored) >= limit:
                     # Any unit not scored yet matches none of the terms before this one.
                     bound = sum(plan[1] for plan in plans[step:]) / len(terms) + 1e-9
                     if round(min(bound, 1.0), 3) < heapq.nlargest(limit, scored.values())[-1]:
                         break
-                for token, _ in matched:
+                for token in scores:
                     for unit_id in self._postings[token]:
                         if unit_id not in scored:
-                            scored[unit_id] = self._units[unit_id].confidence(terms, whole)
+                            scored[unit_id] = self._units[unit_id].confidence(term_scores, whole)
             best = heapq.nsmallest(limit, scored.items(), key=lambda item: (-item[1], item[0]))
-            return [self._units[unit_id].candidate(terms, confidence) for unit_id, confidence in best]
+            return [self._units[unit_id].candidate(terms, term_scores, confidence) for unit_id, confidence in best]
 
 
 def _grams(token: str) -> set[str]:
