@@ -31,6 +31,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -472,20 +473,28 @@ class Bench:
                             await stack.enter_async_context(await anyio.open_process(argv, stderr=None))
                             for _ in range(clients)
                         ]
-                        for proc in procs:  # each prints a line once connected
+                        lines = []
+                        for proc in procs:
                             assert proc.stdout is not None
-                            await proc.stdout.receive()
+                            lines.append(BufferedByteReceiveStream(proc.stdout))
+                        for line in lines:  # each client says when it is connected
+                            await line.receive_until(b"\n", 1 << 16)
                         begin = f"{time.time() + 0.2}\n".encode()
                         for proc in procs:
                             assert proc.stdin is not None
                             await proc.stdin.send(begin)
+                        await anyio.sleep(0.2)
+                        cpu_before = time.process_time()  # this process is the server: its CPU, not the clients'
                         counts = []
-                        for proc in procs:
-                            assert proc.stdout is not None
-                            counts.append(json.loads((await proc.stdout.receive()).decode()))
+                        for proc, line in zip(procs, lines, strict=True):
+                            counts.append(json.loads(await line.receive_until(b"\n", 1 << 16)))
                             await proc.wait()
-                    figures[f"calls_per_second_{clients}_clients"] = round(sum(c["calls"] for c in counts) / seconds, 1)
+                        server_cpu = time.process_time() - cpu_before
+                    calls = sum(c["calls"] for c in counts)
+                    figures[f"calls_per_second_{clients}_clients"] = round(calls / seconds, 1)
                     figures[f"errors_{clients}_clients"] = sum(c["errors"] for c in counts)
+                    figures[f"server_cpu_ms_per_call_{clients}_clients"] = round(server_cpu * 1000 / max(calls, 1), 3)
+                    figures[f"server_cpu_share_of_one_core_{clients}_clients"] = round(server_cpu / seconds, 2)
         value = figures["calls_per_second_16_clients"] / figures["calls_per_second_1_clients"]
         self.record(
             "concurrency",
@@ -553,6 +562,7 @@ def write_report(results: dict[str, Any], command: str) -> None:
 async def client_loop(url: str, token: str, seconds: float) -> None:
     """One benchmark client process: connect, say so, read the start time (wall clock) from stdin, call
     unit_read_source from then for `seconds`, print its counts as one JSON line."""
+    os.nice(10)
     calls = errors = 0
     async with http_client(url, token or None) as client:
         print("connected", flush=True)
