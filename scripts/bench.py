@@ -566,7 +566,6 @@ def write_report(results: dict[str, Any], command: str) -> None:
 async def client_loop(url: str, token: str, seconds: float) -> None:
     """One benchmark client process: connect, say so, read the start time (wall clock) from stdin, call
     unit_read_source from then for `seconds`, print its counts as one JSON line."""
-    os.nice(10)
     calls = errors = 0
     async with http_client(url, token or None) as client:
         print("connected", flush=True)
