@@ -543,7 +543,7 @@ def write_report(results: dict[str, Any], command: str) -> None:
     lines = [
         "# Benchmark results",
         "",
-        f"Made by `{command}` on {results['machine']} at {results['when']}.",
+        f"Made by `{command}` on {results['machine']} at {results['when']} ({results['load']}).",
         "Both sides of each ratio were measured interleaved in the same run; absolute times are context only.",
         "",
         "| section | ratio | value | goal | met |",
@@ -594,6 +594,7 @@ def main() -> None:
     unknown = set(chosen) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="unit-mcp-bench-") as tmp:
         bench = Bench(args, Path(tmp))
 
@@ -604,6 +605,7 @@ def main() -> None:
         anyio.run(run)
     bench.results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     bench.results["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    bench.results["load"] = f"load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after"
     if (args.quick or set(chosen) != set(SECTIONS)) and not args.write:
         print(f"\nquick or partial run: {OUT / 'RESULTS.md'} left as it was (--write replaces it)")
         return
