@@ -499,6 +499,8 @@ class Bench:
                     figures[f"errors_{clients}_clients"] = sum(c["errors"] for c in counts)
                     figures[f"server_cpu_ms_per_call_{clients}_clients"] = round(server_cpu * 1000 / max(calls, 1), 3)
                     figures[f"server_cpu_share_of_one_core_{clients}_clients"] = round(server_cpu / seconds, 2)
+                    client_cpu = sum(c["cpu"] for c in counts)
+                    figures[f"client_cpu_ms_per_call_{clients}_clients"] = round(client_cpu * 1000 / max(calls, 1), 3)
         value = figures["calls_per_second_16_clients"] / figures["calls_per_second_1_clients"]
         self.record(
             "concurrency",
@@ -572,11 +574,13 @@ async def client_loop(url: str, token: str, seconds: float) -> None:
         begin = float(await anyio.to_thread.run_sync(sys.stdin.readline))
         await anyio.sleep(max(0.0, begin - time.time()))
         end = begin + seconds
+        cpu = time.process_time()
         while time.time() < end:
             result = await client.call_tool("unit_read_source", {"unit_id": "big", "source_id": "__init__.py"})
             calls += 1
             errors += bool(result.is_error)
-    print(json.dumps({"calls": calls, "errors": errors}), flush=True)
+        cpu = time.process_time() - cpu
+    print(json.dumps({"calls": calls, "errors": errors, "cpu": cpu}), flush=True)
 
 
 def main() -> None:

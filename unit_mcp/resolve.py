@@ -6,7 +6,6 @@ import ast
 import heapq
 import re
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .models import Candidate, Evidence
@@ -95,16 +94,15 @@ def python_facts(source: str) -> tuple[str | None, list[str]]:
     return ast.get_docstring(tree), names
 
 
-def _term_score(term: str, value_tokens: Iterable[str]) -> float:
-    if term in value_tokens:
+def _token_score(term: str, token: str) -> float:
+    """How a query term matches one indexed token: exactly, as a prefix either way, or inside it."""
+    if term == token:
         return 1.0
-    best = 0.0
-    for token in value_tokens:
-        if len(term) >= 3 and len(token) >= 3 and (token.startswith(term) or term.startswith(token)):
-            best = max(best, 0.7)
-        elif len(term) >= 4 and term in token:
-            best = max(best, 0.5)
-    return best
+    if len(term) >= 3 and len(token) >= 3 and (token.startswith(term) or term.startswith(token)):
+        return 0.7
+    if len(term) >= 4 and term in token:
+        return 0.5
+    return 0.0
 
 
 class _Entry:
@@ -241,7 +239,7 @@ class ResolveIndex:
             grams = [self._grams.get(gram, set()) for gram in _grams(term)]
             rarest = min(grams, key=len)
             found.update(t for t in rarest if term in t)
-        return {token: _term_score(term, (token,)) for token in found}
+        return {token: _token_score(term, token) for token in found}
 
     def _max_weight(self, token: str) -> float:
         return max(FIELD_WEIGHTS[field] for field in self._field_counts[token])
