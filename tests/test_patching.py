@@ -162,3 +162,15 @@ def test_no_newline_markers_are_honoured() -> None:
     diff = unified_diff("a\nb", "a\nc\n", "m.py")
     assert "\\ No newline at end of file" in diff
     assert apply_unified_diff("a\nb", diff, "m.py")[0] == "a\nc\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\n", max_size=40), st.text(alphabet="ab\n", max_size=40), st.integers(0, 50))
+def test_common_suffix_is_the_longest_shared_tail_within_the_limit(a: str, b: str, limit: int) -> None:
+    expected = 0
+    while expected < min(limit, len(a), len(b)) and a[len(a) - expected - 1] == b[len(b) - expected - 1]:
+        expected += 1
+    assert patching.common_suffix(a, b, limit) == expected
+    big_a, big_b = "x" * 9000 + a, "y" * 9000 + a  # across the 4096-character blocks
+    assert patching.common_suffix(big_a, big_b, 10**6) == len(a)
+    assert patching.common_suffix("x" + "a" * 9000 + b, "y" + "a" * 9000 + b, 10**6) == 9000 + len(b)

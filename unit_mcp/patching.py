@@ -244,6 +244,29 @@ def common_prefix(a: str, b: str) -> int:
 _BLOCK = 4096
 
 
+def common_suffix(a: str, b: str, limit: int) -> int:
+    """Length of the common suffix of a and b, at most `limit`: `common_prefix` from the end, without reversed
+    copies of the texts."""
+    limit = min(limit, len(a), len(b))
+    end_a, end_b = len(a), len(b)
+    at = 0
+    while at < limit:
+        step = min(at + _BLOCK, limit)
+        if a[end_a - step : end_a - at] != b[end_b - step : end_b - at]:
+            break
+        at = step
+    else:
+        return limit
+    lo, hi = at, min(at + _BLOCK, limit)
+    while hi - lo > 1:  # the last lo characters match, the last hi do not
+        mid = (lo + hi) // 2
+        if a[end_a - mid : end_a - lo] == b[end_b - mid : end_b - lo]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -> str:
     """A unified diff of before → after that unidiff and `patch` read back, with no-newline markers.
 

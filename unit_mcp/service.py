@@ -384,7 +384,9 @@ class UnitService:
         if not dry_run:
             self._require("write", unit_id)
         label = f"{source_id} of unit {unit_id}"
-        with self.host.unit_lock(unit_id):
+        # A dry run writes nothing and reads a file that is only ever replaced whole: it needs no lock (and so
+        # never waits for another edit's reload).
+        with contextlib.nullcontext() if dry_run else self.host.unit_lock(unit_id):
             data = self._read(unit_id, kind, source_id)
             text = self._text(unit_id, source_id, data)
             current = paths.hash_bytes(data)
@@ -411,7 +413,7 @@ class UnitService:
                 changed
                 and source_id.endswith(".py")
                 and (dry_run or self._syntax.knows(current))
-                and self._syntax.compiles(current, text, new_hash, new_text)
+                and self._syntax.compiles(current, text, new_hash, new_text, learn=not dry_run)
             )
             if changed and not (dry_run and proven):
                 self._compile(source_id, new_data, target)

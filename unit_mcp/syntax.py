@@ -16,7 +16,7 @@ import bisect
 import threading
 from collections import OrderedDict
 
-from .patching import common_prefix
+from .patching import common_prefix, common_suffix
 
 _CROSS_STATEMENT = ("global", "nonlocal", "__future__")
 
@@ -47,21 +47,22 @@ class SyntaxCache:
         with self._lock:
             return key in self._starts
 
-    def compiles(self, before_key: str, before: str, after_key: str, after: str) -> bool:
+    def compiles(self, before_key: str, before: str, after_key: str, after: str, *, learn: bool = True) -> bool:
         """True only if `after` (the edited `before`) is proven to compile; False means: compile it in full.
 
-        Learns the statement starts of `after` when it proves it, so a chain of edits stays cheap. The first
-        look at a `before` not seen yet parses it whole, once."""
-        if not _eligible(after):
+        With `learn`, keeps the statement starts of a proven `after`, so a chain of written edits stays cheap (a
+        dry run need not). The first look at a `before` not seen yet parses it whole, once."""
+        if not _plain_header(after):
             return False
         before_starts = self._get(before_key)
         if before_starts is None:
-            before_starts = _statement_starts(before)
-            if before_starts is None:
-                return False
+            # Kept empty when there is no shortcut for this source, so it is not parsed again on every dry run.
+            before_starts = (_statement_starts(before) if _local(before) else None) or []
             self._put(before_key, before_starts)
+        if not before_starts:
+            return False
         head = common_prefix(before, after)
-        tail = common_prefix(before[head:][::-1], after[head:][::-1])
+        tail = common_suffix(before, after, min(len(before), len(after)) - head)
         changed_end = len(before) - tail
         # The last statement start at or before the first change, and the first one past the last changed
         # character (so the newline ending the edited lines is unchanged); the end of the file otherwise.
@@ -70,9 +71,13 @@ class SyntaxCache:
         end = before_starts[index] if index < len(before_starts) else len(before)
         shift = len(after) - len(before)
         middle = after[start : end + shift]
-        middle_starts = _statement_starts(middle)
+        # `before` had no cross-statement construct, so `after` has one only if `middle` does (none of them spans
+        # a line break, and the middle starts and ends at one).
+        middle_starts = _statement_starts(middle) if _local(middle) else None
         if middle_starts is None:
             return False
+        if not learn:
+            return True
         after_starts = [s for s in before_starts if s < start]
         after_starts += [start + s for s in middle_starts]
         after_starts += [s + shift for s in before_starts[index:]]
@@ -80,14 +85,16 @@ class SyntaxCache:
         return True
 
 
-def _eligible(text: str) -> bool:
-    """Sources whose validity may hang on more than the edited statements go to the full compile."""
-    if any(word in text for word in _CROSS_STATEMENT) or text.startswith("\ufeff"):
-        return False
-    if text.count("\r") != text.count("\r\n"):  # a lone CR ends a line for Python but not for this module
-        return False
+def _local(text: str) -> bool:
+    """No construct whose validity hangs on other statements (module-level `global`/`nonlocal`, `__future__`
+    imports), and no lone CR (it ends a line for Python but not for this module's line offsets)."""
+    return not any(word in text for word in _CROSS_STATEMENT) and text.count("\r") == text.count("\r\n")
+
+
+def _plain_header(text: str) -> bool:
+    """No BOM and no encoding declaration (which only the first two lines can hold)."""
     second_newline = text.find("\n", text.find("\n") + 1)
-    return "coding" not in (text if second_newline < 0 else text[:second_newline])
+    return not text.startswith("\ufeff") and "coding" not in (text if second_newline < 0 else text[:second_newline])
 
 
 def _statement_starts(source: str) -> list[int] | None:

@@ -463,7 +463,7 @@ class UnitTools:
         try:
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
-            elif spec.on_loop:
+            elif spec.on_loop or _light_dry_run(args):
                 result = call()
             else:
                 result = await anyio.to_thread.run_sync(call)
@@ -528,6 +528,13 @@ class UnitTools:
             raise outcome[0]
         result: BaseModel = outcome[0]
         return result
+
+
+def _light_dry_run(args: BaseModel) -> bool:
+    """A dry run of a non-Python source takes no lock and writes nothing; its work (read, replace, diff, hash) is
+    bounded by `max_source_bytes` like a read, so it runs on the loop too. A Python dry run may parse the whole
+    source and stays in a worker thread."""
+    return isinstance(args, ApplyPatchArgs) and args.dry_run and not args.source_id.endswith(".py")
 
 
 # Clients and the conformance suite list resources and prompts of every server; this one has none.
