@@ -56,9 +56,6 @@ class MemoryLoader:
             for sid, data in sorted(files.items())
         ]
 
-    def stamp(self, unit_id: str, kind: UnitKind) -> object:
-        return tuple(sorted((sid, hash_bytes(data)) for sid, data in self.units[unit_id][1].items()))
-
     def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
         try:
             return self.units[unit_id][1][source_id]

@@ -32,6 +32,17 @@ def test_applying_the_diff_between_two_texts_to_the_first_yields_the_second(a: s
     assert hunks >= 1
 
 
+@pytest.mark.parametrize(
+    ("a", "b"), [("", "++"), ("--\n", "x\n"), ("x\n", "x\n++ y\n"), ("--- a\n", "+++ b\n"), ("a\n--\n", "a\n")]
+)
+def test_a_removed_or_added_line_that_looks_like_a_file_header_stays_a_hunk_line(a: str, b: str) -> None:
+    """A removed `--x` line is `---x` in the diff and an added `++x` line is `+++x`: only the first two lines of a
+    diff are its headers (this once dropped the no-newline marker of an added `++` line)."""
+    diff = unified_diff(a, b, "m.py")
+    assert diff.count("--- a/m.py") == 1 and diff.count("+++ b/m.py") == 1
+    assert apply_unified_diff(a, diff, "m.py")[0] == b
+
+
 def whole_file_diff(a: str, b: str) -> str:
     """difflib over every line of both texts: what the windowed `unified_diff` must reproduce."""
 
@@ -39,8 +50,8 @@ def whole_file_diff(a: str, b: str) -> str:
         return [line for line in re.split("(?<=\n)", text) if line]
 
     out: list[str] = []
-    for line in difflib.unified_diff(lines(a), lines(b), "a/m.py", "b/m.py"):
-        out.append(line.rstrip("\n") + "\n" if line.startswith(("---", "+++")) else line)
+    for index, line in enumerate(difflib.unified_diff(lines(a), lines(b), "a/m.py", "b/m.py")):
+        out.append(line.rstrip("\n") + "\n" if index < 2 else line)
         if not line.endswith("\n"):
             out.append("\n\\ No newline at end of file\n")
     return "".join(out)
@@ -48,13 +59,24 @@ def whole_file_diff(a: str, b: str) -> str:
 
 @settings(max_examples=400, deadline=None)
 @given(lf_text, lf_text, st.sampled_from([1, 2, 3, 7, 4096]))
-def test_the_windowed_diff_is_the_whole_file_diff(a: str, b: str, block: int) -> None:
+def test_the_windowed_diff_applies_and_matches_the_whole_file_diff_where_lines_are_unique(
+    a: str, b: str, block: int
+) -> None:
+    """The windowed diff always turns `a` into `b`. Where a line repeats, difflib on the window may align the
+    repeats differently from difflib on the whole file (both right: `'\n\n\n\na\n'` → `'a\n\n\n\na\n'` adds
+    the first `a` or the second); where every line is unique the alignment is forced and the two are equal."""
     saved = patching._BLOCK
     patching._BLOCK = block  # small blocks exercise the block-by-block prefix comparison
     try:
-        assert unified_diff(a, b, "m.py") == whole_file_diff(a, b)
+        diff = unified_diff(a, b, "m.py")
     finally:
         patching._BLOCK = saved
+    if a == b:
+        assert diff == ""
+        return
+    assert apply_unified_diff(a, diff, "m.py")[0] == b
+    if len(set(a.splitlines())) == len(a.splitlines()) and len(set(b.splitlines())) == len(b.splitlines()):
+        assert diff == whole_file_diff(a, b)
 
 
 @settings(max_examples=200, deadline=None)
@@ -162,3 +184,15 @@ def test_no_newline_markers_are_honoured() -> None:
     diff = unified_diff("a\nb", "a\nc\n", "m.py")
     assert "\\ No newline at end of file" in diff
     assert apply_unified_diff("a\nb", diff, "m.py")[0] == "a\nc\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\n", max_size=40), st.text(alphabet="ab\n", max_size=40), st.integers(0, 50))
+def test_common_suffix_is_the_longest_shared_tail_within_the_limit(a: str, b: str, limit: int) -> None:
+    expected = 0
+    while expected < min(limit, len(a), len(b)) and a[len(a) - expected - 1] == b[len(b) - expected - 1]:
+        expected += 1
+    assert patching.common_suffix(a, b, limit) == expected
+    big_a, big_b = "x" * 9000 + a, "y" * 9000 + a  # across the 4096-character blocks
+    assert patching.common_suffix(big_a, big_b, 10**6) == len(a)
+    assert patching.common_suffix("x" + "a" * 9000 + b, "y" + "a" * 9000 + b, 10**6) == 9000 + len(b)

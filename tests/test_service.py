@@ -208,6 +208,34 @@ def test_dry_run_returns_the_diff_and_writes_nothing(folder_service: UnitService
     assert source.read_bytes() == before
 
 
+def test_a_dry_run_does_not_wait_for_an_edit_in_progress(service: UnitService, host: Host) -> None:
+    """A dry run writes nothing, so it takes no unit lock: a slow reload of the unit cannot hold it up (it may run
+    on the event loop)."""
+    holding, release = threading.Event(), threading.Event()
+
+    def edit_in_progress() -> None:
+        with host.unit_lock("greeter"):
+            holding.set()
+            release.wait(30)
+
+    editor = threading.Thread(target=edit_in_progress)
+    editor.start()
+    try:
+        assert holding.wait(10)
+        results: list[bool] = []
+        dry = threading.Thread(
+            target=lambda: results.append(
+                service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi", dry_run=True).changed
+            )
+        )
+        dry.start()
+        dry.join(10)
+        assert results == [True]
+    finally:
+        release.set()
+        editor.join()
+
+
 def test_a_stale_hash_is_refused_and_nothing_is_written(folder_service: UnitService) -> None:
     service = folder_service
     host = folder_service.host

@@ -14,7 +14,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from . import paths
 from .loader import (
@@ -139,18 +139,6 @@ class FilesystemLoader:
                 )
             )
         return result
-
-    def stamp(self, unit_id: str, kind: UnitKind) -> object:
-        parts: list[Any] = []
-        for source_id in self.source_ids(unit_id, kind):
-            try:
-                st = os.stat(self._path(unit_id, kind, source_id), follow_symlinks=False)
-            except OSError:
-                continue
-            parts.append((source_id, st.st_mtime_ns, st.st_size))
-        return tuple(parts)
-
-    # -- sources --------------------------------------------------------------------------
 
     def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
         with _refusals():

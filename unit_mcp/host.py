@@ -168,6 +168,8 @@ class Host:
         self._log_handler: logging.Handler | None = None
         self._watcher: Watch | None = None
         self._started = False
+        # Called with a unit id after each reload or unload of that unit, whatever its outcome (e.g. to re-index it).
+        self.unit_listeners: list[Callable[[str], object]] = []
 
     # -- start / stop -----------------------------------------------------------------
 
@@ -342,6 +344,11 @@ class Host:
             if loaded is not None:
                 self._teardown(loaded)
             self._load_errors.pop(unit_id, None)
+        self._unit_changed(unit_id)
+
+    def _unit_changed(self, unit_id: str) -> None:
+        for listener in self.unit_listeners:
+            listener(unit_id)
 
     def reload(self, unit_id: str, *, rollback_source: Callable[[], None] | None = None) -> ReloadResult:
         """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
@@ -352,7 +359,10 @@ class Host:
         """
         from .models import ActivityEvidence, ReloadResult
 
-        restored, evidence, duration = self._reload(unit_id, rollback_source)
+        try:
+            restored, evidence, duration = self._reload(unit_id, rollback_source)
+        finally:
+            self._unit_changed(unit_id)
         return ReloadResult(
             unit_id=unit_id,
             reloaded=True,

@@ -163,10 +163,6 @@ class Loader(Protocol):
         """Each source with its size and `sha256:` hash of the raw bytes."""
         ...
 
-    def stamp(self, unit_id: str, kind: UnitKind) -> object:
-        """A cheap value that changes whenever any source of the unit changes (for caches)."""
-        ...
-
     def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes: ...
 
     def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:

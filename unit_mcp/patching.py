@@ -221,7 +221,7 @@ def _keepends(text: str) -> list[str]:
 _RANGE = re.compile(r"^@@ -(\d+)((?:,\d+)?) \+(\d+)((?:,\d+)?) @@")
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     """Length of the common prefix of a and b, compared a block at a time in C, then bisected."""
     limit = min(len(a), len(b))
     at = 0
@@ -244,6 +244,29 @@ def _common_prefix(a: str, b: str) -> int:
 _BLOCK = 4096
 
 
+def common_suffix(a: str, b: str, limit: int) -> int:
+    """Length of the common suffix of a and b, at most `limit`: `common_prefix` from the end, without reversed
+    copies of the texts."""
+    limit = min(limit, len(a), len(b))
+    end_a, end_b = len(a), len(b)
+    at = 0
+    while at < limit:
+        step = min(at + _BLOCK, limit)
+        if a[end_a - step : end_a - at] != b[end_b - step : end_b - at]:
+            break
+        at = step
+    else:
+        return limit
+    lo, hi = at, min(at + _BLOCK, limit)
+    while hi - lo > 1:  # the last lo characters match, the last hi do not
+        mid = (lo + hi) // 2
+        if a[end_a - mid : end_a - lo] == b[end_b - mid : end_b - lo]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -> str:
     """A unified diff of before → after that unidiff and `patch` read back, with no-newline markers.
 
@@ -253,8 +276,8 @@ def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -
     a, b = _to_lf(before), _to_lf(after)
     if a == b:
         return ""
-    head = a.rfind("\n", 0, _common_prefix(a, b)) + 1  # start of the first line that differs
-    suffix = min(_common_prefix(a[::-1], b[::-1]), min(len(a), len(b)) - head)
+    head = a.rfind("\n", 0, common_prefix(a, b)) + 1  # start of the first line that differs
+    suffix = min(common_prefix(a[::-1], b[::-1]), min(len(a), len(b)) - head)
     newline = a.find("\n", len(a) - suffix)  # the first line whose preceding newline is in the common suffix
     tail = len(a) if newline == -1 else newline + 1
     start = head
@@ -275,8 +298,10 @@ def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -
 
     out: list[str] = []
     a_window, b_window = _keepends(a[start:end]), _keepends(b[start : end + len(b) - len(a)])
-    for line in difflib.unified_diff(a_window, b_window, f"a/{source_id}", f"b/{source_id}", n=context):
-        if line.startswith(("---", "+++")):
+    for index, line in enumerate(
+        difflib.unified_diff(a_window, b_window, f"a/{source_id}", f"b/{source_id}", n=context)
+    ):
+        if index < 2:  # the two file headers (a removed "--x" or added "++x" line also starts with "---"/"+++")
             out.append(line.rstrip("\n") + "\n")
             continue
         if line.startswith("@@"):

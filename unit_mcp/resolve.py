@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import heapq
 import re
+import threading
 from dataclasses import dataclass
 
 from .models import Candidate, Evidence
@@ -92,45 +94,192 @@ def python_facts(source: str) -> tuple[str | None, list[str]]:
     return ast.get_docstring(tree), names
 
 
-def _term_score(term: str, value_tokens: set[str]) -> float:
-    if term in value_tokens:
+def _token_score(term: str, token: str) -> float:
+    """How a query term matches one indexed token: exactly, as a prefix either way, or inside it."""
+    if term == token:
         return 1.0
-    best = 0.0
-    for token in value_tokens:
-        if len(term) >= 3 and len(token) >= 3 and (token.startswith(term) or term.startswith(token)):
-            best = max(best, 0.7)
-        elif len(term) >= 4 and term in token:
-            best = max(best, 0.5)
-    return best
+    if len(term) >= 3 and len(token) >= 3 and (token.startswith(term) or term.startswith(token)):
+        return 0.7
+    if len(term) >= 4 and term in token:
+        return 0.5
+    return 0.0
 
 
-def rank(description: str, units: list[UnitFacts], limit: int) -> list[Candidate]:
-    terms = list(dict.fromkeys(tokens(description)))
-    whole = description.strip().lower()
-    candidates: list[Candidate] = []
-    for unit in units:
-        if not terms:
-            break
-        best = dict.fromkeys(terms, 0.0)
+class _Entry:
+    """One indexed unit: its facts with each value's tokens, and the best field weight of each of its tokens."""
+
+    __slots__ = ("facts", "fields", "weights")
+
+    def __init__(self, facts: UnitFacts) -> None:
+        self.facts = facts
+        self.fields = tuple((field, value, frozenset(tokens(value))) for field, value in facts.fields)
+        self.weights: dict[str, float] = {}
+        for field, _, value_tokens in self.fields:
+            for token in value_tokens:
+                self.weights[token] = max(self.weights.get(token, 0.0), FIELD_WEIGHTS[field])
+
+    def confidence(self, term_scores: list[dict[str, float]], whole: str) -> float:
+        """Each term's best weighted match over the unit's tokens, averaged over the terms; 1 for the exact unit
+        id. `term_scores` holds, per term, the score of every indexed token it matches (see `_matches`)."""
+        if whole == self.facts.unit_id.lower():
+            return 1.0
+        total = 0.0
+        for scores in term_scores:
+            best = 0.0
+            for token, weight in self.weights.items():
+                score = scores.get(token)
+                if score is not None and score * weight > best:
+                    best = score * weight
+            total += best
+        return round(min(total / len(term_scores), 1.0), 3)
+
+    def candidate(self, terms: list[str], term_scores: list[dict[str, float]], confidence: float) -> Candidate:
         evidence: list[Evidence] = []
-        for field, value in unit.fields:
-            value_tokens = set(tokens(value))
-            matched = []
-            weight = FIELD_WEIGHTS[field]
-            for term in terms:
-                score = _term_score(term, value_tokens) * weight
-                if score > 0:
-                    matched.append(term)
-                    best[term] = max(best[term], score)
+        for field, value, value_tokens in self.fields:
+            matched = [
+                term
+                for term, scores in zip(terms, term_scores, strict=True)
+                if any(token in scores for token in value_tokens)
+            ]
             if matched:
                 shown = value if len(value) <= 200 else value[:200] + "…"
                 evidence.append(Evidence(field=field, value=shown, matched=matched))
-        confidence = sum(best.values()) / len(terms)
-        if whole == unit.unit_id.lower():
-            confidence = 1.0
-        if confidence > 0:
-            candidates.append(
-                Candidate(unit_id=unit.unit_id, confidence=round(min(confidence, 1.0), 3), evidence=evidence)
-            )
-    candidates.sort(key=lambda c: (-c.confidence, c.unit_id))
-    return candidates[:limit]
+        return Candidate(unit_id=self.facts.unit_id, confidence=confidence, evidence=evidence)
+
+
+class ResolveIndex:
+    """Units' facts in an inverted index, kept current one unit at a time (`update` after each reload).
+
+    A query looks up the tokens each term matches (exactly, as a prefix either way, or as a substring), takes
+    its terms rarest first and scores only the units they reach, stopping as soon as the terms left could not
+    lift an unseen unit into the top `limit` (max-score pruning). It ranks exactly as scoring every unit would,
+    at a cost that follows the matching units rather than all of them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._units: dict[str, _Entry] = {}
+        self._by_lower: dict[str, set[str]] = {}
+        self._postings: dict[str, dict[str, float]] = {}  # token -> unit id -> the unit's best field weight
+        self._field_counts: dict[str, dict[str, int]] = {}  # token -> field -> units with it in that field
+        self._prefixes: dict[str, set[str]] = {}  # first three characters -> tokens
+        self._grams: dict[str, set[str]] = {}  # every four characters -> tokens containing them
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def __contains__(self, unit_id: object) -> bool:
+        return unit_id in self._units
+
+    def update(self, unit_id: str, facts: UnitFacts | None) -> None:
+        """Index a unit's current facts, or forget the unit (None)."""
+        with self._lock:
+            old = self._units.pop(unit_id, None)
+            if old is not None:
+                self._forget(old)
+            if facts is not None:
+                self._add(_Entry(facts))
+
+    def _add(self, entry: _Entry) -> None:
+        unit_id = entry.facts.unit_id
+        self._units[unit_id] = entry
+        self._by_lower.setdefault(unit_id.lower(), set()).add(unit_id)
+        for token, weight in entry.weights.items():
+            if token not in self._postings:
+                self._postings[token] = {}
+                self._field_counts[token] = {}
+                if len(token) >= 3:
+                    self._prefixes.setdefault(token[:3], set()).add(token)
+                for gram in _grams(token):
+                    self._grams.setdefault(gram, set()).add(token)
+            self._postings[token][unit_id] = weight
+        counts_seen: set[tuple[str, str]] = set()
+        for field, _, value_tokens in entry.fields:
+            for token in value_tokens:
+                if (token, field) not in counts_seen:
+                    counts_seen.add((token, field))
+                    counts = self._field_counts[token]
+                    counts[field] = counts.get(field, 0) + 1
+
+    def _forget(self, entry: _Entry) -> None:
+        unit_id = entry.facts.unit_id
+        lower = self._by_lower[unit_id.lower()]
+        lower.discard(unit_id)
+        if not lower:
+            del self._by_lower[unit_id.lower()]
+        counts_seen: set[tuple[str, str]] = set()
+        for field, _, value_tokens in entry.fields:
+            for token in value_tokens:
+                if (token, field) not in counts_seen:
+                    counts_seen.add((token, field))
+                    counts = self._field_counts[token]
+                    counts[field] -= 1
+                    if not counts[field]:
+                        del counts[field]
+        for token in entry.weights:
+            postings = self._postings[token]
+            del postings[unit_id]
+            if postings:
+                continue
+            del self._postings[token], self._field_counts[token]
+            if len(token) >= 3:
+                _discard(self._prefixes, token[:3], token)
+            for gram in _grams(token):
+                _discard(self._grams, gram, token)
+
+    def _matches(self, term: str) -> dict[str, float]:
+        """The indexed tokens a query term matches, with the score of that match (before field weights)."""
+        found: set[str] = set()
+        if term in self._postings:
+            found.add(term)
+        if len(term) >= 3:
+            found.update(t for t in self._prefixes.get(term[:3], ()) if t.startswith(term))
+            found.update(term[:k] for k in range(3, len(term)) if term[:k] in self._postings)
+        if len(term) >= 4:
+            grams = [self._grams.get(gram, set()) for gram in _grams(term)]
+            rarest = min(grams, key=len)
+            found.update(t for t in rarest if term in t)
+        return {token: _token_score(term, token) for token in found}
+
+    def _max_weight(self, token: str) -> float:
+        return max(FIELD_WEIGHTS[field] for field in self._field_counts[token])
+
+    def query(self, description: str, limit: int) -> list[Candidate]:
+        terms = list(dict.fromkeys(tokens(description)))
+        if not terms:
+            return []
+        whole = description.strip().lower()
+        with self._lock:
+            term_scores = [self._matches(term) for term in terms]
+            plans = []
+            for scores in term_scores:
+                size = sum(len(self._postings[token]) for token in scores)
+                top = max((score * self._max_weight(token) for token, score in scores.items()), default=0.0)
+                plans.append((size, top, scores))
+            plans.sort(key=lambda plan: plan[0])
+            scored: dict[str, float] = {}
+            for unit_id in self._by_lower.get(whole, ()):
+                scored[unit_id] = 1.0
+            for step, (_, _, scores) in enumerate(plans):
+                if len(scored) >= limit:
+                    # Any unit not scored yet matches none of the terms before this one.
+                    bound = sum(plan[1] for plan in plans[step:]) / len(terms) + 1e-9
+                    if round(min(bound, 1.0), 3) < heapq.nlargest(limit, scored.values())[-1]:
+                        break
+                for token in scores:
+                    for unit_id in self._postings[token]:
+                        if unit_id not in scored:
+                            scored[unit_id] = self._units[unit_id].confidence(term_scores, whole)
+            best = heapq.nsmallest(limit, scored.items(), key=lambda item: (-item[1], item[0]))
+            return [self._units[unit_id].candidate(terms, term_scores, confidence) for unit_id, confidence in best]
+
+
+def _grams(token: str) -> set[str]:
+    return {token[i : i + 4] for i in range(len(token) - 3)}
+
+
+def _discard(index: dict[str, set[str]], key: str, token: str) -> None:
+    tokens_ = index[key]
+    tokens_.discard(token)
+    if not tokens_:
+        del index[key]

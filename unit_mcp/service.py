@@ -10,6 +10,7 @@ import contextlib
 import json
 import re
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -64,7 +65,8 @@ from .models import (
     UnitSummary,
 )
 from .patching import apply_unified_diff, line_ending_kind, replace_exact, unified_diff
-from .resolve import UnitFacts, python_facts, rank
+from .resolve import ResolveIndex, UnitFacts, python_facts
+from .syntax import SyntaxCache
 from .testrun import run_test_process
 
 _TEST_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
@@ -99,8 +101,12 @@ class UnitService:
         self.max_test_timeout = max_test_timeout
         self.max_source_bytes = max_source_bytes
         self.max_test_output = max_test_output
-        self._facts_cache: dict[str, tuple[object, UnitFacts]] = {}
-        self._facts_lock = threading.Lock()
+        self._index: ResolveIndex | None = None
+        self._stale: set[str] = set()
+        self._index_lock = threading.Lock()
+        self._syntax = SyntaxCache()
+        changed = weakref.WeakMethod(self._unit_changed)
+        host.unit_listeners.append(lambda unit_id: (method := changed()) is not None and method(unit_id))
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -274,11 +280,6 @@ class UnitService:
 
     def _facts(self, unit_id: str, kind: UnitKind) -> UnitFacts:
         source_ids = self.loader.source_ids(unit_id, kind)
-        stamp = self.loader.stamp(unit_id, kind)
-        with self._facts_lock:
-            cached = self._facts_cache.get(unit_id)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
         fields: list[tuple[str, str]] = [("unit_id", unit_id), ("module", self.host.module_name(unit_id))]
         for source_id in source_ids:
             fields.append(("file", source_id))
@@ -292,10 +293,26 @@ class UnitService:
             if docstring and source_id == self.loader.primary_source_id(unit_id, kind):
                 fields.append(("docstring", docstring.strip()))
             fields.extend(("symbol", name) for name in names)
-        facts = UnitFacts(unit_id, tuple(fields))
-        with self._facts_lock:
-            self._facts_cache[unit_id] = (stamp, facts)
-        return facts
+        return UnitFacts(unit_id, tuple(fields))
+
+    def _unit_changed(self, unit_id: str) -> None:
+        """The host reloaded or unloaded a unit: its facts are read again before the next resolve."""
+        with self._index_lock:
+            self._stale.add(unit_id)
+
+    def _current_index(self) -> ResolveIndex:
+        """The resolve index, built from every unit on first use and then brought up to date unit by unit."""
+        with self._index_lock:
+            if self._index is None:
+                self._stale.clear()
+                self._index = ResolveIndex()
+                for unit_id, kind in self.host.unit_kinds().items():
+                    self._index.update(unit_id, self._facts(unit_id, kind))
+            while self._stale:
+                unit_id = self._stale.pop()
+                now = self.host.unit_kind(unit_id)
+                self._index.update(unit_id, None if now is None else self._facts(unit_id, now))
+            return self._index
 
     def resolve(self, description: str, limit: int = 20) -> ResolveResult:
         if not isinstance(description, str) or not description.strip():
@@ -304,8 +321,8 @@ class UnitService:
             )
         if not isinstance(limit, int) or not 1 <= limit <= 100:
             raise InvalidArgument(f"limit must be between 1 and 100, not {limit!r}.")
-        facts = [self._facts(unit_id, kind) for unit_id, kind in self.host.unit_kinds().items()]
-        return ResolveResult(description=description, candidates=rank(description[:2000], facts, limit))
+        candidates = self._current_index().query(description[:2000], limit)
+        return ResolveResult(description=description, candidates=candidates)
 
     def inspect(self, unit_id: str) -> InspectResult:
         kind = self._unit(unit_id)
@@ -395,7 +412,9 @@ class UnitService:
         if not dry_run:
             self._require("write", unit_id)
         label = f"{source_id} of unit {unit_id}"
-        with self.host.unit_lock(unit_id):
+        # A dry run writes nothing and reads a source that is only ever replaced whole: it needs no lock (and so
+        # never waits for another edit's reload).
+        with contextlib.nullcontext() if dry_run else self.host.unit_lock(unit_id):
             data, text = self._current(unit_id, kind, source_id, expected_hash)
             if patch is not None:
                 new_text, count = apply_unified_diff(text, patch, source_id)
@@ -433,11 +452,21 @@ class UnitService:
         tool_call: str,
     ) -> ApplyPatchResult:
         """Compile, write (checked against the hash of `data`, which another process may have changed since),
-        reload; the loader puts the old source back if the reload fails. Called under the unit lock."""
+        reload; the loader puts the old source back if the reload fails. Called under the unit lock (a dry run
+        needs none)."""
         current = paths.hash_bytes(data)
         changed = new_text != text
         new_data = self._encode(unit_id, source_id, new_text)
-        if changed:
+        new_hash = paths.hash_bytes(new_data)
+        # A dry run may skip the full compile when the edited statements alone prove the source compiles; a write
+        # compiles in full (the reload runs that code) and only keeps the statement map current.
+        proven = (
+            changed
+            and source_id.endswith(".py")
+            and (dry_run or self._syntax.knows(current))
+            and self._syntax.compiles(current, text, new_hash, new_text, learn=not dry_run)
+        )
+        if changed and not (dry_run and proven):
             self._compile(source_id, new_data, self.loader.origin(unit_id, kind, source_id))
         result = ApplyPatchResult(
             unit_id=unit_id,
@@ -447,7 +476,7 @@ class UnitService:
             changed=changed,
             replacements=count,
             hash_before=current,
-            hash=paths.hash_bytes(new_data),
+            hash=new_hash,
             diff=unified_diff(text, new_text, source_id),
         )
         if dry_run or not changed:

@@ -180,9 +180,6 @@ class SqliteLoader:
             if sid in wanted
         ]
 
-    def stamp(self, unit_id: str, kind: UnitKind) -> object:
-        return self._query("SELECT max(version) FROM versions WHERE unit_id = ?", (unit_id,))[0][0]
-
     # -- sources --------------------------------------------------------------------------
 
     def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:

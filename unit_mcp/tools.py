@@ -552,7 +552,7 @@ class UnitTools:
         try:
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
-            elif spec.on_loop:
+            elif spec.on_loop or _light_dry_run(args):
                 result = call()
             else:
                 result = await _in_thread(call)
@@ -640,6 +640,13 @@ async def _in_thread(call: Callable[[], BaseModel]) -> BaseModel:
                 await anyio.to_thread.run_sync(finished.wait, CANCEL_GRACE)
             log.info("call cancelled by the client%s", "" if finished.is_set() else "; its thread still runs")
             raise
+
+
+def _light_dry_run(args: BaseModel) -> bool:
+    """A dry run of a non-Python source takes no lock and writes nothing; its work (read, replace, diff, hash) is
+    bounded by `max_source_bytes` like a read, so it runs on the loop too. A Python dry run may parse the whole
+    source and stays in a worker thread."""
+    return isinstance(args, ApplyPatchArgs) and args.dry_run and not args.source_id.endswith(".py")
 
 
 # Clients and the conformance suite list resources and prompts of every server; this one has none.
