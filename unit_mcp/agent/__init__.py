@@ -15,7 +15,7 @@ _EXPORTS = {
     "ApprovalDecision": "approvals",
     "ApprovalRequest": "approvals",
     "PendingApprovals": "approvals",
-    "Agent": "context",
+    "Agent": "protocol",
     "TurnContext": "context",
     "delegate": "delegation",
     "delegation_tool": "delegation",
@@ -139,7 +139,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
-    from .context import Agent, TurnContext
+    from .context import TurnContext
     from .delegation import delegate, delegation_tool
     from .endpoint import ApprovedEndpoint, opencode_config
     from .errors import (
@@ -176,6 +176,7 @@ if TYPE_CHECKING:
     from .openai_agent import OpenAIAgent
     from .presets import Preset, PresetManager
     from .projections import chat_messages, display_messages
+    from .protocol import Agent
     from .registry import AgentRegistry
     from .runner import AgentRunner
     from .sessions import SessionStore

@@ -102,7 +102,7 @@ class LoopAgent(ABC):
         async with self.turn_scope(ctx):
             for call in paused:
                 assert call.decision is not None
-                ctx.answered[call.call.call_id] = call.decision
+                ctx.approvals.answered[call.call.call_id] = call.decision
                 # Claimed before it runs: if this turn ends too, the call is never run a second time.
                 await ctx.turn.update_item(call.result.id, output=RESUMED_OUTPUT)
                 output = await self._execute(ctx, call.call)
@@ -148,7 +148,7 @@ class LoopAgent(ABC):
             request = ModelRequest(
                 step=step,
                 messages=([{"role": "system", "content": system}] if system else []) + messages,
-                tools=ctx.tools.openai_tools(ctx.grants()),
+                tools=ctx.tools.openai_tools(ctx.approvals.grants()),
             )
             request = await self.hooks.run_before_request(ctx, request)
             if not ctx.inbox.has_steering:

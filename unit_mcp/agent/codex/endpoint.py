@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 class TurnEndpoint(ApprovedEndpoint):
     def __init__(self, ctx: TurnContext, **options: Any) -> None:
         self.ctx = ctx
-        super().__init__(ctx.tools, grants=ctx.grants(), **options)
+        super().__init__(ctx.tools, grants=ctx.approvals.grants(), **options)
 
     def tool_defs(self) -> list[types.Tool]:
-        return self.surface.mcp_tool_defs(self.ctx.grants(), interactive=True)
+        return self.surface.mcp_tool_defs(self.ctx.approvals.grants(), interactive=True)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams

@@ -165,8 +165,7 @@ class UnitAgent:
         )
         state.session_id, state.sent = sent.session_id, sent
         if sent.session_id != stored:
-            data = {**ctx.session.data, SESSION_KEY: sent.session_id}
-            await anyio.to_thread.run_sync(lambda: ctx.store.update(ctx.session_id, data=data))
+            await ctx.save_data(**{SESSION_KEY: sent.session_id})
             kind = "opencode-session-replaced" if sent.replaced else "opencode-session-created"
             details: dict[str, Any] = {"opencode_session_id": sent.session_id, "node": self.client.base_url}
             if sent.replaced:
@@ -385,7 +384,9 @@ class UnitAgent:
         known = ctx.tools.get(name)
         risk = known.risk if known is not None else "destructive"
         arguments = await self._call_input(state.session_id, request.get("tool"))
-        decision = await ctx.approve(risk, tool=name, arguments=arguments, reason=f"OpenCode asks to use {asked}")
+        decision = await ctx.approvals.approve(
+            risk, tool=name, arguments=arguments, reason=f"OpenCode asks to use {asked}"
+        )
         reply: PermissionReply = "reject"
         if decision.approved and known is not None and self.endpoint is not None:
             self.endpoint.admit(known.name)
