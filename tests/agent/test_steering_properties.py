@@ -13,16 +13,9 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from unit_mcp.agent import (
-    AgentRunner,
-    FunctionAgent,
-    Hooks,
-    MessageItem,
-    ModelRequest,
-    ModelResponse,
-    StepResult,
-    TurnContext,
-)
+from unit_mcp.agent import AgentRunner, FunctionAgent, Hooks, ModelRequest, ModelResponse, TurnContext
+from unit_mcp.agent.hooks import StepResult
+from unit_mcp.agent.items import MessageItem
 
 from .conftest import running
 
