@@ -79,6 +79,11 @@ class ToolOutput(BaseModel):
     is_error: bool = False
     structured: dict[str, Any] | None = None
 
+    def call_result(self) -> types.CallToolResult:
+        """The MCP result an endpoint answers with (the one place this conversion is written)."""
+        text = types.TextContent(type="text", text=self.text)
+        return types.CallToolResult(content=[text], structured_content=self.structured, is_error=self.is_error)
+
 
 class PromptFragment(BaseModel):
     """Guidance a tool source wants in the system prompt (an MCP server's instructions, a local tool's note)."""

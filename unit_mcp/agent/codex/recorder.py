@@ -34,10 +34,6 @@ class EventRecorder:
         self.message: MessageItem | None = None
         self.recorder = TurnRecorder(ctx.turn, ctx.tools, provider=PROVIDER)
 
-    @property
-    def completed(self) -> bool:
-        return self.usage is not None and self.failure is None
-
     async def record(self, event: CodexEvent | str) -> None:
         if isinstance(event, str):
             await self._event("codex-output", {"line": event[:_LINE_WIDTH]})
