@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from unit_mcp.agent import MessageItem, SessionStore
+from unit_mcp.agent import SessionStore
+from unit_mcp.agent.items import MessageItem
 from unit_mcp.agent.journal import Durability
 
 SIZES = (10, 10_000)

@@ -23,17 +23,8 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from unit_mcp.agent import (
-    AgentApprovals,
-    AgentRegistry,
-    AgentRunner,
-    AgentToolSurface,
-    ApprovalRequest,
-    EventItem,
-    MessageItem,
-    SessionStore,
-    ToolCallItem,
-)
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, ApprovalRequest, SessionStore
+from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem
 from unit_mcp.agent.ui import AgentUI
 
 

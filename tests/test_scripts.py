@@ -45,7 +45,13 @@ def fake_project(tmp_path: Path, python_body: str) -> Path:
     steps = re.findall(r"^(scripts/[\w-]+)$", script, flags=re.MULTILINE)  # every install step it runs
     assert "scripts/bootstrap" in steps, "scripts/test changed shape: update this stub list"
     stubs = dict.fromkeys(steps, "")
-    stubs |= {".venv/bin/ruff": "", ".venv/bin/mypy": "", ".venv/bin/python": python_body, "bin/npm": ""}
+    stubs |= {
+        ".venv/bin/ruff": "",
+        ".venv/bin/mypy": "",
+        ".venv/bin/lint-imports": "",
+        ".venv/bin/python": python_body,
+        "bin/npm": "",
+    }
     for name, body in stubs.items():
         path = repo / name
         path.parent.mkdir(parents=True, exist_ok=True)

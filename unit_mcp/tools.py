@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import core_schema
 
-from . import __version__
+from ._version import __version__
 from .cancel import cancellation
 from .errors import UnitError
 from .models import (

@@ -29,9 +29,9 @@ from unit_mcp.agent import (
     AgentRunner,
     AgentToolSurface,
     McpToolSource,
-    Session,
     SessionStore,
 )
+from unit_mcp.agent.items import Session
 from unit_mcp.bridge import Bridge
 from unit_mcp.tools import UnitTools
 

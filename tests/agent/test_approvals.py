@@ -12,15 +12,14 @@ from unit_mcp.agent import (
     AgentToolSurface,
     ApprovalDecision,
     ApprovalRequest,
-    EventItem,
     FunctionAgent,
     ModelRequest,
     ModelResponse,
-    ToolResultItem,
     TurnContext,
     TurnStatus,
 )
 from unit_mcp.agent.approvals import GRANTS_KEY
+from unit_mcp.agent.items import EventItem, ToolResultItem
 
 from .conftest import reload, running
 

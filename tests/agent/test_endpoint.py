@@ -23,7 +23,6 @@ from unit_mcp.agent import (
     AgentApprovals,
     AgentToolSurface,
     ApprovedEndpoint,
-    EndpointError,
     FunctionAgent,
     McpToolSource,
     ModelRequest,
@@ -31,6 +30,7 @@ from unit_mcp.agent import (
     TurnContext,
     TurnStatus,
 )
+from unit_mcp.agent.errors import EndpointError
 
 from .conftest import UnitServer, reload, running
 

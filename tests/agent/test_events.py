@@ -20,18 +20,16 @@ from unit_mcp.agent import (
     AgentRegistry,
     AgentRunner,
     AgentToolSurface,
-    EventItem,
     FunctionAgent,
-    MessageItem,
     ModelRequest,
     ModelResponse,
     OpenAIAgent,
     PendingApprovals,
-    Session,
     SessionStore,
     TurnContext,
 )
 from unit_mcp.agent.events import RunnerEvent, Subscription, events_app
+from unit_mcp.agent.items import EventItem, MessageItem, Session
 from unit_mcp.loopback import Guard, LoopbackServer, security_settings
 from unit_mcp.testing import ScriptedModel, say
 

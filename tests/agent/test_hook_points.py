@@ -7,21 +7,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from unit_mcp.agent import (
-    ErrorItem,
-    EventItem,
-    FunctionAgent,
-    Hooks,
-    MessageItem,
-    ModelRequest,
-    ModelResponse,
-    ToolCall,
-    ToolOutput,
-    ToolResultItem,
-    TurnContext,
-    TurnStatus,
-)
-from unit_mcp.agent.hooks import COMPACTED, Proceed, ToolExecution, summarise_tool_results
+from unit_mcp.agent import FunctionAgent, Hooks, ModelRequest, ModelResponse, ToolOutput, TurnContext, TurnStatus
+from unit_mcp.agent.hooks import COMPACTED, Proceed, ToolCall, ToolExecution, summarise_tool_results
+from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, ToolResultItem
 
 from .conftest import reload, running
 

@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from unit_mcp.agent import MessageItem, Session, SessionStore
+from unit_mcp.agent import SessionStore
+from unit_mcp.agent.items import MessageItem, Session
 
 text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=24)
 operation = st.one_of(

@@ -12,22 +12,16 @@ from unit_mcp.agent import (
     AgentApprovals,
     AgentRunner,
     AgentToolSurface,
-    ErrorItem,
-    EventItem,
     FunctionAgent,
     Hooks,
-    MessageItem,
     ModelRequest,
     ModelResponse,
-    Refusal,
-    Session,
-    StepResult,
-    ToolCall,
-    ToolResultItem,
     TurnContext,
     TurnStatus,
     delegation_tool,
 )
+from unit_mcp.agent.hooks import Refusal, StepResult, ToolCall
+from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, Session, ToolResultItem
 
 from .conftest import reload, running
 

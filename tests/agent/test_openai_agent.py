@@ -9,18 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from unit_mcp.agent import (
-    Agent,
-    AgentApprovals,
-    AgentToolSurface,
-    Item,
-    MessageItem,
-    OpenAIAgent,
-    ToolResultItem,
-    TurnCallbacks,
-    TurnStatus,
-    Usage,
-)
+from unit_mcp.agent import Agent, AgentApprovals, AgentToolSurface, OpenAIAgent, TurnStatus
+from unit_mcp.agent.items import Item, MessageItem, ToolResultItem, Usage
+from unit_mcp.agent.turns import TurnCallbacks
 from unit_mcp.testing import Match, ScriptedError, ScriptedModel, ScriptedUsage, Step, call, say, tool_call
 
 from .conftest import SLOW_EVENTS, UnitServer, reload, running

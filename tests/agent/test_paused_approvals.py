@@ -29,20 +29,19 @@ from unit_mcp.agent import (
     AgentToolSurface,
     ApprovalDecision,
     ApprovalRequest,
-    EventItem,
     FunctionAgent,
     ModelRequest,
     ModelResponse,
     PendingApprovals,
     SessionStore,
-    ToolResultItem,
     TurnContext,
     TurnHandle,
     TurnStatus,
-    chat_messages,
 )
 from unit_mcp.agent.approvals import GRANTS_KEY
+from unit_mcp.agent.items import EventItem, ToolResultItem
 from unit_mcp.agent.paused import paused_calls, pending_requests
+from unit_mcp.agent.projections import chat_messages
 
 from .conftest import reload, running
 

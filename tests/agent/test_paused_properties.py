@@ -28,18 +28,15 @@ from unit_mcp.agent import (
     AgentToolSurface,
     ApprovalDecision,
     ApprovalRequest,
-    EventItem,
     FunctionAgent,
-    MessageItem,
     ModelRequest,
     ModelResponse,
     PendingApprovals,
     SessionStore,
-    ToolCallItem,
-    ToolResultItem,
     TurnContext,
     TurnStatus,
 )
+from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.agent.paused import RESUMED_OUTPUT
 
 # What each call of the first life's turn had reached when the process ended:

@@ -21,15 +21,14 @@ from unit_mcp.agent import (
     AgentApprovals,
     AgentToolSurface,
     ApprovedEndpoint,
-    EventItem,
     FunctionAgent,
     ModelRequest,
     ModelResponse,
     PendingApprovals,
-    ToolResultItem,
     TurnContext,
     TurnStatus,
 )
+from unit_mcp.agent.items import EventItem, ToolResultItem
 from unit_mcp.agent.presets import Preset, PresetError, PresetManager, load_presets
 from unit_mcp.agent.prompts import format_presets
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp.agent import AgentError, ErrorItem, FunctionAgent, ModelRequest, TurnContext, TurnStatus, prompts
+from unit_mcp.agent import AgentError, FunctionAgent, ModelRequest, TurnContext, TurnStatus, prompts
+from unit_mcp.agent.items import ErrorItem
 from unit_mcp.agent.toolsurface import ToolDef
 
 from .conftest import reload, running

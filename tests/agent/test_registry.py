@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from unit_mcp.agent import AgentRegistry, FunctionAgent, UnknownAgent
+from unit_mcp.agent import AgentRegistry, FunctionAgent
+from unit_mcp.agent.errors import UnknownAgent
 
 
 def test_factories_are_lazy_cached_and_get_the_deps() -> None:

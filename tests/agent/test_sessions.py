@@ -8,18 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp.agent import (
-    AgentError,
-    EventItem,
-    MessageItem,
-    Session,
-    SessionCorrupt,
-    SessionNotFound,
-    SessionStore,
-    ToolCallItem,
-    ToolResultItem,
-    Usage,
-)
+from unit_mcp.agent import AgentError, SessionStore
+from unit_mcp.agent.errors import SessionCorrupt, SessionNotFound
+from unit_mcp.agent.items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
 from unit_mcp.agent.projections import chat_messages, display_messages
 
 

@@ -13,7 +13,9 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from unit_mcp.agent import FunctionAgent, Hooks, MessageItem, ModelRequest, ModelResponse, StepResult, TurnContext
+from unit_mcp.agent import AgentRunner, FunctionAgent, Hooks, ModelRequest, ModelResponse, TurnContext
+from unit_mcp.agent.hooks import StepResult
+from unit_mcp.agent.items import MessageItem
 
 from .conftest import running
 
@@ -41,12 +43,13 @@ async def scenario(root: Path, plan: list[Step]) -> tuple[list[list[str]], dict[
     requests: list[list[str]] = []  # the user texts of every model request, in order
     arrived: dict[str, int] = {}  # message -> index of the model request during whose step it arrived
     sent: list[str] = []
+    runners: list[AgentRunner] = []  # the runner below: a turn's context does not hand it out
 
     async def steer(ctx: TurnContext) -> None:
         text = f"steer-{len(sent)}"
         sent.append(text)
         arrived[text] = len(requests) - 1
-        await ctx.runner.steer(ctx.session_id, text)
+        await runners[0].steer(ctx.session_id, text)
 
     def current() -> Step:
         index = len(requests) - 1
@@ -74,6 +77,7 @@ async def scenario(root: Path, plan: list[Step]) -> tuple[list[list[str]], dict[
 
     agent = FunctionAgent(model, id="f", max_steps=100, hooks=Hooks(should_continue=[stop]))
     async with running(root, {"f": lambda deps: agent}) as runner:
+        runners.append(runner)
         runner.tools.tool(work)
         session = await runner.create_session("f")
         await runner.run_turn(session.id, "start")

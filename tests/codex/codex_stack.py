@@ -31,10 +31,10 @@ from unit_mcp.agent import (
     AgentRunner,
     AgentToolSurface,
     McpToolSource,
-    Session,
     SessionStore,
 )
 from unit_mcp.agent.codex import CodexModel, register
+from unit_mcp.agent.items import Session
 from unit_mcp.bridge import Bridge
 from unit_mcp.testing import ScriptedModel, Step
 from unit_mcp.tools import UnitTools

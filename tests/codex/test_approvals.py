@@ -10,16 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp.agent import (
-    AgentApprovals,
-    ApprovalDecision,
-    ApprovalRequest,
-    EventItem,
-    ToolCallItem,
-    ToolResultItem,
-    TurnStatus,
-)
+from unit_mcp.agent import AgentApprovals, ApprovalDecision, ApprovalRequest, TurnStatus
 from unit_mcp.agent.approvals import GRANTS_KEY
+from unit_mcp.agent.items import EventItem, ToolCallItem, ToolResultItem
 from unit_mcp.testing import Match, call, say, tool_call
 
 from .codex_stack import TURN_TIMEOUT, codex_stack, reload

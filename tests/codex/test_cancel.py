@@ -8,7 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from unit_mcp.agent import EventItem, ToolCallItem, ToolResultItem, TurnStatus
+from unit_mcp.agent import TurnStatus
+from unit_mcp.agent.items import EventItem, ToolCallItem, ToolResultItem
 from unit_mcp.testing import Match, Step, call, say, tool_call
 
 from .codex_stack import TURN_TIMEOUT, codex_pids, codex_stack, reload

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp.agent import MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.agent.codex import CodexHome, CodexModel, McpServer, codex_config, dumps_toml, parse_line
 from unit_mcp.agent.codex.config import MCP_TOKEN_ENV, MODEL_KEY_ENV
 from unit_mcp.agent.codex.events import McpToolCall
 from unit_mcp.agent.codex.history import CLIPPED, codex_prompt
+from unit_mcp.agent.items import MessageItem, ToolCallItem, ToolResultItem
 
 MODEL = CodexModel(name="m-1", base_url="http://127.0.0.1:9/v1", api_key="model-secret")
 SERVER = McpServer(name="unit-agent", url="http://127.0.0.1:8/mcp", token="mcp-secret")

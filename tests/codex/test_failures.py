@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp.agent import ErrorItem, EventItem, MessageItem, ToolCallItem, ToolResultItem, TurnStatus
+from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.codex import CodexHome, CodexModel, CodexProcess, McpServer
 from unit_mcp.agent.codex.agent import EXEC_ARGS
+from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.testing import Match, ScriptedError, ScriptedModel, Step, call, say, tool_call
 
 from .codex_stack import TURN_TIMEOUT, codex_pids, codex_stack, reload

@@ -17,16 +17,9 @@ from item_kinds import item_kinds
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from unit_mcp.agent import (
-    AgentApprovals,
-    ApprovedEndpoint,
-    EventItem,
-    MessageItem,
-    ToolCallItem,
-    ToolResultItem,
-    TurnStatus,
-)
+from unit_mcp.agent import AgentApprovals, ApprovedEndpoint, TurnStatus
 from unit_mcp.agent.codex import register
+from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.testing import Match, call, say, tool_call
 
 from .codex_stack import (

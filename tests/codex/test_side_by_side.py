@@ -10,7 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from unit_mcp.agent import MessageItem, OpenAIAgent, ToolCallItem, TurnStatus
+from unit_mcp.agent import OpenAIAgent, TurnStatus
+from unit_mcp.agent.items import MessageItem, ToolCallItem
 from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, OpenCodeEndpoint, UnitAgent, opencode_tool_name
 from unit_mcp.testing import Match, call, say, tool_call
 

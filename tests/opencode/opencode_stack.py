@@ -22,7 +22,8 @@ from typing import Any
 import anyio
 
 from unit_mcp import Host, UnitService
-from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, McpToolSource, Session
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, McpToolSource
+from unit_mcp.agent.items import Session
 from unit_mcp.agent.opencode import (
     IsolatedRoot,
     NodeProcess,

@@ -11,7 +11,8 @@ import anyio
 import httpx
 import pytest
 
-from unit_mcp.agent import ErrorItem, MessageItem, ToolCallItem, TurnStatus
+from unit_mcp.agent import TurnStatus
+from unit_mcp.agent.items import ErrorItem, MessageItem, ToolCallItem
 from unit_mcp.agent.opencode import (
     PINNED_VERSION,
     NodeUnavailable,

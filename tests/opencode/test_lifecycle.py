@@ -8,7 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from unit_mcp.agent import EventItem, ToolCallItem, ToolResultItem, TurnStatus
+from unit_mcp.agent import TurnStatus
+from unit_mcp.agent.items import EventItem, ToolCallItem, ToolResultItem
 from unit_mcp.agent.opencode import SESSION_KEY, read_reply
 from unit_mcp.testing import Match, ScriptedError, Step, call, say, tool_call
 

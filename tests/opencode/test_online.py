@@ -16,7 +16,8 @@ from item_kinds import item_kinds
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from unit_mcp.agent import AgentApprovals, EventItem, MessageItem, ToolCallItem, ToolResultItem, TurnStatus
+from unit_mcp.agent import AgentApprovals, TurnStatus
+from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.agent.opencode import SESSION_KEY
 from unit_mcp.testing import Match, call, say, tool_call
 

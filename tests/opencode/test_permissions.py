@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp.agent import AgentApprovals, ApprovalRequest, EventItem, ToolResultItem, TurnStatus
+from unit_mcp.agent import AgentApprovals, ApprovalRequest, TurnStatus
+from unit_mcp.agent.items import EventItem, ToolResultItem
 from unit_mcp.testing import Match, call, say, tool_call
 
 from .opencode_stack import TURN_TIMEOUT, agent_stack, oc

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from item_kinds import item_kinds
 
-from unit_mcp.agent import EventItem, Item, MessageItem, ToolCallItem, ToolResultItem, TurnCallbacks, TurnStatus
+from unit_mcp.agent import TurnStatus
+from unit_mcp.agent.items import EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from unit_mcp.agent.turns import TurnCallbacks
 from unit_mcp.testing import Match, call, say, tool_call
 
 from .opencode_stack import TURN_TIMEOUT, agent_stack, oc

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from unit_mcp.agent import ApprovalRequest, EventItem, MessageItem, SessionStore, ToolCallItem, ToolResultItem
+from unit_mcp.agent import ApprovalRequest, SessionStore
+from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 IMG = '<img src=x onerror="window.__pwned = 2">'

@@ -10,7 +10,7 @@ import anyio
 import httpx
 import pytest
 
-from unit_mcp.agent import MessageItem
+from unit_mcp.agent.items import MessageItem
 from unit_mcp.agent.ui.follow import read_from
 
 from .conftest import embedded

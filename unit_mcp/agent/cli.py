@@ -46,10 +46,6 @@ if TYPE_CHECKING:
     from .turns import TurnCallbacks, TurnHandle
 
 AGENT_ID = "unit-agent"
-INSTRUCTIONS = """\
-You develop the hot-reloadable units of a running Python application, using only the tools you are \
-offered. Inspect before you edit, pass the hash you read as expected_hash, run the unit's tests after a \
-change, and say plainly what you did and what you could not do."""
 
 
 class CliError(Exception):
@@ -203,6 +199,7 @@ async def turn_runtime(
     # the MCP and OpenAI SDKs load only here: browsing sessions stays quick
     from .mcpsource import McpToolSource
     from .openai_agent import OpenAIAgent
+    from .prompts import PERSONA
     from .registry import AgentRegistry
     from .runner import AgentRunner
     from .toolsurface import AgentToolSurface
@@ -225,7 +222,7 @@ async def turn_runtime(
             base_url=args.base_url,
             api_key=args.api_key,
             stream=not args.no_stream,
-            instructions=INSTRUCTIONS,
+            instructions=PERSONA,
             max_steps=args.max_steps,
         ),
     )

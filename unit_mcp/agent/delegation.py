@@ -23,14 +23,10 @@ async def delegate(
     ctx: TurnContext, agent_id: str, input: str, *, title: str | None = None, timeout: float | None = None
 ) -> TurnHandle:
     """Run `agent_id` on `input` in a new child session and wait for its turn to end."""
-    child = await ctx.runner.create_session(
-        agent_id, parent_id=ctx.session_id, title=title or f"delegated from {ctx.session_id}"
-    )
-    await ctx.turn.append_item(
-        EventItem(kind="delegation-started", data={"child_session_id": child.id, "agent_id": agent_id, "input": input})
-    )
-    handle = await ctx.runner.run_turn(child.id, input)
+    handle = await ctx.delegate(agent_id, input, title or f"delegated from {ctx.session_id}")
+    started = {"child_session_id": handle.session_id, "agent_id": agent_id, "input": input}
     try:
+        await ctx.turn.append_item(EventItem(kind="delegation-started", data=started))
         await handle.wait(timeout)
     except BaseException:
         with anyio.CancelScope(shield=True):
@@ -40,7 +36,7 @@ async def delegate(
         EventItem(
             kind="delegation-finished",
             data={
-                "child_session_id": child.id,
+                "child_session_id": handle.session_id,
                 "agent_id": agent_id,
                 "status": str(handle.status),
                 "result": handle.result,

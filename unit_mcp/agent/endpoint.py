@@ -42,7 +42,7 @@ from starlette.routing import Mount, Route
 from ..loopback import Guard, LoopbackServer, SseEndpoint, security_settings
 from ..opencode_isolation import config_path, opencode_config, write_opencode_config
 from .errors import EndpointError, ToolFailed
-from .toolsurface import AgentToolSurface
+from .toolsurface import AgentToolSurface, ToolOutput
 
 log = logging.getLogger("unit_mcp.agent.endpoint")
 
@@ -138,23 +138,18 @@ class ApprovedEndpoint:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         if params.name not in {tool.name for tool in self.tool_defs()}:
-            return types.CallToolResult(
-                content=[
-                    types.TextContent(type="text", text=f"[not_available] {params.name} is not an approved tool.")
-                ],
-                is_error=True,
-            )
+            return ToolOutput(
+                text=f"[not_available] {params.name} is not an approved tool.", is_error=True
+            ).call_result()
         try:
-            output = await self.surface.call(params.name, dict(params.arguments or {}), grants=self.grants)
+            output = await self.run_tool(params.name, dict(params.arguments or {}))
         except ToolFailed as exc:
-            output_text, is_error, structured = str(exc), True, None
-        else:
-            output_text, is_error, structured = output.text, output.is_error, output.structured
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=output_text)],
-            structured_content=structured,
-            is_error=is_error,
-        )
+            output = ToolOutput(text=str(exc), is_error=True)
+        return output.call_result()
+
+    async def run_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        """Run a listed tool; an endpoint that asks before some calls does it here."""
+        return await self.surface.call(name, arguments, grants=self.grants)
 
     def _instructions(self) -> str | None:
         fragments = [fragment.text for fragment in self.surface.prompt_fragments()]

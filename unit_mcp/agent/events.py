@@ -17,7 +17,7 @@ import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
@@ -25,7 +25,6 @@ from pydantic import BaseModel, Field
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from .runner import AgentRunner
 
 EventKind = Literal[
     "turn-status", "text", "tool-call-started", "tool-call-finished", "approval-requested", "approval-answered", "gap"
@@ -155,7 +154,14 @@ class EventHub:
             subscription.close()
 
 
-def events_app(runner: AgentRunner, *, path: str = "/events", buffer: int = DEFAULT_BUFFER) -> Starlette:
+class Publisher(Protocol):
+    """What `events_app` needs of the runner: its event hub."""
+
+    @property
+    def event_hub(self) -> EventHub: ...
+
+
+def events_app(runner: Publisher, *, path: str = "/events", buffer: int = DEFAULT_BUFFER) -> Starlette:
     """A Starlette app serving `runner.events()` as server-sent events at `path` (`event:` is the kind, `id:`
     the seq, `data:` the event as JSON); `?session_id=` narrows it to one session. Mount it behind the
     application's own guard (e.g. `loopback.Guard` with a bearer token)."""
@@ -166,7 +172,7 @@ def events_app(runner: AgentRunner, *, path: str = "/events", buffer: int = DEFA
 
     async def stream(request: Request) -> EventSourceResponse:
         only = request.query_params.get("session_id")
-        subscription = runner.events(buffer=buffer)
+        subscription = runner.event_hub.subscribe(buffer)
 
         async def frames() -> AsyncIterator[dict[str, str]]:
             with subscription:

@@ -29,10 +29,11 @@ import anyio
 
 from .errors import AgentError, StepLimitReached
 from .hooks import Hooks, Messages, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall, history_size
-from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
+from .items import EventItem, Item, MessageItem, Session, ToolCallItem
 from .paused import RESUMED_OUTPUT, paused_calls
 from .projections import chat_messages
 from .prompts import system_prompt
+from .recorder import TurnRecorder
 from .toolsurface import ToolOutput
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class LoopAgent(ABC):
         async with self.turn_scope(ctx):
             for call in paused:
                 assert call.decision is not None
-                ctx.answered[call.call.call_id] = call.decision
+                ctx.approvals.answered[call.call.call_id] = call.decision
                 # Claimed before it runs: if this turn ends too, the call is never run a second time.
                 await ctx.turn.update_item(call.result.id, output=RESUMED_OUTPUT)
                 output = await self._execute(ctx, call.call)
@@ -148,7 +149,7 @@ class LoopAgent(ABC):
             request = ModelRequest(
                 step=step,
                 messages=([{"role": "system", "content": system}] if system else []) + messages,
-                tools=ctx.tools.openai_tools(ctx.grants()),
+                tools=ctx.tools.openai_tools(ctx.approvals.grants()),
             )
             request = await self.hooks.run_before_request(ctx, request)
             if not ctx.inbox.has_steering:
@@ -198,46 +199,42 @@ class LoopAgent(ABC):
             message = await ctx.turn.update_item(response.message_id, partial=False, **fields)
         else:
             message = await ctx.turn.append_item(MessageItem(role="assistant", **fields))
+        recorder = TurnRecorder(ctx.turn, ctx.tools)
         runnable: list[ToolCallItem] = []
         for call in response.tool_calls:
-            item = await self._open_call(ctx, call, message.id)
+            item = await self._open_call(ctx, recorder, call, message.id)
             if item is not None:
                 runnable.append(item)
-        outputs = await self._run_tools(ctx, runnable)
+        outputs = await self._run_tools(ctx, recorder, runnable)
         return StepResult(
             step=step, message_id=message.id, content=response.content, tool_calls=response.tool_calls, outputs=outputs
         )
 
-    async def _open_call(self, ctx: TurnContext, call: ToolCall, message_id: str) -> ToolCallItem | None:
+    async def _open_call(
+        self, ctx: TurnContext, recorder: TurnRecorder, call: ToolCall, message_id: str
+    ) -> ToolCallItem | None:
         """Record the call (after the hooks may have rewritten it); a refused call is closed at once."""
         outcome = await self.hooks.run_before_tool_call(ctx, call)
         chosen = outcome if isinstance(outcome, ToolCall) else call
-        tool = ctx.tools.get(chosen.name)
-        item = await ctx.turn.append_item(
-            ToolCallItem(
-                name=tool.name if tool else chosen.name,
-                arguments=chosen.arguments,
-                call_id=call.id,
-                risk=tool.risk if tool else None,
-                source=tool.source if tool else None,
-                parent_id=message_id,
-            )
-        )
-        assert isinstance(item, ToolCallItem)
+        item = await recorder.open_call(call.id, chosen.name, chosen.arguments, parent_id=message_id)
+        if item is None:
+            return None  # the model repeated a call id: the call is recorded (and run) once
         if isinstance(outcome, ToolCall) and outcome.arguments != call.arguments:
             await ctx.turn.append_item(
                 EventItem(kind="tool-call-rewritten", data={"call_id": call.id, "original_arguments": call.arguments})
             )
         if isinstance(outcome, Refusal):
-            await self._close(ctx, item, ToolOutput(text=f"[refused] {outcome.reason}", is_error=True))
+            await recorder.close_call(call.id, ToolOutput(text=f"[refused] {outcome.reason}", is_error=True))
             return None
         return item
 
-    async def _run_tools(self, ctx: TurnContext, calls: list[ToolCallItem]) -> dict[str, ToolOutput]:
+    async def _run_tools(
+        self, ctx: TurnContext, recorder: TurnRecorder, calls: list[ToolCallItem]
+    ) -> dict[str, ToolOutput]:
         outputs: dict[str, ToolOutput] = {}
         if not self.parallel_tools or len(calls) < 2:
             for call in calls:
-                outputs[call.call_id] = await self._run_tool(ctx, call)
+                outputs[call.call_id] = await self._run_tool(ctx, recorder, call)
             return outputs
         failures: list[Exception] = []
         async with anyio.create_task_group() as tg:
@@ -245,7 +242,7 @@ class LoopAgent(ABC):
 
                 async def run_one(call: ToolCallItem = call) -> None:
                     try:
-                        outputs[call.call_id] = await self._run_tool(ctx, call)
+                        outputs[call.call_id] = await self._run_tool(ctx, recorder, call)
                     except Exception as exc:
                         failures.append(exc)
                         tg.cancel_scope.cancel()
@@ -255,9 +252,9 @@ class LoopAgent(ABC):
             raise failures[0]
         return outputs
 
-    async def _run_tool(self, ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
+    async def _run_tool(self, ctx: TurnContext, recorder: TurnRecorder, call: ToolCallItem) -> ToolOutput:
         output = await self._execute(ctx, call)
-        await self._close(ctx, call, output)
+        await recorder.close_call(call.call_id, output)
         return output
 
     async def _execute(self, ctx: TurnContext, call: ToolCallItem) -> ToolOutput:
@@ -276,16 +273,3 @@ class LoopAgent(ABC):
                 text=f"[invalid_arguments] {call.name}: arguments are not a JSON object ({exc})", is_error=True
             )
         return await ctx.tools.call(call.name, arguments, ctx, call_id=call.call_id)
-
-    @staticmethod
-    async def _close(ctx: TurnContext, call: ToolCallItem, output: ToolOutput) -> None:
-        await ctx.turn.append_item(
-            ToolResultItem(
-                name=call.name,
-                call_id=call.call_id,
-                output=output.text,
-                is_error=output.is_error,
-                structured=output.structured,
-                parent_id=call.id,
-            )
-        )

@@ -24,15 +24,23 @@ import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .approvals import RISKS, Risk, normalise_risk
 from .errors import AgentError
 
-if TYPE_CHECKING:
-    from .toolsurface import ToolDef
+
+class NamedTool(Protocol):
+    """What a preset needs of a tool (`toolsurface.ToolDef` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def risk(self) -> str: ...
+
 
 log = logging.getLogger("unit_mcp.agent.presets")
 
@@ -159,7 +167,7 @@ class PresetManager:
         """The presets (active or not) that name the tool."""
         return [p.name for p in self._presets.values() if any(_matches(pattern, tool) for pattern in p.tools)]
 
-    def describe(self, tools: Sequence[ToolDef], name: str) -> PresetInfo:
+    def describe(self, tools: Sequence[NamedTool], name: str) -> PresetInfo:
         preset = self.require(name)
         found = [tool for tool in tools if any(_matches(pattern, tool.name) for pattern in preset.tools)]
         missing = [pattern for pattern in preset.tools if not any(_matches(pattern, t.name) for t in tools)]

@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from .presets import PresetInfo
     from .toolsurface import PromptFragment, ToolDef
 
+PERSONA = (
+    "You are Unit Agent. You develop the units (hot-reloadable plugins) of a running Python application "
+    "using only the approved tools you are offered. Read before you patch, patch with the hash you read, "
+    "run the unit's tests and reload it; say plainly what you did, and when a tool you need is not available."
+)
+"""The instructions every unit-developing agent starts from (the step loop of the CLI, Codex, OpenCode)."""
+
 Enricher = Callable[["TurnContext"], "str | Awaitable[str | None] | None"]
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -24,12 +23,13 @@ import anyio
 import anyio.abc
 
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
-from .context import Agent, TurnContext
+from .context import TurnApprovals, TurnContext
 from .errors import AgentError, TurnClosed
 from .events import DEFAULT_BUFFER, EventHub, Subscription
 from .inbox import Inbox
 from .items import EventItem, MessageItem, Session, SessionMeta
 from .paused import AFTER_END, DECIDED, paused_calls, pending_requests
+from .protocol import Agent
 from .registry import AgentRegistry
 from .sessions import SessionStore
 from .toolsurface import AgentToolSurface
@@ -53,7 +53,6 @@ class AgentRunner:
         registry: AgentRegistry,
         tools: AgentToolSurface,
         approvals: AgentApprovals | None = None,
-        deps: Mapping[str, Any] | None = None,
         cancel_timeout: float = 10.0,
     ) -> None:
         if registry is None or tools is None:
@@ -63,7 +62,6 @@ class AgentRunner:
         self.registry = registry
         self.tools = tools
         self.approvals = approvals or tools.approvals
-        self.deps: dict[str, Any] = dict(deps or {})
         self.cancel_timeout = cancel_timeout
         self._active: dict[str, Turn] = {}
         self._inboxes: dict[str, Inbox] = {}
@@ -342,18 +340,15 @@ class AgentRunner:
                     TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"
                 )
                 raise
+            approvals = TurnApprovals(self.approvals, self.store, session_id, turn.controller)
             ctx = TurnContext(
                 session_id=session_id,
                 turn=turn.controller,
                 tools=self.tools,
-                approvals=self.approvals,
-                agents=self.registry,
+                approvals=approvals,
                 inbox=self.inbox(session_id),
                 store=self.store,
-                runner=self,
-                data_dir=self.store.root,
-                deps=self.deps,
-                callbacks=turn.callbacks,
+                delegate=lambda agent_id, input, title: self._delegate(session_id, agent_id, input, title),
             )
             if self._dropping:  # the runner began shutting down while this turn was set up: it never runs
                 turn.disposed = True
@@ -363,6 +358,10 @@ class AgentRunner:
             turn.publish("turn-status", status="running", agent_id=agent.id, resumes=resume)
             tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx, resume)
             return turn.handle
+
+    async def _delegate(self, parent_id: str, agent_id: str, input: str, title: str) -> TurnHandle:
+        child = await self.create_session(agent_id, parent_id=parent_id, title=title)
+        return await self.run_turn(child.id, input)
 
     async def _drive(self, turn: Turn, agent: Agent, input: str, ctx: TurnContext, resume: str | None) -> None:
         """Run (or resume) the agent in the turn's cancel scope; whatever happens, the turn ends exactly once."""

@@ -21,7 +21,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any, Protocol, get_type_hints
 
 import anyio
 import mcp_types as types
@@ -37,7 +37,20 @@ from .toolnames import openai_tool_name
 from .turns import describe
 
 if TYPE_CHECKING:
-    from .context import TurnContext
+    from .turnapprovals import TurnApprovals
+    from .turns import TurnController
+
+
+class CallContext(Protocol):
+    """What a tool call needs of the turn (a `TurnContext` is one): its approvals and its items. A local
+    tool with a `ctx` parameter receives the whole context."""
+
+    @property
+    def turn(self) -> TurnController: ...
+
+    @property
+    def approvals(self) -> TurnApprovals: ...
+
 
 log = logging.getLogger("unit_mcp.agent.toolsurface")
 
@@ -65,6 +78,11 @@ class ToolOutput(BaseModel):
     text: str
     is_error: bool = False
     structured: dict[str, Any] | None = None
+
+    def call_result(self) -> types.CallToolResult:
+        """The MCP result an endpoint answers with (the one place this conversion is written)."""
+        text = types.TextContent(type="text", text=self.text)
+        return types.CallToolResult(content=[text], structured_content=self.structured, is_error=self.is_error)
 
 
 class PromptFragment(BaseModel):
@@ -329,7 +347,7 @@ class AgentToolSurface:
         self,
         name: str,
         arguments: dict[str, Any],
-        ctx: TurnContext | None = None,
+        ctx: CallContext | None = None,
         *,
         grants: Iterable[str] = (),
         call_id: str | None = None,
@@ -351,7 +369,7 @@ class AgentToolSurface:
             )
         risk = self._risk_of(tool, arguments)
         if ctx is not None:
-            decision = await ctx.approve(risk, tool=tool.name, arguments=arguments, call_id=call_id)
+            decision = await ctx.approvals.approve(risk, tool=tool.name, arguments=arguments, call_id=call_id)
             approved, reason = decision.approved, decision.reason
         else:
             approved = self.approvals.check_risk(risk, grants) == "approved"
@@ -366,7 +384,7 @@ class AgentToolSurface:
             return await self._call_local(self._local[tool.name], arguments, ctx)
         return await self._call_mcp(self._sources[tool.source], tool, arguments)
 
-    async def _call_local(self, tool: LocalTool, arguments: dict[str, Any], ctx: TurnContext | None) -> ToolOutput:
+    async def _call_local(self, tool: LocalTool, arguments: dict[str, Any], ctx: CallContext | None) -> ToolOutput:
         try:
             args = tool.args.model_validate(arguments)
         except ValidationError as exc:
@@ -418,7 +436,7 @@ class AgentToolSurface:
                 return "normal"  # the call fails on the unknown name; asking first would help nobody
             return presets.describe(self.registered(), name).risk
 
-        async def change(name: str, ctx: TurnContext | None, active: bool) -> ToolOutput:
+        async def change(name: str, ctx: CallContext | None, active: bool) -> ToolOutput:
             try:
                 changed = presets.activate(name) if active else presets.deactivate(name)
             except PresetError as exc:
@@ -435,10 +453,10 @@ class AgentToolSurface:
                 structured=info.model_dump(mode="json"),
             )
 
-        async def activate(name: str, ctx: TurnContext | None = None) -> ToolOutput:
+        async def activate(name: str, ctx: CallContext | None = None) -> ToolOutput:
             return await change(name, ctx, True)
 
-        async def deactivate(name: str, ctx: TurnContext | None = None) -> ToolOutput:
+        async def deactivate(name: str, ctx: CallContext | None = None) -> ToolOutput:
             return await change(name, ctx, False)
 
         self.add_local(

@@ -19,7 +19,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .. import __version__
+from .._version import __version__
 from ..agent.opencode.errors import OpenCodeError
 from .nodes import (
     Dispatched,

@@ -29,7 +29,7 @@ import anyio.abc
 
 from ..endpoint import ApprovedEndpoint
 from ..items import EventItem, Session, Usage
-from ..prompts import system_prompt
+from ..prompts import PERSONA, system_prompt
 from .config import CodexModel, McpServer
 from .endpoint import TurnEndpoint
 from .history import codex_prompt
@@ -41,11 +41,6 @@ if TYPE_CHECKING:
     from ..context import TurnContext
     from ..registry import AgentRegistry
 
-INSTRUCTIONS = (
-    "You are Unit Agent. You develop the units (hot-reloadable plugins) of a running Python application "
-    "using only the approved tools you are offered. Read before you patch, patch with the hash you read, "
-    "run the unit's tests and reload it; say plainly when a tool you need is not available."
-)
 EXEC_ARGS = ("exec", "--json", "--skip-git-repo-check", "--ephemeral")
 SERVER_NAME = "unit-agent"
 
@@ -59,7 +54,7 @@ class CodexAgent:
         endpoint: ApprovedEndpoint | None = None,
         id: str = "codex",
         name: str = "Codex agent",
-        instructions: str = INSTRUCTIONS,
+        instructions: str = PERSONA,
         server_name: str = SERVER_NAME,
         workspace: str | os.PathLike[str] | None = None,
         turn_timeout: float = 300.0,

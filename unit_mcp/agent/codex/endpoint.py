@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
 
 from ..endpoint import ApprovedEndpoint
-from ..errors import ToolFailed
+from ..toolsurface import ToolOutput
 
 if TYPE_CHECKING:
     from ..context import TurnContext
@@ -26,26 +25,10 @@ if TYPE_CHECKING:
 class TurnEndpoint(ApprovedEndpoint):
     def __init__(self, ctx: TurnContext, **options: Any) -> None:
         self.ctx = ctx
-        super().__init__(ctx.tools, grants=ctx.grants(), **options)
+        super().__init__(ctx.tools, grants=ctx.approvals.grants(), **options)
 
     def tool_defs(self) -> list[types.Tool]:
-        return self.surface.mcp_tool_defs(self.ctx.grants(), interactive=True)
+        return self.surface.mcp_tool_defs(self.ctx.approvals.grants(), interactive=True)
 
-    async def _call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        if params.name not in {tool.name for tool in self.tool_defs()}:
-            return _error(f"[not_available] {params.name} is not an approved tool.")
-        try:
-            output = await self.surface.call(params.name, dict(params.arguments or {}), self.ctx)
-        except ToolFailed as exc:
-            return _error(str(exc))
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=output.text)],
-            structured_content=output.structured,
-            is_error=output.is_error,
-        )
-
-
-def _error(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+    async def run_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        return await self.surface.call(name, arguments, self.ctx)

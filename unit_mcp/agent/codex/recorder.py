@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..items import EventItem, MessageItem, ToolCallItem, ToolResultItem
+from ..items import EventItem, MessageItem
+from ..recorder import TurnRecorder
+from ..toolsurface import ToolOutput
 from .events import CodexEvent, CodexUsage, McpToolCall
 
 if TYPE_CHECKING:
@@ -30,16 +32,7 @@ class EventRecorder:
         self.failure: str | None = None
         self.errors: list[str] = []
         self.message: MessageItem | None = None
-        self._calls: dict[str, str] = {}  # Codex item id -> the session's call id
-        self._closed: set[str] = set()
-
-    @property
-    def completed(self) -> bool:
-        return self.usage is not None and self.failure is None
-
-    @property
-    def open_calls(self) -> list[str]:
-        return [call_id for item_id, call_id in self._calls.items() if item_id not in self._closed]
+        self.recorder = TurnRecorder(ctx.turn, ctx.tools, provider=PROVIDER)
 
     async def record(self, event: CodexEvent | str) -> None:
         if isinstance(event, str):
@@ -72,14 +65,14 @@ class EventRecorder:
         if kind == "mcp_tool_call":
             call = McpToolCall.model_validate(item)
             await self._open(call)
-            await self._close(call)
+            structured = call.result.structured_content if call.result is not None else None
+            output = ToolOutput(text=call.output_text(), is_error=call.failed, structured=structured)
+            await self.recorder.close_call(self._call_id(call), output)
         elif kind == "agent_message":
             text = item.get("text")
-            stored = await self.ctx.turn.append_item(
-                MessageItem(
-                    role="assistant", content=text if isinstance(text, str) else "", provider=PROVIDER, model=self.model
-                )
-            )
+            content = text if isinstance(text, str) else ""
+            message = MessageItem(role="assistant", content=content, provider=PROVIDER, model=self.model)
+            stored = await self.recorder.put_message(message, None)
             assert isinstance(stored, MessageItem)
             self.message = stored
         elif kind == "error":
@@ -88,36 +81,10 @@ class EventRecorder:
             await self._event(f"codex-{kind or 'item'}", item)
 
     async def _open(self, call: McpToolCall) -> None:
-        if call.id in self._calls:
-            return
-        call_id = f"{self.ctx.turn.id}-{call.id}"
-        self._calls[call.id] = call_id
-        known = self.ctx.tools.get(call.tool)
-        await self.ctx.turn.append_item(
-            ToolCallItem(
-                name=call.tool,
-                arguments=call.arguments_json(),
-                call_id=call_id,
-                risk=known.risk if known is not None else None,
-                source=call.server or None,
-                provider=PROVIDER,
-            )
-        )
+        await self.recorder.open_call(self._call_id(call), call.tool, call.arguments_json(), source=call.server or None)
 
-    async def _close(self, call: McpToolCall) -> None:
-        if call.id in self._closed:
-            return
-        self._closed.add(call.id)
-        structured = call.result.structured_content if call.result is not None else None
-        await self.ctx.turn.append_item(
-            ToolResultItem(
-                name=call.tool,
-                call_id=self._calls[call.id],
-                output=call.output_text(),
-                is_error=call.failed,
-                structured=structured,
-            )
-        )
+    def _call_id(self, call: McpToolCall) -> str:
+        return f"{self.ctx.turn.id}-{call.id}"
 
     async def _event(self, kind: str, data: dict[str, Any]) -> None:
         await self.ctx.turn.append_item(EventItem(kind=kind, data=data))

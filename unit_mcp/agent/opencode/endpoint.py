@@ -15,10 +15,9 @@ import re
 from typing import Any
 
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
 
 from ..endpoint import ApprovedEndpoint
-from ..errors import ToolFailed
+from ..toolsurface import ToolOutput
 
 _OPENCODE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -67,25 +66,12 @@ class OpenCodeEndpoint(ApprovedEndpoint):
         """Let one call of `tool_name` through (an approval the user gave for one OpenCode request)."""
         self._admitted[tool_name] += 1
 
-    async def _call_tool(
-        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        tool = self.surface.get(params.name)
+    async def run_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        tool = self.surface.get(name)
         if tool is None or self.approvals.check_risk(tool.risk, self.grants) != "needs-approval":
-            return await super()._call_tool(ctx, params)
+            return await super().run_tool(name, arguments)
         if self._admitted[tool.name] <= 0:
-            return _refusal(f"[approval_required] {tool.name} (risk: {tool.risk}) needs an approval for each call.")
+            text = f"[approval_required] {tool.name} (risk: {tool.risk}) needs an approval for each call."
+            return ToolOutput(text=text, is_error=True)
         self._admitted[tool.name] -= 1
-        try:
-            output = await self.surface.call(tool.name, dict(params.arguments or {}), grants=[*self.grants, tool.risk])
-        except ToolFailed as exc:
-            return _refusal(str(exc))
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=output.text)],
-            structured_content=output.structured,
-            is_error=output.is_error,
-        )
-
-
-def _refusal(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+        return await self.surface.call(tool.name, arguments, grants=[*self.grants, tool.risk])

@@ -1,0 +1,94 @@
+"""TurnRecorder: how every agent writes what happens in its turn into the session, in one place.
+
+The step-loop agents, Codex and OpenCode use it alike. A tool call is opened once, as it starts, with the
+risk the surface knows for it (so a turn cancelled mid-call has the call on disk and the turn closes it with
+a synthetic result), and closed once, its result linked to the call; a repeated report of the same call (a
+provider's stream, then its read-back) is ignored. Streamed assistant text is one partial message per
+provider message, held in memory (`on_partial` per delta) and made final in place; text nothing confirmed
+is labelled (`interrupted` after a cancel, `unconfirmed` otherwise) so it is never taken for an answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import TurnClosed
+from .items import Item, MessageItem, ToolCallItem, ToolResultItem
+
+if TYPE_CHECKING:
+    from .toolsurface import AgentToolSurface, ToolOutput
+    from .turns import TurnController
+
+
+class TurnRecorder:
+    def __init__(self, turn: TurnController, tools: AgentToolSurface, *, provider: str | None = None) -> None:
+        self.turn = turn
+        self.tools = tools
+        self.provider = provider
+        self._calls: dict[str, ToolCallItem] = {}  # call id -> its item
+        self._closed: set[str] = set()
+        self._partials: dict[str, str] = {}  # the provider's message id -> the partial item streaming it
+
+    async def open_call(
+        self, call_id: str, name: str, arguments: str, *, source: str | None = None, parent_id: str | None = None
+    ) -> ToolCallItem | None:
+        """Record a call as it starts; None if it was recorded already. `source` defaults to the tool's."""
+        if call_id in self._calls:
+            return None
+        known = self.tools.get(name)
+        item = await self.turn.append_item(
+            ToolCallItem(
+                name=name,
+                arguments=arguments,
+                call_id=call_id,
+                risk=known.risk if known is not None else None,
+                source=source if source is not None or known is None else known.source,
+                provider=self.provider,
+                parent_id=parent_id,
+            )
+        )
+        assert isinstance(item, ToolCallItem)
+        self._calls[call_id] = item
+        return item
+
+    async def close_call(self, call_id: str, output: ToolOutput) -> None:
+        """Record an opened call's result, once."""
+        call = self._calls.get(call_id)
+        if call is None or call_id in self._closed:
+            return
+        self._closed.add(call_id)
+        await self.turn.append_item(
+            ToolResultItem(
+                name=call.name,
+                call_id=call_id,
+                output=output.text,
+                is_error=output.is_error,
+                structured=output.structured,
+                parent_id=call.id,
+            )
+        )
+
+    async def stream(self, message_id: str, text: str, *, model: str | None = None) -> None:
+        """The partial message streaming the provider's message `message_id` now shows `text`."""
+        item_id = self._partials.get(message_id)
+        if item_id is None:
+            partial = MessageItem(role="assistant", content=text, partial=True, provider=self.provider, model=model)
+            self._partials[message_id] = (await self.turn.append_item(partial)).id
+        else:
+            await self.turn.update_item(item_id, content=text, persist=False)
+
+    async def put_message(self, message: MessageItem, message_id: str | None) -> Item:
+        """A complete message: into the partial that streamed it (keeping its place), else appended."""
+        streamed = self._partials.pop(message_id, None) if message_id is not None else None
+        if streamed is None:
+            return await self.turn.append_item(message)
+        fields: dict[str, Any] = message.model_dump(include={"content", "kind", "provider", "model", "usage"})
+        return await self.turn.update_item(streamed, partial=False, **fields)
+
+    async def close_partials(self, kind: str) -> None:
+        """Streamed text nothing confirmed stays as it was streamed, labelled with `kind`."""
+        for message_id, item_id in list(self._partials.items()):
+            self._partials.pop(message_id)
+            with contextlib.suppress(TurnClosed):
+                await self.turn.update_item(item_id, partial=False, kind=kind)
