@@ -32,7 +32,9 @@ def history_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
 
 
 def readme_table() -> dict[str, tuple[str, bool, bool]]:
-    section = README.read_text(encoding="utf-8").split("### The ten tools", 1)[1].split("\n### ", 1)[0]
+    section = (
+        README.read_text(encoding="utf-8").split("### The tools (ten, twelve with history)", 1)[1].split("\n### ", 1)[0]
+    )
     return {name: (risk, ro == "yes", de == "yes") for name, risk, ro, de in ROW.findall(section)}
 
 
