@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_testrun.py                 # both
     .venv/bin/python scripts/bench_testrun.py --only tests    # unit_run_tests(trivial) / python -c pass
     .venv/bin/python scripts/bench_testrun.py --only start    # host start with 10,000 units, folder and SQLite
+    .venv/bin/python scripts/bench_testrun.py --only write    # where a folder patch + reload spends its time
 
 Nothing is asserted; the two sides of the ratio are interleaved call by call in the same run.
 """
@@ -80,9 +81,72 @@ def start(work: Path, count: int, repeats: int) -> None:
     print("## start", figures, sep="\n")
 
 
+def write(work: Path, rounds: int) -> None:
+    """Where a folder patch+reload's time goes: each phase timed inside the real `apply_patch` by wrapping it."""
+    import logging
+    import os
+    import statistics
+    from collections import defaultdict
+
+    from unit_mcp import paths
+
+    root = work / "write-units"
+    (root / "edited").mkdir(parents=True)
+    body = "".join(f"def f{k}(x):\n    return x * {k}\n\n" for k in range(40))
+    (root / "edited" / "__init__.py").write_text("VERSION = 0\n" + body)
+    spent: dict[str, list[float]] = defaultdict(list)
+    current: dict[str, float] = defaultdict(float)
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                current[name] += (time.perf_counter() - started) * 1000
+
+        return wrapper
+
+    with Host(root, work / "write-data", namespace="bench_write") as host:
+        service = UnitService(host)
+        loader = host.loader
+        loader.write = timed("loader.write (hash check, temp file, fsync, rename)", loader.write)  # type: ignore[method-assign]
+        host._reload = timed("host reload (drop, import, init, log line)", host._reload)  # type: ignore[method-assign]
+        service._compile = timed("syntax check (compile)", service._compile)  # type: ignore[method-assign]
+        handler = host._log_handler
+        assert handler is not None
+        handler.handle = timed("app log line (format, write)", handler.handle)  # type: ignore[method-assign]
+        real_fsync = os.fsync
+        os.fsync = timed("  of which fsync of the file", real_fsync)
+        try:
+            for n in range(rounds + 5):
+                current.clear()
+                started = time.perf_counter()
+                service.apply_patch("edited", "__init__.py", old=f"VERSION = {n}\n", new=f"VERSION = {n + 1}\n")
+                current["apply_patch total"] = (time.perf_counter() - started) * 1000
+                if n >= 5:
+                    for name, value in current.items():
+                        spent[name].append(value)
+            for _ in range(rounds):  # the same write without fsync, for scale (not what the loader does)
+                data = paths.read_bytes(root, ["edited", "__init__.py"])
+                started = time.perf_counter()
+                with open(root / "edited" / ".scratch", "wb") as handle:
+                    handle.write(data)
+                os.replace(root / "edited" / ".scratch", root / "edited" / ".scratch2")
+                spent["(for scale) same bytes written + renamed, no fsync"].append(
+                    (time.perf_counter() - started) * 1000
+                )
+        finally:
+            os.fsync = real_fsync
+            logging.getLogger("unit_mcp").handlers.clear()
+    print("## write + reload, folder loader, medians in ms")
+    for name, values in spent.items():
+        print(f"  {name}: {statistics.median(values):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("tests", "start"))
+    parser.add_argument("--only", choices=("tests", "start", "write"))
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--units", type=int, default=10_000)
     args = parser.parse_args()
@@ -92,6 +156,8 @@ def main() -> None:
             WARM.stop()
         if args.only in (None, "start"):
             start(Path(tmp), args.units, 3)
+        if args.only in (None, "write"):
+            write(Path(tmp), args.rounds)
 
 
 if __name__ == "__main__":
