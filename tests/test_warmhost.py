@@ -16,7 +16,7 @@ from conftest import sqlite_copy
 
 from unit_mcp import Host, UnitService
 from unit_mcp.paths import hash_bytes
-from unit_mcp.testrun import WARM, run_test_process
+from unit_mcp.testrun import STARTUP_TIMEOUT, WARM, WarmTestHost, _test_env, run_test_process
 
 CRASHES = {
     "exit": "import os\n\n\ndef main():\n    print('leaving', flush=True)\n    os._exit(3)\n",
@@ -107,3 +107,18 @@ def test_the_cold_path_still_runs_a_test(service: UnitService, tmp_path: Path) -
         service.loader.address, service.host.namespace, "probe", "init", timeout=30, cwd=tmp_path, warm=False
     )
     assert run.exit_code == 0 and "value 0" in run.stdout
+
+
+def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) -> None:
+    """An interpreter that cannot start (here: a PYTHONHOME that does not exist) fails both attempts; spawn says so
+    (the caller then runs the test cold) and does not try again on every call."""
+    warm = WarmTestHost()
+    env = {**_test_env(), "PYTHONHOME": str(tmp_path / "no-such-python")}
+    try:
+        started = time.monotonic()
+        assert warm.spawn(["--units", str(tmp_path)], env, tmp_path) is None
+        assert time.monotonic() - started < STARTUP_TIMEOUT, "a dead warm host ends the wait for its answer"
+        assert warm.spawn(["--units", str(tmp_path)], env, tmp_path) is None
+        assert warm.pid is None
+    finally:
+        warm.stop()

@@ -273,6 +273,7 @@ class WarmTestHost:
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._env: dict[str, str] | None = None
+        self._failed_until = 0.0
 
     def start(self, env: dict[str, str] | None = None) -> None:
         """Have the warm process running (so that the first test run finds it ready)."""
@@ -302,25 +303,29 @@ class WarmTestHost:
         return self._control
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: Path | None) -> ForkedChild | None:
-        """Fork a test host child running `argv`; None if the warm host failed twice (the caller runs it cold)."""
+        """Fork a test host child running `argv`; None if the warm host failed twice (the caller runs it cold, and
+        so do the calls of the next `RETRY_AFTER` seconds: a warm host that cannot start is not retried per call)."""
+        if time.monotonic() < self._failed_until:
+            return None
         for _ in range(2):
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                with self._lock:
-                    control = self._ensure(env)
-                    request = json.dumps({"argv": argv, "cwd": str(cwd or os.getcwd())}).encode()
-                    socket.send_fds(control, [request], [out_w, err_w, theirs.fileno()])
+                try:
+                    with self._lock:
+                        control = self._ensure(env)
+                        request = json.dumps({"argv": argv, "cwd": str(cwd or os.getcwd())}).encode()
+                        socket.send_fds(control, [request], [out_w, err_w, theirs.fileno()])
+                finally:  # ours closed before waiting: a warm host dying now must end the wait (EOF), not hold it
+                    os.close(out_w)
+                    os.close(err_w)
+                    theirs.close()
                 mine.settimeout(STARTUP_TIMEOUT)
                 message = mine.recv(256)  # the first run after a (re)start waits for the warm imports here
                 mine.settimeout(None)
             except OSError:
                 message = b""
-            finally:
-                os.close(out_w)
-                os.close(err_w)
-                theirs.close()
             if message:
                 return ForkedChild(int(json.loads(message)["pid"]), mine, out_r, err_r)
             for fd in (out_r, err_r):
@@ -328,6 +333,7 @@ class WarmTestHost:
             mine.close()
             with self._lock:
                 self._stop()
+        self._failed_until = time.monotonic() + RETRY_AFTER
         return None
 
     def _stop(self) -> None:
@@ -345,5 +351,6 @@ class WarmTestHost:
 
 
 STARTUP_TIMEOUT = 30.0
+RETRY_AFTER = 60.0
 WARM = WarmTestHost()
 """The one warm test host of this process, shared by every service (the same environment serves them all)."""
