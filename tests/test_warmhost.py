@@ -122,3 +122,11 @@ def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) ->
         assert warm.pid is None
     finally:
         warm.stop()
+
+
+def test_the_child_runs_where_a_cold_run_would(service: UnitService) -> None:
+    """In the host's data folder, which is also first on sys.path, as for `python -m unit_mcp.testhost` there."""
+    service.create_source(
+        "probe", "test_where.py", "import os\nimport sys\n\n\ndef main():\n    print(os.getcwd(), sys.path[0])\n"
+    )
+    assert service.run_tests("probe", "where").stdout.split() == ["<data>", "<data>"]  # the data folder, redacted

@@ -86,6 +86,8 @@ def _child(testhost: Any, request: dict[str, Any], out: int, err: int) -> None:
         os.dup2(out, 1)
         os.dup2(err, 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)  # the control socket too
+        if sys.path and sys.path[0] == os.getcwd():  # `-m` put the warm host's folder first: a cold run has its own
+            sys.path[0] = request["cwd"]
         os.chdir(request["cwd"])
         sys.argv[:] = [testhost.__file__, *request["argv"]]
         code = _exit_code(testhost.main, request["argv"])
