@@ -8,6 +8,7 @@ A cancellation (`unit_mcp.cancel`) kills the group too, within one poll interval
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -305,7 +306,7 @@ class WarmTestHost:
     def spawn(self, argv: list[str], env: dict[str, str], cwd: Path | None) -> ForkedChild | None:
         """Fork a test host child running `argv`; None if the warm host failed twice (the caller runs it cold, and
         so do the calls of the next `RETRY_AFTER` seconds: a warm host that cannot start is not retried per call)."""
-        if time.monotonic() < self._failed_until:
+        if time.monotonic() < self._failed_until or not _pidfds():
             return None
         for _ in range(2):
             out_r, out_w = os.pipe()
@@ -348,6 +349,16 @@ class WarmTestHost:
     def stop(self) -> None:
         with self._lock:
             self._stop()
+
+
+@functools.cache
+def _pidfds() -> bool:
+    """Whether this kernel has pidfd_open (Linux 5.3), which the warm host watches its children with."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 STARTUP_TIMEOUT = 30.0
