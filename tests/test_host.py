@@ -191,7 +191,8 @@ def test_writes_through_the_service_are_not_reloaded_twice_by_the_watcher(host: 
     service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
     time.sleep(1.0)
     log = host.log_path.read_text()
-    assert log.count("unit greeter reloaded in") == 2  # the start-up load and the patch
+    assert log.count("unit greeter reloaded in") == 1  # the patch (the start logs one line for all units)
+    assert log.count("started: ") == 1
     assert "greeter reloaded after a change in the store" not in log
 
 
@@ -227,3 +228,22 @@ def test_a_unit_that_removes_itself_from_sys_modules_fails_cleanly(host: Host) -
         host.reload("greeter")
     assert caught.value.stage == "import"
     assert host.module("greeter") is serving and sys.modules["units.greeter"] is serving
+
+
+def test_the_start_loads_every_unit_in_one_batch_and_reports_the_broken_ones(tmp_path: Path) -> None:
+    """Start-up loads all units in one job of the reload worker: each still runs its init, a broken one is recorded
+    with its error, a hanging one is given up on after the reload timeout and the units after it still load."""
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "a_ok.py").write_text("STARTED = []\n\ndef init(host):\n    STARTED.append(True)\n")
+    (root / "b_broken.py").write_text("raise RuntimeError('no start for me')\n")
+    (root / "c_hangs.py").write_text("import time\n\ndef init(host):\n    time.sleep(30)\n")
+    (root / "d_after.py").write_text("def init(host):\n    host.register_activity('after', lambda: object())\n")
+    with Host(root, tmp_path / "data", reload_timeout=1.0) as host:
+        assert host.module("a_ok").STARTED == [True]
+        assert not host.is_loaded("b_broken") and "no start for me" in (host.load_error("b_broken") or "")
+        assert not host.is_loaded("c_hangs") and "did not finish within 1 s" in (host.load_error("c_hangs") or "")
+        assert host.is_loaded("d_after") and host.activities() == ["after"]
+        log = host.log_path.read_text()
+    assert "started: 2 units loaded in" in log and "2 failed: b_broken, c_hangs" in log
+    assert "reloading unit b_broken failed at import" in log

@@ -120,6 +120,7 @@ class UnitFinder:
         self.loader = loader
         self.codes: dict[tuple[str, str], types.CodeType] = {}
         self.names: dict[str, set[str]] = {}  # unit id → module names imported for it (no scan of sys.modules)
+        self.kinds: dict[str, UnitKind] | None = None  # while the host starts: what it just discovered
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(self.namespace + "."):
@@ -127,7 +128,7 @@ class UnitFinder:
         parts = fullname.split(".")[1:]
         unit_id = parts[0]
         self.names.setdefault(unit_id, set()).add(fullname)
-        kind = self.loader.kind(unit_id)
+        kind = self.kinds.get(unit_id) if self.kinds is not None else self.loader.kind(unit_id)
         if kind is None:
             return None
         for source_id, package in _candidates(unit_id, kind, parts[1:]):

@@ -13,6 +13,7 @@ back. That fsync cost about as much as the rest of an edit (bench/RESULTS.md).
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import keyword
 import os
@@ -55,6 +56,11 @@ def validate_source_id(source_id: object) -> tuple[str, ...]:
     """Split a source id into segments, refusing anything that is not a plain relative handle."""
     if not isinstance(source_id, str) or not source_id:
         raise InvalidSourceId("source_id must be a non-empty string.")
+    return _source_id_segments(source_id)
+
+
+@functools.lru_cache(maxsize=4096)  # runs on every import of a unit module; a refusal is not cached
+def _source_id_segments(source_id: str) -> tuple[str, ...]:
     shown = ascii(source_id if len(source_id) <= 80 else source_id[:80] + "…")
     encoded = source_id.encode("utf-8", "surrogatepass")
     if len(encoded) > MAX_SOURCE_ID_BYTES:

@@ -32,6 +32,7 @@ from .loader import SQLITE_PREFIX
 from .loopback import is_loopback
 from .service import UnitService
 from .stdio import Streams, stdio_streams
+from .testrun import WARM
 from .tools import UnitTools, check_prefix
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
@@ -166,6 +167,8 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         print(f"unit-mcp: warning: {empty}", file=sys.stderr, flush=True)
     if not args.no_watch:
         host.start_watching()
+    WARM.start()  # the first unit_run_tests finds its test host ready
+    stack.callback(WARM.stop)
     return UnitTools(UnitService(host), prefix=args.tool_prefix), data_dir
 
 

@@ -1,19 +1,28 @@
-"""Run a unit's test module in a subprocess: own process group, timeout that kills the whole group, capped output.
+"""Run a unit's test module in a process of its own: own process group, timeout that kills the whole group, capped
+output.
 
+The process is forked by the warm test host (`unit_mcp.warmhost`, started once and restarted when it dies); should
+that fail twice in a row the test runs in a new interpreter (`python -m unit_mcp.testhost`), as it always did.
 A cancellation (`unit_mcp.cancel`) kills the group too, within one poll interval (`POLL`)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
+import select
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from . import cancel
 from .proctree import descendants, kill_all
@@ -68,9 +77,16 @@ class TestProcessResult:
     cancelled: bool = False
 
 
-def _pump(
-    proc: subprocess.Popen[bytes], streams: dict[int, CappedBuffer], *, deadline: float, cancellable: bool = False
-) -> bool:
+class _Process(Protocol):
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def _pump(proc: _Process, streams: dict[int, CappedBuffer], *, deadline: float, cancellable: bool = False) -> bool:
     """Copy both pipes into their buffers until EOF on both, the deadline or (if `cancellable`) a cancellation.
     True if the process ended.
 
@@ -126,36 +142,51 @@ def run_test_process(
     timeout: float,
     max_output: int = 64 * 1024,
     cwd: Path | None = None,
+    warm: bool = True,
 ) -> TestProcessResult:
+    """Run one test module; `warm=False` starts a new interpreter instead of forking the warm test host."""
+    env = _test_env()
+    data_dir = tempfile.TemporaryDirectory(prefix="unit-mcp-test-")  # made here: the child starts faster
+    argv = ["--units", str(units_root), "--namespace", namespace, "--unit", unit_id, "--test", test_name,
+            "--data-dir", data_dir.name]  # fmt: skip
+    with data_dir:
+        started = time.perf_counter()
+        child = WARM.spawn(argv, env, cwd) if warm else None
+        if child is not None:
+            with child:
+                return _supervise(child, child.stdout, child.stderr, started, timeout=timeout, max_output=max_output)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "unit_mcp.testhost", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=env,
+            cwd=cwd,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        with proc.stdout, proc.stderr:
+            return _supervise(
+                proc, proc.stdout.fileno(), proc.stderr.fileno(), started, timeout=timeout, max_output=max_output
+            )
+
+
+def _test_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTEST_ADDOPTS", None)
     env.pop("PYTEST_CURRENT_TEST", None)
-    data_dir = tempfile.TemporaryDirectory(prefix="unit-mcp-test-")  # made here: the child starts faster
-    cmd = [sys.executable, "-m", "unit_mcp.testhost", "--units", str(units_root), "--namespace", namespace,
-           "--unit", unit_id, "--test", test_name, "--data-dir", data_dir.name]  # fmt: skip
-    with data_dir:
-        return _run_test_host(cmd, env, cwd, timeout=timeout, max_output=max_output)
+    return env
 
 
-def _run_test_host(
-    cmd: list[str], env: dict[str, str], cwd: Path | None, *, timeout: float, max_output: int
+def _supervise(
+    proc: _Process, stdout: int, stderr: int, started: float, *, timeout: float, max_output: int
 ) -> TestProcessResult:
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=env,
-        cwd=cwd,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
+    """Pump the test's output until it ends, its deadline or a cancellation; then kill its whole tree."""
     out, err = CappedBuffer(max_output), CappedBuffer(max_output)
-    streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    streams = {stdout: out, stderr: err}
     try:
         ended = _pump(proc, streams, deadline=started + timeout, cancellable=True)
         cancelled = not ended and cancel.requested()
@@ -164,8 +195,6 @@ def _run_test_host(
         kill_tree(proc.pid)  # the test's own children too, whether it finished or not
         proc.wait()
         _pump(proc, streams, deadline=time.perf_counter() + PIPE_GRACE)  # what was written before the kill
-        proc.stdout.close()
-        proc.stderr.close()
     duration = (time.perf_counter() - started) * 1000
     return TestProcessResult(
         exit_code=None if timed_out or cancelled else proc.returncode,
@@ -176,3 +205,163 @@ def _run_test_host(
         timed_out=timed_out,
         cancelled=cancelled,
     )
+
+
+LOST = -1
+"""The exit code of a forked test whose warm host died before reporting it."""
+
+
+class ForkedChild:
+    """A test process forked by the warm host, seen through the reply socket (it is not our child: the warm host
+    reports its exit code and keeps it unreaped until `close`)."""
+
+    def __init__(self, pid: int, reply: socket.socket, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self._reply: socket.socket | None = reply
+        self._pidfd: int | None = None
+        with contextlib.suppress(OSError):
+            self._pidfd = os.pidfd_open(pid)  # tells when it ends should the warm host die first
+
+    def poll(self) -> int | None:
+        self._read(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._read(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired("warm test", timeout or 0)
+        return self.returncode
+
+    def _read(self, timeout: float | None) -> None:
+        if self.returncode is not None:
+            return
+        if self._reply is not None:
+            if select.select([self._reply], [], [], timeout)[0]:
+                try:
+                    message = self._reply.recv(256)
+                except OSError:
+                    message = b""
+                if message:
+                    self.returncode = int(json.loads(message)["exit"])
+                    return
+                self._reply.close()  # the warm host died: watch the process itself
+                self._reply = None
+            return
+        if self._pidfd is None or select.select([self._pidfd], [], [], timeout)[0]:
+            self.returncode = LOST
+
+    def __enter__(self) -> ForkedChild:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Release the child (the warm host reaps it now) and close our ends."""
+        for fd in (self.stdout, self.stderr, self._pidfd):
+            if fd is not None:
+                os.close(fd)
+        if self._reply is not None:
+            self._reply.close()
+
+
+class WarmTestHost:
+    """The caller's side of `unit_mcp.warmhost`: one warm process, started on first use (or by `start`) and
+    started again when it has died or the environment it was started with has changed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._env: dict[str, str] | None = None
+        self._failed_until = 0.0
+
+    def start(self, env: dict[str, str] | None = None) -> None:
+        """Have the warm process running (so that the first test run finds it ready)."""
+        with self._lock:
+            self._ensure(_test_env() if env is None else env)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def _ensure(self, env: dict[str, str]) -> socket.socket:
+        if self._proc is None or self._proc.poll() is not None or self._control is None or env != self._env:
+            self._stop()
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with theirs:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "unit_mcp.warmhost", str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,  # a signal to the server's group does not reach it
+                    pass_fds=[theirs.fileno()],
+                    env=env,
+                    cwd="/",
+                )
+            self._control, self._env = mine, env
+        assert self._control is not None
+        return self._control
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: Path | None) -> ForkedChild | None:
+        """Fork a test host child running `argv`; None if the warm host failed twice (the caller runs it cold, and
+        so do the calls of the next `RETRY_AFTER` seconds: a warm host that cannot start is not retried per call)."""
+        if time.monotonic() < self._failed_until or not _pidfds():
+            return None
+        for _ in range(2):
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                try:
+                    with self._lock:
+                        control = self._ensure(env)
+                        request = json.dumps({"argv": argv, "cwd": str(cwd or os.getcwd())}).encode()
+                        socket.send_fds(control, [request], [out_w, err_w, theirs.fileno()])
+                finally:  # ours closed before waiting: a warm host dying now must end the wait (EOF), not hold it
+                    os.close(out_w)
+                    os.close(err_w)
+                    theirs.close()
+                mine.settimeout(STARTUP_TIMEOUT)
+                message = mine.recv(256)  # the first run after a (re)start waits for the warm imports here
+                mine.settimeout(None)
+            except OSError:
+                message = b""
+            if message:
+                return ForkedChild(int(json.loads(message)["pid"]), mine, out_r, err_r)
+            for fd in (out_r, err_r):
+                os.close(fd)
+            mine.close()
+            with self._lock:
+                self._stop()
+        self._failed_until = time.monotonic() + RETRY_AFTER
+        return None
+
+    def _stop(self) -> None:
+        control, proc, self._control, self._proc = self._control, self._proc, None, None
+        if control is not None:
+            control.close()  # the warm process exits on the end of its control socket
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+@functools.cache
+def _pidfds() -> bool:
+    """Whether this kernel has pidfd_open (Linux 5.3), which the warm host watches its children with."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+STARTUP_TIMEOUT = 30.0
+RETRY_AFTER = 60.0
+WARM = WarmTestHost()
+"""The one warm test host of this process, shared by every service (the same environment serves them all)."""

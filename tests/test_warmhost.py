@@ -1,0 +1,132 @@
+"""The warm test host: each test run is forked from a process started ahead, and still sees the unit as stored now.
+
+Runs through the real service on both loaders, with real processes (the warm host, its forked children)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import sqlite_copy
+
+from unit_mcp import Host, UnitService
+from unit_mcp.paths import hash_bytes
+from unit_mcp.testrun import STARTUP_TIMEOUT, WARM, WarmTestHost, _test_env, run_test_process
+
+CRASHES = {
+    "exit": "import os\n\n\ndef main():\n    print('leaving', flush=True)\n    os._exit(3)\n",
+    "sigkill": "import os\nimport signal\n\n\ndef main():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+    "segfault": "import ctypes\n\n\ndef main():\n    ctypes.string_at(0)\n",
+}
+
+
+@pytest.fixture(params=["folder", "sqlite"])
+def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitService]:
+    folder = tmp_path / "units" / "probe"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("VALUE = 0\n")
+    (folder / "test_init.py").write_text("from units import probe\n\n\ndef main():\n    print('value', probe.VALUE)\n")
+    for name, source in CRASHES.items():
+        (folder / f"test_{name}.py").write_text(source)
+    store = str(tmp_path / "units") if request.param == "folder" else sqlite_copy(tmp_path / "units", tmp_path / "u.db")
+    with Host(store, tmp_path / "data") as host:
+        yield UnitService(host, test_timeout=30)
+
+
+def test_every_run_sees_the_edit_made_just_before(service: UnitService) -> None:
+    """Written to the store directly, without a reload of the server's copy: the test imports from the store."""
+    loader = service.loader
+    for n in range(1, 51):
+        current = loader.read("probe", "directory", "__init__.py")
+        loader.write(
+            "probe", "directory", "__init__.py", f"VALUE = {n}\n".encode(), expected_hash=hash_bytes(current),
+            tool_call="test",
+        )  # fmt: skip
+        result = service.run_tests("probe")
+        assert result.passed and f"value {n}\n" in result.stdout, (n, result)
+    assert WARM.pid is not None, "the runs went through the warm host"
+
+
+def test_a_test_crashing_its_child_does_not_break_the_next_run(service: UnitService) -> None:
+    service.run_tests("probe")
+    warm = WARM.pid
+    for name, exit_code in (("exit", 3), ("sigkill", -signal.SIGKILL), ("segfault", -signal.SIGSEGV)):
+        crashed = service.run_tests("probe", name)
+        assert not crashed.passed and crashed.exit_code == exit_code, (name, crashed)
+        after = service.run_tests("probe")
+        assert after.passed and "value 0" in after.stdout, (name, after)
+    assert WARM.pid == warm, "the warm host itself survived its children's crashes"
+    assert "leaving" in service.run_tests("probe", "exit").stdout
+
+
+def test_a_killed_warm_host_is_started_again(service: UnitService) -> None:
+    service.run_tests("probe")
+    first = WARM.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while WARM.pid == first and time.monotonic() < deadline:
+        time.sleep(0.01)
+    result = service.run_tests("probe")
+    assert result.passed and "value 0" in result.stdout
+    assert WARM.pid not in (None, first)
+
+
+def test_the_warm_host_never_opens_the_units_store(service: UnitService) -> None:
+    """Unit code and the loader live only in the forked children: the warm process has no descriptor on the
+    store, so nothing of a unit can be cached there."""
+    assert service.run_tests("probe").passed
+    assert WARM.pid is not None
+    store = service.loader.location
+    opened = [os.readlink(fd) for fd in Path(f"/proc/{WARM.pid}/fd").iterdir()]
+    assert opened and not [target for target in opened if target.startswith(store)], opened
+
+
+def test_concurrent_runs_each_get_their_own_child(service: UnitService) -> None:
+    results: list[object] = []
+
+    def run() -> None:
+        results.append(service.run_tests("probe"))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and all(r.passed and "value 0" in r.stdout for r in results)  # type: ignore[attr-defined]
+
+
+def test_the_cold_path_still_runs_a_test(service: UnitService, tmp_path: Path) -> None:
+    """What runs when the warm host cannot be started: a new interpreter per test."""
+    run = run_test_process(
+        service.loader.address, service.host.namespace, "probe", "init", timeout=30, cwd=tmp_path, warm=False
+    )
+    assert run.exit_code == 0 and "value 0" in run.stdout
+
+
+def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) -> None:
+    """An interpreter that cannot start (here: a PYTHONHOME that does not exist) fails both attempts; spawn says so
+    (the caller then runs the test cold) and does not try again on every call."""
+    warm = WarmTestHost()
+    env = {**_test_env(), "PYTHONHOME": str(tmp_path / "no-such-python")}
+    try:
+        started = time.monotonic()
+        assert warm.spawn(["--units", str(tmp_path)], env, tmp_path) is None
+        assert time.monotonic() - started < STARTUP_TIMEOUT, "a dead warm host ends the wait for its answer"
+        assert warm.spawn(["--units", str(tmp_path)], env, tmp_path) is None
+        assert warm.pid is None
+    finally:
+        warm.stop()
+
+
+def test_the_child_runs_where_a_cold_run_would(service: UnitService) -> None:
+    """In the host's data folder, which is also first on sys.path, as for `python -m unit_mcp.testhost` there."""
+    service.create_source(
+        "probe", "test_where.py", "import os\nimport sys\n\n\ndef main():\n    print(os.getcwd(), sys.path[0])\n"
+    )
+    assert service.run_tests("probe", "where").stdout.split() == ["<data>", "<data>"]  # the data folder, redacted

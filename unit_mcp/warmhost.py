@@ -1,0 +1,125 @@
+"""A warm test host: a process started ahead of the test runs, with the test host's code imported, that forks one
+child per `unit_run_tests` call.
+
+A cold run pays for a new interpreter and for importing `unit_mcp` before the test starts; the fork costs a
+millisecond. The warm process never opens a loader or imports a unit: each child builds its own headless `Host`
+(`unit_mcp.testhost`), which imports the unit's current source from its loader, so an edit made a moment before
+is what the test sees. The child calls `setsid` (its own process group, like a cold run), writes to the pipes of
+the caller, and is killed by the caller (`testrun.kill_tree`) at the timeout, on cancellation or when it ends.
+
+Protocol, over a SOCK_SEQPACKET socket pair (one message per datagram, file descriptors passed with SCM_RIGHTS):
+the caller sends a JSON request `{"argv": [...], "cwd": ...}` with three descriptors (the child's stdout and
+stderr pipes and one end of a reply socket pair); the warm process answers on the reply socket with
+`{"pid": N}` once forked and `{"exit": code}` once the child has ended (a code as `Popen.returncode` gives it).
+The child is reaped only when the caller closes its reply socket: until then its pid cannot be reused, so the
+caller's kill of the child's process group and stray descendants can never hit an unrelated process.
+The warm process exits when the caller's end of the control socket closes (the caller closed it or died).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import socket
+import sys
+from typing import Any
+
+MAX_REQUEST = 1 << 16
+
+
+def serve(control: socket.socket) -> None:
+    """The warm process's loop: fork a child per request, report its pid and, once reaped, its exit code."""
+    from . import testhost  # imported once, here, so that each child starts with it loaded
+
+    selector = selectors.DefaultSelector()
+    selector.register(control, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is control:
+                try:
+                    message, fds, _, _ = socket.recv_fds(control, MAX_REQUEST, 3)
+                except (ConnectionResetError, OSError):
+                    message, fds = b"", []
+                if not message:
+                    return  # the caller closed its end: it is gone or shutting the warm host down
+                _start(selector, testhost, json.loads(message), fds)
+            elif key.data[0] == "ended":
+                _, pid, reply = key.data
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # keep the zombie: its pid stays ours
+                assert info is not None
+                code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+                with contextlib.suppress(OSError):
+                    reply.send(json.dumps({"exit": code}).encode())
+                selector.register(reply, selectors.EVENT_READ, ("released", pid, reply))
+            else:
+                _, pid, reply = key.data
+                selector.unregister(reply)
+                reply.close()
+                os.waitpid(pid, 0)
+
+
+def _start(selector: selectors.BaseSelector, testhost: Any, request: dict[str, Any], fds: list[int]) -> None:
+    out, err, reply_fd = fds
+    reply = socket.socket(fileno=reply_fd)
+    pid = os.fork()
+    if pid == 0:
+        _child(testhost, request, out, err)
+    os.close(out)
+    os.close(err)
+    with contextlib.suppress(OSError):  # the caller gave up; the child is still reaped below
+        reply.send(json.dumps({"pid": pid}).encode())
+    selector.register(os.pidfd_open(pid), selectors.EVENT_READ, ("ended", pid, reply))
+
+
+def _child(testhost: Any, request: dict[str, Any], out: int, err: int) -> None:
+    """In the forked child: become a session of its own, take the caller's pipes as stdout and stderr, run the
+    test host; never return."""
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)  # the control socket too
+        if sys.path and sys.path[0] == os.getcwd():  # `-m` put the warm host's folder first: a cold run has its own
+            sys.path[0] = request["cwd"]
+        os.chdir(request["cwd"])
+        sys.argv[:] = [testhost.__file__, *request["argv"]]
+        code = _exit_code(testhost.main, request["argv"])
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _exit_code(main: Any, argv: list[str]) -> int:
+    """What `sys.exit(main(argv))` would make the exit status of a cold test host."""
+    try:
+        return int(main(argv))
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code & 0xFF
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def main() -> None:
+    control = socket.socket(fileno=int(sys.argv[1]))
+    serve(control)
+
+
+if __name__ == "__main__":
+    main()
