@@ -17,20 +17,30 @@ import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import cancel
 from .importer import UnitFinder
 from .loader import Loader, UnitKind, Watch, open_loader
 from .redact import Redactor
 
-if TYPE_CHECKING:  # pydantic stays out of the test host process, whose start-up it would double
-    from .models import ReloadResult
-
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _claimed_namespaces: dict[str, Host] = {}
 _claim_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    """What a reload did, as plain data (the service turns it into the tools' result; pydantic stays out of the
+    test host process, whose start-up it would double)."""
+
+    unit_id: str
+    restored_state: bool
+    """snapshot() state was handed to restore()."""
+    activity: dict[str, Any]
+    """The `ActivityEvidence` fields: the activity active before and after, whether it was re-activated."""
+    duration_ms: float
 
 
 class ReloadError(Exception):
@@ -424,26 +434,18 @@ class Host:
         for listener in self.unit_listeners:
             listener(unit_id)
 
-    def reload(self, unit_id: str, *, rollback_source: Callable[[], None] | None = None) -> ReloadResult:
+    def reload(self, unit_id: str, *, rollback_source: Callable[[], None] | None = None) -> Reloaded:
         """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
 
         On failure the old modules, their init and their state are put back, and
         `rollback_source` (given when the reload follows a write) restores the old sources first.
         The old version stays listed as loaded until the new one replaces it.
         """
-        from .models import ActivityEvidence, ReloadResult
-
         try:
             restored, evidence, duration = self._reload(unit_id, rollback_source)
         finally:
             self._unit_changed(unit_id)
-        return ReloadResult(
-            unit_id=unit_id,
-            reloaded=True,
-            restored_state=restored,
-            activity=ActivityEvidence(**evidence),
-            duration_ms=duration,
-        )
+        return Reloaded(unit_id, restored, evidence, duration)
 
     def _reload(self, unit_id: str, rollback_source: Callable[[], None] | None) -> tuple[bool, dict[str, Any], float]:
         """The transaction behind `reload`: (state restored, activity evidence, duration in ms)."""
