@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cancel
+from . import applog, cancel
 from .importer import UnitFinder
 from .loader import Loader, UnitKind, Watch, open_loader
 from .redact import Redactor
 
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _claimed_namespaces: dict[str, Host] = {}
 _claim_lock = threading.Lock()
 
@@ -72,22 +71,6 @@ class _Worker:
     def stop(self) -> None:
         """The thread ends after its current job, if that job ever returns."""
         self._jobs.put(None)
-
-
-def _app_log_handler(path: Path, *, max_bytes: int, backups: int) -> logging.Handler:
-    """A size-rotated app log. `logging.handlers` is imported here, not at start-up: a test run never logs."""
-    import logging.handlers
-
-    class AppLogHandler(logging.handlers.RotatingFileHandler):
-        """Rolls over once the log has reached maxBytes. The stock test formats every record a second time and
-        stats the file twice, which was a third of what a logged tool call spent on logging."""
-
-        def shouldRollover(self, record: logging.LogRecord) -> bool:
-            if self.stream is None:
-                self.stream = self._open()
-            return 0 < self.maxBytes <= self.stream.tell()
-
-    return AppLogHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
 
 
 class ReloadTimeout(Exception):
@@ -194,7 +177,9 @@ class Host:
                     raise RuntimeError(f"namespace {self.namespace!r} is already used by another open Host")
                 _claimed_namespaces[self.namespace] = self
             if self.app_log:
-                self._open_log()
+                self._log_handler = applog.open_app_log(
+                    self.log_path, max_bytes=self._log_max_bytes, backups=self.log_backups
+                )
             self._install_namespace()
             self._started = True
             started = time.perf_counter()
@@ -292,7 +277,9 @@ class Host:
             with _claim_lock:
                 if _claimed_namespaces.get(self.namespace) is self:
                     del _claimed_namespaces[self.namespace]
-            self._close_log()
+            if self._log_handler is not None:
+                applog.close_app_log(self._log_handler)
+                self._log_handler = None
             if self._worker is not None:
                 self._worker.stop()
                 self._worker = None
@@ -305,25 +292,6 @@ class Host:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _open_log(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        handler = _app_log_handler(self.log_path, max_bytes=self._log_max_bytes, backups=self.log_backups)
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        for name in ("units", "unit_mcp"):
-            logger = logging.getLogger(name)
-            logger.addHandler(handler)
-            if logger.level == logging.NOTSET or logger.level > logging.INFO:
-                logger.setLevel(logging.INFO)
-        self._log_handler = handler
-
-    def _close_log(self) -> None:
-        if self._log_handler is None:
-            return
-        for name in ("units", "unit_mcp"):
-            logging.getLogger(name).removeHandler(self._log_handler)
-        self._log_handler.close()
-        self._log_handler = None
 
     def _install_namespace(self) -> None:
         spec = importlib.machinery.ModuleSpec(self.namespace, None, is_package=True)
