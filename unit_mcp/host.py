@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import applog, cancel
+from .activities import Activities
 from .importer import UnitFinder
 from .loader import Loader, UnitKind, Watch, open_loader
 from .redact import Redactor
@@ -75,13 +76,6 @@ class _Worker:
 
 class ReloadTimeout(Exception):
     """Unit code (import, init or restore) ran past the host's reload timeout."""
-
-
-@dataclass
-class Activity:
-    name: str
-    factory: Callable[[], Any]
-    unit_id: str | None
 
 
 @dataclass
@@ -149,9 +143,7 @@ class Host:
         self._locks_lock = threading.Lock()
         self._loaded: dict[str, LoadedUnit] = {}
         self._load_errors: dict[str, str] = {}
-        self._activities: dict[str, Activity] = {}
-        self._active: Activity | None = None
-        self._active_session: Any = None
+        self._activities = Activities(self.logger)
         self._initialising: str | None = None
         self._transaction_thread: int | None = None
         self._worker: _Worker | None = None
@@ -338,46 +330,29 @@ class Host:
     def register_activity(self, name: str, factory: Callable[[], Any]) -> None:
         """Called by a unit's init(host). The factory makes the activity's live session object."""
         with self._guard():
-            existing = self._activities.get(name)
-            if existing is not None and existing.unit_id != self._initialising:
-                raise ValueError(f"activity {name!r} is already registered by unit {existing.unit_id!r}")
-            self._activities[name] = Activity(name, factory, self._initialising)
+            self._activities.register(name, factory, self._initialising)
             if self._initialising is not None:
                 self._pending_activities.append(name)
 
     def activities(self, unit_id: str | None = None) -> list[str]:
-        registered = list(self._activities.items())
-        return sorted(n for n, a in registered if unit_id is None or a.unit_id == unit_id)
+        return self._activities.names(unit_id)
 
     def activate(self, name: str) -> Any:
         """Make `name` the active activity; the previous one is deactivated first. Returns its session."""
         with self._guard():
-            activity = self._activities.get(name)
-            if activity is None:
-                raise KeyError(f"no activity named {name!r} is registered")
-            self.deactivate()
-            self._active_session = activity.factory()
-            self._active = activity
-            self.logger.info("activity %s activated", name)
-            return self._active_session
+            return self._activities.activate(name)
 
     def deactivate(self) -> None:
         with self._guard():
-            session, self._active_session, self._active = self._active_session, None, None
-            close = getattr(session, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:
-                    self.logger.exception("closing the active session failed")
+            self._activities.deactivate()
 
     @property
     def active_activity(self) -> str | None:
-        return self._active.name if self._active else None
+        return self._activities.active
 
     @property
     def active_session(self) -> Any:
-        return self._active_session
+        return self._activities.session
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -421,7 +396,7 @@ class Host:
             started = time.perf_counter()
             old = self._loaded.get(unit_id)
             active_before = self.active_activity
-            owned_active = self._active is not None and self._active.unit_id == unit_id
+            owned_active = self._activities.owned_by(unit_id)
             state: Any = None
             snapshot = old.hook("snapshot") if old is not None else None
             if snapshot is not None:
@@ -454,7 +429,7 @@ class Host:
                 ) from exc
             self._loaded[unit_id] = new
             self._load_errors.pop(unit_id, None)
-            evidence = self._reactivate(unit_id, active_before, owned_active)
+            evidence = self._activities.reactivate(unit_id, active_before, owned_active, self._describe)
             duration = (time.perf_counter() - started) * 1000
             self.logger.info("unit %s reloaded in %.1f ms", unit_id, duration)
             return restored, evidence, duration
@@ -563,7 +538,7 @@ class Host:
 
     def _teardown(self, loaded: LoadedUnit) -> None:
         """Deactivate the unit's activity, call drop() (bounded), unregister its activities, purge its modules."""
-        if self._active is not None and self._active.unit_id == loaded.unit_id:
+        if self._activities.owned_by(loaded.unit_id):
             self.deactivate()
         drop = loaded.hook("drop")
         if drop is not None:
@@ -575,9 +550,7 @@ class Host:
 
     def _discard(self, unit_id: str) -> None:
         """Forget the unit's activities and modules (after drop, or after a failed import or init)."""
-        for name in list(self._activities):
-            if self._activities[name].unit_id == unit_id:
-                del self._activities[name]
+        self._activities.forget(unit_id)
         self._purge(unit_id)
 
     def _reinstate(self, old: LoadedUnit, state: Any, has_state: bool, reactivate: str | None) -> bool:
@@ -608,27 +581,6 @@ class Host:
             except Exception:
                 self.logger.exception("re-activating %s after a rollback failed", reactivate)
         return True
-
-    def _reactivate(self, unit_id: str, active_before: str | None, owned_active: bool) -> dict[str, Any]:
-        registered_after = active_before is not None and active_before in self._activities
-        error = None
-        if owned_active and active_before is not None:
-            if registered_after:
-                try:
-                    self.activate(active_before)
-                except Exception as exc:
-                    error = self._describe(exc)
-                    self.logger.error("re-activating %s after reloading %s failed: %s", active_before, unit_id, error)
-            else:
-                error = f"activity {active_before!r} is no longer registered by unit {unit_id!r}"
-        return {
-            "active_activity_before": active_before,
-            "active_activity_after": self.active_activity,
-            "reactivation_attempted": owned_active,
-            "registered_after": registered_after,
-            "has_active_session_after": self._active_session is not None,
-            "error": error,
-        }
 
     def _unit_modules(self, unit_id: str) -> dict[str, types.ModuleType]:
         names = self._finder.names.get(unit_id, ()) if self._finder is not None else ()
