@@ -53,12 +53,12 @@ def test_state_survives_a_reload_and_the_activity_is_reactivated(host: Host) -> 
     assert new_counter is not counter
     assert new_counter.count == 2
     assert result.restored_state
-    assert result.activity.active_activity_before == "counter"
-    assert result.activity.active_activity_after == "counter"
-    assert result.activity.reactivation_attempted
-    assert result.activity.registered_after
-    assert result.activity.has_active_session_after
-    assert result.activity.error is None
+    assert result.activity["active_activity_before"] == "counter"
+    assert result.activity["active_activity_after"] == "counter"
+    assert result.activity["reactivation_attempted"]
+    assert result.activity["registered_after"]
+    assert result.activity["has_active_session_after"]
+    assert result.activity["error"] is None
     assert session_before.closed
     assert host.active_session is not session_before
     assert host.active_session.render() == "Clicks: 2"
@@ -211,14 +211,14 @@ def test_a_unit_that_hangs_at_import_is_bounded_and_the_old_version_keeps_servin
     assert host.module("counter").increment() == 1, "the host keeps serving other units"
     assert wait_for(lambda: "import of unit greeter returned late" in host.log_path.read_text(), timeout=15)
     assert sys.modules["units.greeter"] is serving, "a late import does not replace the served module"
-    assert host.reload("counter").reloaded, "a fresh worker serves the next reload"
+    assert host.reload("counter").unit_id == "counter", "a fresh worker serves the next reload"
 
 
 def test_unit_code_may_call_the_host_during_init(host: Host) -> None:
     init = "def init(host):\n    host.register_activity('starter', dict)\n    host.activate('starter')\n"
     (root_of(host) / "starter.py").write_text(init)
     result = host.reload("starter")
-    assert result.reloaded and host.active_activity == "starter"
+    assert result.unit_id == "starter" and host.active_activity == "starter"
 
 
 def test_a_unit_that_removes_itself_from_sys_modules_fails_cleanly(host: Host) -> None:

@@ -492,6 +492,10 @@ def test_read_log_tail_grep_and_paging(service: UnitService, host: Host) -> None
     refusal("invalid_argument", service.read_log, offset=0)
     refusal("invalid_argument", service.read_log, before=-1)
     refusal("invalid_argument", service.read_log, offset=1, before=5)
+    # A Python caller is held to the tool's own argument model: the message names the argument and the tool.
+    wrong = refusal("invalid_argument", service.read_log, lines="many")
+    assert "unit_read_log" in wrong.message and "lines" in wrong.message
+    refusal("invalid_argument", service.read_log, grep=5)
 
 
 def test_the_log_rotates_by_size_and_reading_pages_back_into_the_backups(units_root: Path, tmp_path: Path) -> None:

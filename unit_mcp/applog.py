@@ -1,5 +1,6 @@
-"""Read the app log by absolute line number: newest first from its end, or forward from a line, a block at a
-time, never loading a file whole.
+"""The app log: written by a size-rotated handler on the `units` and `unit_mcp` loggers (`open_app_log`), read
+by absolute line number: newest first from its end, or forward from a line, a block at a time, never loading a
+file whole.
 
 Line numbers run through the kept log as one stream: line 1 is the first line of the oldest rotated backup,
 the last line of the live file is `total`. A rotation drops the oldest backup, so the numbers then shift
@@ -8,6 +9,7 @@ down by its line count. Each file's newlines are counted once and then only what
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -19,6 +21,39 @@ BLOCK = 64 * 1024
 MAX_LINE_CHARS = 4000
 MAX_PENDING = 1024 * 1024
 _SIGNATURE_BYTES = 256
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOGGERS = ("units", "unit_mcp")
+
+
+def open_app_log(path: Path, *, max_bytes: int, backups: int) -> logging.Handler:
+    """Log the units and the server (INFO and up) to a size-rotated file at `path`; `close_app_log` undoes it.
+    `logging.handlers` is imported here, not at start-up: a test run never logs."""
+    import logging.handlers
+
+    class AppLogHandler(logging.handlers.RotatingFileHandler):
+        """Rolls over once the log has reached maxBytes. The stock test formats every record a second time and
+        stats the file twice, which was a third of what a logged tool call spent on logging."""
+
+        def shouldRollover(self, record: logging.LogRecord) -> bool:
+            if self.stream is None:
+                self.stream = self._open()
+            return 0 < self.maxBytes <= self.stream.tell()
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = AppLogHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
+    return handler
+
+
+def close_app_log(handler: logging.Handler) -> None:
+    for name in LOGGERS:
+        logging.getLogger(name).removeHandler(handler)
+    handler.close()
 
 
 @dataclass

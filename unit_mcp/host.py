@@ -17,20 +17,30 @@ import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import cancel
+from . import applog, cancel
+from .activities import Activities
 from .importer import UnitFinder
 from .loader import Loader, UnitKind, Watch, open_loader
 from .redact import Redactor
 
-if TYPE_CHECKING:  # pydantic stays out of the test host process, whose start-up it would double
-    from .models import ReloadResult
-
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _claimed_namespaces: dict[str, Host] = {}
 _claim_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    """What a reload did, as plain data (the service turns it into the tools' result; pydantic stays out of the
+    test host process, whose start-up it would double)."""
+
+    unit_id: str
+    restored_state: bool
+    """snapshot() state was handed to restore()."""
+    activity: dict[str, Any]
+    """The `ActivityEvidence` fields: the activity active before and after, whether it was re-activated."""
+    duration_ms: float
 
 
 class ReloadError(Exception):
@@ -64,31 +74,8 @@ class _Worker:
         self._jobs.put(None)
 
 
-def _app_log_handler(path: Path, *, max_bytes: int, backups: int) -> logging.Handler:
-    """A size-rotated app log. `logging.handlers` is imported here, not at start-up: a test run never logs."""
-    import logging.handlers
-
-    class AppLogHandler(logging.handlers.RotatingFileHandler):
-        """Rolls over once the log has reached maxBytes. The stock test formats every record a second time and
-        stats the file twice, which was a third of what a logged tool call spent on logging."""
-
-        def shouldRollover(self, record: logging.LogRecord) -> bool:
-            if self.stream is None:
-                self.stream = self._open()
-            return 0 < self.maxBytes <= self.stream.tell()
-
-    return AppLogHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
-
-
 class ReloadTimeout(Exception):
     """Unit code (import, init or restore) ran past the host's reload timeout."""
-
-
-@dataclass
-class Activity:
-    name: str
-    factory: Callable[[], Any]
-    unit_id: str | None
 
 
 @dataclass
@@ -156,9 +143,7 @@ class Host:
         self._locks_lock = threading.Lock()
         self._loaded: dict[str, LoadedUnit] = {}
         self._load_errors: dict[str, str] = {}
-        self._activities: dict[str, Activity] = {}
-        self._active: Activity | None = None
-        self._active_session: Any = None
+        self._activities = Activities(self.logger)
         self._initialising: str | None = None
         self._transaction_thread: int | None = None
         self._worker: _Worker | None = None
@@ -184,7 +169,9 @@ class Host:
                     raise RuntimeError(f"namespace {self.namespace!r} is already used by another open Host")
                 _claimed_namespaces[self.namespace] = self
             if self.app_log:
-                self._open_log()
+                self._log_handler = applog.open_app_log(
+                    self.log_path, max_bytes=self._log_max_bytes, backups=self.log_backups
+                )
             self._install_namespace()
             self._started = True
             started = time.perf_counter()
@@ -282,7 +269,9 @@ class Host:
             with _claim_lock:
                 if _claimed_namespaces.get(self.namespace) is self:
                     del _claimed_namespaces[self.namespace]
-            self._close_log()
+            if self._log_handler is not None:
+                applog.close_app_log(self._log_handler)
+                self._log_handler = None
             if self._worker is not None:
                 self._worker.stop()
                 self._worker = None
@@ -295,25 +284,6 @@ class Host:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _open_log(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        handler = _app_log_handler(self.log_path, max_bytes=self._log_max_bytes, backups=self.log_backups)
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        for name in ("units", "unit_mcp"):
-            logger = logging.getLogger(name)
-            logger.addHandler(handler)
-            if logger.level == logging.NOTSET or logger.level > logging.INFO:
-                logger.setLevel(logging.INFO)
-        self._log_handler = handler
-
-    def _close_log(self) -> None:
-        if self._log_handler is None:
-            return
-        for name in ("units", "unit_mcp"):
-            logging.getLogger(name).removeHandler(self._log_handler)
-        self._log_handler.close()
-        self._log_handler = None
 
     def _install_namespace(self) -> None:
         spec = importlib.machinery.ModuleSpec(self.namespace, None, is_package=True)
@@ -360,46 +330,29 @@ class Host:
     def register_activity(self, name: str, factory: Callable[[], Any]) -> None:
         """Called by a unit's init(host). The factory makes the activity's live session object."""
         with self._guard():
-            existing = self._activities.get(name)
-            if existing is not None and existing.unit_id != self._initialising:
-                raise ValueError(f"activity {name!r} is already registered by unit {existing.unit_id!r}")
-            self._activities[name] = Activity(name, factory, self._initialising)
+            self._activities.register(name, factory, self._initialising)
             if self._initialising is not None:
                 self._pending_activities.append(name)
 
     def activities(self, unit_id: str | None = None) -> list[str]:
-        registered = list(self._activities.items())
-        return sorted(n for n, a in registered if unit_id is None or a.unit_id == unit_id)
+        return self._activities.names(unit_id)
 
     def activate(self, name: str) -> Any:
         """Make `name` the active activity; the previous one is deactivated first. Returns its session."""
         with self._guard():
-            activity = self._activities.get(name)
-            if activity is None:
-                raise KeyError(f"no activity named {name!r} is registered")
-            self.deactivate()
-            self._active_session = activity.factory()
-            self._active = activity
-            self.logger.info("activity %s activated", name)
-            return self._active_session
+            return self._activities.activate(name)
 
     def deactivate(self) -> None:
         with self._guard():
-            session, self._active_session, self._active = self._active_session, None, None
-            close = getattr(session, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:
-                    self.logger.exception("closing the active session failed")
+            self._activities.deactivate()
 
     @property
     def active_activity(self) -> str | None:
-        return self._active.name if self._active else None
+        return self._activities.active
 
     @property
     def active_session(self) -> Any:
-        return self._active_session
+        return self._activities.session
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -424,26 +377,18 @@ class Host:
         for listener in self.unit_listeners:
             listener(unit_id)
 
-    def reload(self, unit_id: str, *, rollback_source: Callable[[], None] | None = None) -> ReloadResult:
+    def reload(self, unit_id: str, *, rollback_source: Callable[[], None] | None = None) -> Reloaded:
         """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
 
         On failure the old modules, their init and their state are put back, and
         `rollback_source` (given when the reload follows a write) restores the old sources first.
         The old version stays listed as loaded until the new one replaces it.
         """
-        from .models import ActivityEvidence, ReloadResult
-
         try:
             restored, evidence, duration = self._reload(unit_id, rollback_source)
         finally:
             self._unit_changed(unit_id)
-        return ReloadResult(
-            unit_id=unit_id,
-            reloaded=True,
-            restored_state=restored,
-            activity=ActivityEvidence(**evidence),
-            duration_ms=duration,
-        )
+        return Reloaded(unit_id, restored, evidence, duration)
 
     def _reload(self, unit_id: str, rollback_source: Callable[[], None] | None) -> tuple[bool, dict[str, Any], float]:
         """The transaction behind `reload`: (state restored, activity evidence, duration in ms)."""
@@ -451,7 +396,7 @@ class Host:
             started = time.perf_counter()
             old = self._loaded.get(unit_id)
             active_before = self.active_activity
-            owned_active = self._active is not None and self._active.unit_id == unit_id
+            owned_active = self._activities.owned_by(unit_id)
             state: Any = None
             snapshot = old.hook("snapshot") if old is not None else None
             if snapshot is not None:
@@ -484,7 +429,7 @@ class Host:
                 ) from exc
             self._loaded[unit_id] = new
             self._load_errors.pop(unit_id, None)
-            evidence = self._reactivate(unit_id, active_before, owned_active)
+            evidence = self._activities.reactivate(unit_id, active_before, owned_active, self._describe)
             duration = (time.perf_counter() - started) * 1000
             self.logger.info("unit %s reloaded in %.1f ms", unit_id, duration)
             return restored, evidence, duration
@@ -593,7 +538,7 @@ class Host:
 
     def _teardown(self, loaded: LoadedUnit) -> None:
         """Deactivate the unit's activity, call drop() (bounded), unregister its activities, purge its modules."""
-        if self._active is not None and self._active.unit_id == loaded.unit_id:
+        if self._activities.owned_by(loaded.unit_id):
             self.deactivate()
         drop = loaded.hook("drop")
         if drop is not None:
@@ -605,9 +550,7 @@ class Host:
 
     def _discard(self, unit_id: str) -> None:
         """Forget the unit's activities and modules (after drop, or after a failed import or init)."""
-        for name in list(self._activities):
-            if self._activities[name].unit_id == unit_id:
-                del self._activities[name]
+        self._activities.forget(unit_id)
         self._purge(unit_id)
 
     def _reinstate(self, old: LoadedUnit, state: Any, has_state: bool, reactivate: str | None) -> bool:
@@ -638,27 +581,6 @@ class Host:
             except Exception:
                 self.logger.exception("re-activating %s after a rollback failed", reactivate)
         return True
-
-    def _reactivate(self, unit_id: str, active_before: str | None, owned_active: bool) -> dict[str, Any]:
-        registered_after = active_before is not None and active_before in self._activities
-        error = None
-        if owned_active and active_before is not None:
-            if registered_after:
-                try:
-                    self.activate(active_before)
-                except Exception as exc:
-                    error = self._describe(exc)
-                    self.logger.error("re-activating %s after reloading %s failed: %s", active_before, unit_id, error)
-            else:
-                error = f"activity {active_before!r} is no longer registered by unit {unit_id!r}"
-        return {
-            "active_activity_before": active_before,
-            "active_activity_after": self.active_activity,
-            "reactivation_attempted": owned_active,
-            "registered_after": registered_after,
-            "has_active_session_after": self._active_session is not None,
-            "error": error,
-        }
 
     def _unit_modules(self, unit_id: str) -> dict[str, types.ModuleType]:
         names = self._finder.names.get(unit_id, ()) if self._finder is not None else ()

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     import threading
 
-    from .models import ReloadResult
-
 UnitKind = Literal["directory", "file"]
 SQLITE_PREFIX = "sqlite:"
 
@@ -119,7 +117,7 @@ class WatchTarget(Protocol):
 
     def unload(self, unit_id: str) -> None: ...
 
-    def reload(self, unit_id: str) -> ReloadResult: ...
+    def reload(self, unit_id: str) -> object: ...
 
     def reload_changed(self, unit_id: str) -> None: ...
 

@@ -1,6 +1,8 @@
 """Loader-neutral unit operations: one method per tool, pydantic results, `UnitError` refusals.
 
-Methods are blocking (storage and process work); async callers run them in a worker thread.
+Each tool's arguments are one model of `arguments`: `handle_<tool>` takes it validated (the tool layer's way in),
+the method named like the tool validates a Python caller's arguments into it. Methods are blocking (storage and
+process work); async callers run them in a worker thread.
 """
 
 from __future__ import annotations
@@ -12,9 +14,20 @@ import re
 import threading
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from . import applog, paths
+from .arguments import (
+    ApplyPatchArgs,
+    CreateSourceArgs,
+    HistoryArgs,
+    ReadLogArgs,
+    ResolveArgs,
+    RevertArgs,
+    RunTestsArgs,
+    checked,
+)
 from .errors import (
     BinarySource,
     Cancelled,
@@ -33,7 +46,7 @@ from .errors import (
     UnknownUnit,
     UnknownVersion,
 )
-from .host import LIFECYCLE, Host, ReloadError
+from .host import LIFECYCLE, Host, Reloaded, ReloadError
 from .loader import (
     LoaderError,
     MissingSource,
@@ -47,6 +60,7 @@ from .loader import (
 )
 from .loader import UnknownVersion as MissingVersion
 from .models import (
+    ActivityEvidence,
     ApplyPatchResult,
     CreateSourceResult,
     HistoryResult,
@@ -69,20 +83,25 @@ from .resolve import ResolveIndex, UnitFacts, python_facts
 from .syntax import SyntaxCache
 from .testrun import run_test_process
 
-_TEST_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
-_HASH = re.compile(r"(sha256:)?[0-9a-fA-F]{64}")
-MAX_LOG_LINES = 1000
-MAX_LOG_OFFSET = 10**9
-MAX_HISTORY = 1000
+
+@dataclass(frozen=True)
+class Source:
+    """One source of a unit, checked once on its way in: the unit exists and `source_id` is a valid id of it."""
+
+    unit_id: str
+    kind: UnitKind
+    source_id: str
 
 
-def _expected(expected_hash: Any) -> str | None:
-    """expected_hash in its one spelling ('sha256:' and lowercase hex), or None."""
-    if expected_hash is None:
-        return None
-    if not isinstance(expected_hash, str) or not _HASH.fullmatch(expected_hash):
-        raise InvalidArgument("expected_hash must be the 'sha256:<64 hex digits>' hash from unit_read_source.")
-    return "sha256:" + expected_hash.removeprefix("sha256:").lower()
+def reload_result(reloaded: Reloaded) -> ReloadResult:
+    """The engine's account of a reload as the tools return it."""
+    return ReloadResult(
+        unit_id=reloaded.unit_id,
+        reloaded=True,
+        restored_state=reloaded.restored_state,
+        activity=ActivityEvidence(**reloaded.activity),
+        duration_ms=reloaded.duration_ms,
+    )
 
 
 class UnitService:
@@ -117,21 +136,23 @@ class UnitService:
             raise UnknownUnit(f"There is no unit {unit_id!r}.")
         return kind
 
-    def _segments(self, unit_id: str, kind: UnitKind, source_id: Any) -> tuple[str, ...]:
-        segments = paths.validate_source_id(source_id)
+    def _source(self, unit_id: str, source_id: str) -> Source:
+        """The one check of a unit's source id, before anything reads or writes it."""
+        kind = self._unit(unit_id)
+        paths.validate_source_id(source_id)
         if kind == "file" and source_id != f"{unit_id}.py":
             raise UnknownSource(
                 f"Unit {unit_id!r} is a file unit; its only source is {unit_id}.py, not {source_id!r}.",
                 hint=f"Use source_id {unit_id}.py.",
             )
-        return segments
+        return Source(unit_id, kind, source_id)
 
-    def _read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
-        self._segments(unit_id, kind, source_id)
-        with self._storage(unit_id, source_id, "read"):
-            return self.loader.read(unit_id, kind, source_id)
+    def _read(self, src: Source) -> bytes:
+        with self._storage(src, "read"):
+            return self.loader.read(src.unit_id, src.kind, src.source_id)
 
-    def _text(self, unit_id: str, source_id: str, data: bytes) -> str:
+    def _text(self, src: Source, data: bytes) -> str:
+        unit_id, source_id = src.unit_id, src.source_id
         if b"\x00" in data:
             raise BinarySource(f"{source_id!r} in unit {unit_id!r} is binary.")
         try:
@@ -139,8 +160,9 @@ class UnitService:
         except UnicodeDecodeError:
             raise BinarySource(f"{source_id!r} in unit {unit_id!r} is not UTF-8 text.") from None
 
-    def _encode(self, unit_id: str, source_id: str, text: str) -> bytes:
+    def _encode(self, src: Source, text: str) -> bytes:
         """UTF-8 bytes of a source about to be written; refuse what read_source could not give back."""
+        unit_id, source_id = src.unit_id, src.source_id
         if "\x00" in text:
             raise BinarySource(
                 f"The edit would put a NUL character into {source_id!r} of unit {unit_id!r}; nothing was written.",
@@ -155,8 +177,9 @@ class UnitService:
             ) from None
 
     @contextlib.contextmanager
-    def _storage(self, unit_id: str, source_id: str, action: str) -> Iterator[None]:
+    def _storage(self, src: Source, action: str) -> Iterator[None]:
         """The loader's refusals as `UnitError`s naming the unit and the source."""
+        unit_id, source_id = src.unit_id, src.source_id
         nothing = "; nothing was written" if action == "write" else ""
         try:
             yield
@@ -203,10 +226,12 @@ class UnitService:
                 hint="Send a smaller edit (a diff or an exact replacement of the lines that change).",
             )
 
-    def _compile(self, source_id: str, data: bytes, origin: str) -> None:
+    def _compile(self, src: Source, data: bytes) -> None:
         """Refuse Python that does not compile; hand the code to the host so the reload does not compile it again."""
+        source_id = src.source_id
         if not source_id.endswith(".py"):
             return
+        origin = self.loader.origin(src.unit_id, src.kind, source_id)
         try:
             code = compile(data, origin, "exec", dont_inherit=True)
         except SyntaxError as exc:
@@ -226,7 +251,7 @@ class UnitService:
         it records the new version (history loaders)."""
         rollback = None if written is None else lambda: self.loader.rollback(written)
         try:
-            result = self.host.reload(unit_id, rollback_source=rollback)
+            result = reload_result(self.host.reload(unit_id, rollback_source=rollback))
         except ReloadError as exc:
             restored = " The previous source was restored and is still running." if rollback else ""
             raise ReloadFailed(
@@ -315,14 +340,15 @@ class UnitService:
             return self._index
 
     def resolve(self, description: str, limit: int = 20) -> ResolveResult:
-        if not isinstance(description, str) or not description.strip():
+        return self.handle_resolve(checked(ResolveArgs, "unit_resolve", description=description, limit=limit))
+
+    def handle_resolve(self, args: ResolveArgs) -> ResolveResult:
+        if not args.description.strip():
             raise InvalidArgument(
                 "description is empty.", hint="Describe the unit in a few words, e.g. 'click counter'."
             )
-        if not isinstance(limit, int) or not 1 <= limit <= 100:
-            raise InvalidArgument(f"limit must be between 1 and 100, not {limit!r}.")
-        candidates = self._current_index().query(description[:2000], limit)
-        return ResolveResult(description=description, candidates=candidates)
+        candidates = self._current_index().query(args.description[:2000], args.limit)
+        return ResolveResult(description=args.description, candidates=candidates)
 
     def inspect(self, unit_id: str) -> InspectResult:
         kind = self._unit(unit_id)
@@ -366,10 +392,10 @@ class UnitService:
         )
 
     def read_source(self, unit_id: str, source_id: str) -> ReadSourceResult:
-        kind = self._unit(unit_id)
+        src = self._source(unit_id, source_id)
         self._require("read", unit_id)
-        data = self._read(unit_id, kind, source_id)
-        text = self._text(unit_id, source_id, data)
+        data = self._read(src)
+        text = self._text(src, data)
         return ReadSourceResult(
             unit_id=unit_id,
             source_id=source_id,
@@ -390,6 +416,12 @@ class UnitService:
         replace_all: bool = False,
         dry_run: bool = False,
     ) -> ApplyPatchResult:
+        arguments = locals()
+        del arguments["self"]
+        return self.handle_apply_patch(checked(ApplyPatchArgs, "unit_apply_patch", **arguments))
+
+    def handle_apply_patch(self, args: ApplyPatchArgs) -> ApplyPatchResult:
+        patch, old, new = args.patch, args.old, args.new
         if patch is not None and (old is not None or new is not None):
             raise InvalidArgument(
                 "Pass either `patch` or `old`+`new`, not both.", hint="Use one editing mode per call."
@@ -401,38 +433,35 @@ class UnitService:
             )
         for name, value in (("patch", patch), ("old", old), ("new", new)):
             if value is not None:
-                if not isinstance(value, str):
-                    raise InvalidArgument(f"`{name}` must be a string.")
                 self._check_size(name, value)
         if patch is not None and not patch.strip():
             raise InvalidArgument("`patch` is empty.", hint="Send a unified diff with at least one @@ hunk.")
-        expected_hash = _expected(expected_hash)
-        kind = self._unit(unit_id)
-        self._segments(unit_id, kind, source_id)
-        if not dry_run:
-            self._require("write", unit_id)
-        label = f"{source_id} of unit {unit_id}"
+        src = self._source(args.unit_id, args.source_id)
+        if not args.dry_run:
+            self._require("write", src.unit_id)
         # A dry run writes nothing and reads a source that is only ever replaced whole: it needs no lock (and so
         # never waits for another edit's reload).
-        with contextlib.nullcontext() if dry_run else self.host.unit_lock(unit_id):
-            data, text = self._current(unit_id, kind, source_id, expected_hash)
+        with contextlib.nullcontext() if args.dry_run else self.host.unit_lock(src.unit_id):
+            data, text = self._current(src, args.expected_hash)
             if patch is not None:
-                new_text, count = apply_unified_diff(text, patch, source_id)
+                new_text, count = apply_unified_diff(text, patch, src.source_id)
                 mode = "diff"
             else:
                 assert old is not None and new is not None
-                new_text, count = replace_exact(text, old, new, replace_all=replace_all, label=label)
+                label = f"{src.source_id} of unit {src.unit_id}"
+                new_text, count = replace_exact(text, old, new, replace_all=args.replace_all, label=label)
                 mode = "exact"
-            return self._edit(unit_id, kind, source_id, data, text, new_text, mode, count, dry_run, "unit_apply_patch")
+            return self._edit(src, data, text, new_text, mode, count, args.dry_run, "unit_apply_patch")
 
-    def _current(self, unit_id: str, kind: UnitKind, source_id: str, expected_hash: str | None) -> tuple[bytes, str]:
+    def _current(self, src: Source, expected_hash: str | None) -> tuple[bytes, str]:
         """The source's bytes and text, refused if they no longer hash to `expected_hash`."""
-        data = self._read(unit_id, kind, source_id)
-        text = self._text(unit_id, source_id, data)
+        data = self._read(src)
+        text = self._text(src, data)
         current = paths.hash_bytes(data)
         if expected_hash is not None and expected_hash != current:
             raise StaleHash(
-                f"{source_id} of unit {unit_id} changed since it was read: expected {expected_hash}, found {current}.",
+                f"{src.source_id} of unit {src.unit_id} changed since it was read: expected {expected_hash}, "
+                f"found {current}.",
                 expected_hash=expected_hash,
                 current_hash=current,
             )
@@ -440,9 +469,7 @@ class UnitService:
 
     def _edit(
         self,
-        unit_id: str,
-        kind: UnitKind,
-        source_id: str,
+        src: Source,
         data: bytes,
         text: str,
         new_text: str,
@@ -454,9 +481,10 @@ class UnitService:
         """Compile, write (checked against the hash of `data`, which another process may have changed since),
         reload; the loader puts the old source back if the reload fails. Called under the unit lock (a dry run
         needs none)."""
+        unit_id, source_id = src.unit_id, src.source_id
         current = paths.hash_bytes(data)
         changed = new_text != text
-        new_data = self._encode(unit_id, source_id, new_text)
+        new_data = self._encode(src, new_text)
         new_hash = paths.hash_bytes(new_data)
         # A dry run may skip the full compile when the edited statements alone prove the source compiles; a write
         # compiles in full (the reload runs that code) and only keeps the statement map current.
@@ -467,7 +495,7 @@ class UnitService:
             and self._syntax.compiles(current, text, new_hash, new_text, learn=not dry_run)
         )
         if changed and not (dry_run and proven):
-            self._compile(source_id, new_data, self.loader.origin(unit_id, kind, source_id))
+            self._compile(src, new_data)
         result = ApplyPatchResult(
             unit_id=unit_id,
             source_id=source_id,
@@ -482,9 +510,9 @@ class UnitService:
         if dry_run or not changed:
             return result
         try:
-            with self._storage(unit_id, source_id, "write"):
+            with self._storage(src, "write"):
                 written = self.loader.write(
-                    unit_id, kind, source_id, new_data, expected_hash=current, tool_call=tool_call
+                    unit_id, src.kind, source_id, new_data, expected_hash=current, tool_call=tool_call
                 )
         except StaleSource as exc:
             raise StaleHash(
@@ -497,6 +525,12 @@ class UnitService:
         return result
 
     def create_source(self, unit_id: str, source_id: str, source: str) -> CreateSourceResult:
+        return self.handle_create_source(
+            checked(CreateSourceArgs, "unit_create_source", unit_id=unit_id, source_id=source_id, source=source)
+        )
+
+    def handle_create_source(self, args: CreateSourceArgs) -> CreateSourceResult:
+        unit_id, source_id = args.unit_id, args.source_id
         kind = self._unit(unit_id)
         if kind != "directory":
             raise NotSupported(
@@ -504,18 +538,16 @@ class UnitService:
                 hint=f"Add code to {unit_id}.py with unit_apply_patch instead.",
             )
         self._require("create", unit_id)
-        paths.validate_source_id(source_id)
-        if not isinstance(source, str):
-            raise InvalidArgument("`source` must be a string.")
-        self._check_size("source", source)
+        src = self._source(unit_id, source_id)
+        self._check_size("source", args.source)
         if paths.is_hidden_or_compiled(source_id.rsplit("/", 1)[-1]) or "__pycache__" in source_id.split("/"):
             raise InvalidSourceId(
                 f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name."
             )
-        data = self._encode(unit_id, source_id, source)
-        self._compile(source_id, data, self.loader.origin(unit_id, kind, source_id))
+        data = self._encode(src, args.source)
+        self._compile(src, data)
         with self.host.unit_lock(unit_id):
-            with self._storage(unit_id, source_id, "write"):
+            with self._storage(src, "write"):
                 written = self.loader.create(unit_id, kind, source_id, data, tool_call="unit_create_source")
             reload = self._reload(unit_id, written)
             return CreateSourceResult(
@@ -523,17 +555,19 @@ class UnitService:
             )
 
     def history(self, unit_id: str, source_id: str, limit: int = 20) -> HistoryResult:
-        kind = self._unit(unit_id)
-        self._segments(unit_id, kind, source_id)
-        self._require_history(unit_id)
-        if type(limit) is not int or not 1 <= limit <= MAX_HISTORY:
-            raise InvalidArgument(f"limit must be an integer from 1 to {MAX_HISTORY}, not {limit!r}.")
-        versions = self.loader.history(unit_id, kind, source_id, limit)
+        return self.handle_history(
+            checked(HistoryArgs, "unit_history", unit_id=unit_id, source_id=source_id, limit=limit)
+        )
+
+    def handle_history(self, args: HistoryArgs) -> HistoryResult:
+        src = self._source(args.unit_id, args.source_id)
+        self._require_history(src.unit_id)
+        versions = self.loader.history(src.unit_id, src.kind, src.source_id, args.limit)
         if not versions:
-            self._read(unit_id, kind, source_id)  # refuses a source that does not exist
+            self._read(src)  # refuses a source that does not exist
         return HistoryResult(
-            unit_id=unit_id,
-            source_id=source_id,
+            unit_id=src.unit_id,
+            source_id=src.source_id,
             versions=[
                 HistoryVersion(version=v.version, hash=v.hash, size=v.size, time=v.time, tool_call=v.tool_call)
                 for v in versions
@@ -543,32 +577,35 @@ class UnitService:
     def revert(
         self, unit_id: str, source_id: str, version: int, expected_hash: str | None = None, dry_run: bool = False
     ) -> ApplyPatchResult:
+        arguments = locals()
+        del arguments["self"]
+        return self.handle_revert(checked(RevertArgs, "unit_revert", **arguments))
+
+    def handle_revert(self, args: RevertArgs) -> ApplyPatchResult:
         """Put a source back to a version from its history, through the same checked write and reload as a patch."""
-        expected_hash = _expected(expected_hash)
-        kind = self._unit(unit_id)
-        self._segments(unit_id, kind, source_id)
-        self._require_history(unit_id)
-        if type(version) is not int or version < 1:
-            raise InvalidArgument(f"version must be a version number from unit_history, not {version!r}.")
-        if not dry_run:
-            self._require("write", unit_id)
-        with self.host.unit_lock(unit_id):
-            data, text = self._current(unit_id, kind, source_id, expected_hash)
+        src = self._source(args.unit_id, args.source_id)
+        self._require_history(src.unit_id)
+        if not args.dry_run:
+            self._require("write", src.unit_id)
+        with self.host.unit_lock(src.unit_id):
+            data, text = self._current(src, args.expected_hash)
             try:
-                old = self.loader.version_data(unit_id, kind, source_id, version)
+                old = self.loader.version_data(src.unit_id, src.kind, src.source_id, args.version)
             except MissingVersion:
-                raise UnknownVersion(f"{source_id} of unit {unit_id} has no version {version}.") from None
-            old_text = self._text(unit_id, source_id, old)
-            return self._edit(unit_id, kind, source_id, data, text, old_text, "revert", 1, dry_run, "unit_revert")
+                raise UnknownVersion(f"{src.source_id} of unit {src.unit_id} has no version {args.version}.") from None
+            old_text = self._text(src, old)
+            return self._edit(src, data, text, old_text, "revert", 1, args.dry_run, "unit_revert")
 
     def run_tests(self, unit_id: str, test_name: str = "init", timeout: float | None = None) -> RunTestsResult:
+        return self.handle_run_tests(
+            checked(RunTestsArgs, "unit_run_tests", unit_id=unit_id, test_name=test_name, timeout=timeout)
+        )
+
+    def handle_run_tests(self, args: RunTestsArgs) -> RunTestsResult:
+        unit_id, test_name = args.unit_id, args.test_name
         kind = self._unit(unit_id)
-        if not isinstance(test_name, str) or not _TEST_NAME.fullmatch(test_name):
-            raise InvalidArgument(
-                f"test_name {str(test_name)[:80]!r} is not a test name.", hint="Use e.g. 'init' for test_init.py."
-            )
-        timeout = self.test_timeout if timeout is None else timeout
-        if not isinstance(timeout, (int, float)) or not 0 < timeout <= self.max_test_timeout:
+        timeout = self.test_timeout if args.timeout is None else args.timeout
+        if timeout > self.max_test_timeout:
             raise InvalidArgument(f"timeout must be between 0 and {self.max_test_timeout} seconds, not {timeout!r}.")
         if kind != "directory":
             raise NotSupported(
@@ -581,7 +618,8 @@ class UnitService:
                 f"Unit {unit_id!r} has no test module test_{test_name}.py.",
                 hint=f"Its tests: {', '.join(names) or 'none'}. Create one with unit_create_source.",
             )
-        source = self._text(unit_id, f"test_{test_name}.py", self._read(unit_id, kind, f"test_{test_name}.py"))
+        test = Source(unit_id, kind, f"test_{test_name}.py")
+        source = self._text(test, self._read(test))
         try:
             tree = ast.parse(source)
             has_main = any(
@@ -632,19 +670,15 @@ class UnitService:
         limit: int | None = None,
         before: int | None = None,
     ) -> ReadLogResult:
+        arguments = locals()
+        del arguments["self"]
+        return self.handle_read_log(checked(ReadLogArgs, "unit_read_log", **arguments))
+
+    def handle_read_log(self, args: ReadLogArgs) -> ReadLogResult:
         """Matching log lines with their absolute line numbers, oldest first: by default the newest `lines`
         (page back with `before`, the first number of the previous page); with `offset`, forward from that
         line number (`limit` lines, default `lines`)."""
-        for name, value, low, high in (
-            ("lines", lines, 1, MAX_LOG_LINES),
-            ("offset", offset, 1, MAX_LOG_OFFSET),
-            ("limit", limit, 1, MAX_LOG_LINES),
-            ("before", before, 1, MAX_LOG_OFFSET),
-        ):
-            if value is not None and (type(value) is not int or not low <= value <= high):
-                raise InvalidArgument(f"{name} must be an integer from {low} to {high}, not {value!r}.")
-        if grep is not None and (not isinstance(grep, str) or len(grep) > 1000):
-            raise InvalidArgument("grep must be a string of at most 1000 characters.")
+        grep, lines, offset, limit, before = args.grep, args.lines, args.offset, args.limit, args.before
         if offset is not None and before is not None:
             raise InvalidArgument(
                 "Give offset (read forward from a line number) or before (page back), not both.",

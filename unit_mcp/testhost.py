@@ -18,7 +18,8 @@ import sys
 import traceback
 from typing import Any
 
-from .host import LOG_FORMAT, Host
+from .applog import LOG_FORMAT
+from .host import Host
 from .proctree import descendants, kill_all
 
 PR_SET_CHILD_SUBREAPER = 36

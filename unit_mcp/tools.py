@@ -1,7 +1,8 @@
 """The ten unit tools, served on the MCP SDK's low-level `Server`.
 
-Each tool is a flat pydantic argument model (the input schema and its validation), a pydantic result model
-(the output schema and the structured content), a risk label and the standard annotations. The low-level
+Each tool is a flat pydantic argument model from `arguments` (the input schema and its one validation), a
+pydantic result model (the output schema and the structured content), a risk label, the standard annotations and
+its handler in `HANDLERS`, which gets the validated model. The low-level
 server is used rather than `MCPServer` so that the schemas come straight from those models and every
 `UnitError` is mapped to an `isError` result in one place, `UnitTools.call_tool`.
 """
@@ -25,11 +26,24 @@ from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import core_schema
 
 from ._version import __version__
+from .arguments import (
+    ApplyPatchArgs,
+    CreateSourceArgs,
+    HistoryArgs,
+    NoArgs,
+    ReadLogArgs,
+    ReadSourceArgs,
+    ResolveArgs,
+    RevertArgs,
+    RunTestsArgs,
+    UnitArgs,
+    problems,
+)
 from .cancel import cancellation
 from .errors import UnitError
 from .models import (
@@ -105,97 +119,6 @@ def without_client_arguments(arguments: dict[str, Any], fields: Iterable[str]) -
     }
 
 
-class _Args(BaseModel):
-    """Tool arguments: unknown keys are refused, so a misspelt `expected_hash` cannot be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-_UNIT_ID = Field(description="The unit id from unit_list or unit_resolve, e.g. 'counter'.")
-_SOURCE_ID = Field(
-    description="Path of the file relative to the unit root with '/' separators, as listed by unit_inspect, "
-    "e.g. '__init__.py' or 'data/cities.json'. A file unit's only source is '<unit_id>.py'."
-)
-
-
-class NoArgs(_Args):
-    pass
-
-
-class UnitArgs(_Args):
-    unit_id: str = _UNIT_ID
-
-
-class ResolveArgs(_Args):
-    description: str = Field(description="What the unit does or is called, in a few words, e.g. 'click counter'.")
-    limit: int = Field(20, description="The most candidates to return (1-100).")
-
-
-class ReadSourceArgs(_Args):
-    unit_id: str = _UNIT_ID
-    source_id: str = _SOURCE_ID
-
-
-class ApplyPatchArgs(_Args):
-    unit_id: str = _UNIT_ID
-    source_id: str = _SOURCE_ID
-    patch: str | None = Field(
-        None, description="A unified diff of this one file (@@ hunks; ---/+++ headers optional). Not with old/new."
-    )
-    old: str | None = Field(
-        None, description="Exact text to replace, copied from unit_read_source (indentation included). Needs `new`."
-    )
-    new: str | None = Field(None, description="The replacement for `old`; may be empty to delete it.")
-    expected_hash: str | None = Field(
-        None, description="The hash unit_read_source returned; the edit is refused if the file changed since."
-    )
-    replace_all: bool = Field(False, description="Replace every occurrence of `old` instead of requiring one.")
-    dry_run: bool = Field(False, description="Only show the diff and the would-be hash; write nothing.")
-
-
-class CreateSourceArgs(_Args):
-    unit_id: str = _UNIT_ID
-    source_id: str = Field(
-        description="Path of the new file relative to the unit root, e.g. 'helpers.py' or 'test_more.py'; "
-        "missing folders are created."
-    )
-    source: str = Field(description="The full content of the new file (UTF-8 text).")
-
-
-class RunTestsArgs(_Args):
-    unit_id: str = _UNIT_ID
-    test_name: str = Field("init", description="Runs test_<test_name>.py of the unit; 'init' runs test_init.py.")
-    timeout: float | None = Field(None, description="Seconds before the run is killed; the server's default if unset.")
-
-
-class ReadLogArgs(_Args):
-    grep: str | None = Field(None, description="Only lines containing this text (case-sensitive substring).")
-    lines: int = Field(100, description="How many of the newest matching lines to return (1-1000).")
-    offset: int | None = Field(
-        None, description="Read forward from this absolute line number (see line_numbers), oldest first."
-    )
-    limit: int | None = Field(None, description="Lines to return (instead of `lines`), e.g. with offset.")
-    before: int | None = Field(
-        None, description="Page back: the newest matching lines numbered below this (the first of line_numbers)."
-    )
-
-
-class HistoryArgs(_Args):
-    unit_id: str = _UNIT_ID
-    source_id: str = _SOURCE_ID
-    limit: int = Field(20, description="The most versions to return, newest first (1-1000).")
-
-
-class RevertArgs(_Args):
-    unit_id: str = _UNIT_ID
-    source_id: str = _SOURCE_ID
-    version: int = Field(description="The version number from unit_history to put back.")
-    expected_hash: str | None = Field(
-        None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
-    )
-    dry_run: bool = Field(False, description="Only show the diff and the would-be hash; write nothing.")
-
-
 HISTORY_INSTRUCTIONS = """
 8. unit_history lists the accepted versions of a source (newest first); unit_revert puts one back, \
 checked and reloaded like an edit."""
@@ -203,8 +126,7 @@ checked and reloaded like an edit."""
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool: its models, its risk and what its annotations promise. It calls the `UnitService` method
-    named like the tool without `unit_`, with the argument model's fields as keyword arguments."""
+    """One tool: its models, its risk and what its annotations promise; `HANDLERS` has what it calls."""
 
     name: str
     title: str
@@ -388,6 +310,24 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
 )
 
 
+Handler = Callable[[UnitService, Any], BaseModel]
+HANDLERS: dict[str, Handler] = {
+    "unit_list": lambda service, _: service.list(),
+    "unit_resolve": UnitService.handle_resolve,
+    "unit_inspect": lambda service, args: service.inspect(args.unit_id),
+    "unit_read_source": lambda service, args: service.read_source(args.unit_id, args.source_id),
+    "unit_apply_patch": UnitService.handle_apply_patch,
+    "unit_create_source": UnitService.handle_create_source,
+    "unit_run_tests": UnitService.handle_run_tests,
+    "unit_reload": lambda service, args: service.reload(args.unit_id),
+    "unit_read_log": UnitService.handle_read_log,
+    "unit_snapshot": lambda service, args: service.snapshot(args.unit_id),
+    "unit_history": UnitService.handle_history,
+    "unit_revert": UnitService.handle_revert,
+}
+"""What each tool calls, with the service and the tool's validated argument model."""
+
+
 def check_prefix(prefix: str) -> str:
     if not _PREFIX.fullmatch(prefix):
         raise ValueError(f"tool prefix {prefix!r} must be at most 40 of A-Z a-z 0-9 _ -")
@@ -529,25 +469,23 @@ class UnitTools:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        """Validate, run the service method in a worker thread and map every outcome to a result."""
+        """Validate, run the tool's handler in a worker thread and map every outcome to a result."""
         spec = self.specs.get(params.name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         try:
             args = spec.args.model_validate(without_client_arguments(params.arguments or {}, spec.args.model_fields))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors()
-            )
             return self._error(
                 "invalid_argument",
-                f"Invalid arguments for {params.name}: {problems}.",
+                f"Invalid arguments for {params.name}: {problems(exc)}.",
                 "Check the argument names and types against the tool's input schema.",
                 None,
             )
-        fields = args.model_dump()
-        call = functools.partial(getattr(self.service, spec.name.removeprefix("unit_")), **fields)
-        target = " ".join(f"{key}={_shown(value)}" for key, value in fields.items() if key in _LOGGED_ARGS)
+        call = functools.partial(HANDLERS[spec.name], self.service, args)
+        target = " ".join(
+            f"{key}={_shown(getattr(args, key))}" for key in _LOGGED_ARGS if key in spec.args.model_fields
+        )
         started = time.perf_counter()
         try:
             if isinstance(args, RunTestsArgs):

@@ -2,7 +2,8 @@
 
 hypothesis-jsonschema would be the library for this, but its last release (0.23.1) fails on current
 Hypothesis (it uses an internal API that is gone), so this covers the subset tools use: objects with
-properties, required and additionalProperties; strings with length bounds; integers and numbers with bounds;
+properties, required and additionalProperties; strings with length bounds or a pattern;
+integers and numbers with bounds;
 booleans, null, arrays, enum, const, anyOf/oneOf, and local `$ref`s. An unsupported keyword fails loudly.
 """
 
@@ -22,7 +23,7 @@ _IGNORED = {"title", "description", "default", "examples", "$defs", "definitions
 _HANDLED = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength",
     "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "const", "anyOf", "oneOf",
-    "$ref",
+    "$ref", "pattern",
 }  # fmt: skip
 
 
@@ -52,6 +53,8 @@ def from_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) -> s
     if kind == "array":
         items = from_schema(schema.get("items", {}), root)
         return st.lists(items, min_size=schema.get("minItems", 0), max_size=min(schema.get("maxItems", 4), 4))
+    if kind == "string" and "pattern" in schema:
+        return st.from_regex(schema["pattern"], fullmatch=True)
     if kind == "string":
         return st.text(min_size=schema.get("minLength", 0), max_size=schema.get("maxLength", 40))
     if kind == "integer":

@@ -1,0 +1,157 @@
+"""One input model per tool: the argument names, types, limits and descriptions in one place.
+
+The tool layer validates a call's arguments against these models and derives the tools' input schemas from them;
+`UnitService` validates a Python caller's arguments against the same models. Checks that depend on the server's
+configuration (`max_source_bytes`, `max_test_timeout`) or on several arguments together are the service's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import InvalidArgument
+
+MAX_LOG_LINES = 1000
+MAX_LOG_OFFSET = 10**9
+MAX_HISTORY = 1000
+
+
+class Args(BaseModel):
+    """Tool arguments: unknown keys are refused, so a misspelt `expected_hash` cannot be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+A = TypeVar("A", bound=Args)
+
+
+def problems(exc: ValidationError) -> str:
+    """What a validation error found, argument by argument."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
+
+
+def checked(model: type[A], tool: str, **arguments: Any) -> A:
+    """`arguments` as `model`, or an `InvalidArgument` naming each one that is wrong."""
+    try:
+        return model.model_validate(arguments)
+    except ValidationError as exc:
+        raise InvalidArgument(
+            f"Invalid arguments for {tool}: {problems(exc)}.",
+            hint="Check the argument names and types against the tool's input schema.",
+        ) from None
+
+
+def _one_spelling(expected_hash: str | None) -> str | None:
+    """expected_hash in its one spelling ('sha256:' and lowercase hex)."""
+    return None if expected_hash is None else "sha256:" + expected_hash.removeprefix("sha256:").lower()
+
+
+_UNIT_ID = Field(description="The unit id from unit_list or unit_resolve, e.g. 'counter'.")
+_SOURCE_ID = Field(
+    description="Path of the file relative to the unit root with '/' separators, as listed by unit_inspect, "
+    "e.g. '__init__.py' or 'data/cities.json'. A file unit's only source is '<unit_id>.py'."
+)
+_DRY_RUN = Field(False, description="Only show the diff and the would-be hash; write nothing.")
+ExpectedHash = Annotated[
+    str | None,
+    Field(pattern=r"^(sha256:)?[0-9a-fA-F]{64}$"),
+    AfterValidator(_one_spelling),
+]
+
+
+class NoArgs(Args):
+    pass
+
+
+class UnitArgs(Args):
+    unit_id: str = _UNIT_ID
+
+
+class ResolveArgs(Args):
+    description: str = Field(description="What the unit does or is called, in a few words, e.g. 'click counter'.")
+    limit: int = Field(20, ge=1, le=100, description="The most candidates to return (1-100).")
+
+
+class ReadSourceArgs(Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+
+
+class ApplyPatchArgs(Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+    patch: str | None = Field(
+        None, description="A unified diff of this one file (@@ hunks; ---/+++ headers optional). Not with old/new."
+    )
+    old: str | None = Field(
+        None, description="Exact text to replace, copied from unit_read_source (indentation included). Needs `new`."
+    )
+    new: str | None = Field(None, description="The replacement for `old`; may be empty to delete it.")
+    expected_hash: ExpectedHash = Field(
+        None, description="The hash unit_read_source returned; the edit is refused if the file changed since."
+    )
+    replace_all: bool = Field(False, description="Replace every occurrence of `old` instead of requiring one.")
+    dry_run: bool = _DRY_RUN
+
+
+class CreateSourceArgs(Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = Field(
+        description="Path of the new file relative to the unit root, e.g. 'helpers.py' or 'test_more.py'; "
+        "missing folders are created."
+    )
+    source: str = Field(description="The full content of the new file (UTF-8 text).")
+
+
+class RunTestsArgs(Args):
+    unit_id: str = _UNIT_ID
+    test_name: str = Field(
+        "init",
+        pattern=r"^[A-Za-z0-9_]{1,64}$",
+        description="Runs test_<test_name>.py of the unit; 'init' runs test_init.py.",
+    )
+    timeout: float | None = Field(
+        None, gt=0, description="Seconds before the run is killed; the server's default if unset."
+    )
+
+
+class ReadLogArgs(Args):
+    grep: str | None = Field(
+        None, max_length=1000, description="Only lines containing this text (case-sensitive substring)."
+    )
+    lines: int = Field(
+        100, ge=1, le=MAX_LOG_LINES, description="How many of the newest matching lines to return (1-1000)."
+    )
+    offset: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LOG_OFFSET,
+        description="Read forward from this absolute line number (see line_numbers), oldest first.",
+    )
+    limit: int | None = Field(
+        None, ge=1, le=MAX_LOG_LINES, description="Lines to return (instead of `lines`), e.g. with offset."
+    )
+    before: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LOG_OFFSET,
+        description="Page back: the newest matching lines numbered below this (the first of line_numbers).",
+    )
+
+
+class HistoryArgs(Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+    limit: int = Field(20, ge=1, le=MAX_HISTORY, description="The most versions to return, newest first (1-1000).")
+
+
+class RevertArgs(Args):
+    unit_id: str = _UNIT_ID
+    source_id: str = _SOURCE_ID
+    version: int = Field(ge=1, description="The version number from unit_history to put back.")
+    expected_hash: ExpectedHash = Field(
+        None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
+    )
+    dry_run: bool = _DRY_RUN
