@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import shutil
 import tempfile
 from collections import OrderedDict
@@ -29,26 +28,18 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
-from mcp.server.sse import SseServerTransport
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.routing import Mount, Route
 
-from ..loopback import Guard, LoopbackServer, SseEndpoint, security_settings
+from ..mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
 from ..opencode_isolation import config_path, opencode_config, write_opencode_config
 from .errors import EndpointError, ToolFailed
 from .toolsurface import AgentToolSurface, ToolOutput
 
 log = logging.getLogger("unit_mcp.agent.endpoint")
 
-MCP_PATH = "/mcp"
-SSE_PATH = "/sse"
-MESSAGE_PATH = "/messages/"
 _MAX_TRACKED_SESSIONS = 256
 
 
@@ -89,21 +80,22 @@ class ApprovedEndpoint:
         auth: bool = True,
         grants: Iterable[str] = (),
         config_extra: Mapping[str, Any] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         """`grants` are risks granted to whoever uses this endpoint (on top of the policy's `auto` risks);
-        `config_root` defaults to a temporary folder removed at stop."""
+        `config_root` defaults to a temporary folder removed at stop; `limits` bound what one client can hold."""
         self.surface = surface
         self.approvals = surface.approvals
         self.server_name = server_name
         self.host = host
         self.port = port
         self.auth = auth
+        self.limits = limits
         self.grants = list(grants)
         self.config_extra = dict(config_extra or {})
         self._given_root = Path(config_root) if config_root is not None else None
         self._config_root: Path | None = None
-        self._token: str | None = None
-        self._loopback: LoopbackServer | None = None
+        self._http: McpHttpServer | None = None
         self._stack: AsyncExitStack | None = None
         self._bus = InMemorySubscriptionBus()
         self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
@@ -200,15 +192,15 @@ class ApprovedEndpoint:
 
     @property
     def token(self) -> str | None:
-        return self._token
+        return None if self._http is None else self._http.token
 
     @property
     def url(self) -> str | None:
-        return None if self._loopback is None else f"{self._loopback.base_url}{MCP_PATH}"
+        return None if self._http is None else self._http.url
 
     @property
     def sse_url(self) -> str | None:
-        return None if self._loopback is None else f"{self._loopback.base_url}{SSE_PATH}"
+        return None if self._http is None else self._http.sse_url
 
     @property
     def config_path(self) -> Path | None:
@@ -216,9 +208,9 @@ class ApprovedEndpoint:
 
     def status(self) -> EndpointStatus:
         return EndpointStatus(
-            started=self._loopback is not None,
+            started=self._http is not None,
             host=self.host,
-            port=self._loopback.port if self._loopback else None,
+            port=self._http.port if self._http else None,
             url=self.url,
             sse_url=self.sse_url,
             config_root=str(self._config_root) if self._config_root else None,
@@ -245,11 +237,12 @@ class ApprovedEndpoint:
             return self.status()
         stack = AsyncExitStack()
         try:
-            self._token = secrets.token_urlsafe(32) if self.auth else None
-            loopback = LoopbackServer(host=self.host, port=self.port, error=EndpointError)
-            stack.push_async_callback(loopback.stop)
-            await loopback.start(self._app(loopback.host, loopback.bind()))
-            self._loopback = loopback
+            http = McpHttpServer(
+                host=self.host, port=self.port, auth=self.auth, limits=self.limits, error=EndpointError
+            )
+            stack.push_async_callback(http.stop)
+            await http.start(self.server())
+            self._http = http
             tg = await stack.enter_async_context(anyio.create_task_group())
             tg.start_soon(self._resync_forever)
             stack.callback(tg.cancel_scope.cancel)
@@ -260,7 +253,7 @@ class ApprovedEndpoint:
                 write_opencode_config(
                     self._config_root,
                     opencode_config(
-                        url=self.url, server_name=self.server_name, token=self._token, extra=self.config_extra
+                        url=self.url, server_name=self.server_name, token=self.token, extra=self.config_extra
                     ),
                 )
             except OSError as exc:
@@ -288,20 +281,5 @@ class ApprovedEndpoint:
     def _release(self) -> None:
         if self._config_root is not None and self._given_root is None:
             shutil.rmtree(self._config_root, ignore_errors=True)
-        self._config_root = self._token = self._loopback = None
+        self._config_root = self._http = None
         self._sessions.clear()
-
-    def _app(self, host: str, port: int) -> Starlette:
-        security = security_settings(host, port)
-        server = self.server()
-        manager = StreamableHTTPSessionManager(app=server, security_settings=security)
-        sse = SseServerTransport(MESSAGE_PATH, security_settings=security)
-        return Starlette(
-            routes=[
-                Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
-                Route(SSE_PATH, endpoint=SseEndpoint(server, sse), methods=["GET"]),
-                Mount(MESSAGE_PATH, app=sse.handle_post_message),
-            ],
-            middleware=[Middleware(Guard, security=security, token=self._token)],
-            lifespan=lambda app: manager.run(),
-        )
