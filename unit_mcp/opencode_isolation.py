@@ -33,11 +33,12 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .paths import write_file
 
 OPENCODE_VERSION = "1.18.33"
 OPENCODE_SCHEMA = "https://opencode.ai/config.json"
@@ -106,20 +107,8 @@ def opencode_config(
 
 
 def write_json_atomically(path: Path, data: Mapping[str, Any], *, mode: int = 0o600) -> None:
-    """Temporary file in the same folder, fsync, rename: a reader sees the old file or the new one, whole."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """`data` as indented JSON, written atomically (`paths.write_file`): a reader sees the old file or the new one."""
+    write_file(path.parent, path.name, (json.dumps(data, indent=2) + "\n").encode(), mode=mode)
 
 
 def config_path(config_home: Path) -> Path:
@@ -362,16 +351,7 @@ def launcher_script(config_home: Path, python: str | None = None) -> str:
 def write_launcher(path: Path, config_home: Path) -> Path:
     """Write the executable behind OPENCODE_CMD (atomically, mode 0700)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(launcher_script(config_home))
-        os.chmod(tmp, 0o700)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_file(path.parent, path.name, launcher_script(config_home).encode(), mode=0o700)
     return path
 
 
