@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from mcp.server import Server
 
 from .loopback import is_loopback
 from .mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
-from .opencode_isolation import config_path, opencode_config, write_opencode_config
+from .opencode_isolation import ConfigHome, IsolationRefused, opencode_config
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
@@ -42,13 +40,6 @@ class BridgeStatus:
     sse_url: str | None
     config_root: str | None
     config_path: str | None
-
-
-def _user_opencode_dirs() -> set[Path]:
-    homes = [Path.home() / ".config"]
-    if os.environ.get("XDG_CONFIG_HOME"):
-        homes.append(Path(os.environ["XDG_CONFIG_HOME"]))
-    return {(home / "opencode").resolve() for home in homes}
 
 
 class Bridge:
@@ -82,8 +73,7 @@ class Bridge:
         self.host = "127.0.0.1" if host == "localhost" else host
         self.server_name = server_name
         self.limits = limits
-        self._given_config_root = Path(config_root).resolve() if config_root is not None else None
-        self._config_root: Path | None = None
+        self._config = ConfigHome(config_root, prefix="unit-mcp-opencode-")
         self._http = McpHttpServer(
             host=self.host, port=port, auth=auth, limits=limits, shutdown_timeout=shutdown_timeout, error=BridgeError
         )
@@ -106,7 +96,7 @@ class Bridge:
 
     @property
     def config_path(self) -> Path | None:
-        return None if self._config_root is None else config_path(self._config_root)
+        return self._config.path
 
     def status(self) -> BridgeStatus:
         return BridgeStatus(
@@ -115,15 +105,16 @@ class Bridge:
             port=self._http.port,
             url=self.url,
             sse_url=self.sse_url,
-            config_root=str(self._config_root) if self._config_root is not None else None,
+            config_root=str(self._config.root) if self._config.root is not None else None,
             config_path=str(self.config_path) if self.config_path is not None else None,
         )
 
     def opencode_env(self) -> dict[str, str]:
         """The environment an OpenCode process needs to use only this server: its own XDG_CONFIG_HOME."""
-        if self._config_root is None:
+        env = self._config.env()
+        if env is None:
             raise BridgeError("the bridge is not started")
-        return {"XDG_CONFIG_HOME": str(self._config_root)}
+        return env
 
     async def __aenter__(self) -> Bridge:
         await self.start()
@@ -141,8 +132,11 @@ class Bridge:
         self._started = True  # taken at once: a second start() meanwhile returns instead of serving twice
         try:
             self._http.bind()
-            self._config_root = self._prepare_config_root()
-            self._write_config()
+            assert self.url is not None
+            try:
+                self._config.write(opencode_config(url=self.url, server_name=self.server_name, token=self.token))
+            except (IsolationRefused, OSError) as exc:
+                raise BridgeError(f"cannot write the OpenCode config: {exc}") from exc
             await self._http.start(self.server)
         except BaseException:
             await self.stop()
@@ -156,25 +150,4 @@ class Bridge:
         try:
             await self._http.stop()
         finally:
-            if self._config_root is not None and self._given_config_root is None:
-                shutil.rmtree(self._config_root, ignore_errors=True)
-            self._config_root = None
-
-    # -- internals ------------------------------------------------------------------------------
-
-    def _prepare_config_root(self) -> Path:
-        if self._given_config_root is None:
-            return Path(tempfile.mkdtemp(prefix="unit-mcp-opencode-"))
-        root = self._given_config_root
-        if (root / "opencode").resolve() in _user_opencode_dirs():
-            raise BridgeError(f"{root} is the user's own OpenCode config home; give the bridge a folder of its own")
-        return root
-
-    def _write_config(self) -> None:
-        assert self.url is not None and self._config_root is not None
-        try:
-            write_opencode_config(
-                self._config_root, opencode_config(url=self.url, server_name=self.server_name, token=self.token)
-            )
-        except OSError as exc:
-            raise BridgeError(f"cannot write the OpenCode config {self.config_path}: {exc}") from exc
+            self._config.remove()

@@ -33,6 +33,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,48 @@ def write_opencode_config(config_home: Path, config: Mapping[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_json_atomically(path, config)
     return path
+
+
+def _user_opencode_dirs() -> set[Path]:
+    homes = [Path.home() / ".config"]
+    if os.environ.get("XDG_CONFIG_HOME"):
+        homes.append(Path(os.environ["XDG_CONFIG_HOME"]))
+    return {(home / "opencode").resolve() for home in homes}
+
+
+class ConfigHome:
+    """The folder an isolated OpenCode takes as `XDG_CONFIG_HOME`, for the bridge and every agent endpoint: a
+    given folder is kept (and may never be the user's own config home), otherwise a temporary one is made at
+    `write()` and removed at `remove()`."""
+
+    def __init__(self, given: str | os.PathLike[str] | None, *, prefix: str) -> None:
+        self.given = Path(given).resolve() if given is not None else None
+        self.prefix = prefix
+        self.root: Path | None = None
+
+    @property
+    def path(self) -> Path | None:
+        """Its `opencode/opencode.json` (None until written)."""
+        return None if self.root is None else config_path(self.root)
+
+    def write(self, config: Mapping[str, Any]) -> Path:
+        """Write `config` (see `opencode_config`); raises IsolationRefused for the user's own config home and
+        OSError when the folder cannot be written."""
+        if self.root is None:
+            if self.given is not None and (self.given / "opencode").resolve() in _user_opencode_dirs():
+                raise IsolationRefused(f"{self.given} is the user's own OpenCode config home; give a folder of its own")
+            self.root = self.given or Path(tempfile.mkdtemp(prefix=self.prefix))
+        return write_opencode_config(self.root, config)
+
+    def env(self) -> dict[str, str] | None:
+        """What an OpenCode process needs to see only this config: its own XDG_CONFIG_HOME (None before write)."""
+        return None if self.root is None else {"XDG_CONFIG_HOME": str(self.root)}
+
+    def remove(self) -> None:
+        """Forget the folder; a temporary one is deleted."""
+        if self.root is not None and self.given is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.root = None
 
 
 def _seed_plugin_lock(folder: Path) -> None:

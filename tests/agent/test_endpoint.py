@@ -134,6 +134,16 @@ async def test_guards_token_host_origin_and_loopback_only(unit_server: UnitServe
         await ApprovedEndpoint(AgentToolSurface(AgentApprovals()), host="0.0.0.0").start()
 
 
+async def test_the_users_own_opencode_config_is_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint shares the bridge's config home: a given folder may never be the user's own."""
+    own = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(own))
+    endpoint = ApprovedEndpoint(AgentToolSurface(AgentApprovals()), config_root=own)
+    with pytest.raises(EndpointError, match="own OpenCode config home"):
+        await endpoint.start()
+    assert not own.exists() and not endpoint.status().started
+
+
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_only_approved_tools_are_listed_and_callable(unit_server: UnitServer, tmp_path: Path, mode: str) -> None:
     async with approved(unit_server, tmp_path) as endpoint, client(endpoint, mode) as connected:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -34,7 +32,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 
 from ..mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
-from ..opencode_isolation import config_path, opencode_config, write_opencode_config
+from ..opencode_isolation import ConfigHome, IsolationRefused, opencode_config
 from .errors import EndpointError, ToolFailed
 from .toolsurface import AgentToolSurface, ToolOutput
 
@@ -93,8 +91,7 @@ class ApprovedEndpoint:
         self.limits = limits
         self.grants = list(grants)
         self.config_extra = dict(config_extra or {})
-        self._given_root = Path(config_root) if config_root is not None else None
-        self._config_root: Path | None = None
+        self._config = ConfigHome(config_root, prefix="unit-mcp-agent-opencode-")
         self._http: McpHttpServer | None = None
         self._stack: AsyncExitStack | None = None
         self._bus = InMemorySubscriptionBus()
@@ -204,7 +201,7 @@ class ApprovedEndpoint:
 
     @property
     def config_path(self) -> Path | None:
-        return None if self._config_root is None else config_path(self._config_root)
+        return self._config.path
 
     def status(self) -> EndpointStatus:
         return EndpointStatus(
@@ -213,16 +210,17 @@ class ApprovedEndpoint:
             port=self._http.port if self._http else None,
             url=self.url,
             sse_url=self.sse_url,
-            config_root=str(self._config_root) if self._config_root else None,
+            config_root=str(self._config.root) if self._config.root else None,
             config_path=str(self.config_path) if self.config_path else None,
             tools=[tool.name for tool in self.tool_defs()],
         )
 
     def opencode_env(self) -> dict[str, str]:
         """What an OpenCode process needs to see only this endpoint: its own XDG_CONFIG_HOME."""
-        if self._config_root is None:
+        env = self._config.env()
+        if env is None:
             raise EndpointError("the endpoint is not started")
-        return {"XDG_CONFIG_HOME": str(self._config_root)}
+        return env
 
     async def __aenter__(self) -> ApprovedEndpoint:
         await self.start()
@@ -246,17 +244,13 @@ class ApprovedEndpoint:
             tg = await stack.enter_async_context(anyio.create_task_group())
             tg.start_soon(self._resync_forever)
             stack.callback(tg.cancel_scope.cancel)
-            self._config_root = self._given_root or Path(tempfile.mkdtemp(prefix="unit-mcp-agent-opencode-"))
             self._listed = self._signature()
-            assert self.url is not None and self.config_path is not None
+            assert self.url is not None
+            extra = self.config_extra
+            config = opencode_config(url=self.url, server_name=self.server_name, token=self.token, extra=extra)
             try:
-                write_opencode_config(
-                    self._config_root,
-                    opencode_config(
-                        url=self.url, server_name=self.server_name, token=self.token, extra=self.config_extra
-                    ),
-                )
-            except OSError as exc:
+                self._config.write(config)
+            except (IsolationRefused, OSError) as exc:
                 raise EndpointError(f"cannot write the OpenCode config: {exc}") from exc
         except BaseException:
             await stack.aclose()
@@ -279,7 +273,6 @@ class ApprovedEndpoint:
             unsubscribe()
 
     def _release(self) -> None:
-        if self._config_root is not None and self._given_root is None:
-            shutil.rmtree(self._config_root, ignore_errors=True)
-        self._config_root = self._http = None
+        self._config.remove()
+        self._http = None
         self._sessions.clear()
