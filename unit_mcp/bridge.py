@@ -18,7 +18,6 @@ from typing import Any
 
 from mcp.server import Server
 
-from .loopback import is_loopback
 from .mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
 from .opencode_isolation import ConfigHome, IsolationRefused, opencode_config
 
@@ -63,20 +62,16 @@ class Bridge:
         shutdown_timeout: int = 1,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
-        if not is_loopback(host):
-            raise BridgeError(
-                f"refusing to serve on {host!r}: unit-mcp binds to loopback only (127.0.0.1, ::1 or localhost)"
-            )
         if not _SERVER_NAME.fullmatch(server_name):
             raise BridgeError(f"server name {server_name!r} must be 1-64 of A-Z a-z 0-9 _ - (starting alphanumeric)")
         self.server = server
-        self.host = "127.0.0.1" if host == "localhost" else host
         self.server_name = server_name
         self.limits = limits
         self._config = ConfigHome(config_root, prefix="unit-mcp-opencode-")
         self._http = McpHttpServer(
-            host=self.host, port=port, auth=auth, limits=limits, shutdown_timeout=shutdown_timeout, error=BridgeError
+            host=host, port=port, auth=auth, limits=limits, shutdown_timeout=shutdown_timeout, error=BridgeError
         )
+        self.host = self._http.host
         self._started = False
 
     # -- public surface -----------------------------------------------------------------------
@@ -146,6 +141,7 @@ class Bridge:
 
     async def stop(self) -> None:
         """Stop serving (open streams get `shutdown_timeout` seconds), then remove a temporary config root."""
+        self.host = self._http.host
         self._started = False
         try:
             await self._http.stop()

@@ -135,7 +135,7 @@ class LoopbackServer:
     ) -> None:
         self.error = error
         if not is_loopback(host):
-            raise error(f"refusing to serve on {host!r}: only loopback (127.0.0.1, ::1 or localhost) is allowed")
+            raise error(f"refusing to serve on {host!r}: serving on loopback only (127.0.0.1, ::1 or localhost)")
         self.host = "127.0.0.1" if host == "localhost" else host
         self.requested_port = port
         self.shutdown_timeout = shutdown_timeout

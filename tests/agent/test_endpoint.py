@@ -130,7 +130,7 @@ async def test_guards_token_host_origin_and_loopback_only(unit_server: UnitServe
             evil = {**good, "Origin": "http://evil.example"}
             assert (await http.post(endpoint.url, headers=evil, json=INITIALIZE)).status_code == 403
             assert (await http.post(endpoint.url, headers=good, json=INITIALIZE)).status_code == 200
-    with pytest.raises(EndpointError, match="only loopback"):
+    with pytest.raises(EndpointError, match="loopback only"):
         await ApprovedEndpoint(AgentToolSurface(AgentApprovals()), host="0.0.0.0").start()
 
 
