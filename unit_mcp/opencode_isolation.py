@@ -1,7 +1,8 @@
 """The isolated OpenCode config, and the launch that keeps every other OpenCode config source out of it.
 
 `opencode_config()` is the deny-all config (every native tool denied, only one MCP server's tools allowed)
-and `write_opencode_config()` its one writer, used by the bridge and by the agent's approval endpoint.
+and `write_opencode_config()` its one writer; `ConfigHome` is the folder holding it, for the bridge and
+every agent endpoint.
 
 A deny-all file alone is not isolation: the pinned OpenCode (1.18.33; see its `Config.loadInstanceState`)
 merges, in this order, remote "wellknown" config of stored credentials, the global config folder,

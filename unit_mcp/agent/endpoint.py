@@ -4,9 +4,9 @@ Provider-side tool callers (OpenCode, Codex) never see the unit server directly:
 which lists `AgentToolSurface.mcp_tool_defs()` (risk-filtered, with the risk in each tool's `_meta`), checks
 the policy again on every call, and tells connected clients `tools/list_changed` when the policy or an
 upstream tool list changes (a notification for handshake-era clients, a `subscriptions/listen` event for
-2026-era ones). Like the unit bridge it binds to loopback, refuses non-loopback `Host`/`Origin`, requires a
-per-run bearer token, and writes an isolated `<config_root>/opencode/opencode.json` that denies every
-native OpenCode tool and enables only this server.
+2026-era ones). It is served like the unit bridge, by the same `McpHttpServer` (loopback only, `Host`/`Origin`
+guard, a per-run bearer token, the same bounds on what one client can hold), and writes an isolated
+`<config_root>/opencode/opencode.json` that denies every native OpenCode tool and enables only this server.
 """
 
 from __future__ import annotations
