@@ -1,5 +1,5 @@
 """Loopback serving primitives shared by the bridge, the agent's endpoints and the scripted model server:
-host checks, the listening socket, the Host/Origin/token guard, the legacy SSE endpoint, and
+host checks, the listening socket, the Host/Origin/token guard, and
 `LoopbackServer`, which serves one ASGI app with uvicorn inside the caller's asyncio event loop and leaves
 signals to the embedding application."""
 
@@ -11,13 +11,10 @@ import ipaddress
 import secrets
 import socket
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import h11
 import uvicorn
-from mcp.server import Server
-from mcp.server.sse import SseServerTransport
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -138,7 +135,7 @@ class LoopbackServer:
     ) -> None:
         self.error = error
         if not is_loopback(host):
-            raise error(f"refusing to serve on {host!r}: only loopback (127.0.0.1, ::1 or localhost) is allowed")
+            raise error(f"refusing to serve on {host!r}: serving on loopback only (127.0.0.1, ::1 or localhost)")
         self.host = "127.0.0.1" if host == "localhost" else host
         self.requested_port = port
         self.shutdown_timeout = shutdown_timeout
@@ -261,15 +258,3 @@ class Guard:
         scheme, _, credentials = given.partition(" ")
         candidate = f"Bearer {credentials.strip()}".encode() if scheme.lower() == "bearer" else b""
         return secrets.compare_digest(candidate, self.expected)
-
-
-class SseEndpoint:
-    """GET /sse: one legacy SSE connection served by the MCP server until the client goes away."""
-
-    def __init__(self, server: Server[Any], transport: SseServerTransport) -> None:
-        self.server = server
-        self.transport = transport
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with self.transport.connect_sse(scope, receive, send) as (read_stream, write_stream):
-            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())

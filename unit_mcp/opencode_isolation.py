@@ -1,7 +1,8 @@
 """The isolated OpenCode config, and the launch that keeps every other OpenCode config source out of it.
 
 `opencode_config()` is the deny-all config (every native tool denied, only one MCP server's tools allowed)
-and `write_opencode_config()` its one writer, used by the bridge and by the agent's approval endpoint.
+and `write_opencode_config()` its one writer; `ConfigHome` is the folder holding it, for the bridge and
+every agent endpoint.
 
 A deny-all file alone is not isolation: the pinned OpenCode (1.18.33; see its `Config.loadInstanceState`)
 merges, in this order, remote "wellknown" config of stored credentials, the global config folder,
@@ -38,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .paths import write_file
 
 OPENCODE_VERSION = "1.18.33"
 OPENCODE_SCHEMA = "https://opencode.ai/config.json"
@@ -106,20 +109,8 @@ def opencode_config(
 
 
 def write_json_atomically(path: Path, data: Mapping[str, Any], *, mode: int = 0o600) -> None:
-    """Temporary file in the same folder, fsync, rename: a reader sees the old file or the new one, whole."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2)
-            out.write("\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """`data` as indented JSON, written atomically (`paths.write_file`): a reader sees the old file or the new one."""
+    write_file(path.parent, path.name, (json.dumps(data, indent=2) + "\n").encode(), mode=mode)
 
 
 def config_path(config_home: Path) -> Path:
@@ -139,6 +130,48 @@ def write_opencode_config(config_home: Path, config: Mapping[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_json_atomically(path, config)
     return path
+
+
+def _user_opencode_dirs() -> set[Path]:
+    homes = [Path.home() / ".config"]
+    if os.environ.get("XDG_CONFIG_HOME"):
+        homes.append(Path(os.environ["XDG_CONFIG_HOME"]))
+    return {(home / "opencode").resolve() for home in homes}
+
+
+class ConfigHome:
+    """The folder an isolated OpenCode takes as `XDG_CONFIG_HOME`, for the bridge and every agent endpoint: a
+    given folder is kept (and may never be the user's own config home), otherwise a temporary one is made at
+    `write()` and removed at `remove()`."""
+
+    def __init__(self, given: str | os.PathLike[str] | None, *, prefix: str) -> None:
+        self.given = Path(given).resolve() if given is not None else None
+        self.prefix = prefix
+        self.root: Path | None = None
+
+    @property
+    def path(self) -> Path | None:
+        """Its `opencode/opencode.json` (None until written)."""
+        return None if self.root is None else config_path(self.root)
+
+    def write(self, config: Mapping[str, Any]) -> Path:
+        """Write `config` (see `opencode_config`); raises IsolationRefused for the user's own config home and
+        OSError when the folder cannot be written."""
+        if self.root is None:
+            if self.given is not None and (self.given / "opencode").resolve() in _user_opencode_dirs():
+                raise IsolationRefused(f"{self.given} is the user's own OpenCode config home; give a folder of its own")
+            self.root = self.given or Path(tempfile.mkdtemp(prefix=self.prefix))
+        return write_opencode_config(self.root, config)
+
+    def env(self) -> dict[str, str] | None:
+        """What an OpenCode process needs to see only this config: its own XDG_CONFIG_HOME (None before write)."""
+        return None if self.root is None else {"XDG_CONFIG_HOME": str(self.root)}
+
+    def remove(self) -> None:
+        """Forget the folder; a temporary one is deleted."""
+        if self.root is not None and self.given is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.root = None
 
 
 def _seed_plugin_lock(folder: Path) -> None:
@@ -362,16 +395,7 @@ def launcher_script(config_home: Path, python: str | None = None) -> str:
 def write_launcher(path: Path, config_home: Path) -> Path:
     """Write the executable behind OPENCODE_CMD (atomically, mode 0700)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(launcher_script(config_home))
-        os.chmod(tmp, 0o700)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_file(path.parent, path.name, launcher_script(config_home).encode(), mode=0o700)
     return path
 
 

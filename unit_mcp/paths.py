@@ -158,7 +158,7 @@ def exists(root: Path, parts: Sequence[str]) -> bool:
         return False
 
 
-def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
+def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, durable: bool = True) -> str:
     tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
@@ -167,7 +167,8 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int) -> str:
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
     except BaseException:
         os.unlink(tmp, dir_fd=dir_fd)
         raise
@@ -190,11 +191,12 @@ def replace_bytes(root: Path, parts: Sequence[str], data: bytes) -> None:
             raise
 
 
-def write_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600) -> None:
-    """Atomically write `folder/name` (new or replaced) with `mode`: a reader sees the old file or the new one."""
+def write_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
+    """Atomically write `folder/name` (new or replaced) with `mode`: a reader sees the old file or the new one.
+    The one atomic writer of the package; `durable=False` skips the fsync (a crash may then leave the old file)."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     try:
-        tmp = _write_temp(fd, name, data, mode)
+        tmp = _write_temp(fd, name, data, mode, durable)
         try:
             os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
         except BaseException:

@@ -130,8 +130,18 @@ async def test_guards_token_host_origin_and_loopback_only(unit_server: UnitServe
             evil = {**good, "Origin": "http://evil.example"}
             assert (await http.post(endpoint.url, headers=evil, json=INITIALIZE)).status_code == 403
             assert (await http.post(endpoint.url, headers=good, json=INITIALIZE)).status_code == 200
-    with pytest.raises(EndpointError, match="only loopback"):
+    with pytest.raises(EndpointError, match="loopback only"):
         await ApprovedEndpoint(AgentToolSurface(AgentApprovals()), host="0.0.0.0").start()
+
+
+async def test_the_users_own_opencode_config_is_never_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint shares the bridge's config home: a given folder may never be the user's own."""
+    own = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(own))
+    endpoint = ApprovedEndpoint(AgentToolSurface(AgentApprovals()), config_root=own)
+    with pytest.raises(EndpointError, match="own OpenCode config home"):
+        await endpoint.start()
+    assert not own.exists() and not endpoint.status().started
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from unit_mcp import Host, UnitService
+from unit_mcp.agent import AgentApprovals, AgentToolSurface, ApprovedEndpoint, McpToolSource
+from unit_mcp.agent.approvals import RISKS
 from unit_mcp.bridge import Bridge
+from unit_mcp.mcphttp import Limits
 from unit_mcp.tools import UnitTools
 
 from .report import Report, report_dir
@@ -42,7 +47,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @dataclass
 class Served:
     host: Host
-    bridge: Bridge
+    bridge: Bridge | ApprovedEndpoint
 
     @property
     def url(self) -> str:
@@ -60,3 +65,29 @@ async def served(host: Host) -> AsyncIterator[Served]:
     tools = UnitTools(UnitService(host, test_timeout=30), progress_interval=0.5)
     async with Bridge(tools.server()) as bridge:
         yield Served(host, bridge)
+
+
+FRONTS = ["bridge", "agent endpoint"]
+
+
+@pytest.fixture(params=FRONTS)
+def front(request: pytest.FixtureRequest) -> str:
+    """Which MCP HTTP server a bounds test attacks: the bridge, or an agent endpoint (OpenCode's and Codex's)."""
+    param: str = request.param
+    return param
+
+
+@asynccontextmanager
+async def serve(host: Host, front: str, **limits: Any) -> AsyncIterator[Bridge | ApprovedEndpoint]:
+    """The unit tools behind `front` with the given `Limits`: the bridge itself, or an agent endpoint granting
+    every risk in front of a bridge with the default limits."""
+    tools = UnitTools(UnitService(host, test_timeout=30), progress_interval=0.5)
+    if front == "bridge":
+        async with Bridge(tools.server(), limits=Limits(**limits)) as bridge:
+            yield bridge
+        return
+    async with Bridge(tools.server()) as bridge, McpToolSource(bridge.url or "", token=bridge.token) as source:
+        surface = AgentToolSurface(AgentApprovals())
+        surface.add_source(source)
+        async with ApprovedEndpoint(surface, grants=RISKS, limits=Limits(**limits)) as endpoint:
+            yield endpoint

@@ -19,12 +19,13 @@ import httpx2
 import pytest
 from anyio.abc import SocketStream
 
-from unit_mcp import Host, UnitService
-from unit_mcp.bridge import MAX_BODY_BYTES, Bridge
-from unit_mcp.tools import UnitTools
+from unit_mcp import Host
+from unit_mcp.agent import ApprovedEndpoint
+from unit_mcp.bridge import Bridge
+from unit_mcp.mcphttp import DEFAULT_LIMITS
 
 from .clients import call, connect
-from .conftest import Served
+from .conftest import Served, serve
 from .report import Report
 from .rpc import ACCEPT, PROTOCOL_VERSION
 
@@ -88,19 +89,19 @@ async def raw(port: int) -> AsyncIterator[Raw]:
         yield Raw(stream)
 
 
-def port_of(bridge: Bridge) -> int:
+def port_of(bridge: Bridge | ApprovedEndpoint) -> int:
     port = bridge.status().port
     assert port is not None
     return port
 
 
-def base_headers(bridge: Bridge, **extra: str) -> dict[str, str]:
+def base_headers(bridge: Bridge | ApprovedEndpoint, **extra: str) -> dict[str, str]:
     headers = {"Host": f"127.0.0.1:{port_of(bridge)}", "Accept": ACCEPT, "Content-Type": "application/json"}
     headers.update(extra)
     return headers
 
 
-async def open_sse(bridge: Bridge, token: str | None) -> tuple[Raw, str, Any]:
+async def open_sse(bridge: Bridge | ApprovedEndpoint, token: str | None) -> tuple[Raw, str, Any]:
     """A legacy SSE stream held open by a raw socket: the stream, its message path and its context."""
     context = raw(port_of(bridge))
     stream = await context.__aenter__()
@@ -263,9 +264,19 @@ async def test_malformed_json_rpc_is_refused_and_the_server_keeps_serving(
     )
 
 
-async def test_oversized_bodies_are_refused_before_they_are_read(served: Served, figures: Report) -> None:
+async def test_oversized_bodies_are_refused_before_they_are_read(host: Host, front: str, figures: Report) -> None:
+    async with serve(host, front) as server:
+        await oversized_bodies_are_refused(Served(host, server), figures, section(front))
+
+
+def section(front: str) -> str:
+    """The bridge's figures stay in `transport`; an agent endpoint's go to a section of their own."""
+    return "transport" if front == "bridge" else f"transport ({front})"
+
+
+async def oversized_bodies_are_refused(served: Served, figures: Report, section: str) -> None:
     port, token = port_of(served.bridge), served.token
-    limit = MAX_BODY_BYTES
+    limit = DEFAULT_LIMITS.max_body_bytes
     outcomes: dict[str, int] = {}
     _, message_path, sse_context = await open_sse(served.bridge, token)
     try:
@@ -311,9 +322,10 @@ async def test_oversized_bodies_are_refused_before_they_are_read(served: Served,
         big = await call(
             client, "unit_create_source", {"unit_id": "counter", "source_id": "big.txt", "source": "x" * (12 << 20)}
         )
-    assert big.is_error and big.code == "too_large", "a body under the HTTP limit reaches the tool, which refuses it"
+    # (an agent endpoint passes the tool's error text on, not its error `_meta`)
+    assert big.is_error and big.text.startswith("[too_large]"), "a body under the HTTP limit reaches the tool"
     figures.record(
-        "transport",
+        section,
         max_body_bytes=limit,
         oversized_bodies=outcomes,
         body_of_12_mib_reaches_the_tool_as="too_large",
@@ -323,19 +335,13 @@ async def test_oversized_bodies_are_refused_before_they_are_read(served: Served,
 # -- clients that hold things open ------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def bridge_with(host: Host, **bounds: Any) -> AsyncIterator[Bridge]:
-    async with Bridge(UnitTools(UnitService(host)).server(), **bounds) as bridge:
-        yield bridge
-
-
 async def ping(http: httpx2.AsyncClient, url: str, token: str | None) -> int:
     headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT}
     return (await http.post(url, json=INITIALIZE, headers=headers)).status_code
 
 
-async def test_open_event_streams_are_bounded_and_tools_stay_reachable(host: Host, figures: Report) -> None:
-    async with bridge_with(host, max_streams=8) as bridge, httpx2.AsyncClient(timeout=10) as http:
+async def test_open_event_streams_are_bounded_and_tools_stay_reachable(host: Host, front: str, figures: Report) -> None:
+    async with serve(host, front, max_streams=8) as bridge, httpx2.AsyncClient(timeout=10) as http:
         held = [await open_sse(bridge, bridge.token) for _ in range(8)]
         try:
             with pytest.raises(AssertionError, match="answered 503"):
@@ -357,22 +363,22 @@ async def test_open_event_streams_are_bounded_and_tools_stay_reachable(host: Hos
                     continue
                 await context.__aexit__(None, None, None)
                 break
-    figures.record("transport", streams_held_open=8, stream_over_the_limit="503 Retry-After: 1", streams_freed=True)
+    figures.record(section(front), streams_held_open=8, stream_over_the_limit="503 Retry-After: 1", streams_freed=True)
 
 
-async def test_sessions_are_bounded(host: Host, figures: Report) -> None:
-    async with bridge_with(host, max_sessions=4) as bridge, httpx2.AsyncClient(timeout=10) as http:
+async def test_sessions_are_bounded(host: Host, front: str, figures: Report) -> None:
+    async with serve(host, front, max_sessions=4) as bridge, httpx2.AsyncClient(timeout=10) as http:
         url = bridge.url or ""
         sessions = [await streamable_session(http, url, bridge.token) for _ in range(4)]
         assert await ping(http, url, bridge.token) == 503
         headers = {"Authorization": f"Bearer {bridge.token}", "mcp-session-id": sessions[0]}
         assert (await http.delete(url, headers=headers)).status_code == 200
         assert await ping(http, url, bridge.token) == 200
-    figures.record("transport", sessions_over_the_limit=503, session_freed_by_delete=True)
+    figures.record(section(front), sessions_over_the_limit=503, session_freed_by_delete=True)
 
 
-async def test_connections_are_bounded_and_idle_ones_are_closed(host: Host, figures: Report) -> None:
-    async with bridge_with(host, max_connections=16, keep_alive_timeout=1) as bridge:
+async def test_connections_are_bounded_and_idle_ones_are_closed(host: Host, front: str, figures: Report) -> None:
+    async with serve(host, front, max_connections=16, keep_alive_timeout=1) as bridge:
         port = port_of(bridge)
         async with httpx2.AsyncClient(timeout=10) as http:
             idle = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(16)]
@@ -392,18 +398,18 @@ async def test_connections_are_bounded_and_idle_ones_are_closed(host: Host, figu
             assert await conn.closed_by_server(timeout=5)
             closed_after = time.perf_counter() - started
     figures.record(
-        "transport",
+        section(front),
         idle_connections_at_the_limit="503 for the next request",
         idle_keep_alive_closed_after_s=round(closed_after, 1),
         defaults={"max_connections": 256, "max_streams": 64, "max_sessions": 512, "keep_alive_timeout_s": 5},
     )
 
 
-async def test_requests_that_do_not_arrive_in_time_are_cut_off(host: Host, figures: Report) -> None:
+async def test_requests_that_do_not_arrive_in_time_are_cut_off(host: Host, front: str, figures: Report) -> None:
     """A client that connects and says nothing, trickles its headers or stalls in its body is disconnected once
     the request deadline passes; a request that arrived (an event stream, a client between calls) is not."""
     deadline = 0.5
-    async with bridge_with(host, request_timeout=deadline) as bridge:
+    async with serve(host, front, request_timeout=deadline) as bridge:
         port = port_of(bridge)
         closed_after: dict[str, float] = {}
 
@@ -446,7 +452,7 @@ async def test_requests_that_do_not_arrive_in_time_are_cut_off(host: Host, figur
     for what, seconds in closed_after.items():  # (closed at all is checked above, within 5 s)
         assert seconds >= deadline * 0.9, f"{what} was closed after {seconds:.2f} s, before the deadline"
     figures.record(
-        "transport",
+        section(front),
         request_deadline_s=deadline,
         closed_after_s={what: round(seconds, 2) for what, seconds in closed_after.items()},
         event_stream_and_idle_client_past_the_deadline="still served",
@@ -455,10 +461,10 @@ async def test_requests_that_do_not_arrive_in_time_are_cut_off(host: Host, figur
 
 
 async def test_a_client_that_never_reads_its_stream_slows_no_one_else(
-    host: Host, units_root: Path, figures: Report
+    host: Host, front: str, units_root: Path, figures: Report
 ) -> None:
     (units_root / "weather" / "atlas.txt").write_text("a line of an atlas, long enough to fill buffers\n" * 40_000)
-    async with bridge_with(host, max_streams=4) as bridge, httpx2.AsyncClient(timeout=10) as http:
+    async with serve(host, front, max_streams=4) as bridge, httpx2.AsyncClient(timeout=10) as http:
         port = port_of(bridge)
         _, path, context = await open_sse(bridge, bridge.token)  # held open, never read
         try:
@@ -493,7 +499,7 @@ async def test_a_client_that_never_reads_its_stream_slows_no_one_else(
             for _, _, held in opened:
                 await held.__aexit__(None, None, None)
     figures.record(
-        "transport",
+        section(front),
         stalled_reader_requests=asked,
         bystander_max_latency_ms=round(max(latencies) * 1000, 1),
     )

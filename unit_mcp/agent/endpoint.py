@@ -4,18 +4,15 @@ Provider-side tool callers (OpenCode, Codex) never see the unit server directly:
 which lists `AgentToolSurface.mcp_tool_defs()` (risk-filtered, with the risk in each tool's `_meta`), checks
 the policy again on every call, and tells connected clients `tools/list_changed` when the policy or an
 upstream tool list changes (a notification for handshake-era clients, a `subscriptions/listen` event for
-2026-era ones). Like the unit bridge it binds to loopback, refuses non-loopback `Host`/`Origin`, requires a
-per-run bearer token, and writes an isolated `<config_root>/opencode/opencode.json` that denies every
-native OpenCode tool and enables only this server.
+2026-era ones). It is served like the unit bridge, by the same `McpHttpServer` (loopback only, `Host`/`Origin`
+guard, a per-run bearer token, the same bounds on what one client can hold), and writes an isolated
+`<config_root>/opencode/opencode.json` that denies every native OpenCode tool and enables only this server.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import secrets
-import shutil
-import tempfile
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
@@ -29,26 +26,18 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
-from mcp.server.sse import SseServerTransport
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.routing import Mount, Route
 
-from ..loopback import Guard, LoopbackServer, SseEndpoint, security_settings
-from ..opencode_isolation import config_path, opencode_config, write_opencode_config
+from ..mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
+from ..opencode_isolation import ConfigHome, IsolationRefused, opencode_config
 from .errors import EndpointError, ToolFailed
 from .toolsurface import AgentToolSurface, ToolOutput
 
 log = logging.getLogger("unit_mcp.agent.endpoint")
 
-MCP_PATH = "/mcp"
-SSE_PATH = "/sse"
-MESSAGE_PATH = "/messages/"
 _MAX_TRACKED_SESSIONS = 256
 
 
@@ -89,21 +78,21 @@ class ApprovedEndpoint:
         auth: bool = True,
         grants: Iterable[str] = (),
         config_extra: Mapping[str, Any] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         """`grants` are risks granted to whoever uses this endpoint (on top of the policy's `auto` risks);
-        `config_root` defaults to a temporary folder removed at stop."""
+        `config_root` defaults to a temporary folder removed at stop; `limits` bound what one client can hold."""
         self.surface = surface
         self.approvals = surface.approvals
         self.server_name = server_name
         self.host = host
         self.port = port
         self.auth = auth
+        self.limits = limits
         self.grants = list(grants)
         self.config_extra = dict(config_extra or {})
-        self._given_root = Path(config_root) if config_root is not None else None
-        self._config_root: Path | None = None
-        self._token: str | None = None
-        self._loopback: LoopbackServer | None = None
+        self._config = ConfigHome(config_root, prefix="unit-mcp-agent-opencode-")
+        self._http: McpHttpServer | None = None
         self._stack: AsyncExitStack | None = None
         self._bus = InMemorySubscriptionBus()
         self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
@@ -200,37 +189,38 @@ class ApprovedEndpoint:
 
     @property
     def token(self) -> str | None:
-        return self._token
+        return None if self._http is None else self._http.token
 
     @property
     def url(self) -> str | None:
-        return None if self._loopback is None else f"{self._loopback.base_url}{MCP_PATH}"
+        return None if self._http is None else self._http.url
 
     @property
     def sse_url(self) -> str | None:
-        return None if self._loopback is None else f"{self._loopback.base_url}{SSE_PATH}"
+        return None if self._http is None else self._http.sse_url
 
     @property
     def config_path(self) -> Path | None:
-        return None if self._config_root is None else config_path(self._config_root)
+        return self._config.path
 
     def status(self) -> EndpointStatus:
         return EndpointStatus(
-            started=self._loopback is not None,
+            started=self._http is not None,
             host=self.host,
-            port=self._loopback.port if self._loopback else None,
+            port=self._http.port if self._http else None,
             url=self.url,
             sse_url=self.sse_url,
-            config_root=str(self._config_root) if self._config_root else None,
+            config_root=str(self._config.root) if self._config.root else None,
             config_path=str(self.config_path) if self.config_path else None,
             tools=[tool.name for tool in self.tool_defs()],
         )
 
     def opencode_env(self) -> dict[str, str]:
         """What an OpenCode process needs to see only this endpoint: its own XDG_CONFIG_HOME."""
-        if self._config_root is None:
+        env = self._config.env()
+        if env is None:
             raise EndpointError("the endpoint is not started")
-        return {"XDG_CONFIG_HOME": str(self._config_root)}
+        return env
 
     async def __aenter__(self) -> ApprovedEndpoint:
         await self.start()
@@ -245,25 +235,22 @@ class ApprovedEndpoint:
             return self.status()
         stack = AsyncExitStack()
         try:
-            self._token = secrets.token_urlsafe(32) if self.auth else None
-            loopback = LoopbackServer(host=self.host, port=self.port, error=EndpointError)
-            stack.push_async_callback(loopback.stop)
-            await loopback.start(self._app(loopback.host, loopback.bind()))
-            self._loopback = loopback
+            http = McpHttpServer(
+                host=self.host, port=self.port, auth=self.auth, limits=self.limits, error=EndpointError
+            )
+            stack.push_async_callback(http.stop)
+            await http.start(self.server())
+            self._http = http
             tg = await stack.enter_async_context(anyio.create_task_group())
             tg.start_soon(self._resync_forever)
             stack.callback(tg.cancel_scope.cancel)
-            self._config_root = self._given_root or Path(tempfile.mkdtemp(prefix="unit-mcp-agent-opencode-"))
             self._listed = self._signature()
-            assert self.url is not None and self.config_path is not None
+            assert self.url is not None
+            extra = self.config_extra
+            config = opencode_config(url=self.url, server_name=self.server_name, token=self.token, extra=extra)
             try:
-                write_opencode_config(
-                    self._config_root,
-                    opencode_config(
-                        url=self.url, server_name=self.server_name, token=self._token, extra=self.config_extra
-                    ),
-                )
-            except OSError as exc:
+                self._config.write(config)
+            except (IsolationRefused, OSError) as exc:
                 raise EndpointError(f"cannot write the OpenCode config: {exc}") from exc
         except BaseException:
             await stack.aclose()
@@ -286,22 +273,6 @@ class ApprovedEndpoint:
             unsubscribe()
 
     def _release(self) -> None:
-        if self._config_root is not None and self._given_root is None:
-            shutil.rmtree(self._config_root, ignore_errors=True)
-        self._config_root = self._token = self._loopback = None
+        self._config.remove()
+        self._http = None
         self._sessions.clear()
-
-    def _app(self, host: str, port: int) -> Starlette:
-        security = security_settings(host, port)
-        server = self.server()
-        manager = StreamableHTTPSessionManager(app=server, security_settings=security)
-        sse = SseServerTransport(MESSAGE_PATH, security_settings=security)
-        return Starlette(
-            routes=[
-                Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
-                Route(SSE_PATH, endpoint=SseEndpoint(server, sse), methods=["GET"]),
-                Mount(MESSAGE_PATH, app=sse.handle_post_message),
-            ],
-            middleware=[Middleware(Guard, security=security, token=self._token)],
-            lifespan=lambda app: manager.run(),
-        )

@@ -15,12 +15,10 @@ with `state_path` it survives the process. Presets come from Python or a TOML / 
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import json
 import logging
 import os
-import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..paths import write_file
 from .approvals import RISKS, Risk, normalise_risk
 from .errors import AgentError
 
@@ -203,17 +202,7 @@ class PresetManager:
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump({"active": self.active()}, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_file(path.parent, path.name, json.dumps({"active": self.active()}).encode())
 
 
 def parse_presets(data: Any, *, origin: str = "presets") -> list[Preset]:

@@ -27,13 +27,13 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..paths import write_file
 from .errors import AgentError, SessionCorrupt, SessionNotFound
 from .items import ITEM, SESSION_ID, EventItem, Item, MessageItem, Session, SessionMeta, ToolResultItem
 from .journal import Durability, Journal, fsync_dir, read
@@ -395,19 +395,8 @@ class SessionStore:
                     leftover.unlink()
 
     def _write_meta(self, session: Session) -> None:
-        path = self._meta_path(session.id)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.root)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(session.meta().model_dump_json())
-                if self.durability == "always":
-                    out.flush()
-                    os.fsync(out.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        meta = session.meta().model_dump_json().encode()
+        write_file(self.root, self._meta_path(session.id).name, meta, durable=self.durability == "always")
 
     def _read_meta(self, journal: Path) -> SessionMeta | None:
         session_id = journal.name.removesuffix(".jsonl")

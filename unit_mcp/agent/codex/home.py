@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...paths import write_file
 from .config import CodexModel, McpServer, codex_config, config_env, dumps_catalog, dumps_toml
 
 _KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
@@ -61,9 +62,9 @@ class CodexHome:
 
     def write(self, model: CodexModel, server: McpServer, *, instructions: str | None = None) -> Path:
         """Write the model catalogue and `config.toml` (owner-only); returns the config's path."""
-        _write(self.catalog_path, dumps_catalog(model))
+        write_file(self.codex_home, self.catalog_path.name, dumps_catalog(model).encode(), durable=False)
         config = codex_config(model, server, catalog_path=str(self.catalog_path), instructions=instructions)
-        _write(self.config_path, dumps_toml(config))
+        write_file(self.codex_home, self.config_path.name, dumps_toml(config).encode(), durable=False)
         return self.config_path
 
     def env(self, model: CodexModel, server: McpServer, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -76,9 +77,3 @@ class CodexHome:
     def cleanup(self) -> None:
         if self._owned:
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)

@@ -1,0 +1,187 @@
+"""`McpHttpServer`: one low-level MCP server on loopback over Streamable HTTP (`/mcp`) and legacy SSE (`/sse`,
+posting to `/messages/`), served by the bridge and by every agent endpoint alike.
+
+Every request is checked before any MCP code runs: a `Host` or `Origin` that is not loopback is refused
+(DNS rebinding: 421 / 403) and, unless auth is off, so is a request without the per-run bearer token (401).
+What one client can take is bounded (`Limits`), so a buggy or hostile one cannot starve the rest: request
+bodies (413), open event streams (503), Streamable HTTP sessions (503, idle ones expire), open connections
+(uvicorn answers 503 beyond the limit), idle keep-alive connections (closed after a few seconds) and requests
+that do not arrive whole in time (a silent or trickling client is disconnected).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server import Server
+from mcp.server.sse import SseServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .loopback import REQUEST_TIMEOUT, Guard, LoopbackServer, security_settings
+
+MCP_PATH = "/mcp"
+SSE_PATH = "/sse"
+MESSAGE_PATH = "/messages/"
+
+log = logging.getLogger("unit_mcp.mcphttp")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client can hold: `max_body_bytes` per request body (413), `max_streams` open event streams
+    (503), `max_sessions` Streamable HTTP sessions (503; one idle for `session_idle_timeout` seconds is closed),
+    `max_connections` open connections or running requests (503), `keep_alive_timeout` seconds before an idle
+    keep-alive connection is closed, `request_timeout` seconds for a request to arrive whole."""
+
+    max_body_bytes: int = 16 * 1024 * 1024  # above the service's 2 MB source limit, with room for JSON escaping
+    max_streams: int = 64
+    max_sessions: int = 512
+    max_connections: int = 256
+    keep_alive_timeout: int = 5
+    session_idle_timeout: float = 30 * 60
+    request_timeout: float = REQUEST_TIMEOUT
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class _StreamLimit:
+    """At most `limit` event streams (GET /sse, GET /mcp) open at once; the next one is refused with 503.
+
+    An event stream lives as long as its client keeps it open, so without a bound a client that opens streams
+    and never closes them would hold a task and a connection each until the connection limit refuses everyone.
+    """
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.open = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        if self.open >= self.limit:
+            refusal = PlainTextResponse(
+                f"Too many open event streams (the limit is {self.limit}); close one and retry.",
+                status_code=503,
+                headers={"Retry-After": "1"},
+            )
+            await refusal(scope, receive, send)
+            return
+        self.open += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open -= 1
+
+
+class _SseEndpoint:
+    """GET /sse: one legacy SSE connection served by the MCP server until the client goes away."""
+
+    def __init__(self, server: Server[Any], transport: SseServerTransport) -> None:
+        self.server = server
+        self.transport = transport
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with self.transport.connect_sse(scope, receive, send) as (read_stream, write_stream):
+            await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+
+
+class McpHttpServer:
+    """Serves one `mcp.server.Server` on a loopback port, inside the caller's asyncio event loop.
+
+    `bind()` takes the port and a fresh bearer token (when `auth`), so a caller can write them down before
+    serving; `start(server)` serves (a session manager runs once, so give a fresh server on every start);
+    `stop()` stops, giving open streams `shutdown_timeout` seconds. Failures are raised as `error`.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        auth: bool = True,
+        limits: Limits = DEFAULT_LIMITS,
+        shutdown_timeout: int = 1,
+        error: type[Exception] = RuntimeError,
+    ) -> None:
+        self.auth = auth
+        self.limits = limits
+        self._loopback = LoopbackServer(
+            host=host,
+            port=port,
+            shutdown_timeout=shutdown_timeout,
+            limit_concurrency=limits.max_connections,
+            timeout_keep_alive=limits.keep_alive_timeout,
+            request_timeout=limits.request_timeout,
+            error=error,
+        )
+        self.host = self._loopback.host
+        self.token: str | None = None
+
+    @property
+    def port(self) -> int | None:
+        return self._loopback.port
+
+    @property
+    def url(self) -> str | None:
+        return None if self.port is None else f"{self._loopback.base_url}{MCP_PATH}"
+
+    @property
+    def sse_url(self) -> str | None:
+        return None if self.port is None else f"{self._loopback.base_url}{SSE_PATH}"
+
+    def bind(self) -> int:
+        """Bind the listening socket (idempotent) and draw the run's token; returns the port."""
+        port = self._loopback.bind()
+        if self.auth and self.token is None:
+            self.token = secrets.token_urlsafe(32)
+        return port
+
+    async def start(self, server: Server[Any]) -> None:
+        """Serve `server`; returns once requests are accepted, or raises `error` (nothing is left listening)."""
+        try:
+            await self._loopback.start(self._app(server, self.bind()))
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop serving; the next `bind()` draws a new port (if it was 0) and a new token."""
+        self.token = None
+        failure = await self._loopback.stop()
+        if failure is not None:
+            log.error("the MCP HTTP server failed", exc_info=failure)
+
+    def _app(self, server: Server[Any], port: int) -> Starlette:
+        security = security_settings(self.host, port)
+        limits = self.limits
+        manager = StreamableHTTPSessionManager(
+            app=server,
+            security_settings=security,
+            max_request_body_size=limits.max_body_bytes,
+            max_sessions=limits.max_sessions,
+            session_idle_timeout=limits.session_idle_timeout,
+        )
+        sse = SseServerTransport(MESSAGE_PATH, security_settings=security, max_request_body_size=limits.max_body_bytes)
+        return Starlette(
+            routes=[
+                Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
+                Route(SSE_PATH, endpoint=_SseEndpoint(server, sse), methods=["GET"]),
+                Mount(MESSAGE_PATH, app=sse.handle_post_message),
+            ],
+            middleware=[
+                Middleware(Guard, security=security, token=self.token),
+                Middleware(_StreamLimit, limit=limits.max_streams),
+            ],
+            lifespan=lambda app: manager.run(),
+        )
