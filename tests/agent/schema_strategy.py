@@ -69,9 +69,7 @@ def from_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) -> s
             exclude_max="exclusiveMaximum" in schema,
             allow_nan=False,
             allow_infinity=False,
-        ) | st.integers(min_value=-(2**53), max_value=2**53).filter(
-            lambda n: schema.get("minimum", -(2**53)) <= n <= schema.get("maximum", 2**53)
-        )
+        ) | st.integers(min_value=-(2**53), max_value=2**53).filter(lambda n: _within(n, schema))
     if kind == "boolean":
         return st.booleans()
     if kind == "null":
@@ -79,6 +77,15 @@ def from_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) -> s
     if kind is None:
         return ANY_JSON
     raise ValueError(f"schema type {kind!r} not covered by this strategy")
+
+
+def _within(n: int, schema: dict[str, Any]) -> bool:
+    """Whether `n` meets the schema's bounds, inclusive and exclusive (a whole number for a `number`)."""
+    return (
+        schema.get("minimum", n) <= n <= schema.get("maximum", n)
+        and ("exclusiveMinimum" not in schema or n > schema["exclusiveMinimum"])
+        and ("exclusiveMaximum" not in schema or n < schema["exclusiveMaximum"])
+    )
 
 
 def _object(schema: dict[str, Any], root: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
