@@ -35,7 +35,7 @@ from typing import Any
 
 from ..paths import write_file
 from .errors import AgentError, SessionCorrupt, SessionNotFound
-from .items import ITEM, SESSION_ID, EventItem, Item, MessageItem, Session, SessionMeta, ToolResultItem
+from .items import ITEM, SESSION_ID, EventItem, Item, MessageItem, Session, SessionMeta, ToolCallItem, ToolResultItem
 from .journal import Durability, Journal, fsync_dir, read
 
 log = logging.getLogger("unit_mcp.agent.sessions")
@@ -43,6 +43,19 @@ log = logging.getLogger("unit_mcp.agent.sessions")
 FORMAT_VERSION = 1
 UPDATABLE = frozenset({"title", "status", "data", "parent_id"})
 INTERRUPTED_OUTPUT = "[interrupted] The turn ended before this tool returned a result; it may or may not have run."
+
+
+def interrupted_result(call: ToolCallItem) -> ToolResultItem:
+    """The synthetic result that closes a tool call its turn left open (the call may or may not have run)."""
+    return ToolResultItem(
+        name=call.name,
+        call_id=call.call_id,
+        output=INTERRUPTED_OUTPUT,
+        is_error=True,
+        synthetic=True,
+        parent_id=call.id,
+        turn_id=call.turn_id,
+    )
 
 
 def new_session_id() -> str:
@@ -363,18 +376,7 @@ class SessionStore:
                 self.update_item(session, item.id, {"partial": False})
         orphans = session.open_tool_calls()
         for call in orphans:
-            self.append_item(
-                session,
-                ToolResultItem(
-                    name=call.name,
-                    call_id=call.call_id,
-                    output=INTERRUPTED_OUTPUT,
-                    is_error=True,
-                    synthetic=True,
-                    parent_id=call.id,
-                    turn_id=call.turn_id,
-                ),
-            )
+            self.append_item(session, interrupted_result(call))
         if session.status == "running":
             self.append_item(
                 session,

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from ..approvals import ApprovalRequest
 from ..errors import AgentError
-from ..items import SESSION_ID, EventItem, Session, ToolResultItem
+from ..items import SESSION_ID, EventItem, Session
 from ..paused import REQUESTED, paused_calls, pending_requests
-from ..sessions import INTERRUPTED_OUTPUT, _replay
+from ..sessions import _replay, interrupted_result
 from .folding import Folded, fold_arguments
 from .follow import read_from, signature
 
@@ -82,17 +82,7 @@ def as_loaded(session: Session) -> Session:
     """The session as a writable store would load it: open tool calls closed by synthetic results (memory only)."""
     repaired = session.model_copy(update={"items": list(session.items)})
     for call in session.open_tool_calls():
-        repaired.items.append(
-            ToolResultItem(
-                name=call.name,
-                call_id=call.call_id,
-                output=INTERRUPTED_OUTPUT,
-                is_error=True,
-                synthetic=True,
-                parent_id=call.id,
-                turn_id=call.turn_id,
-            )
-        )
+        repaired.items.append(interrupted_result(call))
     return repaired
 
 
