@@ -6,6 +6,7 @@ Tests about files as such (symlinks, descriptors, modes) stay in test_service.py
 
 from __future__ import annotations
 
+import importlib.resources
 import inspect
 import sqlite3
 import subprocess
@@ -21,7 +22,7 @@ from conftest import copy_units, sqlite_copy
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
-from unit_mcp.loader import Loader, Source
+from unit_mcp.loader import Loader, Source, UnsafeSource
 from unit_mcp.paths import hash_bytes
 from unit_mcp.units import open_loader
 
@@ -321,6 +322,23 @@ def test_a_folder_git_ignores_gets_no_history(tmp_path: Path) -> None:
     (folder / "weather" / "nested").mkdir()
     assert open_loader(folder).capabilities.history
     assert not open_loader(folder / "weather" / "nested").capabilities.history
+
+
+def test_handles_made_below_the_service_stay_inside_the_unit_folder(tmp_path: Path) -> None:
+    """The service checks the ids clients send; a handle made elsewhere (a unit's own resource reader) is kept
+    inside the unit's folder by the folder loader itself, and what would leave it is simply not there."""
+    folder = copy_units(tmp_path / "units")
+    (tmp_path / "secret.txt").write_text("not a unit's\n")
+    with Host(folder, tmp_path / "data") as host:
+        files = importlib.resources.files(host.module("counter"))
+        assert files.joinpath("__init__.py").read_bytes() == (folder / "counter" / "__init__.py").read_bytes()
+        for outside in ("../greeter.py", "../../secret.txt", "./__init__.py", "a//b.py"):
+            with pytest.raises(FileNotFoundError):
+                files.joinpath(*outside.split("/")).read_bytes()
+            with pytest.raises(UnsafeSource):
+                host.loader.read(Source("counter", "directory", outside))
+        with pytest.raises(UnsafeSource):
+            host.loader.read(Source("../units/counter", "directory", "__init__.py"))
 
 
 # -- copying between stores ------------------------------------------------------------------------------

@@ -94,12 +94,12 @@ class FilesystemLoader:
         return "__init__.py" if kind == "directory" else f"{unit_id}.py"
 
     def _parts(self, source: Source) -> list[str]:
-        """Path parts below the units root for a source; one that would leave the root is refused (the id was
+        """Path parts below the units root for a source; one that would leave its unit is refused (the ids were
         checked by whoever made the handle: this keeps the disk safe, whatever reaches it)."""
-        segments = source.source_id.split("/")
-        if not all(segments) or "." in segments or ".." in segments:
+        parts = (f"{source.unit_id}/{source.source_id}" if source.kind == "directory" else source.source_id).split("/")
+        if "" in parts or "." in parts or ".." in parts:
             raise UnsafeSource()
-        return [source.unit_id, *segments] if source.kind == "directory" else segments
+        return parts
 
     def _path(self, source: Source) -> Path:
         return self.root.joinpath(*self._parts(source))
