@@ -23,6 +23,7 @@ from unit_mcp.loader import (
     WatchTarget,
     Written,
     artifact_kind,
+    primary_source_id,
 )
 from unit_mcp.paths import hash_bytes
 from unit_mcp.sqliteloader import SqliteLoader
@@ -43,14 +44,11 @@ class MemoryLoader:
     def kind(self, unit_id: str) -> UnitKind | None:
         return self.units[unit_id][0] if unit_id in self.units else None
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
-        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
-
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         return sorted(self.units[unit_id][1])
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
-        primary = self.primary_source_id(unit_id, kind)
+        primary = primary_source_id(unit_id, kind)
         files = self.units[unit_id][1]
         return [
             SourceInfo(sid, len(data), hash_bytes(data), sid == primary, artifact_kind(sid, data))

@@ -34,6 +34,7 @@ from .loader import (
     WatchTarget,
     Written,
     artifact_kind,
+    primary_source_id,
 )
 
 if TYPE_CHECKING:
@@ -90,9 +91,6 @@ class FilesystemLoader:
             return "file"
         return None
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
-        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
-
     def _parts(self, source: Source) -> list[str]:
         """Path parts below the units root for a source; one that would leave its unit is refused (the ids were
         checked by whoever made the handle: this keeps the disk safe, whatever reaches it)."""
@@ -130,7 +128,7 @@ class FilesystemLoader:
         return sorted(out)
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
-        primary = self.primary_source_id(unit_id, kind)
+        primary = primary_source_id(unit_id, kind)
         result = []
         for source_id in self.source_ids(unit_id, kind):
             try:

@@ -28,9 +28,10 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Source:
-    """One source of a unit, checked once where it is made (the service, the importer): the unit exists with this
-    kind and `source_id` is a valid id of it. Loaders take it as given; only the folder loader still keeps a
-    source on the disk inside the units root (storage safety, not argument checking)."""
+    """One source of a unit, checked once where it is made: the service checks a client's ids (the unit exists with
+    this kind, `source_id` is a valid id of it); the importer and `units.copy_units` build handles from module
+    names and listed ids. Loaders take it as given; the folder loader alone still keeps every path inside the
+    units root (storage safety, not argument checking)."""
 
     unit_id: str
     kind: UnitKind
@@ -125,7 +126,8 @@ class Watch(Protocol):
 class Loader(Protocol):
     """Storage of units: discovery, sources (bytes with size and hash), hash-checked writes, optional history.
 
-    A `Source` arrives checked (its unit exists, its id is valid); unit ids given alone are ids the loader listed.
+    A `Source` arrives checked (see there); `kind` may be asked about any name (None: no such unit), the other
+    unit-level methods get the ids `discover` or `kind` found.
     A write is two-phase: `write`/`create` change the store at once (the reload that follows reads from it) and
     return a `Written`; the caller then calls `accept` when the reload succeeded or `rollback` when it did not.
     History loaders record accepted versions only.
@@ -146,8 +148,6 @@ class Loader(Protocol):
     def kind(self, unit_id: str) -> UnitKind | None:
         """The kind of one unit, or None if there is none (cheap: called on every tool call)."""
         ...
-
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str: ...
 
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         """The unit's source ids, sorted, hidden and compiled files left out."""
@@ -197,6 +197,11 @@ class Loader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def primary_source_id(unit_id: str, kind: UnitKind) -> str:
+    """A unit's main module, the same in every store: `__init__.py` of a directory unit, `<unit>.py` of a file."""
+    return "__init__.py" if kind == "directory" else f"{unit_id}.py"
 
 
 def artifact_kind(source_id: str, data: bytes) -> Literal["python", "text", "binary"]:

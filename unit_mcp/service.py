@@ -57,6 +57,7 @@ from .loader import (
     UnitKind,
     UnsafeSource,
     Written,
+    primary_source_id,
 )
 from .loader import UnknownVersion as MissingVersion
 from .models import (
@@ -285,7 +286,7 @@ class UnitService:
                 UnitSummary(
                     unit_id=unit_id,
                     loader=self.loader.name,
-                    source_handle=SourceHandle(kind=kind, source_id=self.loader.primary_source_id(unit_id, kind)),
+                    source_handle=SourceHandle(kind=kind, source_id=primary_source_id(unit_id, kind)),
                     edit_capabilities=self._edit_capabilities(kind),
                     test_capabilities=self._test_names(unit_id, kind),
                     commit_capability=self.loader.capabilities.history,
@@ -308,7 +309,7 @@ class UnitService:
             except (OSError, LoaderError, UnicodeDecodeError):
                 continue
             docstring, names = python_facts(text)
-            if docstring and source_id == self.loader.primary_source_id(unit_id, kind):
+            if docstring and source_id == primary_source_id(unit_id, kind):
                 fields.append(("docstring", docstring.strip()))
             fields.extend(("symbol", name) for name in names)
         return UnitFacts(unit_id, tuple(fields))
@@ -350,7 +351,7 @@ class UnitService:
             name: name if module is not None and callable(getattr(module, name, None)) else None for name in LIFECYCLE
         }
         if module is None:
-            primary = self.loader.primary_source_id(unit_id, kind)
+            primary = primary_source_id(unit_id, kind)
             try:
                 tree = ast.parse(self.loader.read(Source(unit_id, kind, primary)))
                 defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -370,7 +371,7 @@ class UnitService:
             module=self.host.module_name(unit_id),
             source_handle=SourceHandle(
                 kind=kind,
-                source_id=self.loader.primary_source_id(unit_id, kind),
+                source_id=primary_source_id(unit_id, kind),
                 size=main.size if main else None,
                 hash=main.hash if main else None,
             ),

@@ -33,6 +33,7 @@ from .loader import (
     WatchTarget,
     Written,
     artifact_kind,
+    primary_source_id,
 )
 from .paths import hash_bytes
 
@@ -166,9 +167,6 @@ class SqliteLoader:
         )
         return rows[0][0] if rows else None
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
-        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
-
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind == "file":
             return [f"{unit_id}.py"]
@@ -177,7 +175,7 @@ class SqliteLoader:
         ]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
-        primary = self.primary_source_id(unit_id, kind)
+        primary = primary_source_id(unit_id, kind)
         wanted = set(self.source_ids(unit_id, kind))
         rows = self._query("SELECT source_id, data FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
         return [
