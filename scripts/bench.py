@@ -399,8 +399,7 @@ class Bench:
 
     async def loaders(self) -> None:
         """The SQLite loader against the folder loader: patch→reloaded of one ten-module unit, and unit_list."""
-        from unit_mcp.loader import open_loader
-        from unit_mcp.units import copy_units
+        from unit_mcp.units import copy_units, open_loader
 
         folder = self.work / "loader-units"
         unit = folder / "tenmods"

@@ -21,8 +21,8 @@ import anyio
 
 from bench import interleaved, make_units, ratio_row, summary
 from unit_mcp import Host, UnitService
-from unit_mcp.loader import open_loader
 from unit_mcp.testrun import WARM, run_test_process
+from unit_mcp.units import open_loader
 
 
 async def tests(work: Path, rounds: int) -> None:

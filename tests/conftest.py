@@ -24,8 +24,8 @@ def copy_units(target: Path, *, fixtures: bool = True) -> Path:
 
 def sqlite_copy(folder: Path, db: Path) -> str:
     """The units of `folder` copied into a new database; its `--units` value."""
-    from unit_mcp.loader import open_loader
     from unit_mcp.units import copy_units as copy_between
+    from unit_mcp.units import open_loader
 
     store = f"sqlite:{db}"
     source, target = open_loader(folder, read_only=True), open_loader(store)

@@ -13,6 +13,7 @@ from unit_mcp.errors import UnitError
 from unit_mcp.loader import (
     Capabilities,
     MissingSource,
+    Source,
     SourceExists,
     SourceInfo,
     StaleSource,
@@ -22,6 +23,7 @@ from unit_mcp.loader import (
     WatchTarget,
     Written,
     artifact_kind,
+    primary_source_id,
 )
 from unit_mcp.paths import hash_bytes
 from unit_mcp.sqliteloader import SqliteLoader
@@ -42,58 +44,53 @@ class MemoryLoader:
     def kind(self, unit_id: str) -> UnitKind | None:
         return self.units[unit_id][0] if unit_id in self.units else None
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
-        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
-
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         return sorted(self.units[unit_id][1])
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
-        primary = self.primary_source_id(unit_id, kind)
+        primary = primary_source_id(unit_id, kind)
         files = self.units[unit_id][1]
         return [
             SourceInfo(sid, len(data), hash_bytes(data), sid == primary, artifact_kind(sid, data))
             for sid, data in sorted(files.items())
         ]
 
-    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
+    def read(self, source: Source) -> bytes:
         try:
-            return self.units[unit_id][1][source_id]
+            return self.units[source.unit_id][1][source.source_id]
         except KeyError:
             raise MissingSource() from None
 
-    def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:
-        return f"{self.location}/{unit_id}/{source_id}"
+    def origin(self, source: Source) -> str:
+        return f"{self.location}/{source.unit_id}/{source.source_id}"
 
-    def write(
-        self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, expected_hash: str, tool_call: str
-    ) -> Written:
-        previous = self.read(unit_id, kind, source_id)
+    def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
+        previous = self.read(source)
         if hash_bytes(previous) != expected_hash:
             raise StaleSource(hash_bytes(previous))
-        self.units[unit_id][1][source_id] = data
-        return Written(unit_id, kind, source_id, data, previous, tool_call)
+        self.units[source.unit_id][1][source.source_id] = data
+        return Written(source, data, previous, tool_call)
 
-    def create(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, tool_call: str) -> Written:
-        if source_id in self.units[unit_id][1]:
+    def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
+        if source.source_id in self.units[source.unit_id][1]:
             raise SourceExists()
-        self.units[unit_id][1][source_id] = data
-        return Written(unit_id, kind, source_id, data, None, tool_call)
+        self.units[source.unit_id][1][source.source_id] = data
+        return Written(source, data, None, tool_call)
 
     def accept(self, written: Written) -> None:
         pass
 
     def rollback(self, written: Written) -> None:
-        files = self.units[written.unit_id][1]
+        files = self.units[written.source.unit_id][1]
         if written.previous is None:
-            del files[written.source_id]
+            del files[written.source.source_id]
         else:
-            files[written.source_id] = written.previous
+            files[written.source.source_id] = written.previous
 
-    def history(self, unit_id: str, kind: UnitKind, source_id: str, limit: int) -> list[Version]:
+    def history(self, source: Source, limit: int) -> list[Version]:
         return []
 
-    def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
+    def version_data(self, source: Source, version: int) -> bytes:
         raise UnknownVersion(version)
 
     def watch(self, target: WatchTarget, *, debounce_ms: int) -> MemoryLoader:

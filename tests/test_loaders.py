@@ -6,6 +6,7 @@ Tests about files as such (symlinks, descriptors, modes) stay in test_service.py
 
 from __future__ import annotations
 
+import importlib.resources
 import inspect
 import sqlite3
 import subprocess
@@ -21,8 +22,9 @@ from conftest import copy_units, sqlite_copy
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
-from unit_mcp.loader import Loader, open_loader
+from unit_mcp.loader import Loader, Source, UnsafeSource
 from unit_mcp.paths import hash_bytes
+from unit_mcp.units import open_loader
 
 REPO = Path(__file__).resolve().parent.parent
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "init.defaultBranch=main"]
@@ -62,7 +64,7 @@ def raw(service: UnitService, unit_id: str, source_id: str) -> bytes:
     """A source's bytes straight from the loader."""
     kind = service.loader.kind(unit_id)
     assert kind is not None
-    return service.loader.read(unit_id, kind, source_id)
+    return service.loader.read(Source(unit_id, kind, source_id))
 
 
 def refusal(code: str, call: object, *args: object, **kwargs: object) -> UnitError:
@@ -322,6 +324,23 @@ def test_a_folder_git_ignores_gets_no_history(tmp_path: Path) -> None:
     assert not open_loader(folder / "weather" / "nested").capabilities.history
 
 
+def test_handles_made_below_the_service_stay_inside_the_unit_folder(tmp_path: Path) -> None:
+    """The service checks the ids clients send; a handle made elsewhere (a unit's own resource reader) is kept
+    inside the unit's folder by the folder loader itself, and what would leave it is simply not there."""
+    folder = copy_units(tmp_path / "units")
+    (tmp_path / "secret.txt").write_text("not a unit's\n")
+    with Host(folder, tmp_path / "data") as host:
+        files = importlib.resources.files(host.module("counter"))
+        assert files.joinpath("__init__.py").read_bytes() == (folder / "counter" / "__init__.py").read_bytes()
+        for outside in ("../greeter.py", "../../secret.txt", "./__init__.py", "a//b.py"):
+            with pytest.raises(FileNotFoundError):
+                files.joinpath(*outside.split("/")).read_bytes()
+            with pytest.raises(UnsafeSource):
+                host.loader.read(Source("counter", "directory", outside))
+        with pytest.raises(UnsafeSource):
+            host.loader.read(Source("../units/counter", "directory", "__init__.py"))
+
+
 # -- copying between stores ------------------------------------------------------------------------------
 
 
@@ -331,7 +350,7 @@ def units_copy(*args: str) -> subprocess.CompletedProcess[str]:
 
 def snapshot_of(loader: Loader) -> dict[str, dict[str, bytes]]:
     return {
-        unit_id: {sid: loader.read(unit_id, kind, sid) for sid in loader.source_ids(unit_id, kind)}
+        unit_id: {sid: loader.read(Source(unit_id, kind, sid)) for sid in loader.source_ids(unit_id, kind)}
         for unit_id, kind in loader.discover().items()
     }
 
@@ -353,9 +372,9 @@ def test_copy_is_bytes_exact_both_ways_and_refuses_to_overwrite(tmp_path: Path) 
     assert refused.returncode == 1 and "already has units" in refused.stderr and "Traceback" not in refused.stderr
     (folder / "greeter.py").write_bytes(b"CHANGED = 1\n")
     assert units_copy(str(folder), db).returncode == 1
-    assert open_loader(db, read_only=True).read("greeter", "file", "greeter.py") != b"CHANGED = 1\n"
+    assert open_loader(db, read_only=True).read(Source("greeter", "file", "greeter.py")) != b"CHANGED = 1\n"
     assert units_copy(str(folder), db, "--replace").returncode == 0
-    assert open_loader(db, read_only=True).read("greeter", "file", "greeter.py") == b"CHANGED = 1\n"
+    assert open_loader(db, read_only=True).read(Source("greeter", "file", "greeter.py")) == b"CHANGED = 1\n"
     missing = units_copy(f"sqlite:{tmp_path / 'none.db'}", str(back))
     assert missing.returncode == 2 and "neither a units folder nor an existing" in missing.stderr
 

@@ -145,7 +145,7 @@ with Host(sys.argv[1], sys.argv[2]) as host:
 
 
 def test_sigkill_during_database_writes_leaves_it_whole(tmp_path: Path) -> None:
-    from unit_mcp.loader import open_loader
+    from unit_mcp.units import open_loader
 
     body = "".join(
         f"ROW_{n} = {n!r}  # a line of padding so that the write takes a while ......\n" for n in range(4000)

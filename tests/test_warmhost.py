@@ -15,6 +15,7 @@ import pytest
 from conftest import sqlite_copy
 
 from unit_mcp import Host, UnitService
+from unit_mcp.loader import Source
 from unit_mcp.paths import hash_bytes
 from unit_mcp.testrun import STARTUP_TIMEOUT, WARM, WarmTestHost, _test_env, run_test_process
 
@@ -40,13 +41,10 @@ def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitServ
 
 def test_every_run_sees_the_edit_made_just_before(service: UnitService) -> None:
     """Written to the store directly, without a reload of the server's copy: the test imports from the store."""
-    loader = service.loader
+    loader, probe = service.loader, Source("probe", "directory", "__init__.py")
     for n in range(1, 51):
-        current = loader.read("probe", "directory", "__init__.py")
-        loader.write(
-            "probe", "directory", "__init__.py", f"VALUE = {n}\n".encode(), expected_hash=hash_bytes(current),
-            tool_call="test",
-        )  # fmt: skip
+        current = loader.read(probe)
+        loader.write(probe, f"VALUE = {n}\n".encode(), expected_hash=hash_bytes(current), tool_call="test")
         result = service.run_tests("probe")
         assert result.passed and f"value {n}\n" in result.stdout, (n, result)
     assert WARM.pid is not None, "the runs went through the warm host"

@@ -22,6 +22,7 @@ from .loader import (
     MissingSource,
     NotASource,
     PathConflict,
+    Source,
     SourceExists,
     SourceInfo,
     StaleSource,
@@ -33,6 +34,7 @@ from .loader import (
     WatchTarget,
     Written,
     artifact_kind,
+    primary_source_id,
 )
 
 if TYPE_CHECKING:
@@ -89,16 +91,16 @@ class FilesystemLoader:
             return "file"
         return None
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
-        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
+    def _parts(self, source: Source) -> list[str]:
+        """Path parts below the units root for a source; one that would leave its unit is refused (the ids were
+        checked by whoever made the handle: this keeps the disk safe, whatever reaches it)."""
+        parts = (f"{source.unit_id}/{source.source_id}" if source.kind == "directory" else source.source_id).split("/")
+        if "" in parts or "." in parts or ".." in parts:
+            raise UnsafeSource()
+        return parts
 
-    def _parts(self, unit_id: str, kind: UnitKind, source_id: str) -> list[str]:
-        """Path parts below the units root for a source id."""
-        segments = paths.validate_source_id(source_id)
-        return [unit_id, *segments] if kind == "directory" else list(segments)
-
-    def _path(self, unit_id: str, kind: UnitKind, source_id: str) -> Path:
-        return self.root.joinpath(*self._parts(unit_id, kind, source_id))
+    def _path(self, source: Source) -> Path:
+        return self.root.joinpath(*self._parts(source))
 
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind == "file":
@@ -126,11 +128,11 @@ class FilesystemLoader:
         return sorted(out)
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
-        primary = self.primary_source_id(unit_id, kind)
+        primary = primary_source_id(unit_id, kind)
         result = []
         for source_id in self.source_ids(unit_id, kind):
             try:
-                data = self.read(unit_id, kind, source_id)
+                data = self.read(Source(unit_id, kind, source_id))
             except (MissingSource, NotASource, PathConflict, UnsafeSource, OSError):
                 continue
             result.append(
@@ -140,8 +142,8 @@ class FilesystemLoader:
             )
         return result
 
-    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
-        parts = self._parts(unit_id, kind, source_id)
+    def read(self, source: Source) -> bytes:
+        parts = self._parts(source)
         try:  # not `with _refusals()`: this runs for every module import, and a context manager costs a tenth
             return paths.read_bytes(self.root, parts)
         except (OSError, paths.UnsafePath) as exc:
@@ -150,30 +152,28 @@ class FilesystemLoader:
                 raise
             raise refusal from None
 
-    def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:
-        return os.path.join(self.location, *self._parts(unit_id, kind, source_id))  # str(self._path(...)), faster
+    def origin(self, source: Source) -> str:
+        return os.path.join(self.location, *self._parts(source))  # str(self._path(...)), faster
 
-    def write(
-        self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, expected_hash: str, tool_call: str
-    ) -> Written:
-        parts = self._parts(unit_id, kind, source_id)
+    def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
+        parts = self._parts(source)
         with self._write_lock, _refusals():
             previous = paths.read_bytes(self.root, parts)
             if paths.hash_bytes(previous) != expected_hash:
                 raise StaleSource(paths.hash_bytes(previous))
             self._note(parts, data)
             paths.replace_bytes(self.root, parts, data)
-        return Written(unit_id, kind, source_id, data, previous, tool_call)
+        return Written(source, data, previous, tool_call)
 
-    def create(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, tool_call: str) -> Written:
-        parts = self._parts(unit_id, kind, source_id)
+    def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
+        parts = self._parts(source)
         with self._write_lock, _refusals():
             self._note(parts, data)
             created_dirs = paths.create_bytes(self.root, parts, data)
-        return Written(unit_id, kind, source_id, data, None, tool_call, token=created_dirs)
+        return Written(source, data, None, tool_call, token=created_dirs)
 
     def rollback(self, written: Written) -> None:
-        parts = self._parts(written.unit_id, written.kind, written.source_id)
+        parts = self._parts(written.source)
         with self._write_lock, _refusals():
             self._note(parts, written.previous)
             if written.previous is None:
@@ -184,7 +184,7 @@ class FilesystemLoader:
 
     def accept(self, written: Written) -> None:
         if self._git is not None:
-            self._git.commit(self._path(written.unit_id, written.kind, written.source_id), written.tool_call)
+            self._git.commit(self._path(written.source), written.tool_call)
 
     def _note(self, parts: list[str], data: bytes | None) -> None:
         """Remember a write of ours so that the watcher does not reload it a second time."""
@@ -196,22 +196,22 @@ class FilesystemLoader:
 
     # -- history (in a git work tree) ---------------------------------------------------------
 
-    def history(self, unit_id: str, kind: UnitKind, source_id: str, limit: int) -> list[Version]:
+    def history(self, source: Source, limit: int) -> list[Version]:
         if self._git is None:
             return []
-        return self._git.history(self._path(unit_id, kind, source_id), limit)
+        return self._git.history(self._path(source), limit)
 
-    def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
+    def version_data(self, source: Source, version: int) -> bytes:
         if self._git is None:
             raise UnknownVersion(version)
-        return self._git.version_data(self._path(unit_id, kind, source_id), version)
+        return self._git.version_data(self._path(source), version)
 
     # -- watching and copying ---------------------------------------------------------------
 
     def watch(self, target: WatchTarget, *, debounce_ms: int) -> Watch:
         from .watcher import UnitWatcher
 
-        watcher = UnitWatcher(FolderWatchTarget(target, self), debounce_ms=debounce_ms)
+        watcher = UnitWatcher(self.root, self.is_own_write, target.reload_changed, debounce_ms=debounce_ms)
         watcher.start()
         return watcher
 
@@ -241,15 +241,6 @@ class FilesystemLoader:
 
     def close(self) -> None:
         pass
-
-
-class FolderWatchTarget:
-    """The host as `UnitWatcher` sees it: the folder to watch, this loader's own writes, the host's reload."""
-
-    def __init__(self, host: WatchTarget, loader: FilesystemLoader) -> None:
-        self.units_root = loader.root
-        self.is_own_write = loader.is_own_write
-        self.reload_changed = host.reload_changed
 
 
 @contextlib.contextmanager

@@ -22,8 +22,9 @@ from typing import Any
 from . import applog, cancel
 from .activities import Activities
 from .importer import UnitFinder
-from .loader import Loader, UnitKind, Watch, open_loader
+from .loader import Loader, UnitKind, Watch
 from .redact import Redactor
+from .units import open_loader
 
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
 _claimed_namespaces: dict[str, Host] = {}

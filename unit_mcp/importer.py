@@ -15,7 +15,7 @@ import types
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .loader import Loader, LoaderError, UnitKind, UnsafeSource
+from .loader import Loader, LoaderError, Source, UnitKind, UnsafeSource
 from .paths import hash_bytes
 
 
@@ -98,7 +98,7 @@ class UnitFiles:
 
     def read_bytes(self) -> bytes:
         try:
-            return self._loader.read(*self._unit, self._id)
+            return self._loader.read(Source(*self._unit, self._id))
         except LoaderError:
             raise FileNotFoundError(f"no resource {self._id!r} in unit {self._unit[0]!r}") from None
 
@@ -131,15 +131,15 @@ class UnitFinder:
         kind = self.kinds.get(unit_id) if self.kinds is not None else self.loader.kind(unit_id)
         if kind is None:
             return None
-        for source_id, package in _candidates(unit_id, kind, parts[1:]):
+        for source, package in _candidates(unit_id, kind, parts[1:]):
             try:
-                data = self.loader.read(unit_id, kind, source_id)
+                data = self.loader.read(source)
             except UnsafeSource:
-                raise ImportError(f"{fullname}: symlinked or irregular source refused", name=fullname) from None
+                raise ImportError(f"{fullname}: linked, irregular or outside source refused", name=fullname) from None
             except (LoaderError, ValueError, OSError):
                 continue
-            origin = self.loader.origin(unit_id, kind, source_id)
-            folder = source_id.rsplit("/", 1)[0] if "/" in source_id else ""
+            origin = self.loader.origin(source)
+            folder = source.source_id.rpartition("/")[0]
             files = UnitFiles(self.loader, unit_id, kind, folder) if package else None
             spec = importlib.machinery.ModuleSpec(
                 fullname,
@@ -159,11 +159,12 @@ class UnitFinder:
         self.codes[(origin, hash_bytes(data))] = code
 
 
-def _candidates(unit_id: str, kind: UnitKind, rest: list[str]) -> list[tuple[str, bool]]:
-    """(source id, is package) that may hold the module, in the order Python's path finder tries them."""
+def _candidates(unit_id: str, kind: UnitKind, rest: list[str]) -> list[tuple[Source, bool]]:
+    """(source, is package) that may hold the module, in the order Python's path finder tries them. The ids are
+    built from a module name, not given by a client: the loader keeps whatever name reaches it inside its store."""
     if kind == "file":
-        return [] if rest else [(f"{unit_id}.py", False)]
+        return [] if rest else [(Source(unit_id, kind, f"{unit_id}.py"), False)]
     if not rest:
-        return [("__init__.py", True)]
+        return [(Source(unit_id, kind, "__init__.py"), True)]
     folder = "/".join(rest)
-    return [(f"{folder}/__init__.py", True), (f"{folder}.py", False)]
+    return [(Source(unit_id, kind, f"{folder}/__init__.py"), True), (Source(unit_id, kind, f"{folder}.py"), False)]

@@ -1,18 +1,15 @@
 """The `Loader` protocol: where units live, behind one narrow interface the host and the service use for all storage.
 
 Two implementations ship: `FilesystemLoader` (a folder, `folderloader.py`, with history when the folder is in a
-git work tree) and `SqliteLoader` (one SQLite database, `sqliteloader.py`, with native history). `open_loader`
-turns a `--units` value (`DIR` or `sqlite:PATH`) into one of them.
+git work tree) and `SqliteLoader` (one SQLite database, `sqliteloader.py`, with native history); `units.open_loader`
+turns a `--units` value (`DIR` or `sqlite:PATH`) into one of them. This module is the leaf of the loader layer: it
+imports nothing of unit_mcp, and every loader, the host and the service import it.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-if TYPE_CHECKING:
-    import threading
+from typing import Any, Literal, Protocol
 
 UnitKind = Literal["directory", "file"]
 SQLITE_PREFIX = "sqlite:"
@@ -27,6 +24,18 @@ class Capabilities:
 
     def names(self) -> list[Literal["read", "write", "create", "history"]]:
         return [name for name in ("read", "write", "create", "history") if getattr(self, name)]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of a unit, checked once where it is made: the service checks a client's ids (the unit exists with
+    this kind, `source_id` is a valid id of it); the importer and `units.copy_units` build handles from module
+    names and listed ids. Loaders take it as given; the folder loader alone still keeps every path inside the
+    units root (storage safety, not argument checking)."""
+
+    unit_id: str
+    kind: UnitKind
+    source_id: str
 
 
 @dataclass(frozen=True)
@@ -56,9 +65,7 @@ class Version:
 class Written:
     """What a loader write did, for `Loader.accept` (the reload succeeded) or `Loader.rollback` (it failed)."""
 
-    unit_id: str
-    kind: UnitKind
-    source_id: str
+    source: Source
     data: bytes
     previous: bytes | None  # None: the source was created
     tool_call: str
@@ -109,16 +116,6 @@ class WatchTarget(Protocol):
 
     logger: Any
 
-    def unit_lock(self, unit_id: str) -> threading.RLock: ...
-
-    def unit_kind(self, unit_id: str) -> UnitKind | None: ...
-
-    def is_loaded(self, unit_id: str) -> bool: ...
-
-    def unload(self, unit_id: str) -> None: ...
-
-    def reload(self, unit_id: str) -> object: ...
-
     def reload_changed(self, unit_id: str) -> None: ...
 
 
@@ -129,7 +126,8 @@ class Watch(Protocol):
 class Loader(Protocol):
     """Storage of units: discovery, sources (bytes with size and hash), hash-checked writes, optional history.
 
-    Ids are validated by the caller (`paths.validate_unit_id` / `validate_source_id`) before they arrive here.
+    A `Source` arrives checked (see there); `kind` may be asked about any name (None: no such unit), the other
+    unit-level methods get the ids `discover` or `kind` found.
     A write is two-phase: `write`/`create` change the store at once (the reload that follows reads from it) and
     return a `Written`; the caller then calls `accept` when the reload succeeded or `rollback` when it did not.
     History loaders record accepted versions only.
@@ -151,8 +149,6 @@ class Loader(Protocol):
         """The kind of one unit, or None if there is none (cheap: called on every tool call)."""
         ...
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str: ...
-
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         """The unit's source ids, sorted, hidden and compiled files left out."""
         ...
@@ -161,20 +157,18 @@ class Loader(Protocol):
         """Each source with its size and `sha256:` hash of the raw bytes."""
         ...
 
-    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes: ...
+    def read(self, source: Source) -> bytes: ...
 
-    def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:
+    def origin(self, source: Source) -> str:
         """The name a source goes by in code objects and tracebacks (`__file__`); '<units>/…' once redacted."""
         ...
 
-    def write(
-        self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, expected_hash: str, tool_call: str
-    ) -> Written:
+    def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
         """Replace an existing source, atomically checking that it still hashes to `expected_hash` (else
         `StaleSource`). Keeps what the store keeps of the old source (a file's mode, for instance)."""
         ...
 
-    def create(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, tool_call: str) -> Written:
+    def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
         """Add a source that must not exist yet (`SourceExists` otherwise)."""
         ...
 
@@ -186,11 +180,11 @@ class Loader(Protocol):
         """The reload after the write failed: put the previous bytes back (or remove a created source)."""
         ...
 
-    def history(self, unit_id: str, kind: UnitKind, source_id: str, limit: int) -> list[Version]:
+    def history(self, source: Source, limit: int) -> list[Version]:
         """Accepted versions of a source, newest first (loaders with the `history` capability)."""
         ...
 
-    def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
+    def version_data(self, source: Source, version: int) -> bytes:
         """The bytes of one version from `history` (`UnknownVersion` if there is none)."""
         ...
 
@@ -205,16 +199,9 @@ class Loader(Protocol):
     def close(self) -> None: ...
 
 
-def open_loader(units: str | os.PathLike[str], *, read_only: bool = False) -> Loader:
-    """`sqlite:PATH` opens (or creates) a database; anything else is a units folder."""
-    text = os.fspath(units)
-    if text.startswith(SQLITE_PREFIX):
-        from .sqliteloader import SqliteLoader
-
-        return SqliteLoader(text[len(SQLITE_PREFIX) :], read_only=read_only)
-    from .folderloader import FilesystemLoader
-
-    return FilesystemLoader(text, read_only=read_only)
+def primary_source_id(unit_id: str, kind: UnitKind) -> str:
+    """A unit's main module, the same in every store: `__init__.py` of a directory unit, `<unit>.py` of a file."""
+    return "__init__.py" if kind == "directory" else f"{unit_id}.py"
 
 
 def artifact_kind(source_id: str, data: bytes) -> Literal["python", "text", "binary"]:

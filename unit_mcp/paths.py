@@ -59,7 +59,7 @@ def validate_source_id(source_id: object) -> tuple[str, ...]:
     return _source_id_segments(source_id)
 
 
-@functools.lru_cache(maxsize=4096)  # runs on every import of a unit module; a refusal is not cached
+@functools.lru_cache(maxsize=4096)  # runs for every file a folder listing finds; a refusal is not cached
 def _source_id_segments(source_id: str) -> tuple[str, ...]:
     shown = ascii(source_id if len(source_id) <= 80 else source_id[:80] + "…")
     encoded = source_id.encode("utf-8", "surrogatepass")

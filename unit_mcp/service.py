@@ -14,7 +14,6 @@ import re
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from . import applog, paths
@@ -52,11 +51,13 @@ from .loader import (
     MissingSource,
     NotASource,
     PathConflict,
+    Source,
     SourceExists,
     StaleSource,
     UnitKind,
     UnsafeSource,
     Written,
+    primary_source_id,
 )
 from .loader import UnknownVersion as MissingVersion
 from .models import (
@@ -82,15 +83,6 @@ from .patching import apply_unified_diff, line_ending_kind, replace_exact, unifi
 from .resolve import ResolveIndex, UnitFacts, python_facts
 from .syntax import SyntaxCache
 from .testrun import run_test_process
-
-
-@dataclass(frozen=True)
-class Source:
-    """One source of a unit, checked once on its way in: the unit exists and `source_id` is a valid id of it."""
-
-    unit_id: str
-    kind: UnitKind
-    source_id: str
 
 
 def reload_result(reloaded: Reloaded) -> ReloadResult:
@@ -149,7 +141,7 @@ class UnitService:
 
     def _read(self, src: Source) -> bytes:
         with self._storage(src, "read"):
-            return self.loader.read(src.unit_id, src.kind, src.source_id)
+            return self.loader.read(src)
 
     def _text(self, src: Source, data: bytes) -> str:
         unit_id, source_id = src.unit_id, src.source_id
@@ -231,7 +223,7 @@ class UnitService:
         source_id = src.source_id
         if not source_id.endswith(".py"):
             return
-        origin = self.loader.origin(src.unit_id, src.kind, source_id)
+        origin = self.loader.origin(src)
         try:
             code = compile(data, origin, "exec", dont_inherit=True)
         except SyntaxError as exc:
@@ -261,7 +253,9 @@ class UnitService:
             try:
                 self.loader.accept(written)
             except Exception:
-                self.host.logger.exception("recording %s of unit %s in the history failed", written.source_id, unit_id)
+                self.host.logger.exception(
+                    "recording %s of unit %s in the history failed", written.source.source_id, unit_id
+                )
         return result
 
     def _test_names(self, unit_id: str, kind: UnitKind) -> list[str]:
@@ -292,7 +286,7 @@ class UnitService:
                 UnitSummary(
                     unit_id=unit_id,
                     loader=self.loader.name,
-                    source_handle=SourceHandle(kind=kind, source_id=self.loader.primary_source_id(unit_id, kind)),
+                    source_handle=SourceHandle(kind=kind, source_id=primary_source_id(unit_id, kind)),
                     edit_capabilities=self._edit_capabilities(kind),
                     test_capabilities=self._test_names(unit_id, kind),
                     commit_capability=self.loader.capabilities.history,
@@ -311,11 +305,11 @@ class UnitService:
             if not source_id.endswith(".py") or source_id.startswith("test_"):
                 continue
             try:
-                text = self.loader.read(unit_id, kind, source_id).decode("utf-8")
+                text = self.loader.read(Source(unit_id, kind, source_id)).decode("utf-8")
             except (OSError, LoaderError, UnicodeDecodeError):
                 continue
             docstring, names = python_facts(text)
-            if docstring and source_id == self.loader.primary_source_id(unit_id, kind):
+            if docstring and source_id == primary_source_id(unit_id, kind):
                 fields.append(("docstring", docstring.strip()))
             fields.extend(("symbol", name) for name in names)
         return UnitFacts(unit_id, tuple(fields))
@@ -357,9 +351,9 @@ class UnitService:
             name: name if module is not None and callable(getattr(module, name, None)) else None for name in LIFECYCLE
         }
         if module is None:
-            primary = self.loader.primary_source_id(unit_id, kind)
+            primary = primary_source_id(unit_id, kind)
             try:
-                tree = ast.parse(self.loader.read(unit_id, kind, primary))
+                tree = ast.parse(self.loader.read(Source(unit_id, kind, primary)))
                 defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
                 lifecycle = {name: name if name in defined else None for name in LIFECYCLE}
             except (OSError, SyntaxError, ValueError, LoaderError):
@@ -377,7 +371,7 @@ class UnitService:
             module=self.host.module_name(unit_id),
             source_handle=SourceHandle(
                 kind=kind,
-                source_id=self.loader.primary_source_id(unit_id, kind),
+                source_id=primary_source_id(unit_id, kind),
                 size=main.size if main else None,
                 hash=main.hash if main else None,
             ),
@@ -511,9 +505,7 @@ class UnitService:
             return result
         try:
             with self._storage(src, "write"):
-                written = self.loader.write(
-                    unit_id, src.kind, source_id, new_data, expected_hash=current, tool_call=tool_call
-                )
+                written = self.loader.write(src, new_data, expected_hash=current, tool_call=tool_call)
         except StaleSource as exc:
             raise StaleHash(
                 f"{source_id} of unit {unit_id} was changed by someone else while this edit was made: expected "
@@ -548,7 +540,7 @@ class UnitService:
         self._compile(src, data)
         with self.host.unit_lock(unit_id):
             with self._storage(src, "write"):
-                written = self.loader.create(unit_id, kind, source_id, data, tool_call="unit_create_source")
+                written = self.loader.create(src, data, tool_call="unit_create_source")
             reload = self._reload(unit_id, written)
             return CreateSourceResult(
                 unit_id=unit_id, source_id=source_id, hash=paths.hash_bytes(data), size=len(data), reload=reload
@@ -562,7 +554,7 @@ class UnitService:
     def handle_history(self, args: HistoryArgs) -> HistoryResult:
         src = self._source(args.unit_id, args.source_id)
         self._require_history(src.unit_id)
-        versions = self.loader.history(src.unit_id, src.kind, src.source_id, args.limit)
+        versions = self.loader.history(src, args.limit)
         if not versions:
             self._read(src)  # refuses a source that does not exist
         return HistoryResult(
@@ -590,7 +582,7 @@ class UnitService:
         with self.host.unit_lock(src.unit_id):
             data, text = self._current(src, args.expected_hash)
             try:
-                old = self.loader.version_data(src.unit_id, src.kind, src.source_id, args.version)
+                old = self.loader.version_data(src, args.version)
             except MissingVersion:
                 raise UnknownVersion(f"{src.source_id} of unit {src.unit_id} has no version {args.version}.") from None
             old_text = self._text(src, old)

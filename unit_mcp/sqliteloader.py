@@ -23,6 +23,7 @@ from .loader import (
     MissingSource,
     NotASource,
     PathConflict,
+    Source,
     SourceExists,
     SourceInfo,
     StaleSource,
@@ -32,6 +33,7 @@ from .loader import (
     WatchTarget,
     Written,
     artifact_kind,
+    primary_source_id,
 )
 from .paths import hash_bytes
 
@@ -72,6 +74,11 @@ END;
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 _PRIMARY = "CASE u.kind WHEN 'directory' THEN '__init__.py' ELSE u.unit_id || '.py' END"
+
+
+def _key(source: Source) -> tuple[str, str]:
+    """A source's primary key in `sources` (and its columns in `versions`)."""
+    return source.unit_id, source.source_id
 
 
 def _blob(value: bytes | str) -> bytes:
@@ -160,9 +167,6 @@ class SqliteLoader:
         )
         return rows[0][0] if rows else None
 
-    def primary_source_id(self, unit_id: str, kind: UnitKind) -> str:
-        return "__init__.py" if kind == "directory" else f"{unit_id}.py"
-
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind == "file":
             return [f"{unit_id}.py"]
@@ -171,7 +175,7 @@ class SqliteLoader:
         ]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
-        primary = self.primary_source_id(unit_id, kind)
+        primary = primary_source_id(unit_id, kind)
         wanted = set(self.source_ids(unit_id, kind))
         rows = self._query("SELECT source_id, data FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
         return [
@@ -182,41 +186,39 @@ class SqliteLoader:
 
     # -- sources --------------------------------------------------------------------------
 
-    def read(self, unit_id: str, kind: UnitKind, source_id: str) -> bytes:
-        rows = self._query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", (unit_id, source_id))
+    def read(self, source: Source) -> bytes:
+        rows = self._query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source))
         if not rows:
-            self._missing(self._db(), unit_id, source_id)
+            self._missing(self._db(), source)
         return _blob(rows[0][0])
 
-    def _missing(self, conn: sqlite3.Connection, unit_id: str, source_id: str) -> None:
+    def _missing(self, conn: sqlite3.Connection, source: Source) -> None:
         """Raise why there is no such source, as the folder loader would say it."""
         if conn.execute(
             "SELECT 1 FROM sources WHERE unit_id = ? AND substr(source_id, 1, ?) = ? LIMIT 1",
-            (unit_id, len(source_id) + 1, source_id + "/"),
+            (source.unit_id, len(source.source_id) + 1, source.source_id + "/"),
         ).fetchone():
             raise NotASource()
         raise MissingSource()
 
-    def origin(self, unit_id: str, kind: UnitKind, source_id: str) -> str:
-        return f"{self.path}/{unit_id}/{source_id}" if kind == "directory" else f"{self.path}/{source_id}"
+    def origin(self, source: Source) -> str:
+        unit_id, source_id = _key(source)
+        return f"{self.path}/{unit_id}/{source_id}" if source.kind == "directory" else f"{self.path}/{source_id}"
 
-    def write(
-        self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, expected_hash: str, tool_call: str
-    ) -> Written:
+    def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
         with self._transaction() as conn:
-            row = conn.execute(
-                "SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", (unit_id, source_id)
-            ).fetchone()
+            row = conn.execute("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source)).fetchone()
             if row is None:
-                self._missing(conn, unit_id, source_id)
+                self._missing(conn, source)
             previous = _blob(row[0])
             if hash_bytes(previous) != expected_hash:
                 raise StaleSource(hash_bytes(previous))
-            conn.execute("UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data, unit_id, source_id))
+            conn.execute("UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data, *_key(source)))
             version = self._sign(conn, data, tool_call)
-        return Written(unit_id, kind, source_id, data, previous, tool_call, token=version)
+        return Written(source, data, previous, tool_call, token=version)
 
-    def create(self, unit_id: str, kind: UnitKind, source_id: str, data: bytes, *, tool_call: str) -> Written:
+    def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
+        unit_id, source_id = _key(source)
         with self._transaction() as conn:
             if conn.execute(
                 "SELECT 1 FROM sources WHERE unit_id = ? AND (source_id = ? OR substr(source_id, 1, ?) = ?)",
@@ -234,7 +236,7 @@ class SqliteLoader:
                 raise PathConflict()
             conn.execute("INSERT INTO sources (unit_id, source_id, data) VALUES (?, ?, ?)", (unit_id, source_id, data))
             version = self._sign(conn, data, tool_call)
-        return Written(unit_id, kind, source_id, data, None, tool_call, token=version)
+        return Written(source, data, None, tool_call, token=version)
 
     def _sign(self, conn: sqlite3.Connection, data: bytes | None, tool_call: str | None, *, listed: int = 1) -> int:
         """Complete the version row the trigger just added (same transaction): hash, tool call, this writer."""
@@ -251,7 +253,7 @@ class SqliteLoader:
     def rollback(self, written: Written) -> None:
         """Put the previous bytes back and drop the rejected version from the history."""
         with self._transaction() as conn:
-            key = (written.unit_id, written.source_id)
+            key = _key(written.source)
             if written.previous is None:
                 conn.execute("DELETE FROM sources WHERE unit_id = ? AND source_id = ?", key)
             else:
@@ -263,11 +265,11 @@ class SqliteLoader:
 
     # -- history --------------------------------------------------------------------------
 
-    def history(self, unit_id: str, kind: UnitKind, source_id: str, limit: int) -> list[Version]:
+    def history(self, source: Source, limit: int) -> list[Version]:
         rows = self._query(
             "SELECT version, hash, data, time, tool_call FROM versions WHERE unit_id = ? AND source_id = ? "
             "AND listed = 1 AND data IS NOT NULL ORDER BY version DESC LIMIT ?",
-            (unit_id, source_id, limit),
+            (*_key(source), limit),
         )
         versions = []
         for version, digest, value, when, tool_call in rows:
@@ -277,11 +279,11 @@ class SqliteLoader:
             )
         return versions
 
-    def version_data(self, unit_id: str, kind: UnitKind, source_id: str, version: int) -> bytes:
+    def version_data(self, source: Source, version: int) -> bytes:
         rows = self._query(
             "SELECT data FROM versions WHERE version = ? AND unit_id = ? AND source_id = ? AND listed = 1 "
             "AND data IS NOT NULL",
-            (version, unit_id, source_id),
+            (version, *_key(source)),
         )
         if not rows:
             raise UnknownVersion(version)

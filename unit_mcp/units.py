@@ -1,16 +1,30 @@
-"""`python -m unit_mcp.units copy SRC DST [--replace]`: copy every unit between two stores, bytes exact.
+"""Stores by address: `open_loader` opens a units folder (`DIR`) or a database (`sqlite:PATH`, created if missing),
+and `python -m unit_mcp.units copy SRC DST [--replace]` copies every unit between two stores, bytes exact.
 
-A store is a units folder (`DIR`) or a database (`sqlite:PATH`, created if missing). Units that already exist in
-DST are refused, all of them named and nothing copied, unless --replace.
+Units that already exist in DST are refused, all of them named and nothing copied, unless --replace. This module
+sits above the loaders it picks from (they import only `loader.py`), so choosing one is no import circle.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
-from .loader import Loader, SourceExists, open_loader
+from .loader import SQLITE_PREFIX, Loader, Source, SourceExists
+
+
+def open_loader(units: str | os.PathLike[str], *, read_only: bool = False) -> Loader:
+    """`sqlite:PATH` opens (or creates) a database; anything else is a units folder."""
+    text = os.fspath(units)
+    if text.startswith(SQLITE_PREFIX):
+        from .sqliteloader import SqliteLoader
+
+        return SqliteLoader(text[len(SQLITE_PREFIX) :], read_only=read_only)
+    from .folderloader import FilesystemLoader
+
+    return FilesystemLoader(text, read_only=read_only)
 
 
 def copy_units(source: Loader, target: Loader, *, replace: bool = False) -> list[str]:
@@ -22,7 +36,7 @@ def copy_units(source: Loader, target: Loader, *, replace: bool = False) -> list
         if clashes:
             raise SourceExists(", ".join(clashes))
     for unit_id, kind in units.items():
-        files = {source_id: source.read(unit_id, kind, source_id) for source_id in source.source_ids(unit_id, kind)}
+        files = {sid: source.read(Source(unit_id, kind, sid)) for sid in source.source_ids(unit_id, kind)}
         target.put_unit(unit_id, kind, files, replace=replace)
     return list(units)
 

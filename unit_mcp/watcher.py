@@ -8,16 +8,13 @@ module drives watchfiles' own `RustNotify` instead, created in `start()` itself.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import watchfiles
 from watchfiles._rust_notify import RustNotify
 
 from . import paths
-
-if TYPE_CHECKING:
-    from .folderloader import FolderWatchTarget
 
 
 def _interesting(change: watchfiles.Change, path: str) -> bool:
@@ -25,10 +22,20 @@ def _interesting(change: watchfiles.Change, path: str) -> bool:
 
 
 class UnitWatcher:
-    """A background thread waiting on a watchfiles `RustNotify` of the units root (debounced)."""
+    """A background thread waiting on a watchfiles `RustNotify` of the units root (debounced): calls
+    `reload_changed(unit_id)` for a unit whose files changed, unless each change is the loader's own write."""
 
-    def __init__(self, host: FolderWatchTarget, *, debounce_ms: int = 300) -> None:
-        self.host = host
+    def __init__(
+        self,
+        units_root: Path,
+        is_own_write: Callable[[Path, str | None], bool],
+        reload_changed: Callable[[str], None],
+        *,
+        debounce_ms: int = 300,
+    ) -> None:
+        self.units_root = units_root
+        self.is_own_write = is_own_write
+        self.reload_changed = reload_changed
         self.debounce_ms = debounce_ms
         self._stop = threading.Event()
         self._notify: RustNotify | None = None
@@ -36,7 +43,7 @@ class UnitWatcher:
 
     def start(self) -> None:
         """Arm the watch, then start the thread that reloads: an edit after this returns is seen."""
-        self._notify = RustNotify([str(self.host.units_root)], False, False, 300, True, False)
+        self._notify = RustNotify([str(self.units_root)], False, False, 300, True, False)
         self._thread.start()
 
     def stop(self) -> None:
@@ -63,7 +70,7 @@ class UnitWatcher:
         for _change, raw in changes:
             path = Path(raw)
             try:
-                relative = path.relative_to(self.host.units_root)
+                relative = path.relative_to(self.units_root)
             except ValueError:
                 continue
             if not relative.parts:
@@ -72,12 +79,12 @@ class UnitWatcher:
             unit_id = first[:-3] if len(relative.parts) == 1 and first.endswith(".py") else first
             by_unit.setdefault(unit_id, []).append(path)
         for unit_id, changed in sorted(by_unit.items()):
-            if all(self.host.is_own_write(p, _digest(p)) for p in changed):
+            if all(self.is_own_write(p, _digest(p)) for p in changed):
                 continue
             self._reload(unit_id)
 
     def _reload(self, unit_id: str) -> None:
-        self.host.reload_changed(unit_id)  # a failed reload keeps the old version running; the file is never touched
+        self.reload_changed(unit_id)  # a failed reload keeps the old version running; the file is never touched
 
 
 def _digest(path: Path) -> str | None:
