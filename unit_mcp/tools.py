@@ -2,7 +2,7 @@
 
 Each tool is a flat pydantic argument model from `arguments` (the input schema and its one validation), a
 pydantic result model (the output schema and the structured content), a risk label, the standard annotations and
-its handler in `HANDLERS`, which gets the validated model. The low-level
+its `UnitService` method, which gets the validated model. The low-level
 server is used rather than `MCPServer` so that the schemas come straight from those models and every
 `UnitError` is mapped to an `isError` result in one place, `UnitTools.call_tool`.
 """
@@ -124,14 +124,19 @@ HISTORY_INSTRUCTIONS = """
 checked and reloaded like an edit."""
 
 
+Handler = Callable[[UnitService, Any], BaseModel]
+
+
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool: its models, its risk and what its annotations promise; `HANDLERS` has what it calls."""
+    """One tool: its models, its service method, its risk and what its annotations promise."""
 
     name: str
     title: str
     description: str
     args: type[BaseModel]
+    handler: Handler
+    """What the tool calls with the service and the validated `args` (`UnitService` has one method per tool)."""
     result: type[BaseModel]
     risk: Risk
     read_only: bool
@@ -150,6 +155,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "source_id), whether it is loaded (and its load error), what can be edited, its test names and "
         "whether it can be committed. Start here.",
         NoArgs,
+        UnitService.list,
         UnitListResult,
         "normal",
         read_only=True,
@@ -162,6 +168,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Find the unit meant by a natural-language description. Returns ranked candidates with a confidence "
         "from 0 to 1 and the evidence that matched (unit id, module, file names, docstring, symbols).",
         ResolveArgs,
+        UnitService.resolve,
         ResolveResult,
         "normal",
         read_only=True,
@@ -175,6 +182,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "(init/drop/snapshot/restore), registered activities, test names and every source artifact with "
         "its kind, size and hash. Use it to learn the source_ids before reading or editing.",
         UnitArgs,
+        UnitService.inspect,
         InspectResult,
         "normal",
         read_only=True,
@@ -187,6 +195,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read one UTF-8 text file of a unit. Returns its content, its hash (pass it as expected_hash to "
         "unit_apply_patch), its size and its line endings. Binary files are refused.",
         ReadSourceArgs,
+        UnitService.read_source,
         ReadSourceResult,
         "filesystem-read",
         read_only=True,
@@ -203,6 +212,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "error writes nothing. If the reload fails, the previous source is restored and the error is "
         "returned. dry_run shows the diff without writing.",
         ApplyPatchArgs,
+        UnitService.apply_patch,
         ApplyPatchResult,
         "filesystem-write",
         read_only=False,
@@ -216,6 +226,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "reload the unit. Python is compiled first. If the reload fails, the new file is removed again. "
         "Name a test module test_<name>.py to make it runnable with unit_run_tests.",
         CreateSourceArgs,
+        UnitService.create_source,
         CreateSourceResult,
         "filesystem-write",
         read_only=False,
@@ -230,6 +241,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
         "Sends progress notifications while it runs.",
         RunTestsArgs,
+        UnitService.run_tests,
         RunTestsResult,
         "shell",
         read_only=False,
@@ -244,6 +256,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "state was restored, and the activity active before and after. Edits through unit_apply_patch and "
         "unit_create_source reload by themselves.",
         UnitArgs,
+        UnitService.reload,
         ReloadResult,
         "shell",
         read_only=False,
@@ -258,6 +271,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "before=line_numbers[0]; or read forward from a line number with offset (and limit). has_more says "
         "whether more matching lines exist in the direction read.",
         ReadLogArgs,
+        UnitService.read_log,
         ReadLogResult,
         "filesystem-read",
         read_only=True,
@@ -270,6 +284,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Return the live state of a loaded unit as its snapshot() export gives it (the state a reload "
         "carries over). supported is false when the unit has no snapshot().",
         UnitArgs,
+        UnitService.snapshot,
         SnapshotResult,
         "normal",
         read_only=True,
@@ -287,6 +302,7 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "and the tool call that wrote it (null for a change made outside these tools). Offered when the "
         "unit's loader keeps history.",
         HistoryArgs,
+        UnitService.history,
         HistoryResult,
         "filesystem-read",
         read_only=True,
@@ -301,6 +317,7 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "restored and the error returned. dry_run shows the diff without writing. The revert is itself "
         "recorded as a new version.",
         RevertArgs,
+        UnitService.revert,
         ApplyPatchResult,
         "filesystem-write",
         read_only=False,
@@ -308,24 +325,6 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         idempotent=False,
     ),
 )
-
-
-Handler = Callable[[UnitService, Any], BaseModel]
-HANDLERS: dict[str, Handler] = {
-    "unit_list": lambda service, _: service.list(),
-    "unit_resolve": UnitService.handle_resolve,
-    "unit_inspect": lambda service, args: service.inspect(args.unit_id),
-    "unit_read_source": lambda service, args: service.read_source(args.unit_id, args.source_id),
-    "unit_apply_patch": UnitService.handle_apply_patch,
-    "unit_create_source": UnitService.handle_create_source,
-    "unit_run_tests": UnitService.handle_run_tests,
-    "unit_reload": lambda service, args: service.reload(args.unit_id),
-    "unit_read_log": UnitService.handle_read_log,
-    "unit_snapshot": lambda service, args: service.snapshot(args.unit_id),
-    "unit_history": UnitService.handle_history,
-    "unit_revert": UnitService.handle_revert,
-}
-"""What each tool calls, with the service and the tool's validated argument model."""
 
 
 def check_prefix(prefix: str) -> str:
@@ -482,7 +481,7 @@ class UnitTools:
                 "Check the argument names and types against the tool's input schema.",
                 None,
             )
-        call = functools.partial(HANDLERS[spec.name], self.service, args)
+        call = functools.partial(spec.handler, self.service, args)
         target = " ".join(
             f"{key}={_shown(getattr(args, key))}" for key in _LOGGED_ARGS if key in spec.args.model_fields
         )
