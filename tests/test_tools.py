@@ -21,7 +21,8 @@ from mcp.shared.exceptions import MCPError
 
 from unit_mcp import Host, UnitService
 from unit_mcp.models import ReadSourceResult, UnitListResult
-from unit_mcp.tools import ERROR_META_KEY, HISTORY_TOOLS, RISK_META_KEY, TOOLS, UnitTools, tool_risks
+from unit_mcp.tools import HISTORY_TOOLS, TOOLS, UnitTools, tool_risks
+from unit_mcp.wire import ERROR_META_KEY, RISK_META_KEY
 
 pytestmark = pytest.mark.anyio
 

@@ -55,15 +55,13 @@ from .models import (
     ReadSourceResult,
     ReloadResult,
     ResolveResult,
-    Risk,
     RunTestsResult,
     SnapshotResult,
     UnitListResult,
 )
 from .service import UnitService
+from .wire import ERROR_META_KEY, RISK_META_KEY, Risk
 
-RISK_META_KEY = "unit_mcp/risk"
-ERROR_META_KEY = "unit_mcp/error"
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
     r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
