@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .script import Mark
+
 _UNTRUSTED = re.compile(r"\A<untrusted_context>\n?(.*?)\n?</untrusted_context>\Z", re.DOTALL)
 
 
@@ -131,22 +133,22 @@ class ContentAnswer:
             for call in self.calls
         ]
 
-    def response(self) -> dict[str, Any]:
+    def body(self) -> dict[str, Any]:
         parts = ([{"text": self.text}] if self.text else []) + self._call_parts()
         return self._chunk(parts or [{"text": ""}], last=True)
 
-    def chunks(self, chunk_size: int) -> Iterator[tuple[bool, dict[str, Any]]]:
-        """Text pieces (flagged True: where a step's `chunk_delay` applies), then the calls and the finish."""
+    def stream(self, chunk_size: int) -> Iterator[str | Mark]:
+        """Text pieces, then the calls and the finish (the last chunk carries both)."""
         pieces = [self.text[i : i + chunk_size] for i in range(0, len(self.text), chunk_size)]
-        if not self.calls and pieces:
-            *pieces, final = pieces
-            for piece in pieces:
-                yield True, self._chunk([{"text": piece}], last=False)
-            yield True, self._chunk([{"text": final}], last=True)
-            return
+        final = pieces.pop() if pieces and not self.calls else None
         for piece in pieces:
-            yield True, self._chunk([{"text": piece}], last=False)
-        yield False, self._chunk(self._call_parts() or [{"text": ""}], last=True)
+            yield Mark.PAUSE
+            yield sse(self._chunk([{"text": piece}], last=False))
+        if final is not None:
+            yield Mark.PAUSE
+        parts = [{"text": final}] if final is not None else self._call_parts() or [{"text": ""}]
+        yield Mark.CUT
+        yield sse(self._chunk(parts, last=True))
 
 
 def sse(chunk: Mapping[str, Any]) -> str:
