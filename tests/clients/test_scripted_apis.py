@@ -1,6 +1,6 @@
 """The scripted model's Anthropic Messages and Gemini faces on the wire: one script, its matches and its
 templates answer them like chat completions (streamed and not), refusals come back in each API's error shape,
-and the key a client sent is recorded. The real clients' runs are in test_claude_code.py / test_gemini_cli.py.
+and the key a client sent is recorded. The real clients' runs are in test_headless_clients.py.
 """
 
 from __future__ import annotations
