@@ -188,11 +188,11 @@ async def test_prefix_renames_tools_and_their_cross_references(folder_tools: Uni
         UnitTools(service, prefix="bad prefix!")
 
 
-def test_every_tool_calls_the_service_method_that_takes_its_arguments() -> None:
-    """One method per tool: named like it, taking the tool's input model (its Python signature is the model's)."""
+def test_every_tool_calls_the_service_method_named_like_it() -> None:
+    """One method per tool, whose Python callers see the tool's name in a refusal and its arguments as parameters."""
     for spec in (*TOOLS, *HISTORY_TOOLS):
         assert spec.handler.__name__ == spec.name.removeprefix("unit_")
-        assert list(inspect.signature(spec.handler).parameters)[1:] == list(spec.args.model_fields), spec.name
+        assert list(inspect.signature(spec.handler).parameters) == ["self", *spec.args.model_fields], spec.name
 
 
 # -- happy paths -----------------------------------------------------------------------------------------

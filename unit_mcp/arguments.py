@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,6 +31,15 @@ class Args(BaseModel):
 A = TypeVar("A", bound=Args)
 S = TypeVar("S")
 R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Operation(Protocol[R_co]):
+    """A tool's method made by `takes`, which names the tool's argument model."""
+
+    model: type[Args]
+
+    def __call__(self, *args: Any, **arguments: Any) -> R_co: ...
 
 
 def problems(exc: ValidationError) -> str:
@@ -49,7 +58,7 @@ def checked(model: type[A], tool: str, /, **arguments: Any) -> A:
         ) from None
 
 
-def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Callable[..., R]]:
+def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:
     """The one method of a tool (`unit_<method name>`), which takes the tool's `model`: the tool layer passes the
     model it validated; a Python caller passes the arguments (as the model's fields, in their order), validated
     here. Either way they are validated once."""
@@ -66,7 +75,7 @@ def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Callable[..., R]]:
         ]
     )
 
-    def decorate(method: Callable[[S, A], R]) -> Callable[..., R]:
+    def decorate(method: Callable[[S, A], R]) -> Operation[R]:
         @functools.wraps(method)
         def call(self: S, *args: Any, **arguments: Any) -> R:
             if len(args) == 1 and not arguments and isinstance(args[0], model):
@@ -76,7 +85,8 @@ def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Callable[..., R]]:
             return method(self, checked(model, f"unit_{method.__name__}", **bound))
 
         call.__signature__ = signature  # type: ignore[attr-defined]
-        return call
+        call.model = model  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
 
     return decorate
 

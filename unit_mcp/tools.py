@@ -26,26 +26,14 @@ from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import core_schema
 
 from ._version import __version__
-from .arguments import (
-    ApplyPatchArgs,
-    CreateSourceArgs,
-    HistoryArgs,
-    NoArgs,
-    ReadLogArgs,
-    ReadSourceArgs,
-    ResolveArgs,
-    RevertArgs,
-    RunTestsArgs,
-    UnitArgs,
-    problems,
-)
+from .arguments import ApplyPatchArgs, Args, Operation, RunTestsArgs, checked
 from .cancel import cancellation
-from .errors import UnitError
+from .errors import InvalidArgument, UnitError
 from .models import (
     ApplyPatchResult,
     CreateSourceResult,
@@ -122,9 +110,6 @@ HISTORY_INSTRUCTIONS = """
 checked and reloaded like an edit."""
 
 
-Handler = Callable[[UnitService, Any], BaseModel]
-
-
 @dataclass(frozen=True)
 class ToolSpec:
     """One tool: its models, its service method, its risk and what its annotations promise."""
@@ -132,9 +117,8 @@ class ToolSpec:
     name: str
     title: str
     description: str
-    args: type[BaseModel]
-    handler: Handler
-    """What the tool calls with the service and the validated `args` (`UnitService` has one method per tool)."""
+    handler: Operation[BaseModel]
+    """The `UnitService` method the tool calls with the service and its validated argument model."""
     result: type[BaseModel]
     risk: Risk
     read_only: bool
@@ -144,6 +128,11 @@ class ToolSpec:
     """Run on the event loop, not in a worker thread: for work bounded by `max_source_bytes` that costs less than
     the thread hop (~0.1 ms) and the serialisation of its own result, which the loop does anyway."""
 
+    @property
+    def args(self) -> type[Args]:
+        """The argument model: the input schema and the one validation of a call."""
+        return self.handler.model
+
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
@@ -152,7 +141,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "List every unit of the application, sorted by unit_id: its loader, source handle (kind and primary "
         "source_id), whether it is loaded (and its load error), what can be edited, its test names and "
         "whether it can be committed. Start here.",
-        NoArgs,
         UnitService.list,
         UnitListResult,
         "normal",
@@ -165,7 +153,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Find a unit by description",
         "Find the unit meant by a natural-language description. Returns ranked candidates with a confidence "
         "from 0 to 1 and the evidence that matched (unit id, module, file names, docstring, symbols).",
-        ResolveArgs,
         UnitService.resolve,
         ResolveResult,
         "normal",
@@ -179,7 +166,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Describe one unit: loader, module, source handle, load state, docstring, lifecycle exports "
         "(init/drop/snapshot/restore), registered activities, test names and every source artifact with "
         "its kind, size and hash. Use it to learn the source_ids before reading or editing.",
-        UnitArgs,
         UnitService.inspect,
         InspectResult,
         "normal",
@@ -192,7 +178,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read a unit source",
         "Read one UTF-8 text file of a unit. Returns its content, its hash (pass it as expected_hash to "
         "unit_apply_patch), its size and its line endings. Binary files are refused.",
-        ReadSourceArgs,
         UnitService.read_source,
         ReadSourceResult,
         "filesystem-read",
@@ -209,7 +194,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "from unit_read_source so a concurrent change is not overwritten. Python is compiled first: a syntax "
         "error writes nothing. If the reload fails, the previous source is restored and the error is "
         "returned. dry_run shows the diff without writing.",
-        ApplyPatchArgs,
         UnitService.apply_patch,
         ApplyPatchResult,
         "filesystem-write",
@@ -223,7 +207,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Create a new file inside a directory unit (never overwrites; missing folders are created), then "
         "reload the unit. Python is compiled first. If the reload fails, the new file is removed again. "
         "Name a test module test_<name>.py to make it runnable with unit_run_tests.",
-        CreateSourceArgs,
         UnitService.create_source,
         CreateSourceResult,
         "filesystem-write",
@@ -238,7 +221,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "main() if it has one (None, 0 or True passes), pytest otherwise. Returns passed, exit_code, stdout, "
         "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
         "Sends progress notifications while it runs.",
-        RunTestsArgs,
         UnitService.run_tests,
         RunTestsResult,
         "shell",
@@ -253,7 +235,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "re-activate); on failure the previous version keeps running. Returns evidence: reloaded, whether "
         "state was restored, and the activity active before and after. Edits through unit_apply_patch and "
         "unit_create_source reload by themselves.",
-        UnitArgs,
         UnitService.reload,
         ReloadResult,
         "shell",
@@ -268,7 +249,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "`grep`, with their absolute line_numbers. Units log as 'units.<unit_id>'. Page back with "
         "before=line_numbers[0]; or read forward from a line number with offset (and limit). has_more says "
         "whether more matching lines exist in the direction read.",
-        ReadLogArgs,
         UnitService.read_log,
         ReadLogResult,
         "filesystem-read",
@@ -281,7 +261,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Snapshot a unit's state",
         "Return the live state of a loaded unit as its snapshot() export gives it (the state a reload "
         "carries over). supported is false when the unit has no snapshot().",
-        UnitArgs,
         UnitService.snapshot,
         SnapshotResult,
         "normal",
@@ -299,7 +278,6 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "List the accepted versions of one source of a unit, newest first: version number, hash, size, time "
         "and the tool call that wrote it (null for a change made outside these tools). Offered when the "
         "unit's loader keeps history.",
-        HistoryArgs,
         UnitService.history,
         HistoryResult,
         "filesystem-read",
@@ -314,7 +292,6 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "unit_apply_patch: pass expected_hash from unit_read_source; if the reload fails, the source is "
         "restored and the error returned. dry_run shows the diff without writing. The revert is itself "
         "recorded as a new version.",
-        RevertArgs,
         UnitService.revert,
         ApplyPatchResult,
         "filesystem-write",
@@ -471,14 +448,11 @@ class UnitTools:
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         try:
-            args = spec.args.model_validate(without_client_arguments(params.arguments or {}, spec.args.model_fields))
-        except ValidationError as exc:
-            return self._error(
-                "invalid_argument",
-                f"Invalid arguments for {params.name}: {problems(exc)}.",
-                "Check the argument names and types against the tool's input schema.",
-                None,
+            args = checked(
+                spec.args, params.name, **without_client_arguments(params.arguments or {}, spec.args.model_fields)
             )
+        except InvalidArgument as exc:
+            return self._error(exc.code, exc.message, exc.hint, exc.details)
         call = functools.partial(spec.handler, self.service, args)
         target = " ".join(
             f"{key}={_shown(getattr(args, key))}" for key in _LOGGED_ARGS if key in spec.args.model_fields

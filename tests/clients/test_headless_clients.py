@@ -105,21 +105,23 @@ class Cli:
     """How the client names a tool of the server (before the tool's own name)."""
     injected: dict[str, Any]
     """What the client adds to the arguments of a dependent call."""
+    first: Match
+    """The client's first request to the model with the tools (Claude Code ends it with the servers' instructions)."""
 
     def script(self) -> list[Step]:
         read, after_tool = f"{self.prefix}unit_read_source", Match(last_role="tool")
         source = {"unit_id": "counter", "source_id": "__init__.py"}
         outside = {"unit_id": "counter", "source_id": "../secret.py", **self.injected}
         return [
-            call(tool_call(read, source), when=Match(has_tools=True, last_role="user")),
+            call(tool_call(read, source), when=self.first),
             call(tool_call(read, outside), when=after_tool),
             say("The counter steps by one; the file outside the unit was refused.", when=after_tool),
         ]
 
 
 CLIS = {
-    "claude": Cli(run_claude, f"mcp__{SERVER}__", {}),
-    "gemini": Cli(run_gemini, f"mcp_{SERVER}_", {"wait_for_previous": True}),
+    "claude": Cli(run_claude, f"mcp__{SERVER}__", {}, Match(has_tools=True)),
+    "gemini": Cli(run_gemini, f"mcp_{SERVER}_", {"wait_for_previous": True}, Match(has_tools=True, last_role="user")),
 }
 
 
