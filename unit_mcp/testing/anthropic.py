@@ -1,6 +1,6 @@
 """The Anthropic Messages face of the scripted model (`POST /v1/messages`, what Claude Code speaks).
 
-A Messages request is first seen as a chat-completions body (`chat_view`), like a Responses one: `system`
+A Messages request is first seen as a chat-completions body (the server's `chat_view`), like a Responses one: `system`
 becomes a system message, text blocks user or assistant messages, `tool_use` blocks an assistant message's
 `tool_calls`, and `tool_result` blocks `tool` messages (after the user's text of the same turn, so a turn that
 returns results ends with them) carrying `is_error`. So one script, its matches and its templates answer
@@ -72,16 +72,6 @@ def chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def offered(body: Mapping[str, Any]) -> list[str]:
     return [str(tool["name"]) for tool in body.get("tools") or [] if isinstance(tool, dict) and "name" in tool]
-
-
-def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The request as a chat-completions body, which is what matches, templates and usage read."""
-    return {
-        "model": body.get("model"),
-        "messages": chat_messages(body),
-        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
-        "stream": bool(body.get("stream")),
-    }
 
 
 @dataclass

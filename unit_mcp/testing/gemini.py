@@ -1,7 +1,7 @@
 """The Gemini face of the scripted model (`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse` and
 `:generateContent`, what Gemini CLI speaks; `:countTokens` is answered with an estimate).
 
-A request is first seen as a chat-completions body (`chat_view`): `systemInstruction` becomes a system
+A request is first seen as a chat-completions body (the server's `chat_view`): `systemInstruction` becomes a system
 message, `user` and `model` contents user and assistant messages, `functionCall` parts an assistant message's
 `tool_calls` and `functionResponse` parts `tool` messages whose text is the result's `output` (or, for a
 refusal, its `error`, flagged `is_error`), unwrapped from Gemini CLI's `<untrusted_context>` tags. Calls
@@ -95,15 +95,6 @@ def offered(body: Mapping[str, Any]) -> list[str]:
 def model_of(path: str) -> str:
     """`/v1beta/models/gemini-2.5-flash:streamGenerateContent` → `gemini-2.5-flash`."""
     return path.rsplit("/", 1)[-1].split(":", 1)[0]
-
-
-def chat_view(body: Mapping[str, Any], *, model: str | None = None, stream: bool = False) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": chat_messages(body),
-        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
-        "stream": stream,
-    }
 
 
 @dataclass

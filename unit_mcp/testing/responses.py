@@ -1,6 +1,6 @@
 """The Responses API face of the scripted model (`POST /v1/responses`, what Codex speaks).
 
-A Responses request is first seen as a chat-completions body (`chat_view`): `instructions` and `input`
+A Responses request is first seen as a chat-completions body (the server's `chat_view`): `instructions` and `input`
 become chat messages, function calls become an assistant message's `tool_calls`, their outputs `tool`
 messages, and tools offered inside a `namespace` (how Codex groups an MCP server's tools) are listed by
 their bare names. So one script, its matches and its templates answer chat-completions, OpenCode and Codex
@@ -83,16 +83,6 @@ def offered(body: Mapping[str, Any]) -> dict[str, str | None]:
         elif tool.get("type") == "function" and isinstance(tool.get("name"), str):
             found.setdefault(tool["name"], None)
     return found
-
-
-def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The request as a chat-completions body, which is what matches, templates and usage read."""
-    return {
-        "model": body.get("model"),
-        "messages": chat_messages(body),
-        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
-        "stream": bool(body.get("stream")),
-    }
 
 
 def namespace_of(call: ScriptedToolCall, body: Mapping[str, Any]) -> str | None:

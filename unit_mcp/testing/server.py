@@ -55,13 +55,20 @@ def api_of(path: str) -> str:
 def chat_view(path: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """Any API's request as a chat-completions body: what matches, templates and usage read."""
     api = api_of(path)
-    if api == "responses":
-        return responses.chat_view(body)
-    if api == "anthropic":
-        return anthropic.chat_view(body)
-    if api == "gemini":
-        return gemini.chat_view(body, model=gemini.model_of(path), stream=path.endswith(":streamGenerateContent"))
-    return dict(body)
+    if api == "chat":
+        return dict(body)
+    face = {"responses": responses, "anthropic": anthropic, "gemini": gemini}[api]
+    model: Any
+    if api == "gemini":  # the model and whether to stream are in the path
+        model, stream = gemini.model_of(path), path.endswith(":streamGenerateContent")
+    else:
+        model, stream = body.get("model"), bool(body.get("stream"))
+    return {
+        "model": model,
+        "messages": face.chat_messages(body),
+        "tools": [{"type": "function", "function": {"name": name}} for name in face.offered(body)],
+        "stream": stream,
+    }
 
 
 class RecordedRequest(BaseModel):
