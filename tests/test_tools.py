@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import typing
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -189,10 +190,11 @@ async def test_prefix_renames_tools_and_their_cross_references(folder_tools: Uni
 
 
 def test_every_tool_calls_the_service_method_named_like_it() -> None:
-    """One method per tool, whose Python callers see the tool's name in a refusal and its arguments as parameters."""
+    """One method per tool, named like it, taking the tool's arguments and returning its result model."""
     for spec in (*TOOLS, *HISTORY_TOOLS):
         assert spec.handler.__name__ == spec.name.removeprefix("unit_")
         assert list(inspect.signature(spec.handler).parameters) == ["self", *spec.args.model_fields], spec.name
+        assert typing.get_type_hints(spec.handler)["return"] is spec.result, spec.name  # the output schema's model
 
 
 # -- happy paths -----------------------------------------------------------------------------------------
