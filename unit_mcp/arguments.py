@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -47,7 +47,7 @@ def problems(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
 
 
-def checked(model: type[A], tool: str, /, **arguments: Any) -> A:
+def checked(model: type[A], tool: str, arguments: Mapping[str, Any]) -> A:
     """`arguments` as `model`, or an `InvalidArgument` naming each one that is wrong."""
     try:
         return model.model_validate(arguments)
@@ -82,7 +82,7 @@ def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:
                 return method(self, args[0])
             bound = signature.bind(self, *args, **arguments).arguments
             del bound["self"]
-            return method(self, checked(model, f"unit_{method.__name__}", **bound))
+            return method(self, checked(model, f"unit_{method.__name__}", bound))
 
         call.__signature__ = signature  # type: ignore[attr-defined]
         call.model = model  # type: ignore[attr-defined]

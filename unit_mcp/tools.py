@@ -449,7 +449,7 @@ class UnitTools:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         try:
             args = checked(
-                spec.args, params.name, **without_client_arguments(params.arguments or {}, spec.args.model_fields)
+                spec.args, params.name, without_client_arguments(params.arguments or {}, spec.args.model_fields)
             )
         except InvalidArgument as exc:
             return self._error(exc.code, exc.message, exc.hint, exc.details)
