@@ -11,6 +11,7 @@ import pytest
 from conftest import root_of, sqlite_copy
 
 from unit_mcp import Host, UnitService
+from unit_mcp.arguments import ReadSourceArgs
 from unit_mcp.errors import UnitError
 
 
@@ -302,6 +303,19 @@ def test_a_patch_whose_reload_fails_restores_the_original_bytes(folder_service: 
     assert (root_of(host) / "counter" / "__init__.py").read_bytes() == before
     assert host.module("counter").count == 1
     no_host_paths(service, error.to_dict())
+
+
+def test_python_callers_pass_arguments_or_the_validated_model(service: UnitService) -> None:
+    """The tool layer passes the model it validated; a Python caller the arguments, validated against that model."""
+    by_position = service.read_source("greeter", "greeter.py")
+    assert service.read_source(source_id="greeter.py", unit_id="greeter") == by_position
+    assert service.read_source(ReadSourceArgs(unit_id="greeter", source_id="greeter.py")) == by_position
+    wrong = refusal("invalid_argument", service.read_source, "greeter", 7)
+    assert wrong.message == "Invalid arguments for unit_read_source: source_id: Input should be a valid string."
+    with pytest.raises(TypeError, match="expected_hash"):
+        service.read_source("greeter", "greeter.py", expected_hash=by_position.hash)  # not an argument of this tool
+    with pytest.raises(TypeError, match="unit_id"):
+        service.inspect()
 
 
 def test_patch_argument_refusals(service: UnitService) -> None:

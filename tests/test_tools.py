@@ -4,7 +4,9 @@ eras), over a real host on a copy of the example units. Fast; the HTTP transport
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import typing
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +22,8 @@ from mcp.shared.exceptions import MCPError
 
 from unit_mcp import Host, UnitService
 from unit_mcp.models import ReadSourceResult, UnitListResult
-from unit_mcp.tools import ERROR_META_KEY, HANDLERS, HISTORY_TOOLS, RISK_META_KEY, TOOLS, UnitTools, tool_risks
+from unit_mcp.tools import HISTORY_TOOLS, TOOLS, UnitTools, tool_risks
+from unit_mcp.wire import ERROR_META_KEY, RISK_META_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -186,8 +189,12 @@ async def test_prefix_renames_tools_and_their_cross_references(folder_tools: Uni
         UnitTools(service, prefix="bad prefix!")
 
 
-def test_every_tool_has_a_handler_and_nothing_else_has_one() -> None:
-    assert set(HANDLERS) == {spec.name for spec in (*TOOLS, *HISTORY_TOOLS)}
+def test_every_tool_calls_the_service_method_named_like_it() -> None:
+    """One method per tool, named like it, taking the tool's arguments and returning its result model."""
+    for spec in (*TOOLS, *HISTORY_TOOLS):
+        assert spec.handler.__name__ == spec.name.removeprefix("unit_")
+        assert list(inspect.signature(spec.handler).parameters) == ["self", *spec.args.model_fields], spec.name
+        assert typing.get_type_hints(spec.handler)["return"] is spec.result, spec.name  # the output schema's model
 
 
 # -- happy paths -----------------------------------------------------------------------------------------

@@ -1,13 +1,17 @@
 """One input model per tool: the argument names, types, limits and descriptions in one place.
 
 The tool layer validates a call's arguments against these models and derives the tools' input schemas from them;
-`UnitService` validates a Python caller's arguments against the same models. Checks that depend on the server's
-configuration (`max_source_bytes`, `max_test_timeout`) or on several arguments together are the service's.
+a `UnitService` method declared with `takes` validates a Python caller's arguments against the same model. Checks
+that depend on the server's configuration (`max_source_bytes`, `max_test_timeout`) or on several arguments
+together are the service's.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -25,6 +29,17 @@ class Args(BaseModel):
 
 
 A = TypeVar("A", bound=Args)
+S = TypeVar("S")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Operation(Protocol[R_co]):
+    """A tool's method made by `takes`, which names the tool's argument model."""
+
+    model: type[Args]
+
+    def __call__(self, *args: Any, **arguments: Any) -> R_co: ...
 
 
 def problems(exc: ValidationError) -> str:
@@ -32,7 +47,7 @@ def problems(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
 
 
-def checked(model: type[A], tool: str, **arguments: Any) -> A:
+def checked(model: type[A], tool: str, arguments: Mapping[str, Any]) -> A:
     """`arguments` as `model`, or an `InvalidArgument` naming each one that is wrong."""
     try:
         return model.model_validate(arguments)
@@ -41,6 +56,39 @@ def checked(model: type[A], tool: str, **arguments: Any) -> A:
             f"Invalid arguments for {tool}: {problems(exc)}.",
             hint="Check the argument names and types against the tool's input schema.",
         ) from None
+
+
+def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:
+    """The one method of a tool (`unit_<method name>`), which takes the tool's `model`: the tool layer passes the
+    model it validated; a Python caller passes the arguments (as the model's fields, in their order), validated
+    here. Either way they are validated once."""
+    signature = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
+        + [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=inspect.Parameter.empty if field.is_required() else field.default,
+                annotation=field.annotation,
+            )
+            for name, field in model.model_fields.items()
+        ]
+    )
+
+    def decorate(method: Callable[[S, A], R]) -> Operation[R]:
+        @functools.wraps(method)
+        def call(self: S, *args: Any, **arguments: Any) -> R:
+            if len(args) == 1 and not arguments and isinstance(args[0], model):
+                return method(self, args[0])
+            bound = signature.bind(self, *args, **arguments).arguments
+            del bound["self"]
+            return method(self, checked(model, f"unit_{method.__name__}", bound))
+
+        call.__signature__ = signature  # type: ignore[attr-defined]
+        call.model = model  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return decorate
 
 
 def _one_spelling(expected_hash: str | None) -> str | None:

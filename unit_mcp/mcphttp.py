@@ -26,10 +26,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .loopback import REQUEST_TIMEOUT, Guard, LoopbackServer, security_settings
-
-MCP_PATH = "/mcp"
-SSE_PATH = "/sse"
-MESSAGE_PATH = "/messages/"
+from .wire import MCP_PATH, MESSAGE_PATH, SSE_PATH
 
 log = logging.getLogger("unit_mcp.mcphttp")
 

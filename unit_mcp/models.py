@@ -6,8 +6,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Risk = Literal["normal", "filesystem-read", "filesystem-write", "shell", "destructive"]
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")

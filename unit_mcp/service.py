@@ -1,8 +1,8 @@
 """Loader-neutral unit operations: one method per tool, pydantic results, `UnitError` refusals.
 
-Each tool's arguments are one model of `arguments`: `handle_<tool>` takes it validated (the tool layer's way in),
-the method named like the tool validates a Python caller's arguments into it. Methods are blocking (storage and
-process work); async callers run them in a worker thread.
+Each tool is one method, named like the tool without `unit_`, that takes the tool's argument model (`arguments`):
+the tool layer passes the model it validated, a Python caller the arguments themselves (`takes` validates them).
+Methods are blocking (storage and process work); async callers run them in a worker thread.
 """
 
 from __future__ import annotations
@@ -21,11 +21,14 @@ from .arguments import (
     ApplyPatchArgs,
     CreateSourceArgs,
     HistoryArgs,
+    NoArgs,
     ReadLogArgs,
+    ReadSourceArgs,
     ResolveArgs,
     RevertArgs,
     RunTestsArgs,
-    checked,
+    UnitArgs,
+    takes,
 )
 from .errors import (
     BinarySource,
@@ -279,7 +282,8 @@ class UnitService:
 
     # -- operations -------------------------------------------------------------------------
 
-    def list(self) -> UnitListResult:
+    @takes(NoArgs)
+    def list(self, args: NoArgs) -> UnitListResult:
         units = []
         for unit_id, kind in self.host.unit_kinds().items():
             units.append(
@@ -333,10 +337,8 @@ class UnitService:
                 self._index.update(unit_id, None if now is None else self._facts(unit_id, now))
             return self._index
 
-    def resolve(self, description: str, limit: int = 20) -> ResolveResult:
-        return self.handle_resolve(checked(ResolveArgs, "unit_resolve", description=description, limit=limit))
-
-    def handle_resolve(self, args: ResolveArgs) -> ResolveResult:
+    @takes(ResolveArgs)
+    def resolve(self, args: ResolveArgs) -> ResolveResult:
         if not args.description.strip():
             raise InvalidArgument(
                 "description is empty.", hint="Describe the unit in a few words, e.g. 'click counter'."
@@ -344,7 +346,9 @@ class UnitService:
         candidates = self._current_index().query(args.description[:2000], args.limit)
         return ResolveResult(description=args.description, candidates=candidates)
 
-    def inspect(self, unit_id: str) -> InspectResult:
+    @takes(UnitArgs)
+    def inspect(self, args: UnitArgs) -> InspectResult:
+        unit_id = args.unit_id
         kind = self._unit(unit_id)
         module = self.host.module(unit_id)
         lifecycle = {
@@ -385,36 +389,23 @@ class UnitService:
             source_artifacts=artifacts,
         )
 
-    def read_source(self, unit_id: str, source_id: str) -> ReadSourceResult:
-        src = self._source(unit_id, source_id)
-        self._require("read", unit_id)
+    @takes(ReadSourceArgs)
+    def read_source(self, args: ReadSourceArgs) -> ReadSourceResult:
+        src = self._source(args.unit_id, args.source_id)
+        self._require("read", src.unit_id)
         data = self._read(src)
         text = self._text(src, data)
         return ReadSourceResult(
-            unit_id=unit_id,
-            source_id=source_id,
+            unit_id=src.unit_id,
+            source_id=src.source_id,
             content=text,
             hash=paths.hash_bytes(data),
             size=len(data),
             line_ending=line_ending_kind(text),  # type: ignore[arg-type]
         )
 
-    def apply_patch(
-        self,
-        unit_id: str,
-        source_id: str,
-        patch: str | None = None,
-        old: str | None = None,
-        new: str | None = None,
-        expected_hash: str | None = None,
-        replace_all: bool = False,
-        dry_run: bool = False,
-    ) -> ApplyPatchResult:
-        arguments = locals()
-        del arguments["self"]
-        return self.handle_apply_patch(checked(ApplyPatchArgs, "unit_apply_patch", **arguments))
-
-    def handle_apply_patch(self, args: ApplyPatchArgs) -> ApplyPatchResult:
+    @takes(ApplyPatchArgs)
+    def apply_patch(self, args: ApplyPatchArgs) -> ApplyPatchResult:
         patch, old, new = args.patch, args.old, args.new
         if patch is not None and (old is not None or new is not None):
             raise InvalidArgument(
@@ -516,12 +507,8 @@ class UnitService:
         result.reload = self._reload(unit_id, written)
         return result
 
-    def create_source(self, unit_id: str, source_id: str, source: str) -> CreateSourceResult:
-        return self.handle_create_source(
-            checked(CreateSourceArgs, "unit_create_source", unit_id=unit_id, source_id=source_id, source=source)
-        )
-
-    def handle_create_source(self, args: CreateSourceArgs) -> CreateSourceResult:
+    @takes(CreateSourceArgs)
+    def create_source(self, args: CreateSourceArgs) -> CreateSourceResult:
         unit_id, source_id = args.unit_id, args.source_id
         kind = self._unit(unit_id)
         if kind != "directory":
@@ -546,12 +533,8 @@ class UnitService:
                 unit_id=unit_id, source_id=source_id, hash=paths.hash_bytes(data), size=len(data), reload=reload
             )
 
-    def history(self, unit_id: str, source_id: str, limit: int = 20) -> HistoryResult:
-        return self.handle_history(
-            checked(HistoryArgs, "unit_history", unit_id=unit_id, source_id=source_id, limit=limit)
-        )
-
-    def handle_history(self, args: HistoryArgs) -> HistoryResult:
+    @takes(HistoryArgs)
+    def history(self, args: HistoryArgs) -> HistoryResult:
         src = self._source(args.unit_id, args.source_id)
         self._require_history(src.unit_id)
         versions = self.loader.history(src, args.limit)
@@ -566,14 +549,8 @@ class UnitService:
             ],
         )
 
-    def revert(
-        self, unit_id: str, source_id: str, version: int, expected_hash: str | None = None, dry_run: bool = False
-    ) -> ApplyPatchResult:
-        arguments = locals()
-        del arguments["self"]
-        return self.handle_revert(checked(RevertArgs, "unit_revert", **arguments))
-
-    def handle_revert(self, args: RevertArgs) -> ApplyPatchResult:
+    @takes(RevertArgs)
+    def revert(self, args: RevertArgs) -> ApplyPatchResult:
         """Put a source back to a version from its history, through the same checked write and reload as a patch."""
         src = self._source(args.unit_id, args.source_id)
         self._require_history(src.unit_id)
@@ -588,12 +565,8 @@ class UnitService:
             old_text = self._text(src, old)
             return self._edit(src, data, text, old_text, "revert", 1, args.dry_run, "unit_revert")
 
-    def run_tests(self, unit_id: str, test_name: str = "init", timeout: float | None = None) -> RunTestsResult:
-        return self.handle_run_tests(
-            checked(RunTestsArgs, "unit_run_tests", unit_id=unit_id, test_name=test_name, timeout=timeout)
-        )
-
-    def handle_run_tests(self, args: RunTestsArgs) -> RunTestsResult:
+    @takes(RunTestsArgs)
+    def run_tests(self, args: RunTestsArgs) -> RunTestsResult:
         unit_id, test_name = args.unit_id, args.test_name
         kind = self._unit(unit_id)
         timeout = self.test_timeout if args.timeout is None else args.timeout
@@ -649,24 +622,14 @@ class UnitService:
             )
         return result
 
-    def reload(self, unit_id: str) -> ReloadResult:
-        self._unit(unit_id)
-        with self.host.unit_lock(unit_id):
-            return self._reload(unit_id)
+    @takes(UnitArgs)
+    def reload(self, args: UnitArgs) -> ReloadResult:
+        self._unit(args.unit_id)
+        with self.host.unit_lock(args.unit_id):
+            return self._reload(args.unit_id)
 
-    def read_log(
-        self,
-        grep: str | None = None,
-        lines: int = 100,
-        offset: int | None = None,
-        limit: int | None = None,
-        before: int | None = None,
-    ) -> ReadLogResult:
-        arguments = locals()
-        del arguments["self"]
-        return self.handle_read_log(checked(ReadLogArgs, "unit_read_log", **arguments))
-
-    def handle_read_log(self, args: ReadLogArgs) -> ReadLogResult:
+    @takes(ReadLogArgs)
+    def read_log(self, args: ReadLogArgs) -> ReadLogResult:
         """Matching log lines with their absolute line numbers, oldest first: by default the newest `lines`
         (page back with `before`, the first number of the previous page); with `offset`, forward from that
         line number (`limit` lines, default `lines`)."""
@@ -692,7 +655,9 @@ class UnitService:
             grep=grep or None,
         )
 
-    def snapshot(self, unit_id: str) -> SnapshotResult:
+    @takes(UnitArgs)
+    def snapshot(self, args: UnitArgs) -> SnapshotResult:
+        unit_id = args.unit_id
         self._unit(unit_id)
         if not self.host.is_loaded(unit_id):
             raise UnitNotLoaded(f"Unit {unit_id!r} is not loaded: {self.host.load_error(unit_id)}")

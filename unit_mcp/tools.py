@@ -2,7 +2,7 @@
 
 Each tool is a flat pydantic argument model from `arguments` (the input schema and its one validation), a
 pydantic result model (the output schema and the structured content), a risk label, the standard annotations and
-its handler in `HANDLERS`, which gets the validated model. The low-level
+its `UnitService` method, which gets the validated model. The low-level
 server is used rather than `MCPServer` so that the schemas come straight from those models and every
 `UnitError` is mapped to an `isError` result in one place, `UnitTools.call_tool`.
 """
@@ -26,26 +26,14 @@ from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import core_schema
 
 from ._version import __version__
-from .arguments import (
-    ApplyPatchArgs,
-    CreateSourceArgs,
-    HistoryArgs,
-    NoArgs,
-    ReadLogArgs,
-    ReadSourceArgs,
-    ResolveArgs,
-    RevertArgs,
-    RunTestsArgs,
-    UnitArgs,
-    problems,
-)
+from .arguments import ApplyPatchArgs, Args, Operation, RunTestsArgs, checked
 from .cancel import cancellation
-from .errors import UnitError
+from .errors import InvalidArgument, UnitError
 from .models import (
     ApplyPatchResult,
     CreateSourceResult,
@@ -55,15 +43,13 @@ from .models import (
     ReadSourceResult,
     ReloadResult,
     ResolveResult,
-    Risk,
     RunTestsResult,
     SnapshotResult,
     UnitListResult,
 )
 from .service import UnitService
+from .wire import ERROR_META_KEY, RISK_META_KEY, Risk
 
-RISK_META_KEY = "unit_mcp/risk"
-ERROR_META_KEY = "unit_mcp/error"
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
     r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
@@ -126,12 +112,13 @@ checked and reloaded like an edit."""
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool: its models, its risk and what its annotations promise; `HANDLERS` has what it calls."""
+    """One tool: its models, its service method, its risk and what its annotations promise."""
 
     name: str
     title: str
     description: str
-    args: type[BaseModel]
+    handler: Operation[BaseModel]
+    """The `UnitService` method the tool calls with the service and its validated argument model."""
     result: type[BaseModel]
     risk: Risk
     read_only: bool
@@ -141,6 +128,11 @@ class ToolSpec:
     """Run on the event loop, not in a worker thread: for work bounded by `max_source_bytes` that costs less than
     the thread hop (~0.1 ms) and the serialisation of its own result, which the loop does anyway."""
 
+    @property
+    def args(self) -> type[Args]:
+        """The argument model: the input schema and the one validation of a call."""
+        return self.handler.model
+
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
@@ -149,7 +141,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "List every unit of the application, sorted by unit_id: its loader, source handle (kind and primary "
         "source_id), whether it is loaded (and its load error), what can be edited, its test names and "
         "whether it can be committed. Start here.",
-        NoArgs,
+        UnitService.list,
         UnitListResult,
         "normal",
         read_only=True,
@@ -161,7 +153,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Find a unit by description",
         "Find the unit meant by a natural-language description. Returns ranked candidates with a confidence "
         "from 0 to 1 and the evidence that matched (unit id, module, file names, docstring, symbols).",
-        ResolveArgs,
+        UnitService.resolve,
         ResolveResult,
         "normal",
         read_only=True,
@@ -174,7 +166,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Describe one unit: loader, module, source handle, load state, docstring, lifecycle exports "
         "(init/drop/snapshot/restore), registered activities, test names and every source artifact with "
         "its kind, size and hash. Use it to learn the source_ids before reading or editing.",
-        UnitArgs,
+        UnitService.inspect,
         InspectResult,
         "normal",
         read_only=True,
@@ -186,7 +178,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read a unit source",
         "Read one UTF-8 text file of a unit. Returns its content, its hash (pass it as expected_hash to "
         "unit_apply_patch), its size and its line endings. Binary files are refused.",
-        ReadSourceArgs,
+        UnitService.read_source,
         ReadSourceResult,
         "filesystem-read",
         read_only=True,
@@ -202,7 +194,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "from unit_read_source so a concurrent change is not overwritten. Python is compiled first: a syntax "
         "error writes nothing. If the reload fails, the previous source is restored and the error is "
         "returned. dry_run shows the diff without writing.",
-        ApplyPatchArgs,
+        UnitService.apply_patch,
         ApplyPatchResult,
         "filesystem-write",
         read_only=False,
@@ -215,7 +207,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Create a new file inside a directory unit (never overwrites; missing folders are created), then "
         "reload the unit. Python is compiled first. If the reload fails, the new file is removed again. "
         "Name a test module test_<name>.py to make it runnable with unit_run_tests.",
-        CreateSourceArgs,
+        UnitService.create_source,
         CreateSourceResult,
         "filesystem-write",
         read_only=False,
@@ -229,7 +221,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "main() if it has one (None, 0 or True passes), pytest otherwise. Returns passed, exit_code, stdout, "
         "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
         "Sends progress notifications while it runs.",
-        RunTestsArgs,
+        UnitService.run_tests,
         RunTestsResult,
         "shell",
         read_only=False,
@@ -243,7 +235,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "re-activate); on failure the previous version keeps running. Returns evidence: reloaded, whether "
         "state was restored, and the activity active before and after. Edits through unit_apply_patch and "
         "unit_create_source reload by themselves.",
-        UnitArgs,
+        UnitService.reload,
         ReloadResult,
         "shell",
         read_only=False,
@@ -257,7 +249,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "`grep`, with their absolute line_numbers. Units log as 'units.<unit_id>'. Page back with "
         "before=line_numbers[0]; or read forward from a line number with offset (and limit). has_more says "
         "whether more matching lines exist in the direction read.",
-        ReadLogArgs,
+        UnitService.read_log,
         ReadLogResult,
         "filesystem-read",
         read_only=True,
@@ -269,7 +261,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Snapshot a unit's state",
         "Return the live state of a loaded unit as its snapshot() export gives it (the state a reload "
         "carries over). supported is false when the unit has no snapshot().",
-        UnitArgs,
+        UnitService.snapshot,
         SnapshotResult,
         "normal",
         read_only=True,
@@ -286,7 +278,7 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "List the accepted versions of one source of a unit, newest first: version number, hash, size, time "
         "and the tool call that wrote it (null for a change made outside these tools). Offered when the "
         "unit's loader keeps history.",
-        HistoryArgs,
+        UnitService.history,
         HistoryResult,
         "filesystem-read",
         read_only=True,
@@ -300,7 +292,7 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "unit_apply_patch: pass expected_hash from unit_read_source; if the reload fails, the source is "
         "restored and the error returned. dry_run shows the diff without writing. The revert is itself "
         "recorded as a new version.",
-        RevertArgs,
+        UnitService.revert,
         ApplyPatchResult,
         "filesystem-write",
         read_only=False,
@@ -308,24 +300,6 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         idempotent=False,
     ),
 )
-
-
-Handler = Callable[[UnitService, Any], BaseModel]
-HANDLERS: dict[str, Handler] = {
-    "unit_list": lambda service, _: service.list(),
-    "unit_resolve": UnitService.handle_resolve,
-    "unit_inspect": lambda service, args: service.inspect(args.unit_id),
-    "unit_read_source": lambda service, args: service.read_source(args.unit_id, args.source_id),
-    "unit_apply_patch": UnitService.handle_apply_patch,
-    "unit_create_source": UnitService.handle_create_source,
-    "unit_run_tests": UnitService.handle_run_tests,
-    "unit_reload": lambda service, args: service.reload(args.unit_id),
-    "unit_read_log": UnitService.handle_read_log,
-    "unit_snapshot": lambda service, args: service.snapshot(args.unit_id),
-    "unit_history": UnitService.handle_history,
-    "unit_revert": UnitService.handle_revert,
-}
-"""What each tool calls, with the service and the tool's validated argument model."""
 
 
 def check_prefix(prefix: str) -> str:
@@ -474,15 +448,12 @@ class UnitTools:
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         try:
-            args = spec.args.model_validate(without_client_arguments(params.arguments or {}, spec.args.model_fields))
-        except ValidationError as exc:
-            return self._error(
-                "invalid_argument",
-                f"Invalid arguments for {params.name}: {problems(exc)}.",
-                "Check the argument names and types against the tool's input schema.",
-                None,
+            args = checked(
+                spec.args, params.name, without_client_arguments(params.arguments or {}, spec.args.model_fields)
             )
-        call = functools.partial(HANDLERS[spec.name], self.service, args)
+        except InvalidArgument as exc:
+            return self._error(exc.code, exc.message, exc.hint, exc.details)
+        call = functools.partial(spec.handler, self.service, args)
         target = " ".join(
             f"{key}={_shown(getattr(args, key))}" for key in _LOGGED_ARGS if key in spec.args.model_fields
         )

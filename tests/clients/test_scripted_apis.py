@@ -1,6 +1,6 @@
 """The scripted model's Anthropic Messages and Gemini faces on the wire: one script, its matches and its
 templates answer them like chat completions (streamed and not), refusals come back in each API's error shape,
-and the key a client sent is recorded. The real clients' runs are in test_claude_code.py / test_gemini_cli.py.
+and the key a client sent is recorded. The real clients' runs are in test_headless_clients.py.
 """
 
 from __future__ import annotations
@@ -104,3 +104,28 @@ async def test_refusals_come_back_in_each_apis_error_shape() -> None:
     assert messages.status_code == 400 and messages.json()["type"] == "error"
     assert "no scripted step matches" in messages.json()["error"]["message"]
     assert gemini.status_code == 400 and "no scripted step matches" in gemini.json()["error"]["message"]
+
+
+STREAMED = {
+    "chat": ("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "go"}], "stream": True},
+             "data: [DONE]"),
+    "responses": ("/v1/responses", {"model": "m", "input": "go", "stream": True}, "response.completed"),
+    "anthropic": ("/v1/messages", _messages_body({"role": "user", "content": "go"}, stream=True), "message_stop"),
+    "gemini": ("/v1beta/models/m:streamGenerateContent", {"contents": [{"role": "user", "parts": [{"text": "go"}]}]},
+               "finishReason"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("api", list(STREAMED))
+async def test_every_api_streams_in_pieces_and_breaks_off_before_its_final_events(api: str) -> None:
+    path, body, final = STREAMED[api]
+    steps = [Step(text="hello world", chunk_size=3, chunk_delay=0.01, break_off=broken) for broken in (False, True)]
+    async with ScriptedModel(steps) as model, httpx2.AsyncClient(base_url=model.url) as http:
+        whole, broken = [(await http.post(path, json=body)).text for _ in steps]
+    assert len(broken) < len(whole)
+    assert all(piece in whole for piece in ('"hel"', '"lo "', '"wor"', '"ld"')), "the text goes out in pieces"
+    assert '"hel"' in broken, "a stream that breaks off sends what comes before its final events"
+    assert final in whole and final not in broken
+    finished, cut = model.requests
+    assert finished.api == api and finished.stream and finished.finished and finished.error is None
+    assert not cut.finished and cut.error == "the stream was broken off, as scripted" and not cut.disconnected

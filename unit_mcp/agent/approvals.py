@@ -20,14 +20,14 @@ from typing import Any, Literal, get_args
 import anyio
 from pydantic import BaseModel, Field
 
+from ..wire import RISKS, Risk
+
 log = logging.getLogger("unit_mcp.agent.approvals")
 
-Risk = Literal["normal", "filesystem-read", "filesystem-write", "shell", "destructive"]
 Mode = Literal["auto", "ask", "deny"]
 Decision = Literal["approved", "denied", "needs-approval"]
 DecidedBy = Literal["policy", "grant", "approver", "no-approver", "approver-failed"]
 
-RISKS: tuple[Risk, ...] = get_args(Risk)
 MODES: tuple[Mode, ...] = get_args(Mode)
 DEFAULT_POLICY: dict[Risk, Mode] = {
     "normal": "auto",

@@ -25,11 +25,11 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
+from ..wire import SSE_PATH
 from .turns import describe
 
 log = logging.getLogger("unit_mcp.agent.mcpsource")
 
-RISK_META_KEY = "unit_mcp/risk"  # the wire contract of unit-mcp servers: a tool's risk label in its `_meta`
 ChangeListener = Callable[[], None]
 
 
@@ -174,7 +174,7 @@ class McpToolSource:
         target = self.target
         if not isinstance(target, str):
             return Client(target, mode=self.mode, message_handler=self._on_message)
-        if target.rstrip("/").endswith("/sse"):
+        if target.rstrip("/").endswith(SSE_PATH):
             self.mode = "legacy"
             transport = sse_client(target, headers=self.headers, timeout=self.timeout)
             return Client(transport, mode="legacy", message_handler=self._on_message)

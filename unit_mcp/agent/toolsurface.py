@@ -28,10 +28,11 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from ..wire import RISK_META_KEY
 from .approvals import AgentApprovals, Risk, normalise_risk
 from .errors import AgentError, ToolError, ToolFailed
 from .items import EventItem
-from .mcpsource import RISK_META_KEY, McpToolSource
+from .mcpsource import McpToolSource
 from .presets import ACTIVATE, DEACTIVATE, PresetError, PresetInfo, PresetManager
 from .toolnames import openai_tool_name
 from .turns import describe

@@ -1,6 +1,6 @@
 """The Anthropic Messages face of the scripted model (`POST /v1/messages`, what Claude Code speaks).
 
-A Messages request is first seen as a chat-completions body (`chat_view`), like a Responses one: `system`
+A Messages request is first seen as a chat-completions body (the server's `chat_view`), like a Responses one: `system`
 becomes a system message, text blocks user or assistant messages, `tool_use` blocks an assistant message's
 `tool_calls`, and `tool_result` blocks `tool` messages (after the user's text of the same turn, so a turn that
 returns results ends with them) carrying `is_error`. So one script, its matches and its templates answer
@@ -15,6 +15,8 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .script import Mark
 
 
 def _text(content: Any) -> str:
@@ -72,16 +74,6 @@ def offered(body: Mapping[str, Any]) -> list[str]:
     return [str(tool["name"]) for tool in body.get("tools") or [] if isinstance(tool, dict) and "name" in tool]
 
 
-def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The request as a chat-completions body, which is what matches, templates and usage read."""
-    return {
-        "model": body.get("model"),
-        "messages": chat_messages(body),
-        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
-        "stream": bool(body.get("stream")),
-    }
-
-
 @dataclass
 class MessageAnswer:
     """One scripted answer in Messages terms."""
@@ -107,7 +99,7 @@ class MessageAnswer:
     def _usage(self) -> dict[str, int]:
         return {"input_tokens": self.usage["prompt_tokens"], "output_tokens": self.usage["completion_tokens"]}
 
-    def message(self) -> dict[str, Any]:
+    def body(self) -> dict[str, Any]:
         return {
             "id": self.message_id,
             "type": "message",
@@ -119,38 +111,34 @@ class MessageAnswer:
             "usage": self._usage(),
         }
 
-    def opening(self) -> dict[str, Any]:
-        started = {**self.message(), "content": [], "stop_reason": None}
+    def stream(self, chunk_size: int) -> Iterator[str | Mark]:
+        """`message_start`, per block its start, deltas and stop, then `message_delta` and `message_stop`."""
+        started = {**self.body(), "content": [], "stop_reason": None}
         started["usage"] = {"input_tokens": self.usage["prompt_tokens"], "output_tokens": 1}
-        return {"type": "message_start", "message": started}
-
-    def block_events(self, chunk_size: int) -> Iterator[tuple[bool, dict[str, Any]]]:
-        """Per block: start, its deltas (flagged True: where a step's `chunk_delay` applies), stop."""
+        yield sse({"type": "message_start", "message": started})
         for index, block in enumerate(self.blocks()):
             if block["type"] == "text":
-                yield (
-                    False,
-                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+                yield sse(
+                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
                 )
                 text = block["text"]
                 for start in range(0, len(text), chunk_size):
+                    yield Mark.PAUSE
                     delta = {"type": "text_delta", "text": text[start : start + chunk_size]}
-                    yield True, {"type": "content_block_delta", "index": index, "delta": delta}
+                    yield sse({"type": "content_block_delta", "index": index, "delta": delta})
             else:
-                head = {**block, "input": {}}
-                yield False, {"type": "content_block_start", "index": index, "content_block": head}
+                yield sse({"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}})
                 arguments = json.dumps(block["input"])
                 for start in range(0, len(arguments), chunk_size * 4):
+                    yield Mark.PAUSE
                     delta = {"type": "input_json_delta", "partial_json": arguments[start : start + chunk_size * 4]}
-                    yield True, {"type": "content_block_delta", "index": index, "delta": delta}
-            yield False, {"type": "content_block_stop", "index": index}
-
-    def closing(self) -> list[dict[str, Any]]:
+                    yield sse({"type": "content_block_delta", "index": index, "delta": delta})
+            yield Mark.CUT
+            yield sse({"type": "content_block_stop", "index": index})
         delta = {"stop_reason": self.stop_reason, "stop_sequence": None}
-        return [
-            {"type": "message_delta", "delta": delta, "usage": {"output_tokens": self.usage["completion_tokens"]}},
-            {"type": "message_stop"},
-        ]
+        usage = {"output_tokens": self.usage["completion_tokens"]}
+        yield sse({"type": "message_delta", "delta": delta, "usage": usage})
+        yield sse({"type": "message_stop"})
 
 
 def sse(event: Mapping[str, Any]) -> str:

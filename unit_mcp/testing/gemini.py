@@ -1,7 +1,7 @@
 """The Gemini face of the scripted model (`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse` and
 `:generateContent`, what Gemini CLI speaks; `:countTokens` is answered with an estimate).
 
-A request is first seen as a chat-completions body (`chat_view`): `systemInstruction` becomes a system
+A request is first seen as a chat-completions body (the server's `chat_view`): `systemInstruction` becomes a system
 message, `user` and `model` contents user and assistant messages, `functionCall` parts an assistant message's
 `tool_calls` and `functionResponse` parts `tool` messages whose text is the result's `output` (or, for a
 refusal, its `error`, flagged `is_error`), unwrapped from Gemini CLI's `<untrusted_context>` tags. Calls
@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .script import Mark
 
 _UNTRUSTED = re.compile(r"\A<untrusted_context>\n?(.*?)\n?</untrusted_context>\Z", re.DOTALL)
 
@@ -95,15 +97,6 @@ def model_of(path: str) -> str:
     return path.rsplit("/", 1)[-1].split(":", 1)[0]
 
 
-def chat_view(body: Mapping[str, Any], *, model: str | None = None, stream: bool = False) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": chat_messages(body),
-        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
-        "stream": stream,
-    }
-
-
 @dataclass
 class ContentAnswer:
     """One scripted answer in Gemini terms."""
@@ -131,22 +124,22 @@ class ContentAnswer:
             for call in self.calls
         ]
 
-    def response(self) -> dict[str, Any]:
+    def body(self) -> dict[str, Any]:
         parts = ([{"text": self.text}] if self.text else []) + self._call_parts()
         return self._chunk(parts or [{"text": ""}], last=True)
 
-    def chunks(self, chunk_size: int) -> Iterator[tuple[bool, dict[str, Any]]]:
-        """Text pieces (flagged True: where a step's `chunk_delay` applies), then the calls and the finish."""
+    def stream(self, chunk_size: int) -> Iterator[str | Mark]:
+        """Text pieces, then the calls and the finish (the last chunk carries both)."""
         pieces = [self.text[i : i + chunk_size] for i in range(0, len(self.text), chunk_size)]
-        if not self.calls and pieces:
-            *pieces, final = pieces
-            for piece in pieces:
-                yield True, self._chunk([{"text": piece}], last=False)
-            yield True, self._chunk([{"text": final}], last=True)
-            return
+        final = pieces.pop() if pieces and not self.calls else None
         for piece in pieces:
-            yield True, self._chunk([{"text": piece}], last=False)
-        yield False, self._chunk(self._call_parts() or [{"text": ""}], last=True)
+            yield Mark.PAUSE
+            yield sse(self._chunk([{"text": piece}], last=False))
+        if final is not None:
+            yield Mark.PAUSE
+        parts = [{"text": final}] if final is not None else self._call_parts() or [{"text": ""}]
+        yield Mark.CUT
+        yield sse(self._chunk(parts, last=True))
 
 
 def sse(chunk: Mapping[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """The Responses API face of the scripted model (`POST /v1/responses`, what Codex speaks).
 
-A Responses request is first seen as a chat-completions body (`chat_view`): `instructions` and `input`
+A Responses request is first seen as a chat-completions body (the server's `chat_view`): `instructions` and `input`
 become chat messages, function calls become an assistant message's `tool_calls`, their outputs `tool`
 messages, and tools offered inside a `namespace` (how Codex groups an MCP server's tools) are listed by
 their bare names. So one script, its matches and its templates answer chat-completions, OpenCode and Codex
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .script import ScriptedToolCall
+from .script import Mark, ScriptedToolCall
 
 _CODEX_FRAMING = re.compile(r"\AWall time: [0-9.]+ seconds\nOutput:\n?")
 
@@ -85,16 +85,6 @@ def offered(body: Mapping[str, Any]) -> dict[str, str | None]:
     return found
 
 
-def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The request as a chat-completions body, which is what matches, templates and usage read."""
-    return {
-        "model": body.get("model"),
-        "messages": chat_messages(body),
-        "tools": [{"type": "function", "function": {"name": name}} for name in offered(body)],
-        "stream": bool(body.get("stream")),
-    }
-
-
 def namespace_of(call: ScriptedToolCall, body: Mapping[str, Any]) -> str | None:
     """The namespace a scripted call goes out in: the step's own, else the one the tool was offered in, else
     none (a tool the client never offered stays un-namespaced, as a model that invents a name would send it)."""
@@ -141,7 +131,7 @@ class ResponseAnswer:
             items.append(item)
         return items
 
-    def response(self, status: str = "completed") -> dict[str, Any]:
+    def body(self, status: str = "completed") -> dict[str, Any]:
         done = status == "completed"
         return {
             "id": self.response_id,
@@ -152,6 +142,36 @@ class ResponseAnswer:
             "output": self.items() if done else [],
             "usage": self.responses_usage() if done else None,
         }
+
+    def stream(self, chunk_size: int) -> Iterator[str | Mark]:
+        """`created`, per output item `added`, its deltas and `done`, then `completed`."""
+        yield sse({"type": "response.created", "response": self.body("in_progress")})
+        for index, item in enumerate(self.items()):
+            started = {**item, "status": "in_progress"}
+            if item["type"] == "message":
+                started["content"] = []
+            else:
+                started["arguments"] = ""
+            yield sse({"type": "response.output_item.added", "output_index": index, "item": started})
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                part = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                yield sse({**part, "type": "response.content_part.added", "part": {"type": "output_text", "text": ""}})
+                for start in range(0, len(text), chunk_size):
+                    yield Mark.PAUSE
+                    yield sse({**part, "type": "response.output_text.delta", "delta": text[start : start + chunk_size]})
+                yield sse({**part, "type": "response.output_text.done", "text": text})
+            else:
+                arguments = item["arguments"]
+                head = {"item_id": item["id"], "output_index": index}
+                for start in range(0, len(arguments), chunk_size * 4):
+                    yield Mark.PAUSE
+                    delta = arguments[start : start + chunk_size * 4]
+                    yield sse({**head, "type": "response.function_call_arguments.delta", "delta": delta})
+                yield sse({**head, "type": "response.function_call_arguments.done", "arguments": arguments})
+            yield Mark.CUT
+            yield sse({"type": "response.output_item.done", "output_index": index, "item": item})
+        yield sse({"type": "response.completed", "response": self.body()})
 
     def responses_usage(self) -> dict[str, Any]:
         prompt, completion = self.usage["prompt_tokens"], self.usage["completion_tokens"]
@@ -166,37 +186,3 @@ class ResponseAnswer:
 
 def sse(event: dict[str, Any]) -> str:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
-
-
-def opening(answer: ResponseAnswer) -> dict[str, Any]:
-    return {"type": "response.created", "response": answer.response("in_progress")}
-
-
-def item_events(answer: ResponseAnswer, chunk_size: int) -> Iterator[tuple[bool, dict[str, Any]]]:
-    """Per output item: `added`, its deltas (flagged True: the places a step's `chunk_delay` applies), `done`."""
-    for index, item in enumerate(answer.items()):
-        started = {**item, "status": "in_progress"}
-        if item["type"] == "message":
-            started["content"] = []
-        else:
-            started["arguments"] = ""
-        yield False, {"type": "response.output_item.added", "output_index": index, "item": started}
-        if item["type"] == "message":
-            text = item["content"][0]["text"]
-            part = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            yield False, {**part, "type": "response.content_part.added", "part": {"type": "output_text", "text": ""}}
-            for start in range(0, len(text), chunk_size):
-                yield True, {**part, "type": "response.output_text.delta", "delta": text[start : start + chunk_size]}
-            yield False, {**part, "type": "response.output_text.done", "text": text}
-        else:
-            arguments = item["arguments"]
-            head = {"item_id": item["id"], "output_index": index}
-            for start in range(0, len(arguments), chunk_size * 4):
-                delta = arguments[start : start + chunk_size * 4]
-                yield True, {**head, "type": "response.function_call_arguments.delta", "delta": delta}
-            yield False, {**head, "type": "response.function_call_arguments.done", "arguments": arguments}
-        yield False, {"type": "response.output_item.done", "output_index": index, "item": item}
-
-
-def closing(answer: ResponseAnswer) -> dict[str, Any]:
-    return {"type": "response.completed", "response": answer.response()}

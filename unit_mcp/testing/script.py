@@ -12,6 +12,7 @@ an error the client sees, never a silent blank.
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from collections.abc import Mapping
@@ -21,6 +22,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
+
+
+class Mark(enum.Enum):
+    """Places in a streamed answer (between its events, in any API) where a step's timing applies."""
+
+    PAUSE = "pause"
+    """Before a piece of text or arguments: a step's `chunk_delay` is waited here."""
+    CUT = "cut"
+    """Before the first final event: a step that breaks off ends the stream at the first of these."""
 
 
 class ScriptError(Exception):

@@ -21,9 +21,8 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.from_thread
@@ -36,8 +35,8 @@ from starlette.routing import Route
 from unit_mcp.agent.errors import EndpointError
 from unit_mcp.loopback import LoopbackServer
 
-from . import anthropic, gemini, responses
-from .script import Script, ScriptError, Step, message_text, offered_tools, render, render_value
+from . import anthropic, chat, gemini, responses
+from .script import Mark, Script, ScriptError, Step, message_text, offered_tools, render, render_value
 
 STEPS = TypeAdapter(list[Step])
 
@@ -56,13 +55,20 @@ def api_of(path: str) -> str:
 def chat_view(path: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """Any API's request as a chat-completions body: what matches, templates and usage read."""
     api = api_of(path)
-    if api == "responses":
-        return responses.chat_view(body)
-    if api == "anthropic":
-        return anthropic.chat_view(body)
-    if api == "gemini":
-        return gemini.chat_view(body, model=gemini.model_of(path), stream=path.endswith(":streamGenerateContent"))
-    return dict(body)
+    if api == "chat":
+        return dict(body)
+    face = {"responses": responses, "anthropic": anthropic, "gemini": gemini}[api]
+    model: Any
+    if api == "gemini":  # the model and whether to stream are in the path
+        model, stream = gemini.model_of(path), path.endswith(":streamGenerateContent")
+    else:
+        model, stream = body.get("model"), bool(body.get("stream"))
+    return {
+        "model": model,
+        "messages": face.chat_messages(body),
+        "tools": [{"type": "function", "function": {"name": name}} for name in face.offered(body)],
+        "stream": stream,
+    }
 
 
 class RecordedRequest(BaseModel):
@@ -118,21 +124,29 @@ def _usage(step: Step, body: Mapping[str, Any], text: str, arguments: list[str])
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-@dataclass
-class _Answer:
-    """What a step renders to for one request, whatever API it goes out in."""
+class Answer(Protocol):
+    """What a step renders to for one request, in the API it goes out in."""
 
-    record: RecordedRequest
-    step: Step
-    model: str
-    text: str
-    calls: list[dict[str, str]]
-    usage: dict[str, int]
+    def body(self) -> dict[str, Any]:
+        """The whole answer, for a request that does not stream."""
+
+    def stream(self, chunk_size: int) -> Iterator[str | Mark]:
+        """The answer's server-sent events, with the places a step's timing applies."""
 
 
-def _pieces(text: str, size: int) -> Iterator[str]:
-    for start in range(0, len(text), size):
-        yield text[start : start + size]
+def _in_api(
+    record: RecordedRequest, model: str, text: str, calls: list[dict[str, str]], usage: dict[str, int]
+) -> Answer:
+    """A rendered step in the API of the request it answers."""
+    created, n = int(record.received_at), record.index
+    if record.api == "responses":
+        return responses.ResponseAnswer(f"resp_scripted_{n}", model, created, text, calls, usage)
+    if record.api == "anthropic":
+        return anthropic.MessageAnswer(f"msg_scripted_{n}", model, text, calls, usage)
+    if record.api == "gemini":
+        return gemini.ContentAnswer(model, text, calls, usage)
+    stream_usage = bool((record.body.get("stream_options") or {}).get("include_usage"))
+    return chat.CompletionAnswer(f"chatcmpl-scripted-{n}", created, model, text, calls, usage, stream_usage)
 
 
 def _api_key(request: Request) -> str | None:
@@ -165,13 +179,13 @@ class ScriptedModel:
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self.app = Starlette(
             routes=[
-                Route("/v1/chat/completions", self._completions, methods=["POST"]),
-                Route("/chat/completions", self._completions, methods=["POST"]),
-                Route("/v1/responses", self._responses, methods=["POST"]),
-                Route("/responses", self._responses, methods=["POST"]),
+                Route("/v1/chat/completions", self._serve, methods=["POST"]),
+                Route("/chat/completions", self._serve, methods=["POST"]),
+                Route("/v1/responses", self._serve, methods=["POST"]),
+                Route("/responses", self._serve, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/models", self._models, methods=["GET"]),
-                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages", self._serve, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
                 Route("/v1beta/models/{name:path}", self._gemini, methods=["POST"]),
                 Route("/_scripted/requests", self._requests, methods=["GET"]),
@@ -264,7 +278,7 @@ class ScriptedModel:
         self.add(*steps)
         return JSONResponse({"added": len(steps), "steps": len(self.steps)})
 
-    async def _answer(self, request: Request) -> _Answer | Response:
+    async def _answer(self, request: Request) -> tuple[RecordedRequest, Step, Answer] | Response:
         """Record the request, choose its step and render it; a refusal comes back as the HTTP response."""
         try:
             body = json.loads(await request.body())
@@ -306,60 +320,20 @@ class ScriptedModel:
         usage = _usage(step, view, text, [c["arguments"] for c in calls])
         if step.delay:
             await anyio.sleep(step.delay)
-        return _Answer(record, step, str(view.get("model") or self.model), text, calls, usage)
+        return record, step, _in_api(record, str(view.get("model") or self.model), text, calls, usage)
 
-    async def _completions(self, request: Request) -> Response:
+    async def _serve(self, request: Request) -> Response:
+        """Any API's request answered from the script, whole or streamed."""
         answer = await self._answer(request)
         if isinstance(answer, Response):
             return answer
-        record = answer.record
+        record, step, scripted = answer
         if record.stream:
-            include_usage = bool((record.body.get("stream_options") or {}).get("include_usage"))
-            usage = answer.usage if include_usage else None
-            events = self._events(record, answer.step, answer.model, answer.text, answer.calls, usage)
+            events = self._stream(record, step, scripted.stream(step.chunk_size))
             return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         record.finished = True
         await self._log(record)
-        return JSONResponse(self._completion(record, answer.model, answer.text, answer.calls, answer.usage))
-
-    async def _responses(self, request: Request) -> Response:
-        answer = await self._answer(request)
-        if isinstance(answer, Response):
-            return answer
-        record = answer.record
-        scripted = responses.ResponseAnswer(
-            response_id=f"resp_scripted_{record.index}",
-            model=answer.model,
-            created_at=int(record.received_at),
-            text=answer.text,
-            calls=answer.calls,
-            usage=answer.usage,
-        )
-        if record.stream:
-            events = self._response_events(record, answer.step, scripted)
-            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        record.finished = True
-        await self._log(record)
-        return JSONResponse(scripted.response())
-
-    async def _messages(self, request: Request) -> Response:
-        answer = await self._answer(request)
-        if isinstance(answer, Response):
-            return answer
-        record = answer.record
-        scripted = anthropic.MessageAnswer(
-            message_id=f"msg_scripted_{record.index}",
-            model=answer.model,
-            text=answer.text,
-            calls=answer.calls,
-            usage=answer.usage,
-        )
-        if record.stream:
-            events = self._message_events(record, answer.step, scripted)
-            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        record.finished = True
-        await self._log(record)
-        return JSONResponse(scripted.message())
+        return JSONResponse(scripted.body())
 
     async def _count_tokens(self, request: Request) -> Response:
         """An estimate (a quarter of the request's length), never recorded: clients ask it on the side."""
@@ -371,17 +345,7 @@ class ScriptedModel:
             return JSONResponse({"totalTokens": max(1, len(await request.body()) // 4)})
         if not path.endswith("enerateContent"):
             return JSONResponse(gemini.error(f"scripted model: no such method {path}", 404, "not_found"), 404)
-        answer = await self._answer(request)
-        if isinstance(answer, Response):
-            return answer
-        record = answer.record
-        scripted = gemini.ContentAnswer(model=answer.model, text=answer.text, calls=answer.calls, usage=answer.usage)
-        if record.stream:
-            events = self._gemini_events(record, answer.step, scripted)
-            return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        record.finished = True
-        await self._log(record)
-        return JSONResponse(scripted.response())
+        return await self._serve(request)
 
     async def _refuse(
         self, record: RecordedRequest, message: str, *, status: int = 400, kind: str = "script_error"
@@ -395,121 +359,20 @@ class ScriptedModel:
             return JSONResponse(gemini.error(text, status, kind), status_code=status)
         return JSONResponse({"error": {"message": text, "type": kind}}, status_code=status)
 
-    def _completion(
-        self, record: RecordedRequest, model: str, text: str, calls: list[dict[str, str]], usage: dict[str, int]
-    ) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if calls:
-            message["tool_calls"] = [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in calls
-            ]
-        return {
-            "id": f"chatcmpl-scripted-{record.index}",
-            "object": "chat.completion",
-            "created": int(record.received_at),
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-            "usage": usage,
-        }
-
-    async def _events(
-        self,
-        record: RecordedRequest,
-        step: Step,
-        model: str,
-        text: str,
-        calls: list[dict[str, str]],
-        usage: dict[str, int] | None,
-    ) -> AsyncIterator[str]:
-        base = {
-            "id": f"chatcmpl-scripted-{record.index}",
-            "object": "chat.completion.chunk",
-            "created": int(record.received_at),
-            "model": model,
-        }
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-            data = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            return f"data: {json.dumps(data)}\n\n"
-
+    async def _stream(self, record: RecordedRequest, step: Step, events: Iterator[str | Mark]) -> AsyncIterator[str]:
+        """Send an answer's events, waiting the step's `chunk_delay` at each pause and ending at the first cut if the
+        step breaks off; logged once however it ends (a client gone mid-stream is recorded as disconnected)."""
         try:
-            yield chunk({"role": "assistant", "content": ""})
-            for piece in _pieces(text, step.chunk_size):
-                if step.chunk_delay:
-                    await anyio.sleep(step.chunk_delay)
-                yield chunk({"content": piece})
-            for position, call in enumerate(calls):
-                head = {"index": position, "id": call["id"], "type": "function"}
-                yield chunk({"tool_calls": [{**head, "function": {"name": call["name"], "arguments": ""}}]})
-                for piece in _pieces(call["arguments"], step.chunk_size * 4):
+            for event in events:
+                if event is Mark.PAUSE:
                     if step.chunk_delay:
                         await anyio.sleep(step.chunk_delay)
-                    yield chunk({"tool_calls": [{"index": position, "function": {"arguments": piece}}]})
-            if step.break_off:
-                record.error = "the stream was broken off, as scripted"
-                return
-            yield chunk({}, "tool_calls" if calls else "stop")
-            if usage is not None:
-                yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
-            yield "data: [DONE]\n\n"
-            record.finished = True
-        finally:
-            record.disconnected = not record.finished and record.error is None
-            with anyio.CancelScope(shield=True):
-                await self._log(record)
-
-    async def _response_events(
-        self, record: RecordedRequest, step: Step, answer: responses.ResponseAnswer
-    ) -> AsyncIterator[str]:
-        try:
-            yield responses.sse(responses.opening(answer))
-            for is_delta, event in responses.item_events(answer, step.chunk_size):
-                if step.break_off and event["type"] == "response.output_item.done":
-                    record.error = "the stream was broken off, as scripted"
-                    return
-                if is_delta and step.chunk_delay:
-                    await anyio.sleep(step.chunk_delay)
-                yield responses.sse(event)
-            yield responses.sse(responses.closing(answer))
-            record.finished = True
-        finally:
-            record.disconnected = not record.finished and record.error is None
-            with anyio.CancelScope(shield=True):
-                await self._log(record)
-
-    async def _message_events(
-        self, record: RecordedRequest, step: Step, answer: anthropic.MessageAnswer
-    ) -> AsyncIterator[str]:
-        try:
-            yield anthropic.sse(answer.opening())
-            for is_delta, event in answer.block_events(step.chunk_size):
-                if step.break_off and event["type"] == "content_block_stop":
-                    record.error = "the stream was broken off, as scripted"
-                    return
-                if is_delta and step.chunk_delay:
-                    await anyio.sleep(step.chunk_delay)
-                yield anthropic.sse(event)
-            for event in answer.closing():
-                yield anthropic.sse(event)
-            record.finished = True
-        finally:
-            record.disconnected = not record.finished and record.error is None
-            with anyio.CancelScope(shield=True):
-                await self._log(record)
-
-    async def _gemini_events(
-        self, record: RecordedRequest, step: Step, answer: gemini.ContentAnswer
-    ) -> AsyncIterator[str]:
-        try:
-            chunks = list(answer.chunks(step.chunk_size))
-            for position, (is_delta, chunk) in enumerate(chunks):
-                if step.break_off and position == len(chunks) - 1:
-                    record.error = "the stream was broken off, as scripted"
-                    return
-                if is_delta and step.chunk_delay:
-                    await anyio.sleep(step.chunk_delay)
-                yield gemini.sse(chunk)
+                elif event is Mark.CUT:
+                    if step.break_off:
+                        record.error = "the stream was broken off, as scripted"
+                        return
+                else:
+                    yield event
             record.finished = True
         finally:
             record.disconnected = not record.finished and record.error is None
