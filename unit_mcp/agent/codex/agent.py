@@ -30,6 +30,7 @@ import anyio.abc
 from ..endpoint import ApprovedEndpoint
 from ..items import EventItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
+from ..recorder import drive
 from .config import CodexModel, McpServer
 from .endpoint import TurnEndpoint
 from .history import codex_prompt
@@ -110,27 +111,24 @@ class CodexAgent:
 
     async def _drive(self, process: CodexProcess, recorder: EventRecorder, ctx: TurnContext) -> bool:
         """Run Codex to its end, recording as it goes; True if it was stopped for taking too long."""
-        async with process:
-            ctx.turn.set_cancel(process.interrupt)
-            try:
-                with anyio.move_on_after(self.turn_timeout) as deadline:
-                    async for event in process.events():
-                        await recorder.record(event)
-                    await process.wait()
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await self._settle(process, recorder)
-                raise
-            if deadline.cancelled_caught:
-                await self._settle(process, recorder)
-        return deadline.cancelled_caught
 
-    async def _settle(self, process: CodexProcess, recorder: EventRecorder) -> None:
-        """After an interrupt: stop the process (bounded) and record what it still printed."""
-        await process.stop()
-        with anyio.move_on_after(self.interrupt_timeout):
+        async def follow() -> int:
             async for event in process.events():
                 await recorder.record(event)
+            return await process.wait()
+
+        async def settle() -> None:
+            """After an interrupt: stop the process (bounded) and record what it still printed."""
+            await process.stop()
+            with anyio.move_on_after(self.interrupt_timeout):
+                async for event in process.events():
+                    await recorder.record(event)
+
+        async with process:
+            code = await drive(
+                recorder.recorder, follow, cancel=process.interrupt, settle=settle, timeout=self.turn_timeout
+            )
+        return code is None
 
     async def _end(self, process: CodexProcess, recorder: EventRecorder, ctx: TurnContext, *, timed_out: bool) -> None:
         code = process.returncode

@@ -25,6 +25,7 @@ import anyio.abc
 
 from ..items import EventItem, MessageItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
+from ..recorder import drive
 from ..turns import describe
 from .client import ModelRef, OpenCodeClient, Sent
 from .endpoint import OpenCodeEndpoint
@@ -78,34 +79,21 @@ class UnitAgent:
             if state.session_id is not None:
                 await self.client.abort(state.session_id)
 
-        ctx.turn.set_cancel(abort)
         system = await system_prompt(ctx, self.instructions)
-        try:
-            async with (
-                anyio.create_task_group() as tg,
-                self.client.listen() as events,
-                self.client.listen() as progress,
-            ):
-                tg.start_soon(permissions.listen, events)
-                tg.start_soon(permissions.poll, self.permission_poll)
-                tg.start_soon(state.follow, progress)
-                try:
-                    reply = await self._turn(input, session, ctx, state, system)
-                except anyio.get_cancelled_exc_class():
-                    with anyio.CancelScope(shield=True):
-                        await self._settle(state)
-                    raise
-                except Exception:
-                    await self._catch_up(state)
-                    raise
-                finally:
-                    tg.cancel_scope.cancel()
-        except BaseException as exc:
-            # After the task group: the follower has finished recording whatever it was recording.
-            kind = "interrupted" if isinstance(exc, anyio.get_cancelled_exc_class()) else "unconfirmed"
-            with anyio.CancelScope(shield=True):
-                await state.recorder.close_partials(kind)
-            raise
+        async with self.client.listen() as events, self.client.listen() as progress:
+            reply = await drive(
+                state.recorder,
+                lambda: self._turn(input, session, ctx, state, system),
+                cancel=abort,
+                settle=lambda: self._settle(state),
+                alongside=[
+                    lambda: permissions.listen(events),
+                    lambda: permissions.poll(self.permission_poll),
+                    lambda: state.follow(progress),
+                ],
+                catch_up=lambda: self._catch_up(state),
+            )
+        assert reply is not None  # (no timeout given: `_turn` keeps its own deadline)
         await state.record(reply)
         if reply.error is not None:
             await state.recorder.close_partials("unconfirmed")
