@@ -22,14 +22,22 @@ from typing import Any
 import anyio
 
 from unit_mcp import Host, UnitService
-from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, McpToolSource
+from unit_mcp.agent import (
+    AgentApprovals,
+    AgentRegistry,
+    AgentRunner,
+    AgentToolSurface,
+    ApprovedEndpoint,
+    McpToolSource,
+)
 from unit_mcp.agent.items import Session
 from unit_mcp.agent.opencode import (
     IsolatedRoot,
     NodeProcess,
     OpenCodeClient,
-    OpenCodeEndpoint,
+    OpenCodeView,
     UnitAgent,
+    opencode_endpoint,
     opencode_tool_name,
 )
 from unit_mcp.agent.sessions import SessionStore
@@ -132,7 +140,7 @@ class Node:
     agent_id: str
     process: NodeProcess
     client: OpenCodeClient
-    endpoint: OpenCodeEndpoint
+    endpoint: ApprovedEndpoint[OpenCodeView]
     root: IsolatedRoot
     proxy: EventProxy | None = None
 
@@ -200,7 +208,7 @@ async def agent_stack(
         for index in range(nodes):
             root = IsolatedRoot(tmp / f"node-{index}")
             endpoint = await stack.enter_async_context(
-                OpenCodeEndpoint(surface, server_name=SERVER, config_root=root.config_home)
+                opencode_endpoint(surface, server_name=SERVER, config_root=root.config_home)
             )
             root.add_config(scripted_provider(model.base_url))
             process = NodeProcess(binary=binary, root=root)

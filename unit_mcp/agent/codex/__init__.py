@@ -6,9 +6,8 @@
 records what Codex did as session items; `register` adds one to an `AgentRegistry`.
 """
 
-from .agent import CodexAgent, register
+from .agent import CodexAgent, TurnView, register
 from .config import PINNED_VERSION, CodexModel, McpServer, codex_config, dumps_toml, model_catalog
-from .endpoint import TurnEndpoint
 from .errors import CodexError, CodexNotInstalled
 from .events import CodexEvent, CodexUsage, McpToolCall, parse_line
 from .home import CodexHome
@@ -28,7 +27,7 @@ __all__ = [
     "EventRecorder",
     "McpServer",
     "McpToolCall",
-    "TurnEndpoint",
+    "TurnView",
     "codex_config",
     "dumps_toml",
     "find_codex",

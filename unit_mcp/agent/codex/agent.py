@@ -4,10 +4,15 @@ Each turn is one Codex run in a fresh `CodexHome`: the agent writes its config (
 approval-filtered endpoint as the only MCP server, the system prompt from the prompt utilities as
 developer instructions), hands Codex the input (after a transcript of the session's earlier turns), and
 records Codex's JSONL events as session items as they arrive. Codex calls the tools itself, over MCP,
-through the endpoint only: by default a `TurnEndpoint` serving the runner's tool surface for this turn,
-which lists what the approval policy and the session's grants allow (plus the tools to ask about, when
-an approver is attached), checks every call again and asks the approver for those. An `endpoint` given
-to the agent is used as it is instead (it asks nobody).
+through the endpoint only: by default one serving the runner's tool surface for this turn through a
+`TurnView`, which offers what the approval policy and the session's grants allow (plus the tools to ask
+about, when an approver is attached), checks every call again and asks the approver for those. An
+`endpoint` given to the agent is used as it is instead (it asks nobody).
+
+Codex itself never asks (`approval_policy = "never"`, every tool of the endpoint approved in its config):
+a call of an askable tool waits for the approver through the turn, so the request and the decision are
+session items and a grant the user asks to remember is stored in the session. A denial is an error result
+Codex hands back to the model; a call of a tool that is not offered is refused: the endpoint fails closed.
 
 The turn ends from what Codex reported: `turn.completed` finishes it with the last assistant message (its
 usage recorded), `turn.failed`, a top-level `error` or a non-zero exit fails it with Codex's own words.
@@ -21,18 +26,20 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import mcp_types as types
 
 from ..endpoint import ApprovedEndpoint
 from ..items import EventItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
 from ..recorder import drive
+from ..toolsurface import ToolOutput
 from .config import CodexModel, McpServer
-from .endpoint import TurnEndpoint
 from .history import codex_prompt
 from .home import CodexHome
 from .process import CodexProcess, find_codex
@@ -46,13 +53,27 @@ EXEC_ARGS = ("exec", "--json", "--skip-git-repo-check", "--ephemeral")
 SERVER_NAME = "unit-agent"
 
 
+@dataclass
+class TurnView:
+    """The endpoint's tools for one turn: what the session's grants allow, plus, with an approver attached,
+    the tools to ask about; a call runs in the turn, which asks the approver when the policy says so."""
+
+    ctx: TurnContext
+
+    def tool_defs(self) -> list[types.Tool]:
+        return self.ctx.tools.mcp_tool_defs(self.ctx.approvals.grants(), interactive=True)
+
+    async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        return await self.ctx.tools.call(name, arguments, self.ctx)
+
+
 class CodexAgent:
     def __init__(
         self,
         *,
         model: CodexModel,
         binary: str | os.PathLike[str] | None = None,
-        endpoint: ApprovedEndpoint | None = None,
+        endpoint: ApprovedEndpoint[Any] | None = None,
         id: str = "codex",
         name: str = "Codex agent",
         instructions: str = PERSONA,
@@ -167,13 +188,14 @@ class CodexAgent:
         return text[:2000] or "nothing on stderr"
 
     @asynccontextmanager
-    async def _endpoint(self, ctx: TurnContext, home: CodexHome) -> AsyncIterator[ApprovedEndpoint]:
+    async def _endpoint(self, ctx: TurnContext, home: CodexHome) -> AsyncIterator[ApprovedEndpoint[Any]]:
         """The agent's endpoint, or one for this turn: the runner's tools as the policy, the session's grants
         and the approver allow them."""
         if self.endpoint is not None:
             yield self.endpoint
             return
-        endpoint = TurnEndpoint(ctx, server_name=self.server_name, config_root=home.root / "endpoint")
+        root = home.root / "endpoint"
+        endpoint = ApprovedEndpoint(ctx.tools, view=TurnView(ctx), server_name=self.server_name, config_root=root)
         over = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
@@ -186,7 +208,7 @@ class CodexAgent:
             endpoint.close()
 
     async def _serve(
-        self, endpoint: ApprovedEndpoint, over: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]
+        self, endpoint: ApprovedEndpoint[Any], over: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
         """Serve the turn's endpoint shielded from the turn's cancellation: while Codex is being interrupted
         it cancels its tool call through this endpoint, which must still be there to pass the cancel on."""

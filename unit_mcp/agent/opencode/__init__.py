@@ -1,12 +1,12 @@
 """OpenCode as an agent provider: a client for `opencode serve` nodes, the node process, and UnitAgent.
 
 `OpenCodeClient` speaks REST to one node and keeps its one `/event` stream; `NodeProcess` runs an isolated
-`opencode serve` for the runner; `OpenCodeEndpoint` is the approval-filtered MCP endpoint the node is
+`opencode serve` for the runner; `opencode_endpoint` is the approval-filtered MCP endpoint the node is
 configured with; `UnitAgent` drives turns on a node and records what OpenCode did as session items.
 """
 
 from .client import ModelRef, OpenCodeClient, Sent
-from .endpoint import OpenCodeEndpoint, opencode_tool_name
+from .endpoint import OpenCodeView, opencode_endpoint, opencode_tool_name
 from .errors import (
     NodeStartError,
     NodeUnavailable,
@@ -32,10 +32,10 @@ __all__ = [
     "NodeStartError",
     "NodeUnavailable",
     "OpenCodeClient",
-    "OpenCodeEndpoint",
     "OpenCodeError",
     "OpenCodeHTTPError",
     "OpenCodeNotInstalled",
+    "OpenCodeView",
     "Reply",
     "ReplyStep",
     "Sent",
@@ -44,6 +44,7 @@ __all__ = [
     "UnknownOpenCodeSession",
     "check_extra_config",
     "find_opencode",
+    "opencode_endpoint",
     "opencode_tool_name",
     "read_reply",
 ]

@@ -1,6 +1,6 @@
 """Permissions: OpenCode's `permission.asked` for a UnitAgent turn's session, answered from the approvals.
 
-The node is configured to ask before each call (`OpenCodeEndpoint.permission_rules`); the question goes to
+The node is configured to ask before each call (`OpenCodeView.permission_rules`); the question goes to
 the turn's approvals (policy, grants, the approver), an approved call is admitted by the endpoint, and
 OpenCode gets `once` or `reject`, so an `ask` policy works in server mode instead of hanging. A question the
 event stream missed (it was down) is found by polling, so nothing waits forever.
@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..endpoint import ApprovedEndpoint
 from .client import OpenCodeClient, PermissionReply
-from .endpoint import OpenCodeEndpoint
+from .endpoint import OpenCodeView
 from .errors import OpenCodeError
 from .events import NodeEvent
 
@@ -28,7 +29,11 @@ log = logging.getLogger("unit_mcp.agent.opencode.permissions")
 
 class Permissions:
     def __init__(
-        self, client: OpenCodeClient, endpoint: OpenCodeEndpoint | None, ctx: TurnContext, reply: ReplyRecorder
+        self,
+        client: OpenCodeClient,
+        endpoint: ApprovedEndpoint[OpenCodeView] | None,
+        ctx: TurnContext,
+        reply: ReplyRecorder,
     ) -> None:
         self.client = client
         self.endpoint = endpoint
@@ -73,7 +78,7 @@ class Permissions:
         decision = await self.ctx.approvals.approve(risk, tool=name, arguments=arguments, reason=reason)
         reply: PermissionReply = "reject"
         if decision.approved and known is not None and self.endpoint is not None:
-            self.endpoint.admit(known.name)
+            self.endpoint.view.admit(known.name)
             reply = "once"
         try:
             why = decision.reason or f"decided by {decision.decided_by}"

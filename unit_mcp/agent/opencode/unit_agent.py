@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from ..endpoint import ApprovedEndpoint
 from ..items import EventItem, MessageItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
 from ..recorder import drive
 from ..turns import describe
 from .client import ModelRef, OpenCodeClient, Sent
-from .endpoint import OpenCodeEndpoint
+from .endpoint import OpenCodeView
 from .errors import OpenCodeError
 from .permissions import Permissions
 from .reply import PROVIDER, ReplyRecorder
@@ -48,7 +49,7 @@ class UnitAgent:
         client: OpenCodeClient,
         *,
         model: ModelRef | str | Mapping[str, str],
-        endpoint: OpenCodeEndpoint | None = None,
+        endpoint: ApprovedEndpoint[OpenCodeView] | None = None,
         id: str = "unit-agent",
         name: str = "Unit Agent",
         instructions: str = PERSONA,
@@ -109,7 +110,7 @@ class UnitAgent:
 
     async def _turn(self, input: str, session: Session, ctx: TurnContext, state: ReplyRecorder, system: str) -> Reply:
         stored = session.data.get(SESSION_KEY)
-        permission = self.endpoint.permission_rules() if self.endpoint is not None else None
+        permission = self.endpoint.view.permission_rules() if self.endpoint is not None else None
         sent = await self.client.send(
             stored if isinstance(stored, str) else None,
             input,
@@ -178,4 +179,4 @@ class UnitAgent:
             )
 
     def _tool_name(self, opencode_name: str) -> str:
-        return self.endpoint.local_name(opencode_name) if self.endpoint is not None else opencode_name
+        return self.endpoint.view.local_name(opencode_name) if self.endpoint is not None else opencode_name
