@@ -22,20 +22,13 @@ from typing import Any
 import anyio
 
 from unit_mcp import Host, UnitService
-from unit_mcp.agent import (
-    AgentApprovals,
-    AgentRegistry,
-    AgentRunner,
-    AgentToolSurface,
-    ApprovedEndpoint,
-    McpToolSource,
-)
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, McpToolSource
 from unit_mcp.agent.items import Session
 from unit_mcp.agent.opencode import (
     IsolatedRoot,
     NodeProcess,
     OpenCodeClient,
-    OpenCodeView,
+    OpenCodeEndpoint,
     UnitAgent,
     opencode_endpoint,
     opencode_tool_name,
@@ -140,7 +133,7 @@ class Node:
     agent_id: str
     process: NodeProcess
     client: OpenCodeClient
-    endpoint: ApprovedEndpoint[OpenCodeView]
+    endpoint: OpenCodeEndpoint
     root: IsolatedRoot
     proxy: EventProxy | None = None
 

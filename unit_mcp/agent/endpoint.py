@@ -71,8 +71,6 @@ class _ListChangedServer(Server[Any]):
 
 
 class ToolView(Protocol):
-    """Which tools an endpoint offers, under which names, and how a call of one is admitted."""
-
     def tool_defs(self) -> list[types.Tool]: ...
 
     async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput: ...
@@ -110,9 +108,8 @@ class ApprovedEndpoint(Generic[V]):
         config_extra: Mapping[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
-        """`view` defaults to `ApprovedTools` with `grants`, risks granted to whoever uses this endpoint (on top
-        of the policy's `auto` risks); `config_root` defaults to a temporary folder removed at stop; `limits`
-        bound what one client can hold."""
+        """`view` defaults to `ApprovedTools` with `grants` (on top of the policy's `auto` risks); `config_root`
+        defaults to a temporary folder removed at stop; `limits` bound what one client can hold."""
         self.surface = surface
         self.approvals = surface.approvals
         self.server_name = server_name

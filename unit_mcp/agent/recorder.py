@@ -6,9 +6,7 @@ a synthetic result), and closed once, its result linked to the call; a repeated 
 provider's stream, then its read-back) is ignored. Streamed assistant text is one partial message per
 provider message, held in memory (`on_partial` per delta) and made final in place; text nothing confirmed
 is labelled (`interrupted` after a cancel, `unconfirmed` otherwise) so it is never taken for an answer.
-
-`drive` is how Codex and OpenCode run a turn in an external process: one choreography of cancel, timeout,
-settle and labelling what nothing confirmed.
+`drive` is the one choreography of a turn run by an external process (Codex, OpenCode).
 """
 
 from __future__ import annotations
@@ -113,13 +111,9 @@ async def drive(
     catch_up: Callable[[], Awaitable[None]] | None = None,
     timeout: float = math.inf,
 ) -> T | None:
-    """Drive an external process through a turn: `work` (start it, follow it to its end) runs beside the
-    `alongside` tasks (followers, answerers; stopped when it ends) and within `timeout`; None if it ran out.
-
-    `cancel` is the turn's cancel hook (it interrupts the process). Cancelled, or past `timeout`, `settle`
-    records what the process still did (shielded after a cancel, which then goes on); failing, `catch_up`
-    lets the followers record what the process already sent. After any of them, streamed text nothing
-    confirmed is labelled, once the followers have stopped; the turn closes any call left open."""
+    """Drive an external process through a turn: `work` runs beside the `alongside` tasks, within `timeout`
+    (None if it ran out). `cancel` interrupts the process; cancelled or out of time, `settle` records what it
+    still did; failing, `catch_up` lets followers record what it sent. Unconfirmed text is labelled after."""
     recorder.turn.set_cancel(cancel)
     try:
         async with anyio.create_task_group() as tg:

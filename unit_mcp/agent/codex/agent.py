@@ -4,15 +4,10 @@ Each turn is one Codex run in a fresh `CodexHome`: the agent writes its config (
 approval-filtered endpoint as the only MCP server, the system prompt from the prompt utilities as
 developer instructions), hands Codex the input (after a transcript of the session's earlier turns), and
 records Codex's JSONL events as session items as they arrive. Codex calls the tools itself, over MCP,
-through the endpoint only: by default one serving the runner's tool surface for this turn through a
-`TurnView`, which offers what the approval policy and the session's grants allow (plus the tools to ask
-about, when an approver is attached), checks every call again and asks the approver for those. An
+through the endpoint only: by default one with a `TurnView` of the runner's tool surface for this turn,
+which lists what the approval policy and the session's grants allow (plus the tools to ask about, when an
+approver is attached), checks every call again and asks the approver for those (Codex itself never asks). An
 `endpoint` given to the agent is used as it is instead (it asks nobody).
-
-Codex itself never asks (`approval_policy = "never"`, every tool of the endpoint approved in its config):
-a call of an askable tool waits for the approver through the turn, so the request and the decision are
-session items and a grant the user asks to remember is stored in the session. A denial is an error result
-Codex hands back to the model; a call of a tool that is not offered is refused: the endpoint fails closed.
 
 The turn ends from what Codex reported: `turn.completed` finishes it with the last assistant message (its
 usage recorded), `turn.failed`, a top-level `error` or a non-zero exit fails it with Codex's own words.
@@ -55,8 +50,7 @@ SERVER_NAME = "unit-agent"
 
 @dataclass
 class TurnView:
-    """The endpoint's tools for one turn: what the session's grants allow, plus, with an approver attached,
-    the tools to ask about; a call runs in the turn, which asks the approver when the policy says so."""
+    """One turn's tools: a call of an askable one waits for the approver through the turn (items, grants)."""
 
     ctx: TurnContext
 

@@ -6,7 +6,7 @@ configured with; `UnitAgent` drives turns on a node and records what OpenCode di
 """
 
 from .client import ModelRef, OpenCodeClient, Sent
-from .endpoint import OpenCodeView, opencode_endpoint, opencode_tool_name
+from .endpoint import OpenCodeEndpoint, OpenCodeView, opencode_endpoint, opencode_tool_name
 from .errors import (
     NodeStartError,
     NodeUnavailable,
@@ -32,6 +32,7 @@ __all__ = [
     "NodeStartError",
     "NodeUnavailable",
     "OpenCodeClient",
+    "OpenCodeEndpoint",
     "OpenCodeError",
     "OpenCodeHTTPError",
     "OpenCodeNotInstalled",

@@ -81,9 +81,12 @@ class OpenCodeView:
         return await self.surface.call(tool.name, arguments, grants=[*self.grants, tool.risk])
 
 
+OpenCodeEndpoint = ApprovedEndpoint[OpenCodeView]
+
+
 def opencode_endpoint(
     surface: AgentToolSurface, *, server_name: str = "unit-agent", grants: Iterable[str] = (), **options: Any
-) -> ApprovedEndpoint[OpenCodeView]:
+) -> OpenCodeEndpoint:
     """The endpoint an OpenCode node's config points at, offering OpenCode's view of `surface`."""
     view = OpenCodeView(surface, server_name, list(grants))
     return ApprovedEndpoint(surface, view=view, server_name=server_name, **options)

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..endpoint import ApprovedEndpoint
 from .client import OpenCodeClient, PermissionReply
-from .endpoint import OpenCodeView
+from .endpoint import OpenCodeEndpoint
 from .errors import OpenCodeError
 from .events import NodeEvent
 
@@ -29,11 +28,7 @@ log = logging.getLogger("unit_mcp.agent.opencode.permissions")
 
 class Permissions:
     def __init__(
-        self,
-        client: OpenCodeClient,
-        endpoint: ApprovedEndpoint[OpenCodeView] | None,
-        ctx: TurnContext,
-        reply: ReplyRecorder,
+        self, client: OpenCodeClient, endpoint: OpenCodeEndpoint | None, ctx: TurnContext, reply: ReplyRecorder
     ) -> None:
         self.client = client
         self.endpoint = endpoint

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from ..endpoint import ApprovedEndpoint
 from ..items import EventItem, MessageItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
 from ..recorder import drive
 from ..turns import describe
 from .client import ModelRef, OpenCodeClient, Sent
-from .endpoint import OpenCodeView
+from .endpoint import OpenCodeEndpoint
 from .errors import OpenCodeError
 from .permissions import Permissions
 from .reply import PROVIDER, ReplyRecorder
@@ -49,7 +48,7 @@ class UnitAgent:
         client: OpenCodeClient,
         *,
         model: ModelRef | str | Mapping[str, str],
-        endpoint: ApprovedEndpoint[OpenCodeView] | None = None,
+        endpoint: OpenCodeEndpoint | None = None,
         id: str = "unit-agent",
         name: str = "Unit Agent",
         instructions: str = PERSONA,
