@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._version import __version__
 from ..agent.opencode.errors import OpenCodeError
+from ..agent.toolsurface import ToolOutput
 from .nodes import (
     Dispatched,
     Fleet,
@@ -297,10 +298,7 @@ class FleetTools:
             log.exception("fleet tool %s failed", name)
             return _error(f"[internal_error] {name} failed: {type(exc).__name__}: {exc}")
         structured = result.model_dump(mode="json")
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(structured, ensure_ascii=False))],
-            structured_content=structured,
-        )
+        return ToolOutput(text=json.dumps(structured, ensure_ascii=False), structured=structured).call_result()
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -309,4 +307,4 @@ class FleetTools:
 
 
 def _error(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+    return ToolOutput(text=text, is_error=True).call_result()
