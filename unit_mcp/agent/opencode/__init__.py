@@ -5,7 +5,7 @@
 configured with; `UnitAgent` drives turns on a node and records what OpenCode did as session items.
 """
 
-from .client import ModelRef, OpenCodeClient, Sent
+from .client import ModelRef, OpenCodeClient
 from .endpoint import OpenCodeEndpoint, OpenCodeView, opencode_endpoint, opencode_tool_name
 from .errors import (
     NodeStartError,
@@ -15,19 +15,15 @@ from .errors import (
     OpenCodeNotInstalled,
     UnknownOpenCodeSession,
 )
-from .events import EventStream, NodeEvent
-from .isolation import IsolatedRoot, check_extra_config
+from .isolation import IsolatedRoot
 from .node import PINNED_VERSION, NodeProcess, find_opencode
-from .transcript import Reply, ReplyStep, ToolPart, read_reply
 from .unit_agent import SESSION_KEY, UnitAgent
 
 __all__ = [
     "PINNED_VERSION",
     "SESSION_KEY",
-    "EventStream",
     "IsolatedRoot",
     "ModelRef",
-    "NodeEvent",
     "NodeProcess",
     "NodeStartError",
     "NodeUnavailable",
@@ -37,15 +33,9 @@ __all__ = [
     "OpenCodeHTTPError",
     "OpenCodeNotInstalled",
     "OpenCodeView",
-    "Reply",
-    "ReplyStep",
-    "Sent",
-    "ToolPart",
     "UnitAgent",
     "UnknownOpenCodeSession",
-    "check_extra_config",
     "find_opencode",
     "opencode_endpoint",
     "opencode_tool_name",
-    "read_reply",
 ]
