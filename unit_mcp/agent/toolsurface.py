@@ -28,16 +28,16 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from ._mcpsource import RISK_META_KEY, McpToolSource
+from ._toolnames import openai_tool_name
 from .approvals import AgentApprovals, Risk, normalise_risk
 from .errors import AgentError, ToolError, ToolFailed
 from .items import EventItem
-from .mcpsource import RISK_META_KEY, McpToolSource
 from .presets import ACTIVATE, DEACTIVATE, PresetError, PresetInfo, PresetManager
-from .toolnames import openai_tool_name
 from .turns import describe
 
 if TYPE_CHECKING:
-    from .turnapprovals import TurnApprovals
+    from ._turnapprovals import TurnApprovals
     from .turns import TurnController
 
 

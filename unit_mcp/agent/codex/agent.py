@@ -29,10 +29,10 @@ import anyio
 import anyio.abc
 import mcp_types as types
 
-from ..endpoint import ApprovedEndpoint
+from .._endpoint import ApprovedEndpoint
+from .._recorder import drive
 from ..items import EventItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
-from ..recorder import drive
 from ..toolsurface import ToolOutput
 from .config import CodexModel, McpServer
 from .history import codex_prompt
@@ -41,8 +41,8 @@ from .process import CodexProcess, find_codex
 from .recorder import EventRecorder
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
-    from ..registry import AgentRegistry
+    from .._context import TurnContext
+    from .._registry import AgentRegistry
 
 EXEC_ARGS = ("exec", "--json", "--skip-git-repo-check", "--ephemeral")
 SERVER_NAME = "unit-agent"

@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ..binaries import find_binary
+from .._binaries import find_binary
 from .config import PINNED_VERSION
 from .errors import CodexError, CodexNotInstalled
 from .events import CodexEvent, parse_line

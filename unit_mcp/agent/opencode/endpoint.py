@@ -18,7 +18,7 @@ from typing import Any
 
 import mcp_types as types
 
-from ..endpoint import ApprovedEndpoint
+from .._endpoint import ApprovedEndpoint
 from ..toolsurface import AgentToolSurface, ToolOutput
 
 _OPENCODE_NAME = re.compile(r"[^A-Za-z0-9_-]")

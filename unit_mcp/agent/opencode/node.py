@@ -31,7 +31,7 @@ import anyio
 import httpx
 
 from ...opencode_isolation import OPENCODE_VERSION
-from ..binaries import find_binary
+from .._binaries import find_binary
 from .client import OpenCodeClient
 from .errors import NodeStartError, OpenCodeNotInstalled
 from .isolation import IsolatedRoot

@@ -20,7 +20,7 @@ from .errors import OpenCodeError
 from .events import NodeEvent
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
+    from .._context import TurnContext
     from .reply import ReplyRecorder
 
 log = logging.getLogger("unit_mcp.agent.opencode.permissions")

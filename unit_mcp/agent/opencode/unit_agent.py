@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from .._recorder import drive
 from ..items import EventItem, MessageItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
-from ..recorder import drive
 from ..turns import describe
 from .client import ModelRef, OpenCodeClient, Sent
 from .endpoint import OpenCodeEndpoint
@@ -35,7 +35,7 @@ from .reply import PROVIDER, ReplyRecorder
 from .transcript import Reply, read_reply
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
+    from .._context import TurnContext
 
 log = logging.getLogger("unit_mcp.agent.opencode.unit_agent")
 

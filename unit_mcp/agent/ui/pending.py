@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._paused import REQUESTED, paused_calls, pending_requests
 from ..approvals import ApprovalRequest
 from ..errors import AgentError
 from ..items import SESSION_ID, EventItem, Session
-from ..paused import REQUESTED, paused_calls, pending_requests
 from ..sessions import interrupted_result, replay
 from .folding import Folded, fold_arguments
 from .follow import read_from, signature
