@@ -20,7 +20,7 @@ from mcp.server.context import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._version import __version__
-from ..agent.opencode.errors import OpenCodeError
+from ..agent.opencode import OpenCodeError
 from ..agent.toolsurface import ToolOutput
 from .nodes import (
     Dispatched,

@@ -5,10 +5,10 @@ runs each turn as one `codex exec` in an isolated CODEX_HOME (`.home`, `.config`
 what Codex did as session items (`.recorder`); `register` adds one to an `AgentRegistry`.
 """
 
-from .agent import CodexAgent, TurnView, register
-from .config import PINNED_VERSION, CodexModel
-from .errors import CodexError, CodexNotInstalled
-from .process import find_codex
+from ._agent import CodexAgent, TurnView, register
+from ._config import PINNED_VERSION, CodexModel
+from ._errors import CodexError, CodexNotInstalled
+from ._process import find_codex
 
 __all__ = [
     "PINNED_VERSION",

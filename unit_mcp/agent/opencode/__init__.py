@@ -5,9 +5,9 @@
 configured with; `UnitAgent` drives turns on a node and records what OpenCode did as session items.
 """
 
-from .client import ModelRef, OpenCodeClient
-from .endpoint import OpenCodeEndpoint, OpenCodeView, opencode_endpoint, opencode_tool_name
-from .errors import (
+from ._client import ModelRef, OpenCodeClient
+from ._endpoint import OpenCodeEndpoint, OpenCodeView, opencode_endpoint, opencode_tool_name
+from ._errors import (
     NodeStartError,
     NodeUnavailable,
     OpenCodeError,
@@ -15,9 +15,10 @@ from .errors import (
     OpenCodeNotInstalled,
     UnknownOpenCodeSession,
 )
-from .isolation import IsolatedRoot
-from .node import PINNED_VERSION, NodeProcess, find_opencode
-from .unit_agent import SESSION_KEY, UnitAgent
+from ._isolation import IsolatedRoot
+from ._node import PINNED_VERSION, NodeProcess, find_opencode
+from ._transcript import tool_part
+from ._unit_agent import SESSION_KEY, UnitAgent
 
 __all__ = [
     "PINNED_VERSION",
@@ -38,4 +39,5 @@ __all__ = [
     "find_opencode",
     "opencode_endpoint",
     "opencode_tool_name",
+    "tool_part",
 ]

@@ -34,11 +34,11 @@ from .._recorder import drive
 from ..items import EventItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
 from ..toolsurface import ToolOutput
-from .config import CodexModel, McpServer
-from .history import codex_prompt
-from .home import CodexHome
-from .process import CodexProcess, find_codex
-from .recorder import EventRecorder
+from ._config import CodexModel, McpServer
+from ._history import codex_prompt
+from ._home import CodexHome
+from ._process import CodexProcess, find_codex
+from ._recorder import EventRecorder
 
 if TYPE_CHECKING:
     from .._context import TurnContext

@@ -4,9 +4,9 @@ Per turn it assembles the system prompt from the prompt utilities (instructions,
 available capabilities, tool guidance), sends the user's input to the OpenCode session kept in
 `session.data["opencode_session_id"]` (validated before reuse, replaced when the node no longer knows
 it), registers `abort` as the turn's cancel hook, and waits on the node's shared event stream. OpenCode
-runs the tools itself, through the approval-filtered endpoint only; `permissions.py` answers its questions.
+runs the tools itself, through the approval-filtered endpoint only; `_permissions.py` answers its questions.
 
-While the node works, `reply.py` records what it does as it happens; when the reply is complete the agent
+While the node works, `_reply.py` records what it does as it happens; when the reply is complete the agent
 reads it back from the node, which is authoritative, and records it (the final message with provider, model
 and usage). If that read fails, the turn fails and records no answer: streamed text it could not confirm
 is labelled `kind="unconfirmed"` (the calls seen running are kept: they did run). A cancelled turn aborts
@@ -27,12 +27,12 @@ from .._recorder import drive
 from ..items import EventItem, MessageItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
 from ..turns import describe
-from .client import ModelRef, OpenCodeClient, Sent
-from .endpoint import OpenCodeEndpoint
-from .errors import OpenCodeError
-from .permissions import Permissions
-from .reply import PROVIDER, ReplyRecorder
-from .transcript import Reply, read_reply
+from ._client import ModelRef, OpenCodeClient, Sent
+from ._endpoint import OpenCodeEndpoint
+from ._errors import OpenCodeError
+from ._permissions import Permissions
+from ._reply import PROVIDER, ReplyRecorder
+from ._transcript import Reply, read_reply
 
 if TYPE_CHECKING:
     from .._context import TurnContext

@@ -25,9 +25,9 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .._binaries import find_binary
-from .config import PINNED_VERSION
-from .errors import CodexError, CodexNotInstalled
-from .events import CodexEvent, parse_line
+from ._config import PINNED_VERSION
+from ._errors import CodexError, CodexNotInstalled
+from ._events import CodexEvent, parse_line
 
 log = logging.getLogger("unit_mcp.agent.codex.process")
 

@@ -18,9 +18,9 @@ import anyio
 from .._recorder import TurnRecorder
 from ..items import MessageItem
 from ..toolsurface import ToolOutput
-from .client import Sent
-from .events import NodeEvent
-from .transcript import Reply, ToolPart, tool_part
+from ._client import Sent
+from ._events import NodeEvent
+from ._transcript import Reply, ToolPart, tool_part
 
 if TYPE_CHECKING:
     from .._context import TurnContext

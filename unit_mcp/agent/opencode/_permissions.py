@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .client import OpenCodeClient, PermissionReply
-from .endpoint import OpenCodeEndpoint
-from .errors import OpenCodeError
-from .events import NodeEvent
+from ._client import OpenCodeClient, PermissionReply
+from ._endpoint import OpenCodeEndpoint
+from ._errors import OpenCodeError
+from ._events import NodeEvent
 
 if TYPE_CHECKING:
     from .._context import TurnContext
-    from .reply import ReplyRecorder
+    from ._reply import ReplyRecorder
 
 log = logging.getLogger("unit_mcp.agent.opencode.permissions")
 
