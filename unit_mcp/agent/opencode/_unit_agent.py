@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.abc
 
 from .._recorder import drive
 from ..items import EventItem, MessageItem, Session, Usage
