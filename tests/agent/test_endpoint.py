@@ -31,6 +31,7 @@ from unit_mcp.agent import (
     TurnStatus,
 )
 from unit_mcp.agent.errors import EndpointError
+from unit_mcp.tools import ERROR_META_KEY
 
 from .conftest import UnitServer, reload, running
 
@@ -261,3 +262,22 @@ async def test_a_server_that_goes_away_fails_the_turn_not_the_runner(tmp_path: P
             assert (await (await runner.run_turn(session.id, "three")).wait(5)).status is TurnStatus.COMPLETED
     items = reload(tmp_path, session.id)
     assert items.open_tool_calls() == []
+
+
+async def test_a_failed_tool_call_keeps_the_servers_error_meta_through_the_endpoint(
+    unit_server: UnitServer, tmp_path: Path
+) -> None:
+    arguments = {"unit_id": "no_such_unit"}
+    headers = {"Authorization": f"Bearer {unit_server.token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=60)) as http,
+        Client(streamable_http_client(unit_server.url, http_client=http)) as direct,
+    ):
+        through_bridge = await direct.call_tool("unit_inspect", arguments)
+    async with approved(unit_server, tmp_path) as endpoint, client(endpoint) as connected:
+        through_endpoint = await connected.call_tool("unit_inspect", arguments)
+    assert through_bridge.is_error and through_endpoint.is_error
+    error = (through_bridge.meta or {}).get(ERROR_META_KEY)
+    assert isinstance(error, dict) and error["code"] and error["hint"], through_bridge
+    assert through_endpoint.meta == through_bridge.meta
+    assert through_endpoint.content == through_bridge.content

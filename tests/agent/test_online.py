@@ -15,8 +15,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from unit_mcp.agent import AgentApprovals, AgentRunner, AgentToolSurface, ApprovedEndpoint, OpenAIAgent, TurnStatus
+from unit_mcp.agent._projections import display_messages
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
-from unit_mcp.agent.projections import display_messages
 from unit_mcp.testing import Match, ScriptedModel, Step, call, say, tool_call
 
 from .conftest import NONCE, UnitServer, reload, running

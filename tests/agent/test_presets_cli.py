@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from unit_mcp.agent.cli import main
+from unit_mcp.agent._cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .conftest import UnitServer

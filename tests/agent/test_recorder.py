@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from unit_mcp.agent import AgentApprovals, AgentToolSurface, TurnContext, TurnStatus
+from unit_mcp.agent._recorder import TurnRecorder
 from unit_mcp.agent.items import MessageItem, Session, ToolCallItem, ToolResultItem
-from unit_mcp.agent.recorder import TurnRecorder
 from unit_mcp.agent.toolsurface import ToolOutput
 
 from .conftest import reload, running

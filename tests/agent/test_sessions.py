@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from unit_mcp.agent import AgentError, SessionStore
+from unit_mcp.agent._projections import chat_messages, display_messages
 from unit_mcp.agent.errors import SessionCorrupt, SessionNotFound
 from unit_mcp.agent.items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
-from unit_mcp.agent.projections import chat_messages, display_messages
 
 
 def test_create_load_save_list_delete(store: SessionStore) -> None:

@@ -10,9 +10,9 @@ import pytest
 from item_kinds import item_kinds
 
 from unit_mcp.agent import AgentError, FunctionAgent, ModelRequest, ModelResponse, SessionStore, TurnContext, TurnStatus
+from unit_mcp.agent._projections import chat_messages
 from unit_mcp.agent.errors import TurnClosed
 from unit_mcp.agent.items import ErrorItem, EventItem, Session, ToolResultItem
-from unit_mcp.agent.projections import chat_messages
 from unit_mcp.agent.turns import TurnCallbacks
 
 from .conftest import reload, running

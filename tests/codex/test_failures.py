@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from unit_mcp.agent import TurnStatus
-from unit_mcp.agent.codex import CodexHome, CodexModel, CodexProcess, McpServer
-from unit_mcp.agent.codex.agent import EXEC_ARGS
+from unit_mcp.agent.codex import CodexModel
+from unit_mcp.agent.codex._agent import EXEC_ARGS
+from unit_mcp.agent.codex._config import McpServer
+from unit_mcp.agent.codex._home import CodexHome
+from unit_mcp.agent.codex._process import CodexProcess
 from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.testing import Match, ScriptedError, ScriptedModel, Step, call, say, tool_call
 

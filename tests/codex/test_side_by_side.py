@@ -12,7 +12,7 @@ import pytest
 
 from unit_mcp.agent import OpenAIAgent, TurnStatus
 from unit_mcp.agent.items import MessageItem, ToolCallItem
-from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, OpenCodeEndpoint, UnitAgent, opencode_tool_name
+from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, UnitAgent, opencode_endpoint, opencode_tool_name
 from unit_mcp.testing import Match, call, say, tool_call
 
 from .codex_stack import AGENT_ID, MODEL, SERVER, TURN_TIMEOUT, codex_stack, reload
@@ -60,7 +60,7 @@ async def test_openai_opencode_and_codex_agents_in_one_runner(
     ):
         root = IsolatedRoot(tmp_path / "opencode-node")
         endpoint = await node.enter_async_context(
-            OpenCodeEndpoint(stack.surface, server_name=SERVER, config_root=root.config_home)
+            opencode_endpoint(stack.surface, server_name=SERVER, config_root=root.config_home)
         )
         root.add_config(opencode_provider(stack.model.base_url))
         process = await node.enter_async_context(NodeProcess(binary=opencode_binary, root=root))

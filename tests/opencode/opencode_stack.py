@@ -30,6 +30,7 @@ from unit_mcp.agent.opencode import (
     OpenCodeClient,
     OpenCodeEndpoint,
     UnitAgent,
+    opencode_endpoint,
     opencode_tool_name,
 )
 from unit_mcp.agent.sessions import SessionStore
@@ -200,7 +201,7 @@ async def agent_stack(
         for index in range(nodes):
             root = IsolatedRoot(tmp / f"node-{index}")
             endpoint = await stack.enter_async_context(
-                OpenCodeEndpoint(surface, server_name=SERVER, config_root=root.config_home)
+                opencode_endpoint(surface, server_name=SERVER, config_root=root.config_home)
             )
             root.add_config(scripted_provider(model.base_url))
             process = NodeProcess(binary=binary, root=root)

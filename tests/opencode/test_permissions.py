@@ -41,12 +41,12 @@ async def test_approved_permission_runs_the_tool_once(tmp_path: Path, opencode_b
     approvals = AgentApprovals({"filesystem-read": "ask"}, approver=approve)
     async with agent_stack(tmp_path, opencode_binary, steps(), approvals=approvals) as stack:
         endpoint = stack.node.endpoint
-        assert "unit_read_source" in endpoint.askable() and "unit_apply_patch" in endpoint.askable()
+        assert "unit_read_source" in endpoint.view.askable() and "unit_apply_patch" in endpoint.view.askable()
         session = await stack.new_session()
         handle = await (await stack.runner.run_turn(session.id, "Read the greeter.")).wait(TURN_TIMEOUT)
         assert handle.status is TurnStatus.COMPLETED, handle.error
         assert all(oc("unit_read_source") in r.tool_names for r in stack.model.requests if r.tool_names)
-        assert endpoint._admitted["unit_read_source"] == 0  # the one admission was used
+        assert endpoint.view.admitted["unit_read_source"] == 0  # the one admission was used
 
     assert [(r.risk, r.tool, r.arguments) for r in asked] == [("filesystem-read", "unit_read_source", READ)]
     items = stack.reload(session.id).items

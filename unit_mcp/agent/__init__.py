@@ -12,26 +12,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "AgentRunner": "runner",
-    "AgentRegistry": "registry",
+    "AgentRunner": "_runner",
+    "AgentRegistry": "_registry",
     "AgentToolSurface": "toolsurface",
     "LocalTool": "toolsurface",
     "ToolOutput": "toolsurface",
-    "McpToolSource": "mcpsource",
+    "McpToolSource": "_mcpsource",
     "AgentApprovals": "approvals",
     "ApprovalDecision": "approvals",
     "ApprovalRequest": "approvals",
     "PendingApprovals": "approvals",
-    "Agent": "protocol",
-    "TurnContext": "context",
-    "LoopAgent": "loop",
-    "FunctionAgent": "function_agent",
-    "OpenAIAgent": "openai_agent",
+    "Agent": "_protocol",
+    "TurnContext": "_context",
+    "LoopAgent": "_loop",
+    "FunctionAgent": "_function_agent",
+    "OpenAIAgent": "_openai_agent",
     "Hooks": "hooks",
     "ModelRequest": "hooks",
     "ModelResponse": "hooks",
-    "delegation_tool": "delegation",
-    "ApprovedEndpoint": "endpoint",
+    "delegation_tool": "_delegation",
+    "ApprovedEndpoint": "_endpoint",
     "SessionStore": "sessions",
     "TurnHandle": "turns",
     "TurnStatus": "turns",
@@ -69,20 +69,20 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ._context import TurnContext
+    from ._delegation import delegation_tool
+    from ._endpoint import ApprovedEndpoint
+    from ._function_agent import FunctionAgent
+    from ._loop import LoopAgent
+    from ._mcpsource import McpToolSource
+    from ._openai_agent import OpenAIAgent
+    from ._protocol import Agent
+    from ._registry import AgentRegistry
+    from ._runner import AgentRunner
     from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
-    from .context import TurnContext
-    from .delegation import delegation_tool
-    from .endpoint import ApprovedEndpoint
     from .errors import AgentError, ToolError
     from .events import events_app
-    from .function_agent import FunctionAgent
     from .hooks import Hooks, ModelRequest, ModelResponse
-    from .loop import LoopAgent
-    from .mcpsource import McpToolSource
-    from .openai_agent import OpenAIAgent
-    from .protocol import Agent
-    from .registry import AgentRegistry
-    from .runner import AgentRunner
     from .sessions import SessionStore
     from .toolsurface import AgentToolSurface, LocalTool, ToolOutput
     from .turns import TurnHandle, TurnStatus

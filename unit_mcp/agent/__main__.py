@@ -1,7 +1,7 @@
-"""`python -m unit_mcp.agent`: see `cli.py`."""
+"""`python -m unit_mcp.agent`: see `_cli.py`."""
 
 import sys
 
-from .cli import main
+from ._cli import main
 
 sys.exit(main())

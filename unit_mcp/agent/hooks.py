@@ -27,7 +27,7 @@ from .toolsurface import ToolOutput
 from .turns import describe
 
 if TYPE_CHECKING:
-    from .context import TurnContext
+    from ._context import TurnContext
 
 
 def new_call_id() -> str:

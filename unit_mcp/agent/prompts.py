@@ -18,7 +18,7 @@ from .errors import AgentError, EnricherError
 from .turns import describe
 
 if TYPE_CHECKING:
-    from .context import TurnContext
+    from ._context import TurnContext
     from .presets import PresetInfo
     from .toolsurface import PromptFragment, ToolDef
 

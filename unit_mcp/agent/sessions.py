@@ -73,7 +73,8 @@ def _header(session: Session) -> dict[str, Any]:
     return {"op": "session", "v": FORMAT_VERSION, "session": session.model_dump(mode="json", exclude={"items"})}
 
 
-def _replay(session_id: str, records: list[dict[str, Any]]) -> Session:
+def replay(session_id: str, records: list[dict[str, Any]]) -> Session:
+    """The session a journal's records describe (read-only readers, like the approval page, use it too)."""
     if not records or records[0].get("op") != "session":
         raise SessionCorrupt(f"{session_id}: the journal has no session header")
     if records[0].get("v") != FORMAT_VERSION:
@@ -328,7 +329,7 @@ class SessionStore:
             records, _ = read(self.journal_path(session_id))
         except FileNotFoundError:
             return None
-        return _replay(session_id, records)
+        return replay(session_id, records)
 
     def _require_open(self, session: Session | str) -> _Open:
         self._writable()
@@ -361,7 +362,7 @@ class SessionStore:
             records, valid_size = read(path)
         except FileNotFoundError:
             return None
-        opened = _Open(_replay(session_id, records), Journal.open(path, valid_size, durability=self.durability))
+        opened = _Open(replay(session_id, records), Journal.open(path, valid_size, durability=self.durability))
         self._sweep_temporaries(session_id)
         opened.index = {item.id: position for position, item in enumerate(opened.session.items)}
         opened.garbage = len(records) - 1 - len(opened.session.items)

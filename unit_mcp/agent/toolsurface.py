@@ -29,16 +29,16 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..wire import RISK_META_KEY
+from ._mcpsource import McpToolSource
+from ._toolnames import openai_tool_name
 from .approvals import AgentApprovals, Risk, normalise_risk
 from .errors import AgentError, ToolError, ToolFailed
 from .items import EventItem
-from .mcpsource import McpToolSource
 from .presets import ACTIVATE, DEACTIVATE, PresetError, PresetInfo, PresetManager
-from .toolnames import openai_tool_name
 from .turns import describe
 
 if TYPE_CHECKING:
-    from .turnapprovals import TurnApprovals
+    from ._turnapprovals import TurnApprovals
     from .turns import TurnController
 
 
@@ -74,16 +74,20 @@ class ToolDef(BaseModel):
 
 
 class ToolOutput(BaseModel):
-    """What a tool call gives back to the model: text, an error flag, and structured content if any."""
+    """What a tool call gives back to the model: text, an error flag, structured content if any, and the MCP
+    result's `_meta` (a unit-mcp server's tool error carries its code and hint there), passed on as it came."""
 
     text: str
     is_error: bool = False
     structured: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
 
     def call_result(self) -> types.CallToolResult:
         """The MCP result an endpoint answers with (the one place this conversion is written)."""
         text = types.TextContent(type="text", text=self.text)
-        return types.CallToolResult(content=[text], structured_content=self.structured, is_error=self.is_error)
+        return types.CallToolResult(
+            content=[text], structured_content=self.structured, is_error=self.is_error, _meta=self.meta
+        )
 
 
 class PromptFragment(BaseModel):
@@ -175,7 +179,7 @@ def _mcp_output(result: types.CallToolResult) -> ToolOutput:
             parts.append(f"[{block.type} content]")
     structured = result.structured_content
     text = "\n".join(parts) if parts else json.dumps(structured or {}, ensure_ascii=False)
-    return ToolOutput(text=text, is_error=bool(result.is_error), structured=structured)
+    return ToolOutput(text=text, is_error=bool(result.is_error), structured=structured, meta=result.meta)
 
 
 class AgentToolSurface:

@@ -54,10 +54,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     return args, specs
 
 
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
 async def serve(args: argparse.Namespace, specs: list[NodeSpec]) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with AsyncExitStack() as stack:
@@ -82,11 +78,9 @@ async def serve(args: argparse.Namespace, specs: list[NodeSpec]) -> None:
                     Bridge(server, host=args.host, port=args.port, server_name=args.server_name)
                 )
                 status = bridge.status()
-                _say(f"MCP_URL={status.url}")
-                _say(f"MCP_SSE_URL={status.sse_url}")
-                _say(f"MCP_TOKEN={bridge.token}")
-                _say(f"OPENCODE_XDG_CONFIG_HOME={status.config_root}")
-                _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
+                home = status.config_root
+                print(f"MCP_URL={status.url}\nMCP_SSE_URL={status.sse_url}\nMCP_TOKEN={bridge.token}", flush=True)
+                print(f"OPENCODE_XDG_CONFIG_HOME={home}\nXDG_CONFIG_HOME={shlex.quote(str(home))} opencode", flush=True)
                 await anyio.sleep_forever()
 
 

@@ -21,9 +21,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import anyio
 from pydantic import BaseModel, Field
 
-from ..agent.opencode.client import OpenCodeClient
-from ..agent.opencode.errors import OpenCodeError, UnknownOpenCodeSession
-from ..agent.opencode.transcript import tool_part
+from ..agent.opencode import OpenCodeClient, OpenCodeError, UnknownOpenCodeSession, tool_part
 
 DEFAULT_USERNAME = "opencode"
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")

@@ -20,7 +20,8 @@ from mcp.server.context import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._version import __version__
-from ..agent.opencode.errors import OpenCodeError
+from ..agent.opencode import OpenCodeError
+from ..agent.toolsurface import ToolOutput
 from .nodes import (
     Dispatched,
     Fleet,
@@ -117,38 +118,6 @@ class FleetTool:
     destructive: bool = False
 
 
-async def _health(fleet: Fleet, args: HealthArgs) -> Health:
-    return await fleet.health(args.node, include_capabilities=args.include_capabilities)
-
-
-async def _send(fleet: Fleet, args: SendArgs) -> Dispatched:
-    return await fleet.send(args.node, args.message, model=args.model, new_session=args.new_session)
-
-
-async def _status(fleet: Fleet, args: SessionArgs) -> SessionStatus:
-    return await fleet.status(args.node, args.session_id)
-
-
-async def _messages(fleet: Fleet, args: MessagesArgs) -> Messages:
-    return await fleet.messages(args.node, args.session_id, limit=args.limit)
-
-
-async def _interrupt(fleet: Fleet, args: SessionArgs) -> Interrupted:
-    return await fleet.interrupt(args.node, args.session_id)
-
-
-async def _sessions(fleet: Fleet, args: NodeArgs) -> SessionList:
-    return await fleet.list_sessions(args.node)
-
-
-async def _reset(fleet: Fleet, args: ResetArgs) -> Reset:
-    return await fleet.reset(args.node, delete=args.delete)
-
-
-async def _models(fleet: Fleet, args: NodeArgs) -> ModelList:
-    return await fleet.models(args.node)
-
-
 TOOLS = [
     FleetTool(
         "fleet_list_nodes",
@@ -165,7 +134,7 @@ TOOLS = [
         "MCP servers and its model. Call it before the first dispatch to a node. Creates no session.",
         HealthArgs,
         Health,
-        _health,
+        lambda fleet, args: fleet.health(args.node, include_capabilities=args.include_capabilities),
     ),
     FleetTool(
         "fleet_send_message",
@@ -175,7 +144,7 @@ TOOLS = [
         "answer with fleet_get_session_messages.",
         SendArgs,
         Dispatched,
-        _send,
+        lambda fleet, args: fleet.send(args.node, args.message, model=args.model, new_session=args.new_session),
         read_only=False,
     ),
     FleetTool(
@@ -185,7 +154,7 @@ TOOLS = [
         "the task is finished (or was interrupted).",
         SessionArgs,
         SessionStatus,
-        _status,
+        lambda fleet, args: fleet.status(args.node, args.session_id),
     ),
     FleetTool(
         "fleet_get_session_messages",
@@ -194,7 +163,7 @@ TOOLS = [
         "(input, output, status) and any error.",
         MessagesArgs,
         Messages,
-        _messages,
+        lambda fleet, args: fleet.messages(args.node, args.session_id, limit=args.limit),
     ),
     FleetTool(
         "fleet_interrupt_session",
@@ -202,7 +171,7 @@ TOOLS = [
         "Abort what a node's session is doing; the session and its history stay.",
         SessionArgs,
         Interrupted,
-        _interrupt,
+        lambda fleet, args: fleet.interrupt(args.node, args.session_id),
         read_only=False,
     ),
     FleetTool(
@@ -212,7 +181,7 @@ TOOLS = [
         "again after a restart).",
         NodeArgs,
         SessionList,
-        _sessions,
+        lambda fleet, args: fleet.list_sessions(args.node),
     ),
     FleetTool(
         "fleet_reset_session",
@@ -221,7 +190,7 @@ TOOLS = [
         "idle: interrupt it first. With delete=true the old session is deleted on the node too.",
         ResetArgs,
         Reset,
-        _reset,
+        lambda fleet, args: fleet.reset(args.node, delete=args.delete),
         read_only=False,
         destructive=True,
     ),
@@ -231,7 +200,7 @@ TOOLS = [
         "The models a node can use (provider/model), marking its default.",
         NodeArgs,
         ModelList,
-        _models,
+        lambda fleet, args: fleet.models(args.node),
     ),
 ]
 
@@ -297,10 +266,7 @@ class FleetTools:
             log.exception("fleet tool %s failed", name)
             return _error(f"[internal_error] {name} failed: {type(exc).__name__}: {exc}")
         structured = result.model_dump(mode="json")
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(structured, ensure_ascii=False))],
-            structured_content=structured,
-        )
+        return ToolOutput(text=json.dumps(structured, ensure_ascii=False), structured=structured).call_result()
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -309,4 +275,4 @@ class FleetTools:
 
 
 def _error(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+    return ToolOutput(text=text, is_error=True).call_result()

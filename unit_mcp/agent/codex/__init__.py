@@ -1,38 +1,22 @@
 """Codex as an agent provider: the real Codex CLI (`codex exec --json`) runs each turn, offline-safe.
 
-`CodexModel` is the agent's own model (any Responses API endpoint, e.g. the scripted model);
-`CodexHome` and `codex_config` give each run an isolated CODEX_HOME/HOME and `config.toml`;
-`CodexProcess` runs one `codex exec` and yields its JSONL events; `CodexAgent` drives turns with it and
-records what Codex did as session items; `register` adds one to an `AgentRegistry`.
+`CodexModel` is the agent's own model (any Responses API endpoint, e.g. the scripted model); `CodexAgent`
+runs each turn as one `codex exec` in an isolated CODEX_HOME (`.home`, `.config`, `.process`) and records
+what Codex did as session items (`.recorder`); `register` adds one to an `AgentRegistry`.
 """
 
-from .agent import CodexAgent, register
-from .config import PINNED_VERSION, CodexModel, McpServer, codex_config, dumps_toml, model_catalog
-from .endpoint import TurnEndpoint
-from .errors import CodexError, CodexNotInstalled
-from .events import CodexEvent, CodexUsage, McpToolCall, parse_line
-from .home import CodexHome
-from .process import CodexProcess, find_codex
-from .recorder import EventRecorder
+from ._agent import CodexAgent, TurnView, register
+from ._config import PINNED_VERSION, CodexModel
+from ._errors import CodexError, CodexNotInstalled
+from ._process import find_codex
 
 __all__ = [
     "PINNED_VERSION",
     "CodexAgent",
     "CodexError",
-    "CodexEvent",
-    "CodexHome",
     "CodexModel",
     "CodexNotInstalled",
-    "CodexProcess",
-    "CodexUsage",
-    "EventRecorder",
-    "McpServer",
-    "McpToolCall",
-    "TurnEndpoint",
-    "codex_config",
-    "dumps_toml",
+    "TurnView",
     "find_codex",
-    "model_catalog",
-    "parse_line",
     "register",
 ]

@@ -1,13 +1,13 @@
 """OpenCode as an agent provider: a client for `opencode serve` nodes, the node process, and UnitAgent.
 
 `OpenCodeClient` speaks REST to one node and keeps its one `/event` stream; `NodeProcess` runs an isolated
-`opencode serve` for the runner; `OpenCodeEndpoint` is the approval-filtered MCP endpoint the node is
+`opencode serve` for the runner; `opencode_endpoint` is the approval-filtered MCP endpoint the node is
 configured with; `UnitAgent` drives turns on a node and records what OpenCode did as session items.
 """
 
-from .client import ModelRef, OpenCodeClient, Sent
-from .endpoint import OpenCodeEndpoint, opencode_tool_name
-from .errors import (
+from ._client import ModelRef, OpenCodeClient
+from ._endpoint import OpenCodeEndpoint, OpenCodeView, opencode_endpoint, opencode_tool_name
+from ._errors import (
     NodeStartError,
     NodeUnavailable,
     OpenCodeError,
@@ -15,19 +15,16 @@ from .errors import (
     OpenCodeNotInstalled,
     UnknownOpenCodeSession,
 )
-from .events import EventStream, NodeEvent
-from .isolation import IsolatedRoot, check_extra_config
-from .node import PINNED_VERSION, NodeProcess, find_opencode
-from .transcript import Reply, ReplyStep, ToolPart, read_reply
-from .unit_agent import SESSION_KEY, UnitAgent
+from ._isolation import IsolatedRoot
+from ._node import PINNED_VERSION, NodeProcess, find_opencode
+from ._transcript import tool_part
+from ._unit_agent import SESSION_KEY, UnitAgent
 
 __all__ = [
     "PINNED_VERSION",
     "SESSION_KEY",
-    "EventStream",
     "IsolatedRoot",
     "ModelRef",
-    "NodeEvent",
     "NodeProcess",
     "NodeStartError",
     "NodeUnavailable",
@@ -36,14 +33,11 @@ __all__ = [
     "OpenCodeError",
     "OpenCodeHTTPError",
     "OpenCodeNotInstalled",
-    "Reply",
-    "ReplyStep",
-    "Sent",
-    "ToolPart",
+    "OpenCodeView",
     "UnitAgent",
     "UnknownOpenCodeSession",
-    "check_extra_config",
     "find_opencode",
+    "opencode_endpoint",
     "opencode_tool_name",
-    "read_reply",
+    "tool_part",
 ]

@@ -47,7 +47,7 @@ from .transcript import Change, Transcript
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from ..runner import AgentRunner
+    from .._runner import AgentRunner
     from ..turns import TurnHandle
 
 log = logging.getLogger("unit_mcp.agent.ui")

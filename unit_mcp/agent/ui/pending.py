@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._paused import REQUESTED, paused_calls, pending_requests
 from ..approvals import ApprovalRequest
 from ..errors import AgentError
 from ..items import SESSION_ID, EventItem, Session
-from ..paused import REQUESTED, paused_calls, pending_requests
-from ..sessions import _replay, interrupted_result
+from ..sessions import interrupted_result, replay
 from .folding import Folded, fold_arguments
 from .follow import read_from, signature
 
@@ -158,7 +158,7 @@ class PendingIndex:
         try:
             if REQUESTED.encode() not in path.read_bytes():
                 return []  # no approval was ever asked here: no need to replay it
-            session = _replay(session_id, read_from(path).records)
+            session = replay(session_id, read_from(path).records)
         except (OSError, AgentError) as exc:
             log.warning("session %s left out of the pending approvals: %s", session_id, exc)
             return []

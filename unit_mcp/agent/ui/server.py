@@ -13,7 +13,7 @@ from ..errors import AgentError
 from .app import POLL_SECONDS, AgentUI
 
 if TYPE_CHECKING:
-    from ..runner import AgentRunner
+    from .._runner import AgentRunner
 
 
 async def serve(runner: AgentRunner, *, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ._protocol import Agent
 from .errors import UnknownAgent
-from .protocol import Agent
 
 AgentFactory = Callable[[Mapping[str, Any]], Agent]
 

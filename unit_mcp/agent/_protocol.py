@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .context import TurnContext
+    from ._context import TurnContext
     from .items import Session
 
 

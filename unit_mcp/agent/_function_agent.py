@@ -11,11 +11,11 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ._loop import LoopAgent
 from .hooks import ModelRequest, ModelResponse
-from .loop import LoopAgent
 
 if TYPE_CHECKING:
-    from .context import TurnContext
+    from ._context import TurnContext
 
 ModelFunction = Callable[[ModelRequest, "TurnContext"], "ModelResponse | str | Awaitable[ModelResponse | str]"]
 

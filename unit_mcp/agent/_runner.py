@@ -5,7 +5,7 @@ starts the agent in the runner's task group, inside a cancel scope the handle ca
 busy session cancels the old one first and records why. `steer` delivers into the running turn; `enqueue`
 waits for it. The runner knows nothing about providers: agents own that, and report through the context.
 `pending_approvals` / `answer_approval` answer approval requests, also those of a turn that ended with the
-process while it waited: once answered, that turn resumes (see `paused.py`).
+process while it waited: once answered, that turn resumes (see `_paused.py`).
 
 Use it as an async context manager (`async with AgentRunner(...) as runner:`); leaving it cancels every
 active turn (each closes its tool calls), flushes the store, and closes it if the runner opened it.
@@ -22,15 +22,15 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ._context import TurnApprovals, TurnContext
+from ._inbox import Inbox
+from ._paused import AFTER_END, DECIDED, paused_calls, pending_requests
+from ._protocol import Agent
+from ._registry import AgentRegistry
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
-from .context import TurnApprovals, TurnContext
 from .errors import AgentError, TurnClosed
 from .events import DEFAULT_BUFFER, EventHub, Subscription
-from .inbox import Inbox
 from .items import EventItem, MessageItem, Session, SessionMeta
-from .paused import AFTER_END, DECIDED, paused_calls, pending_requests
-from .protocol import Agent
-from .registry import AgentRegistry
 from .sessions import SessionStore
 from .toolsurface import AgentToolSurface
 from .turns import Turn, TurnCallbacks, TurnHandle, TurnStatus, describe

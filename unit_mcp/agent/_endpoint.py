@@ -7,6 +7,8 @@ upstream tool list changes (a notification for handshake-era clients, a `subscri
 2026-era ones). It is served like the unit bridge, by the same `McpHttpServer` (loopback only, `Host`/`Origin`
 guard, a per-run bearer token, the same bounds on what one client can hold), and writes an isolated
 `<config_root>/opencode/opencode.json` that denies every native OpenCode tool and enables only this server.
+Which tools it offers, and how a call is admitted, is its `view`: by default `ApprovedTools` (what the policy
+and the grants allow outright); OpenCode's and Codex's views also offer the tools a user may approve per call.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, cast
 
 import anyio
 import mcp_types as types
@@ -30,6 +33,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.requests import Request
+from typing_extensions import TypeVar
 
 from ..mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
 from ..opencode_isolation import ConfigHome, IsolationRefused, opencode_config
@@ -66,11 +70,35 @@ class _ListChangedServer(Server[Any]):
         )
 
 
-class ApprovedEndpoint:
+class ToolView(Protocol):
+    def tool_defs(self) -> list[types.Tool]: ...
+
+    async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput: ...
+
+
+@dataclass
+class ApprovedTools:
+    """What the policy and `grants` allow outright, under the surface's names."""
+
+    surface: AgentToolSurface
+    grants: Sequence[str] = ()
+
+    def tool_defs(self) -> list[types.Tool]:
+        return self.surface.mcp_tool_defs(self.grants)
+
+    async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        return await self.surface.call(name, arguments, grants=self.grants)
+
+
+V = TypeVar("V", bound=ToolView, default=ApprovedTools)
+
+
+class ApprovedEndpoint(Generic[V]):
     def __init__(
         self,
         surface: AgentToolSurface,
         *,
+        view: V | None = None,
         server_name: str = "unit-agent",
         host: str = "127.0.0.1",
         port: int = 0,
@@ -80,8 +108,8 @@ class ApprovedEndpoint:
         config_extra: Mapping[str, Any] | None = None,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
-        """`grants` are risks granted to whoever uses this endpoint (on top of the policy's `auto` risks);
-        `config_root` defaults to a temporary folder removed at stop; `limits` bound what one client can hold."""
+        """`view` defaults to `ApprovedTools` with `grants` (on top of the policy's `auto` risks); `config_root`
+        defaults to a temporary folder removed at stop; `limits` bound what one client can hold."""
         self.surface = surface
         self.approvals = surface.approvals
         self.server_name = server_name
@@ -89,7 +117,7 @@ class ApprovedEndpoint:
         self.port = port
         self.auth = auth
         self.limits = limits
-        self.grants = list(grants)
+        self.view = cast(V, view if view is not None else ApprovedTools(surface, list(grants)))
         self.config_extra = dict(config_extra or {})
         self._config = ConfigHome(config_root, prefix="unit-mcp-agent-opencode-")
         self._http: McpHttpServer | None = None
@@ -103,7 +131,7 @@ class ApprovedEndpoint:
     # -- the MCP server ---------------------------------------------------------------------------
 
     def tool_defs(self) -> list[types.Tool]:
-        return self.surface.mcp_tool_defs(self.grants)
+        return self.view.tool_defs()
 
     def server(self) -> Server[Any]:
         """A fresh low-level server (a session manager runs once per server); in-memory tests use it directly."""
@@ -131,14 +159,10 @@ class ApprovedEndpoint:
                 text=f"[not_available] {params.name} is not an approved tool.", is_error=True
             ).call_result()
         try:
-            output = await self.run_tool(params.name, dict(params.arguments or {}))
+            output = await self.view.run(params.name, dict(params.arguments or {}))
         except ToolFailed as exc:
             output = ToolOutput(text=str(exc), is_error=True)
         return output.call_result()
-
-    async def run_tool(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
-        """Run a listed tool; an endpoint that asks before some calls does it here."""
-        return await self.surface.call(name, arguments, grants=self.grants)
 
     def _instructions(self) -> str | None:
         fragments = [fragment.text for fragment in self.surface.prompt_fragments()]
@@ -222,7 +246,7 @@ class ApprovedEndpoint:
             raise EndpointError("the endpoint is not started")
         return env
 
-    async def __aenter__(self) -> ApprovedEndpoint:
+    async def __aenter__(self) -> ApprovedEndpoint[V]:
         await self.start()
         return self
 

@@ -4,10 +4,10 @@ Each turn is one Codex run in a fresh `CodexHome`: the agent writes its config (
 approval-filtered endpoint as the only MCP server, the system prompt from the prompt utilities as
 developer instructions), hands Codex the input (after a transcript of the session's earlier turns), and
 records Codex's JSONL events as session items as they arrive. Codex calls the tools itself, over MCP,
-through the endpoint only: by default a `TurnEndpoint` serving the runner's tool surface for this turn,
-which lists what the approval policy and the session's grants allow (plus the tools to ask about, when
-an approver is attached), checks every call again and asks the approver for those. An `endpoint` given
-to the agent is used as it is instead (it asks nobody).
+through the endpoint only: by default one with a `TurnView` of the runner's tool surface for this turn,
+which lists what the approval policy and the session's grants allow (plus the tools to ask about, when an
+approver is attached), checks every call again and asks the approver for those (Codex itself never asks). An
+`endpoint` given to the agent is used as it is instead (it asks nobody).
 
 The turn ends from what Codex reported: `turn.completed` finishes it with the last assistant message (its
 usage recorded), `turn.failed`, a top-level `error` or a non-zero exit fails it with Codex's own words.
@@ -21,28 +21,44 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import mcp_types as types
 
-from ..endpoint import ApprovedEndpoint
+from .._endpoint import ApprovedEndpoint
+from .._recorder import drive
 from ..items import EventItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
-from .config import CodexModel, McpServer
-from .endpoint import TurnEndpoint
-from .history import codex_prompt
-from .home import CodexHome
-from .process import CodexProcess, find_codex
-from .recorder import EventRecorder
+from ..toolsurface import ToolOutput
+from ._config import CodexModel, McpServer
+from ._history import codex_prompt
+from ._home import CodexHome
+from ._process import CodexProcess, find_codex
+from ._recorder import EventRecorder
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
-    from ..registry import AgentRegistry
+    from .._context import TurnContext
+    from .._registry import AgentRegistry
 
 EXEC_ARGS = ("exec", "--json", "--skip-git-repo-check", "--ephemeral")
 SERVER_NAME = "unit-agent"
+
+
+@dataclass
+class TurnView:
+    """One turn's tools: a call of an askable one waits for the approver through the turn (items, grants)."""
+
+    ctx: TurnContext
+
+    def tool_defs(self) -> list[types.Tool]:
+        return self.ctx.tools.mcp_tool_defs(self.ctx.approvals.grants(), interactive=True)
+
+    async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        return await self.ctx.tools.call(name, arguments, self.ctx)
 
 
 class CodexAgent:
@@ -51,7 +67,7 @@ class CodexAgent:
         *,
         model: CodexModel,
         binary: str | os.PathLike[str] | None = None,
-        endpoint: ApprovedEndpoint | None = None,
+        endpoint: ApprovedEndpoint[Any] | None = None,
         id: str = "codex",
         name: str = "Codex agent",
         instructions: str = PERSONA,
@@ -110,27 +126,24 @@ class CodexAgent:
 
     async def _drive(self, process: CodexProcess, recorder: EventRecorder, ctx: TurnContext) -> bool:
         """Run Codex to its end, recording as it goes; True if it was stopped for taking too long."""
-        async with process:
-            ctx.turn.set_cancel(process.interrupt)
-            try:
-                with anyio.move_on_after(self.turn_timeout) as deadline:
-                    async for event in process.events():
-                        await recorder.record(event)
-                    await process.wait()
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await self._settle(process, recorder)
-                raise
-            if deadline.cancelled_caught:
-                await self._settle(process, recorder)
-        return deadline.cancelled_caught
 
-    async def _settle(self, process: CodexProcess, recorder: EventRecorder) -> None:
-        """After an interrupt: stop the process (bounded) and record what it still printed."""
-        await process.stop()
-        with anyio.move_on_after(self.interrupt_timeout):
+        async def follow() -> int:
             async for event in process.events():
                 await recorder.record(event)
+            return await process.wait()
+
+        async def settle() -> None:
+            """After an interrupt: stop the process (bounded) and record what it still printed."""
+            await process.stop()
+            with anyio.move_on_after(self.interrupt_timeout):
+                async for event in process.events():
+                    await recorder.record(event)
+
+        async with process:
+            code = await drive(
+                recorder.recorder, follow, cancel=process.interrupt, settle=settle, timeout=self.turn_timeout
+            )
+        return code is None
 
     async def _end(self, process: CodexProcess, recorder: EventRecorder, ctx: TurnContext, *, timed_out: bool) -> None:
         code = process.returncode
@@ -169,13 +182,14 @@ class CodexAgent:
         return text[:2000] or "nothing on stderr"
 
     @asynccontextmanager
-    async def _endpoint(self, ctx: TurnContext, home: CodexHome) -> AsyncIterator[ApprovedEndpoint]:
+    async def _endpoint(self, ctx: TurnContext, home: CodexHome) -> AsyncIterator[ApprovedEndpoint[Any]]:
         """The agent's endpoint, or one for this turn: the runner's tools as the policy, the session's grants
         and the approver allow them."""
         if self.endpoint is not None:
             yield self.endpoint
             return
-        endpoint = TurnEndpoint(ctx, server_name=self.server_name, config_root=home.root / "endpoint")
+        root = home.root / "endpoint"
+        endpoint = ApprovedEndpoint(ctx.tools, view=TurnView(ctx), server_name=self.server_name, config_root=root)
         over = anyio.Event()
         try:
             async with anyio.create_task_group() as tg:
@@ -188,7 +202,7 @@ class CodexAgent:
             endpoint.close()
 
     async def _serve(
-        self, endpoint: ApprovedEndpoint, over: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]
+        self, endpoint: ApprovedEndpoint[Any], over: anyio.Event, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
         """Serve the turn's endpoint shielded from the turn's cancellation: while Codex is being interrupted
         it cancels its tool call through this endpoint, which must still be there to pass the cancel on."""

@@ -34,15 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._paused import RESUMED_OUTPUT
+from ._projections import transcript_line
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import ErrorItem, Item, MessageItem, ToolCallItem, ToolResultItem
-from .paused import RESUMED_OUTPUT
-from .projections import transcript_line
 from .sessions import SessionStore
 
 if TYPE_CHECKING:
-    from .mcpsource import McpToolSource
-    from .runner import AgentRunner
+    from ._mcpsource import McpToolSource
+    from ._runner import AgentRunner
     from .turns import TurnCallbacks, TurnHandle
 
 AGENT_ID = "unit-agent"
@@ -197,11 +197,11 @@ async def turn_runtime(
     """The runner `run` and `answer` use (the OpenAI-compatible agent, the unit server's tools, the terminal as
     approver) and the callbacks that stream a turn to the terminal."""
     # the MCP and OpenAI SDKs load only here: browsing sessions stays quick
-    from .mcpsource import McpToolSource
-    from .openai_agent import OpenAIAgent
+    from ._mcpsource import McpToolSource
+    from ._openai_agent import OpenAIAgent
+    from ._registry import AgentRegistry
+    from ._runner import AgentRunner
     from .prompts import PERSONA
-    from .registry import AgentRegistry
-    from .runner import AgentRunner
     from .toolsurface import AgentToolSurface
     from .turns import TurnCallbacks
 
@@ -246,7 +246,7 @@ def _unit_server_error(url: str, source: McpToolSource, exc: Exception) -> CliEr
     """What went wrong connecting to the unit server, when a person can fix it (else None: a bug)."""
     import httpx2
 
-    from .mcpsource import McpRefused
+    from ._mcpsource import McpRefused
 
     if isinstance(exc, McpRefused) and source.refused == 401:
         return CliError(
@@ -426,8 +426,8 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
 def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
     """Open the session for writing (its load-time repair closes what a dead turn left open) and list the
     approvals nobody answered. A session a live process holds is refused: that process asks its own questions."""
+    from ._paused import pending_requests
     from .errors import AgentError
-    from .paused import pending_requests
 
     with _store_error(data_dir):
         store = SessionStore(data_dir)

@@ -6,19 +6,26 @@ a synthetic result), and closed once, its result linked to the call; a repeated 
 provider's stream, then its read-back) is ignored. Streamed assistant text is one partial message per
 provider message, held in memory (`on_partial` per delta) and made final in place; text nothing confirmed
 is labelled (`interrupted` after a cancel, `unconfirmed` otherwise) so it is never taken for an answer.
+`drive` is the one choreography of a turn run by an external process (Codex, OpenCode).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
 
 from .errors import TurnClosed
 from .items import Item, MessageItem, ToolCallItem, ToolResultItem
 
 if TYPE_CHECKING:
     from .toolsurface import AgentToolSurface, ToolOutput
-    from .turns import TurnController
+    from .turns import CancelHook, TurnController
+
+T = TypeVar("T")
 
 
 class TurnRecorder:
@@ -92,3 +99,45 @@ class TurnRecorder:
             self._partials.pop(message_id)
             with contextlib.suppress(TurnClosed):
                 await self.turn.update_item(item_id, partial=False, kind=kind)
+
+
+async def drive(
+    recorder: TurnRecorder,
+    work: Callable[[], Awaitable[T]],
+    *,
+    cancel: CancelHook,
+    settle: Callable[[], Awaitable[None]],
+    alongside: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+    catch_up: Callable[[], Awaitable[None]] | None = None,
+    timeout: float = math.inf,
+) -> T | None:
+    """Drive an external process through a turn: `work` runs beside the `alongside` tasks, within `timeout`
+    (None if it ran out). `cancel` interrupts the process; cancelled or out of time, `settle` records what it
+    still did; failing, `catch_up` lets followers record what it sent. Unconfirmed text is labelled after."""
+    recorder.turn.set_cancel(cancel)
+    try:
+        async with anyio.create_task_group() as tg:
+            for task in alongside:
+                tg.start_soon(task)
+            try:
+                with anyio.move_on_after(timeout) as deadline:
+                    result = await work()
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await settle()
+                raise
+            except Exception:
+                if catch_up is not None:
+                    await catch_up()
+                raise
+            else:
+                if deadline.cancelled_caught:
+                    await settle()
+            finally:
+                tg.cancel_scope.cancel()
+    except BaseException as exc:
+        kind = "interrupted" if isinstance(exc, anyio.get_cancelled_exc_class()) else "unconfirmed"
+        with anyio.CancelScope(shield=True):
+            await recorder.close_partials(kind)
+        raise
+    return None if deadline.cancelled_caught else result

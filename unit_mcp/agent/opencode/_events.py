@@ -28,7 +28,7 @@ import anyio
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .errors import NodeUnavailable
+from ._errors import NodeUnavailable
 
 log = logging.getLogger("unit_mcp.agent.opencode.events")
 

@@ -16,7 +16,7 @@ from .toolsurface import LocalTool
 from .turns import TurnHandle, TurnStatus
 
 if TYPE_CHECKING:
-    from .context import TurnContext
+    from ._context import TurnContext
 
 
 async def delegate(

@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .inbox import Inbox
+from ._inbox import Inbox
+from ._turnapprovals import TurnApprovals, save_session_data
 from .items import Session
 from .sessions import SessionStore
-from .turnapprovals import TurnApprovals, save_session_data
 from .turns import TurnController, TurnHandle
 
 if TYPE_CHECKING:

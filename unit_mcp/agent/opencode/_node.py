@@ -31,10 +31,10 @@ import anyio
 import httpx
 
 from ...opencode_isolation import OPENCODE_VERSION
-from ..binaries import find_binary
-from .client import OpenCodeClient
-from .errors import NodeStartError, OpenCodeNotInstalled
-from .isolation import IsolatedRoot
+from .._binaries import find_binary
+from ._client import OpenCodeClient
+from ._errors import NodeStartError, OpenCodeNotInstalled
+from ._isolation import IsolatedRoot
 
 PINNED_VERSION = OPENCODE_VERSION  # the version the isolation is verified against
 _LISTENING = re.compile(r"listening on (http://\S+)")

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from openai import AsyncOpenAI
 
+from ._loop import LoopAgent
 from .hooks import ModelRequest, ModelResponse, ToolCall, new_call_id
 from .items import MessageItem, Usage
-from .loop import LoopAgent
 
 if TYPE_CHECKING:
-    from .context import TurnContext
+    from ._context import TurnContext
 
 _turn_client: ContextVar[AsyncOpenAI | None] = ContextVar("unit_mcp_openai_turn_client", default=None)
 

@@ -24,10 +24,10 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from ..binaries import find_binary
-from .config import PINNED_VERSION
-from .errors import CodexError, CodexNotInstalled
-from .events import CodexEvent, parse_line
+from .._binaries import find_binary
+from ._config import PINNED_VERSION
+from ._errors import CodexError, CodexNotInstalled
+from ._events import CodexEvent, parse_line
 
 log = logging.getLogger("unit_mcp.agent.codex.process")
 

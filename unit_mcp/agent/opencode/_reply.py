@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._recorder import TurnRecorder
 from ..items import MessageItem
-from ..recorder import TurnRecorder
 from ..toolsurface import ToolOutput
-from .client import Sent
-from .events import NodeEvent
-from .transcript import Reply, ToolPart, tool_part
+from ._client import Sent
+from ._events import NodeEvent
+from ._transcript import Reply, ToolPart, tool_part
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
+    from .._context import TurnContext
 
 log = logging.getLogger("unit_mcp.agent.opencode.reply")
 

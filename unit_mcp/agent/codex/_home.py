@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ...paths import write_file
-from .config import CodexModel, McpServer, codex_config, config_env, dumps_catalog, dumps_toml
+from ._config import CodexModel, McpServer, codex_config, config_env, dumps_catalog, dumps_toml
 
 _KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
 

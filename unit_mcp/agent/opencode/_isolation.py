@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...opencode_isolation import ISOLATION_FLAGS
-from .errors import OpenCodeError
+from ._errors import OpenCodeError
 
 _KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
 _GUARDED_KEYS = ("permission", "mcp", "tools")

@@ -1,6 +1,6 @@
 """Permissions: OpenCode's `permission.asked` for a UnitAgent turn's session, answered from the approvals.
 
-The node is configured to ask before each call (`OpenCodeEndpoint.permission_rules`); the question goes to
+The node is configured to ask before each call (`OpenCodeView.permission_rules`); the question goes to
 the turn's approvals (policy, grants, the approver), an approved call is admitted by the endpoint, and
 OpenCode gets `once` or `reject`, so an `ask` policy works in server mode instead of hanging. A question the
 event stream missed (it was down) is found by polling, so nothing waits forever.
@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .client import OpenCodeClient, PermissionReply
-from .endpoint import OpenCodeEndpoint
-from .errors import OpenCodeError
-from .events import NodeEvent
+from ._client import OpenCodeClient, PermissionReply
+from ._endpoint import OpenCodeEndpoint
+from ._errors import OpenCodeError
+from ._events import NodeEvent
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
-    from .reply import ReplyRecorder
+    from .._context import TurnContext
+    from ._reply import ReplyRecorder
 
 log = logging.getLogger("unit_mcp.agent.opencode.permissions")
 
@@ -73,7 +73,7 @@ class Permissions:
         decision = await self.ctx.approvals.approve(risk, tool=name, arguments=arguments, reason=reason)
         reply: PermissionReply = "reject"
         if decision.approved and known is not None and self.endpoint is not None:
-            self.endpoint.admit(known.name)
+            self.endpoint.view.admit(known.name)
             reply = "once"
         try:
             why = decision.reason or f"decided by {decision.decided_by}"

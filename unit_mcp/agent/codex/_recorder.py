@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._recorder import TurnRecorder
 from ..items import EventItem, MessageItem
-from ..recorder import TurnRecorder
 from ..toolsurface import ToolOutput
-from .events import CodexEvent, CodexUsage, McpToolCall
+from ._events import CodexEvent, CodexUsage, McpToolCall
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
+    from .._context import TurnContext
 
 PROVIDER = "codex"
 _LINE_WIDTH = 2000

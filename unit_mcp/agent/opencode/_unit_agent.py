@@ -4,9 +4,9 @@ Per turn it assembles the system prompt from the prompt utilities (instructions,
 available capabilities, tool guidance), sends the user's input to the OpenCode session kept in
 `session.data["opencode_session_id"]` (validated before reuse, replaced when the node no longer knows
 it), registers `abort` as the turn's cancel hook, and waits on the node's shared event stream. OpenCode
-runs the tools itself, through the approval-filtered endpoint only; `permissions.py` answers its questions.
+runs the tools itself, through the approval-filtered endpoint only; `_permissions.py` answers its questions.
 
-While the node works, `reply.py` records what it does as it happens; when the reply is complete the agent
+While the node works, `_reply.py` records what it does as it happens; when the reply is complete the agent
 reads it back from the node, which is authoritative, and records it (the final message with provider, model
 and usage). If that read fails, the turn fails and records no answer: streamed text it could not confirm
 is labelled `kind="unconfirmed"` (the calls seen running are kept: they did run). A cancelled turn aborts
@@ -21,20 +21,20 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.abc
 
+from .._recorder import drive
 from ..items import EventItem, MessageItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
 from ..turns import describe
-from .client import ModelRef, OpenCodeClient, Sent
-from .endpoint import OpenCodeEndpoint
-from .errors import OpenCodeError
-from .permissions import Permissions
-from .reply import PROVIDER, ReplyRecorder
-from .transcript import Reply, read_reply
+from ._client import ModelRef, OpenCodeClient, Sent
+from ._endpoint import OpenCodeEndpoint
+from ._errors import OpenCodeError
+from ._permissions import Permissions
+from ._reply import PROVIDER, ReplyRecorder
+from ._transcript import Reply, read_reply
 
 if TYPE_CHECKING:
-    from ..context import TurnContext
+    from .._context import TurnContext
 
 log = logging.getLogger("unit_mcp.agent.opencode.unit_agent")
 
@@ -78,34 +78,21 @@ class UnitAgent:
             if state.session_id is not None:
                 await self.client.abort(state.session_id)
 
-        ctx.turn.set_cancel(abort)
         system = await system_prompt(ctx, self.instructions)
-        try:
-            async with (
-                anyio.create_task_group() as tg,
-                self.client.listen() as events,
-                self.client.listen() as progress,
-            ):
-                tg.start_soon(permissions.listen, events)
-                tg.start_soon(permissions.poll, self.permission_poll)
-                tg.start_soon(state.follow, progress)
-                try:
-                    reply = await self._turn(input, session, ctx, state, system)
-                except anyio.get_cancelled_exc_class():
-                    with anyio.CancelScope(shield=True):
-                        await self._settle(state)
-                    raise
-                except Exception:
-                    await self._catch_up(state)
-                    raise
-                finally:
-                    tg.cancel_scope.cancel()
-        except BaseException as exc:
-            # After the task group: the follower has finished recording whatever it was recording.
-            kind = "interrupted" if isinstance(exc, anyio.get_cancelled_exc_class()) else "unconfirmed"
-            with anyio.CancelScope(shield=True):
-                await state.recorder.close_partials(kind)
-            raise
+        async with self.client.listen() as events, self.client.listen() as progress:
+            reply = await drive(
+                state.recorder,
+                lambda: self._turn(input, session, ctx, state, system),
+                cancel=abort,
+                settle=lambda: self._settle(state),
+                alongside=[
+                    lambda: permissions.listen(events),
+                    lambda: permissions.poll(self.permission_poll),
+                    lambda: state.follow(progress),
+                ],
+                catch_up=lambda: self._catch_up(state),
+            )
+        assert reply is not None  # (no timeout given: `_turn` keeps its own deadline)
         await state.record(reply)
         if reply.error is not None:
             await state.recorder.close_partials("unconfirmed")
@@ -121,7 +108,7 @@ class UnitAgent:
 
     async def _turn(self, input: str, session: Session, ctx: TurnContext, state: ReplyRecorder, system: str) -> Reply:
         stored = session.data.get(SESSION_KEY)
-        permission = self.endpoint.permission_rules() if self.endpoint is not None else None
+        permission = self.endpoint.view.permission_rules() if self.endpoint is not None else None
         sent = await self.client.send(
             stored if isinstance(stored, str) else None,
             input,
@@ -190,4 +177,4 @@ class UnitAgent:
             )
 
     def _tool_name(self, opencode_name: str) -> str:
-        return self.endpoint.local_name(opencode_name) if self.endpoint is not None else opencode_name
+        return self.endpoint.view.local_name(opencode_name) if self.endpoint is not None else opencode_name

@@ -1,0 +1,92 @@
+"""OpenCode's view of the approval-filtered endpoint: the tools a user may approve one call at a time too.
+
+`ApprovedTools` offers only what the policy (and its grants) allows outright. OpenCode can also ask: a tool
+whose risk is `ask`, while an approver is attached, is offered here too, OpenCode is told to ask before each
+call (`permission_rules`, per session), and `UnitAgent` answers OpenCode's `permission.asked` from
+AgentApprovals. An approved answer admits exactly one call of that tool here (`admit`); a call without an
+admission is refused, so the endpoint fails closed even if OpenCode's own rules were loosened or its answer
+was forged.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+
+from .._endpoint import ApprovedEndpoint
+from ..toolsurface import AgentToolSurface, ToolOutput
+
+_OPENCODE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def opencode_tool_name(server_name: str, tool_name: str) -> str:
+    """The name OpenCode gives an MCP tool: `<server>_<tool>`, other characters than `[A-Za-z0-9_-]` as `_`."""
+    return _OPENCODE_NAME.sub("_", f"{server_name}_{tool_name}")
+
+
+@dataclass
+class OpenCodeView:
+    surface: AgentToolSurface
+    server_name: str
+    grants: list[str]
+    admitted: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Tool name → calls a user approved that have not run yet."""
+
+    def tool_defs(self) -> list[types.Tool]:
+        return self.surface.mcp_tool_defs(self.grants, interactive=True)
+
+    def askable(self) -> list[str]:
+        """Offered tools that need an approval per call (their risk is `ask` and not granted)."""
+        return [
+            tool.name
+            for tool in self.surface.visible(self.grants, interactive=True)
+            if self.surface.approvals.check_risk(tool.risk, self.grants) == "needs-approval"
+        ]
+
+    def permission_rules(self) -> list[dict[str, str]]:
+        """Per-session OpenCode rules: ask before each call of an askable tool (the isolated config
+        allows `<server>_*`, and the last matching rule wins)."""
+        return [
+            {"permission": opencode_tool_name(self.server_name, name), "pattern": "*", "action": "ask"}
+            for name in self.askable()
+        ]
+
+    def local_name(self, opencode_name: str) -> str:
+        """The surface's name for a tool as OpenCode names it (the server prefix stripped)."""
+        prefix = opencode_tool_name(self.server_name, "")
+        if not opencode_name.startswith(prefix):
+            return opencode_name
+        for tool in self.surface.tools():
+            if opencode_tool_name(self.server_name, tool.name) == opencode_name:
+                return tool.name
+        return opencode_name.removeprefix(prefix)
+
+    def admit(self, tool_name: str) -> None:
+        """Let one call of `tool_name` through (an approval the user gave for one OpenCode request)."""
+        self.admitted[tool_name] += 1
+
+    async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        tool = self.surface.get(name)
+        if tool is None or self.surface.approvals.check_risk(tool.risk, self.grants) != "needs-approval":
+            return await self.surface.call(name, arguments, grants=self.grants)
+        if self.admitted[tool.name] <= 0:
+            text = f"[approval_required] {tool.name} (risk: {tool.risk}) needs an approval for each call."
+            return ToolOutput(text=text, is_error=True)
+        self.admitted[tool.name] -= 1
+        return await self.surface.call(tool.name, arguments, grants=[*self.grants, tool.risk])
+
+
+OpenCodeEndpoint = ApprovedEndpoint[OpenCodeView]
+
+
+def opencode_endpoint(
+    surface: AgentToolSurface, *, server_name: str = "unit-agent", grants: Iterable[str] = (), **options: Any
+) -> OpenCodeEndpoint:
+    """The endpoint an OpenCode node's config points at, offering OpenCode's view of `surface`."""
+    view = OpenCodeView(surface, server_name, list(grants))
+    return ApprovedEndpoint(surface, view=view, server_name=server_name, **options)
