@@ -12,14 +12,18 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server import Server
 
 from .mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
 from .opencode_isolation import ConfigHome, IsolationRefused, opencode_config
+from .stdio import Streams
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
@@ -147,3 +151,27 @@ class Bridge:
             await self._http.stop()
         finally:
             self._config.remove()
+
+
+async def serve_until_stopped(
+    server: Server[Any], streams: Streams | None, serve_http: Callable[[], Awaitable[None]]
+) -> None:
+    """Serve `server` on `streams` (stdio) until they close, or run `serve_http` (which starts the bridge and
+    sleeps), until SIGINT/SIGTERM. The one serve loop of `python -m unit_mcp.server` and `python -m
+    unit_mcp.fleet`; the caller's exit stack, entered before, cleans up after."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    log.info("stopping on %s", signal.Signals(signum).name)
+                    break
+                group.cancel_scope.cancel()
+
+            group.start_soon(stop_on_signal)
+            if streams is not None:
+                read_stream, write_stream = streams
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+            else:
+                await serve_http()
+            group.cancel_scope.cancel()

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -25,19 +24,17 @@ from pathlib import Path
 import anyio
 
 from . import paths
-from .bridge import Bridge, BridgeError
+from .bridge import Bridge, BridgeError, serve_until_stopped
 from .clients import Endpoint, write_client_configs
 from .host import Host
 from .loader import SQLITE_PREFIX
 from .loopback import is_loopback
 from .service import UnitService
-from .stdio import Streams, stdio_streams
+from .stdio import stdio_streams
 from .testrun import WARM
 from .tools import UnitTools, check_prefix
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
-
-log = logging.getLogger("unit_mcp.server")
 
 
 class StartError(Exception):
@@ -124,25 +121,11 @@ def _say(line: str) -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     """Run until SIGINT/SIGTERM (or, with --stdio, until stdin closes), then drop the units and clean up."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with AsyncExitStack() as stack:
-            # Claim stdin/stdout before the units start, so that nothing they print at import reaches the wire.
-            streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
-            tools, data_dir = _tools(args, stack)
-            async with anyio.create_task_group() as group:
-
-                async def stop_on_signal() -> None:
-                    async for signum in signals:
-                        log.info("stopping on %s", signal.Signals(signum).name)
-                        break
-                    group.cancel_scope.cancel()
-
-                group.start_soon(stop_on_signal)
-                if streams is not None:
-                    await _serve_stdio(tools, streams)
-                    group.cancel_scope.cancel()
-                else:
-                    await _serve_http(args, tools, data_dir, stack)
+    async with AsyncExitStack() as stack:
+        # Claim stdin/stdout before the units start, so that nothing they print at import reaches the wire.
+        streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
+        tools, data_dir = _tools(args, stack)
+        await serve_until_stopped(tools.server(), streams, lambda: _serve_http(args, tools, data_dir, stack))
 
 
 def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, Path]:
@@ -179,13 +162,6 @@ def _cannot_write(option: str, path: Path, remedy: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise StartError(f"cannot use {option} {path}: {exc.strerror or exc}; {remedy}") from exc
-
-
-async def _serve_stdio(tools: UnitTools, streams: Streams) -> None:
-    """MCP over this process's stdin/stdout, for clients that launch the server themselves."""
-    server = tools.server()
-    read_stream, write_stream = streams
-    await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:

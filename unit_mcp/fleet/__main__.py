@@ -9,20 +9,17 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
-import signal
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
 import anyio
 
-from ..bridge import Bridge, BridgeError
+from ..bridge import Bridge, BridgeError, serve_until_stopped
 from ..loopback import is_loopback
 from ..stdio import stdio_streams
 from .nodes import Fleet, FleetError, NodeSpec, node_specs
 from .server import FleetTools
-
-log = logging.getLogger("unit_mcp.fleet")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[NodeSpec]]:
@@ -55,33 +52,22 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
 
 
 async def serve(args: argparse.Namespace, specs: list[NodeSpec]) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with AsyncExitStack() as stack:
-            streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
-            fleet = await stack.enter_async_context(Fleet(specs, timeout=args.timeout))
-            server = FleetTools(fleet).server(args.server_name)
-            async with anyio.create_task_group() as group:
+    async with AsyncExitStack() as stack:
+        streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
+        fleet = await stack.enter_async_context(Fleet(specs, timeout=args.timeout))
+        server = FleetTools(fleet).server(args.server_name)
 
-                async def stop_on_signal() -> None:
-                    async for signum in signals:
-                        log.info("stopping on %s", signal.Signals(signum).name)
-                        break
-                    group.cancel_scope.cancel()
+        async def serve_http() -> None:
+            bridge = await stack.enter_async_context(
+                Bridge(server, host=args.host, port=args.port, server_name=args.server_name)
+            )
+            status = bridge.status()
+            home = status.config_root
+            print(f"MCP_URL={status.url}\nMCP_SSE_URL={status.sse_url}\nMCP_TOKEN={bridge.token}", flush=True)
+            print(f"OPENCODE_XDG_CONFIG_HOME={home}\nXDG_CONFIG_HOME={shlex.quote(str(home))} opencode", flush=True)
+            await anyio.sleep_forever()
 
-                group.start_soon(stop_on_signal)
-                if streams is not None:
-                    read_stream, write_stream = streams
-                    await server.run(read_stream, write_stream, server.create_initialization_options())
-                    group.cancel_scope.cancel()
-                    return
-                bridge = await stack.enter_async_context(
-                    Bridge(server, host=args.host, port=args.port, server_name=args.server_name)
-                )
-                status = bridge.status()
-                home = status.config_root
-                print(f"MCP_URL={status.url}\nMCP_SSE_URL={status.sse_url}\nMCP_TOKEN={bridge.token}", flush=True)
-                print(f"OPENCODE_XDG_CONFIG_HOME={home}\nXDG_CONFIG_HOME={shlex.quote(str(home))} opencode", flush=True)
-                await anyio.sleep_forever()
+        await serve_until_stopped(server, streams, serve_http)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
