@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,15 +65,22 @@ class Bridge:
         auth: bool = True,
         shutdown_timeout: int = 1,
         limits: Limits = DEFAULT_LIMITS,
+        config_extra: Mapping[str, Any] | None = None,
+        config_prefix: str = "unit-mcp-opencode-",
+        error: type[Exception] = BridgeError,
     ) -> None:
+        """`config_extra` goes into the OpenCode config beside the server entry (agent endpoints add their
+        permission rules); `error` is the exception type start and stop raise (agent endpoints raise their own)."""
         if not _SERVER_NAME.fullmatch(server_name):
-            raise BridgeError(f"server name {server_name!r} must be 1-64 of A-Z a-z 0-9 _ - (starting alphanumeric)")
+            raise error(f"server name {server_name!r} must be 1-64 of A-Z a-z 0-9 _ - (starting alphanumeric)")
         self.server = server
         self.server_name = server_name
         self.limits = limits
-        self._config = ConfigHome(config_root, prefix="unit-mcp-opencode-")
+        self.config_extra = dict(config_extra or {})
+        self._error = error
+        self._config = ConfigHome(config_root, prefix=config_prefix)
         self._http = McpHttpServer(
-            host=host, port=port, auth=auth, limits=limits, shutdown_timeout=shutdown_timeout, error=BridgeError
+            host=host, port=port, auth=auth, limits=limits, shutdown_timeout=shutdown_timeout, error=error
         )
         self.host = self._http.host
         self._started = False
@@ -112,7 +119,7 @@ class Bridge:
         """The environment an OpenCode process needs to use only this server: its own XDG_CONFIG_HOME."""
         env = self._config.env()
         if env is None:
-            raise BridgeError("the bridge is not started")
+            raise self._error("the bridge is not started")
         return env
 
     async def __aenter__(self) -> Bridge:
@@ -133,9 +140,13 @@ class Bridge:
             self._http.bind()
             assert self.url is not None
             try:
-                self._config.write(opencode_config(url=self.url, server_name=self.server_name, token=self.token))
+                self._config.write(
+                    opencode_config(
+                        url=self.url, server_name=self.server_name, token=self.token, extra=self.config_extra
+                    )
+                )
             except (IsolationRefused, OSError) as exc:
-                raise BridgeError(f"cannot write the OpenCode config: {exc}") from exc
+                raise self._error(f"cannot write the OpenCode config: {exc}") from exc
             await self._http.start(self.server)
         except BaseException:
             await self.stop()

@@ -18,7 +18,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, cast
 
@@ -31,12 +31,11 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
 from starlette.requests import Request
 from typing_extensions import TypeVar
 
-from ..mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
-from ..opencode_isolation import ConfigHome, IsolationRefused, opencode_config
+from ..bridge import Bridge, BridgeStatus
+from ..mcphttp import DEFAULT_LIMITS, Limits
 from .errors import EndpointError, ToolFailed
 from .toolsurface import AgentToolSurface, ToolOutput
 
@@ -45,15 +44,11 @@ log = logging.getLogger("unit_mcp.agent.endpoint")
 _MAX_TRACKED_SESSIONS = 256
 
 
-class EndpointStatus(BaseModel):
-    started: bool
-    host: str
-    port: int | None
-    url: str | None
-    sse_url: str | None
-    config_root: str | None
-    config_path: str | None
-    tools: list[str]
+@dataclass(frozen=True)
+class EndpointStatus(BridgeStatus):
+    """The bridge's status and the names of the tools the endpoint offers now."""
+
+    tools: list[str] = field(default_factory=list)
 
 
 class _ListChangedServer(Server[Any]):
@@ -119,8 +114,8 @@ class ApprovedEndpoint(Generic[V]):
         self.limits = limits
         self.view = cast(V, view if view is not None else ApprovedTools(surface, list(grants)))
         self.config_extra = dict(config_extra or {})
-        self._config = ConfigHome(config_root, prefix="unit-mcp-agent-opencode-")
-        self._http: McpHttpServer | None = None
+        self.config_root = config_root
+        self._bridge: Bridge | None = None
         self._stack: AsyncExitStack | None = None
         self._bus = InMemorySubscriptionBus()
         self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
@@ -213,38 +208,29 @@ class ApprovedEndpoint(Generic[V]):
 
     @property
     def token(self) -> str | None:
-        return None if self._http is None else self._http.token
+        return None if self._bridge is None else self._bridge.token
 
     @property
     def url(self) -> str | None:
-        return None if self._http is None else self._http.url
+        return None if self._bridge is None else self._bridge.url
 
     @property
     def sse_url(self) -> str | None:
-        return None if self._http is None else self._http.sse_url
+        return None if self._bridge is None else self._bridge.sse_url
 
     @property
     def config_path(self) -> Path | None:
-        return self._config.path
+        return None if self._bridge is None else self._bridge.config_path
 
     def status(self) -> EndpointStatus:
-        return EndpointStatus(
-            started=self._http is not None,
-            host=self.host,
-            port=self._http.port if self._http else None,
-            url=self.url,
-            sse_url=self.sse_url,
-            config_root=str(self._config.root) if self._config.root else None,
-            config_path=str(self.config_path) if self.config_path else None,
-            tools=[tool.name for tool in self.tool_defs()],
-        )
+        served = self._bridge.status() if self._bridge else BridgeStatus(False, self.host, None, None, None, None, None)
+        return EndpointStatus(**asdict(served), tools=[tool.name for tool in self.tool_defs()])
 
     def opencode_env(self) -> dict[str, str]:
         """What an OpenCode process needs to see only this endpoint: its own XDG_CONFIG_HOME."""
-        env = self._config.env()
-        if env is None:
+        if self._bridge is None:
             raise EndpointError("the endpoint is not started")
-        return env
+        return self._bridge.opencode_env()
 
     async def __aenter__(self) -> ApprovedEndpoint[V]:
         await self.start()
@@ -254,31 +240,34 @@ class ApprovedEndpoint(Generic[V]):
         await self.stop()
 
     async def start(self) -> EndpointStatus:
-        """Serve on loopback and write the isolated OpenCode config; start and stop in the same task."""
+        """Serve on loopback and write the isolated OpenCode config (the bridge's server, with this endpoint's
+        error type); start and stop in the same task."""
         if self._stack is not None:
             return self.status()
         stack = AsyncExitStack()
         try:
-            http = McpHttpServer(
-                host=self.host, port=self.port, auth=self.auth, limits=self.limits, error=EndpointError
+            bridge = Bridge(
+                self.server(),
+                host=self.host,
+                port=self.port,
+                server_name=self.server_name,
+                config_root=self.config_root,
+                auth=self.auth,
+                limits=self.limits,
+                config_extra=self.config_extra,
+                config_prefix="unit-mcp-agent-opencode-",
+                error=EndpointError,
             )
-            stack.push_async_callback(http.stop)
-            await http.start(self.server())
-            self._http = http
+            stack.push_async_callback(bridge.stop)
+            self._listed = self._signature()
+            await bridge.start()
+            self._bridge = bridge
             tg = await stack.enter_async_context(anyio.create_task_group())
             tg.start_soon(self._resync_forever)
             stack.callback(tg.cancel_scope.cancel)
-            self._listed = self._signature()
-            assert self.url is not None
-            extra = self.config_extra
-            config = opencode_config(url=self.url, server_name=self.server_name, token=self.token, extra=extra)
-            try:
-                self._config.write(config)
-            except (IsolationRefused, OSError) as exc:
-                raise EndpointError(f"cannot write the OpenCode config: {exc}") from exc
         except BaseException:
             await stack.aclose()
-            self._release()
+            self._bridge = None
             raise
         self._stack = stack
         return self.status()
@@ -289,14 +278,9 @@ class ApprovedEndpoint(Generic[V]):
             if stack is not None:
                 await stack.aclose()
         finally:
-            self._release()
+            self._bridge = None
 
     def close(self) -> None:
         """Stop listening to policy and surface changes (the endpoint object is done for good)."""
         for unsubscribe in self._unsubscribe:
             unsubscribe()
-
-    def _release(self) -> None:
-        self._config.remove()
-        self._http = None
-        self._sessions.clear()
