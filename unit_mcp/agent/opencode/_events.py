@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -93,7 +92,6 @@ class EventStream:
         self.seq = 0
         self.connects = 0
         self.last_error: str | None = None
-        self.last_event_at: float | None = None
         self._statuses: dict[str, str] = {}
         self._idle_seq: dict[str, int] = {}
         self._activity_seq: dict[str, int] = {}
@@ -219,7 +217,6 @@ class EventStream:
                 await self._refresh("reconnect")
             data: list[str] = []
             async for line in response.aiter_lines():
-                self.last_event_at = time.monotonic()
                 if line == "":
                     if data:
                         self._dispatch("\n".join(data))

@@ -13,7 +13,6 @@ directory, except when that directory is the config folder.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...opencode_isolation import ISOLATION_FLAGS
+from ...opencode_isolation import ISOLATION_FLAGS, write_json_atomically
 from ._errors import OpenCodeError
 
 _KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
@@ -53,7 +52,7 @@ class IsolatedRoot:
         so it can never loosen the deny-all rules of the isolated config."""
         check_extra_config(config)
         path = self.root / name
-        path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_json_atomically(path, config)
         self.extra_config = path
         return path
 
