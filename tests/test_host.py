@@ -247,3 +247,83 @@ def test_the_start_loads_every_unit_in_one_batch_and_reports_the_broken_ones(tmp
         log = host.log_path.read_text()
     assert "started: 2 units loaded in" in log and "2 failed: b_broken, c_hangs" in log
     assert "reloading unit b_broken failed at import" in log
+
+
+def test_a_full_start_reuses_the_code_compiled_at_the_last_one_and_never_for_changed_source(tmp_path: Path) -> None:
+    """The bytecode cache in the data dir is keyed by the source's content hash: a restart runs the cached code of
+    an unchanged unit, and a same-size edit with the old modification time is compiled afresh."""
+    import importlib.util
+    import marshal
+    import os
+
+    root = tmp_path / "units"
+    root.mkdir()
+    unit = root / "cached.py"
+    unit.write_text("VALUE = 1\n")
+    cache = tmp_path / "data" / "bytecode" / "units"
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("cached").VALUE == 1
+    blob = cache.read_bytes()
+    assert blob.startswith(importlib.util.MAGIC_NUMBER)
+    entries = marshal.loads(blob[len(importlib.util.MAGIC_NUMBER) :])
+    [key] = entries
+    assert key[0] == str(unit.resolve()) and key[1].startswith("sha256:")
+    # What runs at the next start is the cached code (here deliberately other code for the same key).
+    entries[key] = compile("VALUE = 'from the cache'\n", key[0], "exec")
+    cache.write_bytes(importlib.util.MAGIC_NUMBER + marshal.dumps(entries))
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("cached").VALUE == "from the cache"
+    stat = unit.stat()
+    unit.write_text("VALUE = 2\n")
+    os.utime(unit, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("cached").VALUE == 2
+    entries = marshal.loads(cache.read_bytes()[len(importlib.util.MAGIC_NUMBER) :])
+    assert len(entries) == 1 and next(iter(entries))[1] != key[1]  # only this start's entries are kept
+
+
+@pytest.mark.parametrize("content", [b"", b"not a cache at all", b"\x00" * 64])
+def test_a_damaged_or_foreign_bytecode_cache_is_ignored_and_replaced(tmp_path: Path, content: bytes) -> None:
+    import importlib.util
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "plain.py").write_text("VALUE = 3\n")
+    cache = tmp_path / "data" / "bytecode" / "units"
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(content)
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("plain").VALUE == 3
+    cache.write_bytes(importlib.util.MAGIC_NUMBER + b"\xff\x00 truncated marshal data")
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("plain").VALUE == 3
+    assert cache.read_bytes().startswith(importlib.util.MAGIC_NUMBER) and len(cache.read_bytes()) > 40
+
+
+def test_a_partial_start_neither_reads_nor_writes_the_bytecode_cache(tmp_path: Path) -> None:
+    """The test host starts one unit: reading the whole cache would cost it more than compiling that unit, and
+    saving would drop every other unit's entry."""
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "one.py").write_text("VALUE = 1\n")
+    with Host(root, tmp_path / "data").start(["one"]) as host:
+        assert host.module("one").VALUE == 1
+    assert not (tmp_path / "data" / "bytecode").exists()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_start_pauses_the_cyclic_gc_and_leaves_it_as_it_found_it(tmp_path: Path, enabled: bool) -> None:
+    import gc
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "probe.py").write_text("import gc\nGC_DURING_START = gc.isenabled()\n")
+    (root / "raises.py").write_text("raise RuntimeError('broken at start')\n")
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with Host(root, tmp_path / "data") as host:
+            assert host.module("probe").GC_DURING_START is False
+            assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.machinery
 import importlib.util
@@ -21,7 +22,7 @@ from typing import Any
 
 from . import applog, cancel
 from .activities import Activities
-from .importer import UnitFinder
+from .importer import BytecodeCache, UnitFinder
 from .loader import Loader, UnitKind, Watch
 from .redact import Redactor
 from .units import open_loader
@@ -153,6 +154,7 @@ class Host:
         self._finder: UnitFinder | None = None
         self._log_handler: logging.Handler | None = None
         self._watcher: Watch | None = None
+        self._saving: threading.Thread | None = None
         self._started = False
         # Called with a unit id after each reload or unload of that unit, whatever its outcome (e.g. to re-index it).
         self.unit_listeners: list[Callable[[str], object]] = []
@@ -180,12 +182,28 @@ class Host:
             ids = list(discovered if discovered is not None else unit_ids or ())
             assert self._finder is not None
             self._finder.kinds = discovered  # a lookup per unit less while starting
+            # A full start reuses the code compiled at the last one (a partial start, like the test host's, would
+            # read the whole cache for one unit, and must not shrink it).
+            bytecode = None if discovered is None else BytecodeCache(self.data_dir / "bytecode" / "units").load()
+            self._finder.bytecode = bytecode
+            # No cyclic GC while loading: each full collection walks every module loaded so far, and with
+            # thousands of units they were a third of the start's CPU time.
+            collecting = gc.isenabled()
+            gc.disable()
             try:
                 pending = ids
                 while pending:
                     pending = self._bring_up_batch(pending)
             finally:
                 self._finder.kinds = None
+                self._finder.bytecode = None
+                if collecting:
+                    gc.enable()
+            if bytecode is not None:  # after the start, not in it (30-65 ms for 10,000 units); close() waits for it
+                self._saving = threading.Thread(
+                    target=self._save_bytecode, args=(bytecode,), name="unit-mcp-bytecode", daemon=True
+                )
+                self._saving.start()
             failed = [unit_id for unit_id in ids if unit_id in self._load_errors]
             self.logger.info(
                 "started: %d units loaded in %.1f ms%s",
@@ -194,6 +212,12 @@ class Host:
                 f", {len(failed)} failed: {', '.join(failed[:20])}{' …' if len(failed) > 20 else ''}" if failed else "",
             )
             return self
+
+    def _save_bytecode(self, bytecode: BytecodeCache) -> None:
+        try:
+            bytecode.save()
+        except OSError as exc:
+            self.logger.warning("the bytecode cache was not saved: %s", self.redact(str(exc)))
 
     def _bring_up_batch(self, unit_ids: list[str]) -> list[str]:
         """Load units at start, one after another in ONE job of the reload worker (a hand-off per unit cost more
@@ -258,6 +282,9 @@ class Host:
         """Stop watching, deactivate, drop every unit, release the namespace and the log (and the loader if the
         host opened it)."""
         self.stop_watching()
+        saving, self._saving = self._saving, None
+        if saving is not None:
+            saving.join()
         with self._guard():
             if not self._started:
                 return

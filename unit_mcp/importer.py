@@ -1,8 +1,9 @@
 """Import units from any `Loader`: a meta path finder for `<namespace>.<unit>[.sub…]` and a module loader.
 
-Source comes from `Loader.read` every time (no bytecode cache, so a same-second, same-size edit is never missed),
-and its name from `Loader.origin`. The module loader answers `get_source`, so tracebacks and `inspect.getsource`
-show the real lines whether the unit is a file or a database row.
+Source comes from `Loader.read` every time and its name from `Loader.origin`. Compiled code is found by the source's
+content hash, never by its time or size (so a same-second, same-size edit is never missed): the code the service
+compiled for a write, or at a full start the `BytecodeCache` of the previous start. The module loader answers
+`get_source`, so tracebacks and `inspect.getsource` show the real lines whether the unit is a file or a database row.
 """
 
 from __future__ import annotations
@@ -11,12 +12,64 @@ import importlib.machinery
 import importlib.util
 import io
 import linecache
+import marshal
+import os
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import IO, Any
 
 from .loader import Loader, LoaderError, Source, UnitKind, UnsafeSource
-from .paths import hash_bytes
+from .paths import hash_bytes, write_file
+
+
+class BytecodeCache:
+    """The unit modules compiled at the last full start, in one file of the host's data dir, read at the next.
+
+    An entry's key is the module's origin (its code's file name) and the `sha256:` hash of its source: a source
+    that changed never gets old code. The file starts with Python's bytecode magic number, so another Python
+    version (or a damaged file) is ignored and everything is compiled. Saving keeps only this start's entries."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._loaded: dict[tuple[str, str], types.CodeType] = {}
+        self.used: dict[tuple[str, str], types.CodeType] = {}
+        self._compiled = False
+
+    def load(self) -> BytecodeCache:
+        try:
+            blob = self.path.read_bytes()
+        except OSError:
+            return self
+        magic = importlib.util.MAGIC_NUMBER
+        if blob[: len(magic)] != magic:
+            return self
+        try:
+            entries = marshal.loads(memoryview(blob)[len(magic) :])
+        except (EOFError, ValueError, TypeError):
+            return self
+        if isinstance(entries, dict):
+            self._loaded = entries
+        return self
+
+    def get(self, origin: str, digest: str) -> types.CodeType | None:
+        code = self._loaded.get((origin, digest))
+        if not isinstance(code, types.CodeType):
+            return None
+        self.used[(origin, digest)] = code
+        return code
+
+    def put(self, origin: str, digest: str, code: types.CodeType) -> None:
+        self.used[(origin, digest)] = code
+        self._compiled = True
+
+    def save(self) -> None:
+        """Write the entries this start used, when they differ from the file's (no fsync: it is a cache)."""
+        if not self._compiled and len(self.used) == len(self._loaded):
+            return
+        os.makedirs(self.path.parent, exist_ok=True)
+        blob = importlib.util.MAGIC_NUMBER + marshal.dumps(self.used)
+        write_file(self.path.parent, self.path.name, blob, durable=False)
 
 
 class UnitModuleLoader:
@@ -30,21 +83,28 @@ class UnitModuleLoader:
         data: bytes,
         codes: dict[tuple[str, str], types.CodeType],
         files: UnitFiles | None = None,
+        bytecode: BytecodeCache | None = None,
     ) -> None:
         self.name = fullname
         self.path = origin
         self.data = data
         self.codes = codes
         self.files = files
+        self.bytecode = bytecode
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
         linecache.cache.pop(self.path, None)  # a traceback must show this version's lines, not a cached older one
-        code = self.codes.pop((self.path, hash_bytes(self.data)), None)
+        digest = hash_bytes(self.data)
+        code = self.codes.pop((self.path, digest), None)
+        if code is None and self.bytecode is not None:
+            code = self.bytecode.get(self.path, digest)
         if code is None:
             code = compile(self.data, self.path, "exec", dont_inherit=True)
+            if self.bytecode is not None:
+                self.bytecode.put(self.path, digest, code)
         exec(code, module.__dict__)
 
     def get_source(self, fullname: str) -> str:
@@ -121,6 +181,7 @@ class UnitFinder:
         self.codes: dict[tuple[str, str], types.CodeType] = {}
         self.names: dict[str, set[str]] = {}  # unit id → module names imported for it (no scan of sys.modules)
         self.kinds: dict[str, UnitKind] | None = None  # while the host starts: what it just discovered
+        self.bytecode: BytecodeCache | None = None  # while the host starts all units
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(self.namespace + "."):
@@ -143,7 +204,7 @@ class UnitFinder:
             files = UnitFiles(self.loader, unit_id, kind, folder) if package else None
             spec = importlib.machinery.ModuleSpec(
                 fullname,
-                UnitModuleLoader(fullname, origin, data, self.codes, files),  # type: ignore[arg-type]  # a loader by its methods
+                UnitModuleLoader(fullname, origin, data, self.codes, files, self.bytecode),  # type: ignore[arg-type]  # a loader by its methods
                 origin=origin,
                 is_package=package,
             )
