@@ -4,6 +4,7 @@ of the event loop leaves in one send, in order, and nothing is lost on close. Ch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -52,6 +53,21 @@ async def test_writes_of_one_turn_leave_together_at_the_next() -> None:
         await asyncio.sleep(0)
         assert received(peer) == b"next"
         assert writes.get_extra_info("socket") is not None  # everything else is the transport's
+
+
+async def test_a_large_write_leaves_at_once_after_what_is_pending() -> None:
+    async with coalesced_pair() as (writes, peer):
+        large = b"x" * CoalescedWrites.JOIN_LIMIT
+        writes.write(b"head:")
+        writes.write(large)
+        got = peer.recv(1 << 20)  # without a turn of the loop: the head was sent with it
+        while len(got) < len(large) + 5:  # what the socket did not take at once the transport sends on
+            await asyncio.sleep(0.01)
+            with contextlib.suppress(BlockingIOError):
+                got += peer.recv(1 << 20)
+        assert got == b"head:" + large
+        await asyncio.sleep(0)  # the flush scheduled for the head finds nothing left
+        assert received(peer) == b"<nothing yet>"
 
 
 async def test_close_sends_what_is_pending_first_and_abort_drops_it() -> None:

@@ -72,7 +72,10 @@ class CoalescedWrites:
 
     uvicorn writes a response's head and its body separately; on loopback every send wakes the client, which then
     reads the head alone and waits again for the body. Joined, a response costs one send and one wake-up. Data
-    written in a turn leaves at the start of the next one, and before the connection is closed."""
+    written in a turn leaves at the start of the next one, and before the connection is closed; a write of
+    `JOIN_LIMIT` bytes or more leaves at once, after what is pending (joining it would copy it)."""
+
+    JOIN_LIMIT = 64 * 1024
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
@@ -81,6 +84,10 @@ class CoalescedWrites:
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
+            return
+        if len(data) >= self.JOIN_LIMIT:
+            self.flush()
+            self.transport.write(data)
             return
         if not self.pending:
             self.loop.call_soon(self.flush)
