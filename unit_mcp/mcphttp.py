@@ -197,7 +197,10 @@ class _JsonModeDrop:
 
 class _SessionManager(StreamableHTTPSessionManager):
     """The SDK's session manager, opening each handshake-era session on a `_PerRequestTransport` (2026-era
-    requests already get a JSON body when their handler sends no notification)."""
+    requests already get a JSON body when their handler sends no notification).
+
+    The SDK builds and registers the session's transport (it takes no transport class); it is given the subclass,
+    which adds no state of its own, before it serves anything."""
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
         transport = super()._admit_session(requestor)
