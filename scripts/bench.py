@@ -48,6 +48,7 @@ from unit_mcp.tools import UnitTools  # noqa: E402
 FS_SERVER = "@modelcontextprotocol/server-filesystem@2026.8.31"
 BENCH_TOOLS = REPO / ".cache" / "bench-tools"
 OUT = REPO / "bench"
+CLIENT_TOKEN = "UNIT_MCP_BENCH_TOKEN"  # the bearer token for `--client` processes
 SECTIONS = ("transport", "filesystem", "reload", "scale", "loaders", "log", "sessions", "concurrency", "tests")
 
 
@@ -544,10 +545,11 @@ class Bench:
             tools = UnitTools(UnitService(host))
             async with Bridge(tools.server(), config_root=self.work / "cfg-conc") as bridge:
                 for clients in (1, 16):
-                    argv = [sys.executable, __file__, "--client", str(bridge.url), bridge.token or "", str(seconds)]
+                    argv = [sys.executable, __file__, "--client", str(bridge.url), str(seconds)]
+                    env = {**os.environ, CLIENT_TOKEN: bridge.token or ""}  # a token may start with "-"
                     async with AsyncExitStack() as stack:
                         procs = [
-                            await stack.enter_async_context(await anyio.open_process(argv, stderr=None))
+                            await stack.enter_async_context(await anyio.open_process(argv, stderr=None, env=env))
                             for _ in range(clients)
                         ]
                         lines = []
@@ -661,11 +663,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write", action="store_true", help="write bench/ even for a quick or partial run")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
-    parser.add_argument("--client", nargs=3, metavar=("URL", "TOKEN", "SECONDS"), help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
-        url, token, seconds = args.client
-        anyio.run(client_loop, url, token, float(seconds))
+        url, seconds = args.client
+        anyio.run(client_loop, url, os.environ.get(CLIENT_TOKEN, ""), float(seconds))
         return
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(chosen) - set(SECTIONS)

@@ -11,6 +11,7 @@ import ipaddress
 import secrets
 import socket
 from collections.abc import Iterator
+from typing import Any, cast
 
 import anyio
 import h11
@@ -66,6 +67,55 @@ class QuietUvicorn(uvicorn.Server):
 REQUEST_TIMEOUT = 30.0  # seconds for a request to arrive whole; a local client sends one in milliseconds
 
 
+class CoalescedWrites:
+    """A connection's transport whose writes made in one turn of the event loop leave in one send.
+
+    uvicorn writes a response's head and its body separately; on loopback every send wakes the client, which then
+    reads the head alone and waits again for the body. Joined, a response costs one send and one wake-up. Data
+    written in a turn leaves at the start of the next one, and before the connection is closed; a write of
+    `JOIN_LIMIT` bytes or more leaves at once, after what is pending (joining it would copy it)."""
+
+    JOIN_LIMIT = 64 * 1024
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if len(data) >= self.JOIN_LIMIT:
+            self.flush()
+            self.transport.write(data)
+            return
+        if not self.pending:
+            self.loop.call_soon(self.flush)
+        self.pending.append(bytes(data))
+
+    def flush(self) -> None:
+        if self.pending:
+            data = self.pending[0] if len(self.pending) == 1 else b"".join(self.pending)
+            self.pending.clear()
+            if not self.transport.is_closing():
+                self.transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        self.pending.clear()
+        self.transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def coalesce_writes(transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> asyncio.Transport:
+    return cast(asyncio.Transport, CoalescedWrites(transport, loop))
+
+
 def request_deadline_protocol(seconds: float) -> type[H11Protocol]:
     """uvicorn's HTTP/1.1 protocol with a deadline for each request to arrive whole (headers and body), counted
     from the connection or from the request's first byte.
@@ -79,7 +129,7 @@ def request_deadline_protocol(seconds: float) -> type[H11Protocol]:
         _deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(coalesce_writes(transport, self.loop))
             self._watch()
 
         def data_received(self, data: bytes) -> None:

@@ -1,9 +1,11 @@
 """MCP over this process's stdin/stdout on asyncio pipes, for clients that launch the server.
 
 The SDK's `stdio_server()` reads and writes through `anyio.wrap_file`: every line read and every reply written
-is a trip to a worker thread, about a third of a small call's time here (bench/RESULTS.md). When stdin and stdout
-are pipes or sockets (how MCP clients launch servers) this module hands the SDK asyncio pipe streams instead; the
-SDK still frames and parses the messages. Anything else (a regular file, a tty) gets the SDK's own transport.
+is a trip to a worker thread, about a third of a small call's time here (bench/RESULTS.md), and each message also
+passes a reader or writer task. When stdin and stdout are pipes or sockets (how MCP clients launch servers) the
+server reads and writes asyncio pipes itself, in the task that asks: a line is parsed with the SDK's own message
+adapter when the server reads it, and a reply is written by the task that sends it. Anything else (a regular file,
+a tty) gets the SDK's own transport.
 
 Like the SDK, it claims the standard descriptors while serving: fd 0 reads the null device and fd 1 writes to
 stderr, so unit code that prints or reads stdin cannot corrupt the wire. Both are restored on exit.
@@ -23,12 +25,13 @@ import stat
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from typing import Protocol
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.stdio import stdio_server
+from mcp.shared._stream_protocols import WriteStream
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp_types import JSONRPCError, JSONRPCRequest, JSONRPCResponse, jsonrpc_message_adapter
 
 log = logging.getLogger("unit_mcp.stdio")
 
@@ -61,7 +64,7 @@ class _Unanswered:
 class AnsweringWriter:
     """The server's write stream (the SDK's `WriteStream` protocol), noting every answer that goes out."""
 
-    def __init__(self, inner: MemoryObjectSendStream[SessionMessage], unanswered: _Unanswered) -> None:
+    def __init__(self, inner: WriteStream[SessionMessage], unanswered: _Unanswered) -> None:
         self.inner = inner
         self.unanswered = unanswered
 
@@ -80,7 +83,54 @@ class AnsweringWriter:
         await self.aclose()
 
 
-Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], AnsweringWriter]
+class _Receiver(Protocol):
+    async def receive(self) -> SessionMessage | Exception: ...
+
+    async def aclose(self) -> None: ...
+
+
+class DrainingReader:
+    """The server's read stream (the SDK's `ReadStream` protocol), noting every request read; its end reaches the
+    server once every request read has been answered, or after `DRAIN_SECONDS`."""
+
+    def __init__(self, inner: _Receiver, unanswered: _Unanswered) -> None:
+        self.inner = inner
+        self.unanswered = unanswered
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item = await self.inner.receive()
+        except anyio.EndOfStream:
+            with anyio.move_on_after(DRAIN_SECONDS) as waited:
+                await self.unanswered.none.wait()
+            if waited.cancelled_caught:
+                left = len(self.unanswered.ids)
+                log.warning("stdin ended; %d request(s) still unanswered after %.0f s", left, DRAIN_SECONDS)
+            raise
+        if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
+            self.unanswered.asked(item.message.id)
+        return item
+
+    def __aiter__(self) -> DrainingReader:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> DrainingReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+Streams = tuple[DrainingReader, AnsweringWriter]
 
 
 def _is_pipe(fd: int) -> bool:
@@ -93,40 +143,13 @@ def _is_pipe(fd: int) -> bool:
 
 @asynccontextmanager
 async def stdio_streams() -> AsyncIterator[Streams]:
-    """The SDK's read and write streams over stdin/stdout (on asyncio pipes when both are pipes or sockets),
-    whose end of input waits for the answers to what was read."""
-    async with _transport_streams() as (read_stream, write_stream):
-        unanswered = _Unanswered()
-        relay_send, relay_receive = anyio.create_memory_object_stream[SessionMessage | Exception]()
-
-        async def relay() -> None:
-            async with relay_send:
-                async for item in read_stream:
-                    if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
-                        unanswered.asked(item.message.id)
-                    await relay_send.send(item)
-                with anyio.move_on_after(DRAIN_SECONDS) as waited:
-                    await unanswered.none.wait()
-                if waited.cancelled_caught:
-                    left = len(unanswered.ids)
-                    log.warning("stdin ended; %d request(s) still unanswered after %.0f s", left, DRAIN_SECONDS)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(relay)
-            try:
-                yield relay_receive, AnsweringWriter(write_stream, unanswered)
-            finally:
-                tg.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def _transport_streams() -> AsyncIterator[
-    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
-]:
+    """The server's read and write streams over stdin/stdout (asyncio pipes read and written in the asking task
+    when both are pipes or sockets, else the SDK's transport), whose end of input waits for the answers."""
+    unanswered = _Unanswered()
     if not (_is_pipe(0) and _is_pipe(1)):
-        async with stdio_server() as streams:
+        async with stdio_server() as (read_stream, write_stream):
             try:
-                yield streams
+                yield DrainingReader(read_stream, unanswered), AnsweringWriter(write_stream, unanswered)
             finally:
                 _flush_stdout()
         return
@@ -145,8 +168,10 @@ async def _transport_streams() -> AsyncIterator[
         )
         stack.callback(write_transport.close)
         writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
-        async with stdio_server(_Lines(reader), _Writer(writer)) as streams:  # type: ignore[arg-type]
-            yield streams
+        yield (
+            DrainingReader(_StdinMessages(_Lines(reader)), unanswered),
+            AnsweringWriter(_StdoutMessages(writer), unanswered),
+        )
 
 
 def _claim(fd: int, diversion: int, stack: AsyncExitStack) -> int:
@@ -207,17 +232,49 @@ class _Lines:
         log.warning("dropped a message of %d bytes on stdin (limit %d)", dropped, MAX_LINE_BYTES)
 
 
-class _Writer:
-    """stdout as the async text file the SDK's writer expects; flush waits while the client is not reading."""
+class _StdinMessages:
+    """The JSON-RPC messages on stdin, one a line, parsed as the SDK's stdio transport parses them: a line that is
+    not a message becomes the exception the server answers, and reading goes on."""
+
+    def __init__(self, lines: _Lines) -> None:
+        self.lines = lines
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            line = await self.lines.__anext__()
+        except StopAsyncIteration:
+            raise anyio.EndOfStream from None
+        try:
+            return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
+        except Exception as exc:
+            return exc
+
+    async def aclose(self) -> None:
+        pass  # the pipe is closed by `stdio_streams`
+
+
+class _StdoutMessages:
+    """stdout as the server's write stream: each message is one line, written by the task that sends it, which waits
+    while the client is not reading."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
 
-    async def write(self, text: str) -> None:
-        self.writer.write(text.encode("utf-8"))
-
-    async def flush(self) -> None:
+    async def send(self, item: SessionMessage, /) -> None:
+        if self.writer.is_closing():
+            raise anyio.BrokenResourceError
+        line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+        self.writer.write(line.encode("utf-8"))
         try:
             await self.writer.drain()
         except (ConnectionError, BrokenPipeError):
-            raise anyio.ClosedResourceError from None
+            raise anyio.BrokenResourceError from None
+
+    async def aclose(self) -> None:
+        pass  # the pipe is closed by `stdio_streams`
+
+    async def __aenter__(self) -> _StdoutMessages:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
