@@ -427,7 +427,7 @@ class UnitService:
         # A dry run writes nothing and reads a source that is only ever replaced whole: it needs no lock (and so
         # never waits for another edit's reload).
         with contextlib.nullcontext() if args.dry_run else self.host.unit_lock(src.unit_id):
-            data, text = self._current(src, args.expected_hash)
+            text, current = self._current(src, args.expected_hash)
             if patch is not None:
                 new_text, count = apply_unified_diff(text, patch, src.source_id)
                 mode = "diff"
@@ -436,10 +436,10 @@ class UnitService:
                 label = f"{src.source_id} of unit {src.unit_id}"
                 new_text, count = replace_exact(text, old, new, replace_all=args.replace_all, label=label)
                 mode = "exact"
-            return self._edit(src, data, text, new_text, mode, count, args.dry_run, "unit_apply_patch")
+            return self._edit(src, current, text, new_text, mode, count, args.dry_run, "unit_apply_patch")
 
-    def _current(self, src: Source, expected_hash: str | None) -> tuple[bytes, str]:
-        """The source's bytes and text, refused if they no longer hash to `expected_hash`."""
+    def _current(self, src: Source, expected_hash: str | None) -> tuple[str, str]:
+        """The source's text and hash, refused if it no longer hashes to `expected_hash`."""
         data = self._read(src)
         text = self._text(src, data)
         current = paths.hash_bytes(data)
@@ -450,12 +450,12 @@ class UnitService:
                 expected_hash=expected_hash,
                 current_hash=current,
             )
-        return data, text
+        return text, current
 
     def _edit(
         self,
         src: Source,
-        data: bytes,
+        current: str,
         text: str,
         new_text: str,
         mode: str,
@@ -463,11 +463,10 @@ class UnitService:
         dry_run: bool,
         tool_call: str,
     ) -> ApplyPatchResult:
-        """Compile, write (checked against the hash of `data`, which another process may have changed since),
-        reload; the loader puts the old source back if the reload fails. Called under the unit lock (a dry run
-        needs none)."""
+        """Compile, write (checked against `current`, the hash of `text`, which another process may have changed
+        since), reload; the loader puts the old source back if the reload fails. Called under the unit lock (a dry
+        run needs none)."""
         unit_id, source_id = src.unit_id, src.source_id
-        current = paths.hash_bytes(data)
         changed = new_text != text
         new_data = self._encode(src, new_text)
         new_hash = paths.hash_bytes(new_data)
@@ -557,13 +556,13 @@ class UnitService:
         if not args.dry_run:
             self._require("write", src.unit_id)
         with self.host.unit_lock(src.unit_id):
-            data, text = self._current(src, args.expected_hash)
+            text, current = self._current(src, args.expected_hash)
             try:
                 old = self.loader.version_data(src, args.version)
             except MissingVersion:
                 raise UnknownVersion(f"{src.source_id} of unit {src.unit_id} has no version {args.version}.") from None
             old_text = self._text(src, old)
-            return self._edit(src, data, text, old_text, "revert", 1, args.dry_run, "unit_revert")
+            return self._edit(src, current, text, old_text, "revert", 1, args.dry_run, "unit_revert")
 
     @takes(RunTestsArgs)
     def run_tests(self, args: RunTestsArgs) -> RunTestsResult:
