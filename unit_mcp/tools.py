@@ -15,6 +15,7 @@ import logging
 import re
 import threading
 import time
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,19 +35,6 @@ from ._version import __version__
 from .arguments import ApplyPatchArgs, Args, Operation, RunTestsArgs, checked
 from .cancel import cancellation
 from .errors import InvalidArgument, UnitError
-from .models import (
-    ApplyPatchResult,
-    CreateSourceResult,
-    HistoryResult,
-    InspectResult,
-    ReadLogResult,
-    ReadSourceResult,
-    ReloadResult,
-    ResolveResult,
-    RunTestsResult,
-    SnapshotResult,
-    UnitListResult,
-)
 from .service import UnitService
 from .wire import ERROR_META_KEY, RISK_META_KEY, Risk
 
@@ -119,7 +107,6 @@ class ToolSpec:
     description: str
     handler: Operation[BaseModel]
     """The `UnitService` method the tool calls with the service and its validated argument model."""
-    result: type[BaseModel]
     risk: Risk
     read_only: bool
     destructive: bool
@@ -133,6 +120,12 @@ class ToolSpec:
         """The argument model: the input schema and the one validation of a call."""
         return self.handler.model
 
+    @property
+    def result(self) -> type[BaseModel]:
+        """The result model: the output schema and the structured content (the method's return annotation)."""
+        result: type[BaseModel] = typing.get_type_hints(self.handler)["return"]
+        return result
+
 
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
@@ -142,7 +135,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "source_id), whether it is loaded (and its load error), what can be edited, its test names and "
         "whether it can be committed. Start here.",
         UnitService.list,
-        UnitListResult,
         "normal",
         read_only=True,
         destructive=False,
@@ -154,7 +146,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Find the unit meant by a natural-language description. Returns ranked candidates with a confidence "
         "from 0 to 1 and the evidence that matched (unit id, module, file names, docstring, symbols).",
         UnitService.resolve,
-        ResolveResult,
         "normal",
         read_only=True,
         destructive=False,
@@ -167,7 +158,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "(init/drop/snapshot/restore), registered activities, test names and every source artifact with "
         "its kind, size and hash. Use it to learn the source_ids before reading or editing.",
         UnitService.inspect,
-        InspectResult,
         "normal",
         read_only=True,
         destructive=False,
@@ -179,7 +169,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read one UTF-8 text file of a unit. Returns its content, its hash (pass it as expected_hash to "
         "unit_apply_patch), its size and its line endings. Binary files are refused.",
         UnitService.read_source,
-        ReadSourceResult,
         "filesystem-read",
         read_only=True,
         destructive=False,
@@ -195,7 +184,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "error writes nothing. If the reload fails, the previous source is restored and the error is "
         "returned. dry_run shows the diff without writing.",
         UnitService.apply_patch,
-        ApplyPatchResult,
         "filesystem-write",
         read_only=False,
         destructive=True,
@@ -208,7 +196,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "reload the unit. Python is compiled first. If the reload fails, the new file is removed again. "
         "Name a test module test_<name>.py to make it runnable with unit_run_tests.",
         UnitService.create_source,
-        CreateSourceResult,
         "filesystem-write",
         read_only=False,
         destructive=False,
@@ -222,7 +209,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
         "Sends progress notifications while it runs.",
         UnitService.run_tests,
-        RunTestsResult,
         "shell",
         read_only=False,
         destructive=False,
@@ -236,7 +222,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "state was restored, and the activity active before and after. Edits through unit_apply_patch and "
         "unit_create_source reload by themselves.",
         UnitService.reload,
-        ReloadResult,
         "shell",
         read_only=False,
         destructive=True,
@@ -250,7 +235,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "before=line_numbers[0]; or read forward from a line number with offset (and limit). has_more says "
         "whether more matching lines exist in the direction read.",
         UnitService.read_log,
-        ReadLogResult,
         "filesystem-read",
         read_only=True,
         destructive=False,
@@ -262,7 +246,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Return the live state of a loaded unit as its snapshot() export gives it (the state a reload "
         "carries over). supported is false when the unit has no snapshot().",
         UnitService.snapshot,
-        SnapshotResult,
         "normal",
         read_only=True,
         destructive=False,
@@ -279,7 +262,6 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "and the tool call that wrote it (null for a change made outside these tools). Offered when the "
         "unit's loader keeps history.",
         UnitService.history,
-        HistoryResult,
         "filesystem-read",
         read_only=True,
         destructive=False,
@@ -293,7 +275,6 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "restored and the error returned. dry_run shows the diff without writing. The revert is itself "
         "recorded as a new version.",
         UnitService.revert,
-        ApplyPatchResult,
         "filesystem-write",
         read_only=False,
         destructive=True,
