@@ -325,8 +325,8 @@ class Turn:
             await self._done.wait()
 
 
-class TurnHandle:
-    """What `run_turn` returns at once: status, result or error, `wait`, `cancel`, and completion callbacks."""
+class _TurnView:
+    """A view of one turn: its id and session."""
 
     def __init__(self, turn: Turn) -> None:
         self._turn = turn
@@ -338,6 +338,10 @@ class TurnHandle:
     @property
     def session_id(self) -> str:
         return self._turn.session_id
+
+
+class TurnHandle(_TurnView):
+    """What `run_turn` returns at once: status, result or error, `wait`, `cancel`, and completion callbacks."""
 
     @property
     def agent_id(self) -> str:
@@ -379,19 +383,8 @@ class TurnHandle:
         return f"<TurnHandle {self.id} session={self.session_id} {self.status}>"
 
 
-class TurnController:
+class TurnController(_TurnView):
     """What an agent gets as `ctx.turn`: report items, register cancellation, and end the turn."""
-
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
-
-    @property
-    def id(self) -> str:
-        return self._turn.id
-
-    @property
-    def session_id(self) -> str:
-        return self._turn.session_id
 
     @property
     def cancelled(self) -> bool:
