@@ -91,9 +91,7 @@ Item = Annotated[MessageItem | ToolCallItem | ToolResultItem | EventItem | Error
 ITEM = TypeAdapter[Item](Item)
 
 
-class SessionMeta(BaseModel):
-    """What `SessionStore.list()` returns: enough to show a session browser without reading any history."""
-
+class _SessionHead(BaseModel):
     id: str
     agent_id: str
     title: str | None = None
@@ -101,33 +99,23 @@ class SessionMeta(BaseModel):
     parent_id: str | None = None
     created_at: float
     updated_at: float
+
+
+class SessionMeta(_SessionHead):
+    """What `SessionStore.list()` returns: enough to show a session browser without reading any history."""
+
     item_count: int = 0
 
 
-class Session(BaseModel):
+class Session(_SessionHead):
     """One session as a single JSON document: metadata, agent-owned `data` and the item stream."""
 
-    id: str
-    agent_id: str
-    title: str | None = None
-    status: SessionStatus = "idle"
-    parent_id: str | None = None
-    created_at: float
-    updated_at: float
     data: dict[str, Any] = Field(default_factory=dict)
     items: list[Item] = Field(default_factory=list)
 
     def meta(self) -> SessionMeta:
-        return SessionMeta(
-            id=self.id,
-            agent_id=self.agent_id,
-            title=self.title,
-            status=self.status,
-            parent_id=self.parent_id,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            item_count=len(self.items),
-        )
+        head = {name: getattr(self, name) for name in _SessionHead.model_fields}
+        return SessionMeta(**head, item_count=len(self.items))
 
     def item(self, item_id: str) -> Item | None:
         """The item with that id (a linear scan: the store keeps its own index for O(1) updates)."""
