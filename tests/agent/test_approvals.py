@@ -53,6 +53,20 @@ def test_policy_can_be_auto_ask_or_deny_and_tells_listeners() -> None:
         approvals.set_policy("shell", "maybe")  # type: ignore[arg-type]
 
 
+def test_a_failing_listener_is_logged_and_the_others_still_hear_the_change(caplog: pytest.LogCaptureFixture) -> None:
+    approvals = AgentApprovals()
+    heard: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("listener bug")
+
+    approvals.on_change(broken)
+    approvals.on_change(lambda: heard.append("second"))
+    approvals.set_policy("shell", "auto")  # does not raise
+    assert heard == ["second"] and approvals.mode("shell") == "auto"
+    assert "approval policy listener failed" in caplog.text and "listener bug" in caplog.text
+
+
 async def test_an_ask_without_an_approver_is_a_denial_not_a_wait() -> None:
     approvals = AgentApprovals()
     with anyio.fail_after(1):

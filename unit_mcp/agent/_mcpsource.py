@@ -26,11 +26,10 @@ from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
 from ..wire import SSE_PATH
+from ._listeners import ChangeListener, Listeners
 from .turns import describe
 
 log = logging.getLogger("unit_mcp.agent.mcpsource")
-
-ChangeListener = Callable[[], None]
 
 
 class McpRefused(ConnectionError):
@@ -66,7 +65,7 @@ class McpToolSource:
         self._closing = anyio.Event()
         self._owner_done = anyio.Event()
         self.failure: BaseException | None = None
-        self._listeners: list[ChangeListener] = []
+        self._listeners = Listeners(f"tool-list (MCP source {self.name})")
         self._refresh_lock = anyio.Lock()
         self.refused: int | None = None
         """The HTTP status of the last refusal (401, 403, 404, 421) while connecting, if there was one."""
@@ -137,8 +136,7 @@ class McpToolSource:
             self._owner_done.set()
 
     def on_change(self, listener: ChangeListener) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        return self._listeners.add(listener)
 
     async def refresh(self) -> bool:
         """Re-list the server's tools; tell listeners and return True if the list changed."""
@@ -154,11 +152,7 @@ class McpToolSource:
             changed = [t.model_dump(by_alias=True) for t in tools] != [t.model_dump(by_alias=True) for t in self.tools]
             self.tools = tools
         if changed:
-            for listener in list(self._listeners):
-                try:
-                    listener()
-                except Exception:
-                    log.exception("tool-list listener of MCP source %s failed", self.name)
+            self._listeners.notify()
         return changed
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:

@@ -21,6 +21,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from ..wire import RISKS, Risk
+from ._listeners import ChangeListener, Listeners
 
 log = logging.getLogger("unit_mcp.agent.approvals")
 
@@ -70,7 +71,6 @@ class ApprovalDecision(BaseModel):
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision | bool] | ApprovalDecision | bool]
-PolicyListener = Callable[[], None]
 
 
 class AgentApprovals:
@@ -81,7 +81,7 @@ class AgentApprovals:
         for risk, mode in (policy or {}).items():
             self._set(risk, mode)
         self.approver = approver
-        self._listeners: list[PolicyListener] = []
+        self._listeners = Listeners("approval policy")
 
     @property
     def policy(self) -> dict[Risk, Mode]:
@@ -90,16 +90,15 @@ class AgentApprovals:
     def set_policy(self, risk: str, mode: Mode) -> None:
         """Change one risk's mode and tell listeners (e.g. the approval-filtered endpoint) to resync."""
         if self._set(risk, mode):
-            self._changed()
+            self._listeners.notify()
 
     def attach(self, approver: Approver | None) -> None:
         """Attach (or with None detach) the approver that answers `ask` requests."""
         self.approver = approver
-        self._changed()
+        self._listeners.notify()
 
-    def on_change(self, listener: PolicyListener) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+    def on_change(self, listener: ChangeListener) -> Callable[[], None]:
+        return self._listeners.add(listener)
 
     def mode(self, risk: str | None) -> Mode:
         return self._policy[normalise_risk(risk)]
@@ -160,13 +159,6 @@ class AgentApprovals:
         changed = self._policy[risk] != mode  # type: ignore[index]
         self._policy[risk] = mode  # type: ignore[index]
         return changed
-
-    def _changed(self) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener()
-            except Exception:
-                log.exception("approval policy listener failed")
 
 
 @dataclass

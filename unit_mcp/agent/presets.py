@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..paths import write_file
+from ._listeners import ChangeListener, Listeners
 from .approvals import RISKS, Risk, normalise_risk
 from .errors import AgentError
 
@@ -46,7 +47,6 @@ log = logging.getLogger("unit_mcp.agent.presets")
 ACTIVATE = "preset_activate"
 DEACTIVATE = "preset_deactivate"
 CONTROL_TOOLS = (ACTIVATE, DEACTIVATE)
-ChangeListener = Callable[[], None]
 
 
 class PresetError(AgentError):
@@ -92,7 +92,7 @@ class PresetManager:
         process is active in the next; without it the `active` flags of the presets decide at start."""
         self._presets: dict[str, Preset] = {}
         self._active: set[str] = set()
-        self._listeners: list[ChangeListener] = []
+        self._listeners = Listeners("preset change")
         self.state_path = Path(state_path) if state_path is not None else None
         for preset in presets:
             self.add(preset)
@@ -139,19 +139,14 @@ class PresetManager:
         return self._set(name, False)
 
     def on_change(self, listener: ChangeListener) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        return self._listeners.add(listener)
 
     def _set(self, name: str, active: bool) -> bool:
         if (name in self._active) == active:
             return False
         (self._active.add if active else self._active.discard)(name)
         self._save_state()
-        for listener in list(self._listeners):
-            try:
-                listener()
-            except Exception:
-                log.exception("preset change listener failed")
+        self._listeners.notify()
         return True
 
     # -- resolution against a tool list ----------------------------------------------------------

@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..wire import RISK_META_KEY
+from ._listeners import ChangeListener, Listeners
 from ._mcpsource import McpToolSource
 from ._toolnames import openai_tool_name
 from .approvals import AgentApprovals, Risk, normalise_risk
@@ -56,7 +57,6 @@ class CallContext(Protocol):
 log = logging.getLogger("unit_mcp.agent.toolsurface")
 
 LOCAL = "local"
-ChangeListener = Callable[[], None]
 
 
 class ToolDef(BaseModel):
@@ -196,9 +196,9 @@ class AgentToolSurface:
         self._local: dict[str, LocalTool] = {}
         self._sources: dict[str, McpToolSource] = {}
         self._unsubscribe: dict[str, Callable[[], None]] = {}
-        self._listeners: list[ChangeListener] = []
+        self._listeners = Listeners("tool surface")
         if presets is not None:
-            presets.on_change(self._changed)
+            presets.on_change(self._listeners.notify)
             self._add_preset_tools()
         for tool in local:
             self.add_local(tool)
@@ -211,7 +211,7 @@ class AgentToolSurface:
         if tool.name in self._local:
             raise AgentError(f"a local tool named {tool.name!r} is already registered")
         self._local[tool.name] = tool
-        self._changed()
+        self._listeners.notify()
         return tool
 
     def tool(
@@ -236,7 +236,7 @@ class AgentToolSurface:
     def remove_local(self, name: str) -> bool:
         removed = self._local.pop(name, None) is not None
         if removed:
-            self._changed()
+            self._listeners.notify()
         return removed
 
     def add_source(self, source: McpToolSource) -> None:
@@ -244,20 +244,19 @@ class AgentToolSurface:
         if source.name in self._sources or source.name == LOCAL:
             raise AgentError(f"a tool source named {source.name!r} is already registered")
         self._sources[source.name] = source
-        self._unsubscribe[source.name] = source.on_change(self._changed)
-        self._changed()
+        self._unsubscribe[source.name] = source.on_change(self._listeners.notify)
+        self._listeners.notify()
 
     def remove_source(self, name: str) -> bool:
         source = self._sources.pop(name, None)
         if source is None:
             return False
         self._unsubscribe.pop(name)()
-        self._changed()
+        self._listeners.notify()
         return True
 
     def on_change(self, listener: ChangeListener) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        return self._listeners.add(listener)
 
     # -- listing ----------------------------------------------------------------------------------
 
@@ -500,10 +499,3 @@ class AgentToolSurface:
             output_schema=dict(tool.output_schema) if tool.output_schema else None,
             annotations=tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None,
         )
-
-    def _changed(self) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener()
-            except Exception:
-                log.exception("tool surface listener failed")
