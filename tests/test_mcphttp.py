@@ -116,6 +116,52 @@ async def test_a_call_without_progress_is_one_json_body_and_one_with_progress_st
         await server.stop()
 
 
+async def test_a_cancelled_json_call_is_answered_at_once_and_the_client_closes_cleanly() -> None:
+    """The SDK answers a cancelled request only once its handler has settled; a POST waiting for one JSON body
+    would stay open until then and could be answered while the client closes (the SDK 2.3 client then raises
+    ClosedResourceError out of its task group). The server answers it when the cancel arrives."""
+    started, finished = anyio.Event(), anyio.Event()
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name="stubborn", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        started.set()
+        with anyio.CancelScope(shield=True):  # like a worker thread that takes a while to stop
+            await anyio.sleep(5)
+        finished.set()
+        return types.CallToolResult(content=[types.TextContent(type="text", text="late")])
+
+    server = McpHttpServer()
+    await server.start(Server("stubborn", on_list_tools=list_tools, on_call_tool=call_tool))
+    answered_before_the_handler_settled: list[bool] = []
+
+    class Timed(Answers):
+        async def __call__(self, response: httpx2.Response) -> None:
+            before = len(self.seen)
+            await super().__call__(response)
+            if len(self.seen) > before and self.seen[-1][0] == "tools/call":
+                answered_before_the_handler_settled.append(not finished.is_set())
+
+    try:
+        answers = Timed()
+        assert server.url is not None
+        async with legacy_client(server.url, server.token, answers) as client:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(client.call_tool, "stubborn", {})
+                with anyio.fail_after(10):
+                    await started.wait()
+                tg.cancel_scope.cancel()
+            with anyio.fail_after(4):  # a bound, well inside the handler's 5 s
+                while not answered_before_the_handler_settled:
+                    await anyio.sleep(0.02)
+        assert answered_before_the_handler_settled == [True]
+        assert ("tools/call", "application/json") in answers.seen
+        assert not finished.is_set()  # the client closed (cleanly) while the handler still ran
+    finally:
+        await server.stop()
+
+
 async def test_unit_tools_answer_reads_in_json_and_stream_test_progress(service: UnitService) -> None:
     tools = UnitTools(service, progress_interval=0.1)
     progress: list[float] = []

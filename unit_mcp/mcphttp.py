@@ -15,6 +15,7 @@ per byte. A request with a progress token keeps its stream, so `unit_run_tests` 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncGenerator
@@ -24,16 +25,17 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import anyio
 import pydantic_core
 from mcp.server import Server
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.sse import SseServerTransport
-from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http import REQUEST_CANCELLED, EventMessage, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared._stream_protocols import ReadStream, WriteStream
-from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params, progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types import JSONRPCError, JSONRPCResponse
+from mcp_types import ErrorData, JSONRPCError, JSONRPCResponse
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -146,11 +148,34 @@ class _PerRequestTransport(StreamableHTTPServerTransport):
             _json_reply.reset(mode)
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
-        mode = _json_reply.set(not wants_progress(await request.body()))  # Starlette keeps the body for the SDK
+        body = await request.body()  # Starlette keeps the body for the SDK
+        if b"notifications/cancelled" in body:
+            self._answer_cancelled(body)
+        mode = _json_reply.set(not wants_progress(body))
         try:
             await super()._handle_post_request(scope, request, receive, send)
         finally:
             _json_reply.reset(mode)
+
+    def _answer_cancelled(self, body: bytes) -> None:
+        """The client cancelled a request that waits for one JSON body: answer it now with the `REQUEST_CANCELLED`
+        error the SDK sends once the handler has settled (on a stream that error would end it). Left open until
+        then, the POST could be answered while the client is closing, and the SDK 2.3 client raises on a JSON
+        answer it can no longer deliver; the SDK's own answer, when it comes, finds no request and is dropped."""
+        try:
+            message = pydantic_core.from_json(body)
+        except ValueError:
+            return
+        params = message.get("params") if isinstance(message, dict) else None
+        request_id = cancelled_request_id_from_params(params) if isinstance(params, dict) else None
+        key = str(request_id)
+        if request_id is None or key not in self._request_streams or key in self._sse_stream_writers:
+            return
+        error = ErrorData(code=REQUEST_CANCELLED, message="Request cancelled")
+        with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._request_streams[key][0].send_nowait(
+                EventMessage(JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+            )
 
     @asynccontextmanager
     async def connect(
