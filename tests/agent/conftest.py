@@ -9,8 +9,12 @@ so tests assert on what reached the server, not on what the agent says it did.
 from __future__ import annotations
 
 import json
+import os
+import pty
 import secrets
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -35,7 +39,8 @@ from unit_mcp.agent.items import Session
 from unit_mcp.bridge import Bridge
 from unit_mcp.tools import UnitTools
 
-EXAMPLE_UNITS = Path(__file__).resolve().parents[2] / "unit_mcp" / "examples" / "units"
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"
 NONCE = "nonce-7f3a91"
 
 
@@ -149,3 +154,33 @@ async def running(
         store=tmp_path / "sessions", registry=registry, tools=surface, cancel_timeout=cancel_timeout
     ) as runner:
         yield runner
+
+
+async def ask_on_a_terminal_then_die(data: str, run_args: list[str], *, wait: float) -> str:
+    """`python -m unit_mcp.agent --data-dir DATA run RUN_ARGS` on a terminal (a pty), SIGKILLed while its approval
+    question waits for an answer (at most `wait` seconds for it to ask); returns what it wrote to stderr."""
+    controller, terminal = pty.openpty()
+    try:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "unit_mcp.agent", "--data-dir", data, "run", *run_args],
+            cwd=REPO, stdin=terminal, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        assert first.stderr is not None
+        asked = b""
+        with anyio.fail_after(wait):
+            while b"? [y]es / [N]o" not in asked:
+                chunk = await anyio.to_thread.run_sync(first.stderr.read1)
+                assert chunk, f"the CLI ended before it asked: {asked.decode()}"
+                asked += chunk
+        first.kill()  # SIGKILL
+        first.wait(10)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    return asked.decode()
+
+
+async def agent_cli(*args: str) -> tuple[int, str, str]:
+    """`python -m unit_mcp.agent ARGS` in its own process: exit code, stdout, stderr."""
+    done = await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()

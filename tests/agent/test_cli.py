@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,15 +15,9 @@ import pytest
 from unit_mcp.agent._cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
-from .conftest import UnitServer
+from .conftest import REPO, UnitServer, agent_cli, ask_on_a_terminal_then_die
 
 pytestmark = pytest.mark.anyio
-REPO = Path(__file__).resolve().parents[2]
-
-
-async def agent_cli(*args: str) -> tuple[int, str, str]:
-    done = await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 async def test_run_streams_the_turn_and_sessions_can_be_browsed(
@@ -95,27 +87,10 @@ async def test_an_approval_asked_on_a_closed_terminal_is_answered_later_and_the_
             f"--mcp-token={unit_server.token}",
         ]  # fmt: skip
         # The first life asks on a terminal (a pty) and is killed while the question waits for an answer.
-        controller, terminal = pty.openpty()
-        try:
-            first = subprocess.Popen(
-                [sys.executable, "-m", "unit_mcp.agent", "--data-dir", data, "run", *options,
-                 "--session", "ses-cli", "reload", "counter"],
-                cwd=REPO, stdin=terminal, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )  # fmt: skip
-            assert first.stderr is not None
-            asked = b""
-            with anyio.fail_after(30):
-                while b"? [y]es / [N]o" not in asked:
-                    chunk = await anyio.to_thread.run_sync(first.stderr.read1)
-                    assert chunk, f"the CLI ended before it asked: {asked.decode()}"
-                    asked += chunk
-            first.kill()
-            first.wait(10)
-        finally:
-            os.close(controller)
-            os.close(terminal)
+        run = [*options, "--session", "ses-cli", "reload", "counter"]
+        asked = await ask_on_a_terminal_then_die(data, run, wait=30)
         question = 'Allow unit_reload (shell) with {"unit_id": "counter"}?'
-        assert question in asked.decode() and unit_server.calls == []
+        assert question in asked and unit_server.calls == []
 
         assert main(["--data-dir", data, "sessions", "pending", "ses-cli"]) == 0
         (line,) = capsys.readouterr().out.strip().splitlines()

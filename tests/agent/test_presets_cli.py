@@ -3,22 +3,16 @@ terminal that closes is answered later from the command line, and the preset sta
 
 from __future__ import annotations
 
-import os
-import pty
-import subprocess
-import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
 from unit_mcp.agent._cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
-from .conftest import UnitServer
+from .conftest import UnitServer, agent_cli, ask_on_a_terminal_then_die
 
 pytestmark = pytest.mark.anyio
-REPO = Path(__file__).resolve().parents[2]
 PRESETS = """\
 [[preset]]
 name = "look"
@@ -30,11 +24,6 @@ name = "edit"
 description = "Read and change unit sources."
 tools = ["unit_read_source", "unit_apply_patch"]
 """
-
-
-async def agent_cli(*args: str) -> tuple[int, str, str]:
-    done = await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 async def test_a_preset_activation_asked_on_a_closed_terminal_is_answered_from_the_cli(
@@ -53,26 +42,9 @@ async def test_a_preset_activation_asked_on_a_closed_terminal_is_answered_from_t
             "--model", "m", "--base-url", model.base_url, "--mcp-url", unit_server.url,
             f"--mcp-token={unit_server.token}", "--presets", str(presets),
         ]  # fmt: skip
-        controller, terminal = pty.openpty()
-        try:
-            first = subprocess.Popen(
-                [sys.executable, "-m", "unit_mcp.agent", "--data-dir", data, "run", *options,
-                 "--session", "ses-presets", "edit greeter"],
-                cwd=REPO, stdin=terminal, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            )  # fmt: skip
-            assert first.stderr is not None
-            asked = b""
-            with anyio.fail_after(30):
-                while b"? [y]es / [N]o" not in asked:
-                    chunk = await anyio.to_thread.run_sync(first.stderr.read1)
-                    assert chunk, f"the CLI ended before it asked: {asked.decode()}"
-                    asked += chunk
-            first.kill()
-            first.wait(10)
-        finally:
-            os.close(controller)
-            os.close(terminal)
-        assert 'Allow preset_activate (filesystem-write) with {"name": "edit"}?' in asked.decode()
+        run = [*options, "--session", "ses-presets", "edit greeter"]
+        asked = await ask_on_a_terminal_then_die(data, run, wait=30)
+        assert 'Allow preset_activate (filesystem-write) with {"name": "edit"}?' in asked
         offered = model.requests[0].tool_names
         assert "unit_read_source" not in offered and {"unit_list", "preset_activate"} <= set(offered)
 

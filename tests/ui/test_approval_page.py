@@ -5,16 +5,11 @@ buttons answer them through the runner."""
 from __future__ import annotations
 
 import json
-import os
-import pty
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
-from agent.conftest import UnitServer
+from agent.conftest import UnitServer, agent_cli, ask_on_a_terminal_then_die
 from playwright.async_api import Browser, Page, expect
 from server_process import ServerProcess
 
@@ -24,7 +19,6 @@ from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 from .conftest import AGENT, Shoot, embedded
 
 pytestmark = pytest.mark.anyio
-REPO = Path(__file__).resolve().parents[2]
 PATCH = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello, {name}!", "new": "Howdy, {name}!"}
 
 
@@ -122,7 +116,7 @@ async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_
             "--model", "m", "--base-url", model.base_url, "--mcp-url", unit_server.url,
             f"--mcp-token={unit_server.token}",
         ]  # fmt: skip
-        await ask_on_a_terminal_then_die(data, options)
+        await ask_on_a_terminal_then_die(data, [*options, "--session", "ses-cli", "reload", "counter"], wait=60)
         assert unit_server.calls == []
 
         ui = ServerProcess("--data-dir", data, "ui", *options, tmp=tmp_path, module="unit_mcp.agent")
@@ -149,37 +143,10 @@ async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_
             assert unit_server.called() == ["unit_reload"]  # ran once, after the answer
             # the page let go of the session once its turn ended: a terminal can open it again
             with anyio.fail_after(20):
-                while (await agent_cli("--data-dir", data, "sessions", "pending", "ses-cli")).returncode != 0:
+                while (await agent_cli("--data-dir", data, "sessions", "pending", "ses-cli"))[0] != 0:
                     await anyio.sleep(0.2)
-            shown = await agent_cli("--data-dir", data, "sessions", "show", "ses-cli", "--json")
-            assert json.loads(shown.stdout)["data"]["approval_grants"] == ["shell"]  # "always" was kept
+            _, shown, _ = await agent_cli("--data-dir", data, "sessions", "show", "ses-cli", "--json")
+            assert json.loads(shown)["data"]["approval_grants"] == ["shell"]  # "always" was kept
         finally:
             code = await anyio.to_thread.run_sync(ui.stop)
             assert code == 0, ui.stderr()
-
-
-async def agent_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
-
-
-async def ask_on_a_terminal_then_die(data: str, options: list[str]) -> None:
-    """`agent run` asks on a terminal (a pty) and is SIGKILLed while the question waits."""
-    controller, terminal = pty.openpty()
-    try:
-        first = subprocess.Popen(
-            [sys.executable, "-m", "unit_mcp.agent", "--data-dir", data, "run", *options,
-             "--session", "ses-cli", "reload", "counter"],
-            cwd=REPO, stdin=terminal, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        assert first.stderr is not None
-        asked = b""
-        with anyio.fail_after(60):
-            while b"? [y]es / [N]o" not in asked:
-                chunk = await anyio.to_thread.run_sync(first.stderr.read1)
-                assert chunk, f"the CLI ended before it asked: {asked.decode()}"
-                asked += chunk
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
-    finally:
-        os.close(controller)
-        os.close(terminal)
