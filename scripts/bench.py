@@ -114,6 +114,15 @@ def twenty_kb_unit(root: Path) -> None:
     (folder / "__init__.py").write_text('"""A 20 KB unit."""\n' + "".join(lines))
 
 
+def ten_module_unit(folder: Path) -> None:
+    """A package of ten modules (`__init__` imports nine of 40 functions each): what a patch reloads in full."""
+    folder.mkdir(parents=True)
+    imports = "".join(f"from . import mod{n}\n" for n in range(9))
+    (folder / "__init__.py").write_text(f'"""Ten modules."""\n{imports}VERSION = 0\n')
+    for n in range(9):
+        (folder / f"mod{n}.py").write_text("".join(f"def f{k}(x):\n    return x * {k} + {n}\n\n" for k in range(40)))
+
+
 @asynccontextmanager
 async def http_client(url: str, token: str | None) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -309,12 +318,7 @@ class Bench:
     async def reload(self) -> None:
         root = self.work / "reload-units"
         folder = root / "tenmods"
-        folder.mkdir(parents=True)
-        imports = "".join(f"from . import mod{n}\n" for n in range(9))
-        (folder / "__init__.py").write_text(f'"""Ten modules."""\n{imports}VERSION = 0\n')
-        for n in range(9):
-            body = "".join(f"def f{k}(x):\n    return x * {k} + {n}\n\n" for k in range(40))
-            (folder / f"mod{n}.py").write_text(body)
+        ten_module_unit(folder)
         state = {"v": 0}
         with Host(root, self.work / "reload-data", namespace="bench_reload") as host:
             service = UnitService(host)
@@ -412,11 +416,7 @@ class Bench:
 
         folder = self.work / "loader-units"
         unit = folder / "tenmods"
-        unit.mkdir(parents=True)
-        imports = "".join(f"from . import mod{n}\n" for n in range(9))
-        (unit / "__init__.py").write_text(f'"""Ten modules."""\n{imports}VERSION = 0\n')
-        for n in range(9):
-            (unit / f"mod{n}.py").write_text("".join(f"def f{k}(x):\n    return x * {k} + {n}\n\n" for k in range(40)))
+        ten_module_unit(unit)
         big_count = 1000 if self.quick else 10_000
         many = self.work / "loader-many"
         make_units(many, big_count, body="def total(items):\n    return sum(items)\n")
