@@ -107,7 +107,7 @@ def units_database_problem(path: Path) -> str | None:
     if header != b"SQLite format 3\x00":
         return "is not a SQLite database"
     try:
-        conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)
+        conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
