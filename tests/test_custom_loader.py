@@ -16,6 +16,7 @@ from unit_mcp.loader import (
     Source,
     SourceExists,
     SourceInfo,
+    SourceTooLarge,
     StaleSource,
     UnitKind,
     UnknownVersion,
@@ -55,11 +56,14 @@ class MemoryLoader:
             for sid, data in sorted(files.items())
         ]
 
-    def read(self, source: Source) -> bytes:
+    def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         try:
-            return self.units[source.unit_id][1][source.source_id]
+            data = self.units[source.unit_id][1][source.source_id]
         except KeyError:
             raise MissingSource() from None
+        if max_bytes is not None and len(data) > max_bytes:
+            raise SourceTooLarge(len(data))
+        return data
 
     def origin(self, source: Source) -> str:
         return f"{self.location}/{source.unit_id}/{source.source_id}"
@@ -82,6 +86,9 @@ class MemoryLoader:
 
     def rollback(self, written: Written) -> None:
         files = self.units[written.source.unit_id][1]
+        current = files.get(written.source.source_id)
+        if current != written.data:
+            raise StaleSource(None if current is None else hash_bytes(current))
         if written.previous is None:
             del files[written.source.source_id]
         else:

@@ -13,10 +13,11 @@ from mcp import Client
 
 from unit_mcp import Host, UnitService
 from unit_mcp.tools import RISK_META_KEY, UnitTools
+from unit_mcp.wire import DRY_RUN_RISK_META_KEY
 
 pytestmark = pytest.mark.anyio
 README = Path(__file__).resolve().parent.parent / "README.md"
-ROW = re.compile(r"^\| `(unit_\w+)` \| ([\w-]+) \| (yes|no) \| (yes|no) \|", re.MULTILINE)
+ROW = re.compile(r"^\| `(unit_\w+)` \| ([\w-]+)(?: \(a dry run: ([\w-]+)\))? \| (yes|no) \| (yes|no) \|", re.MULTILINE)
 
 
 @pytest.fixture
@@ -31,11 +32,11 @@ def history_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
         yield UnitTools(UnitService(started, test_timeout=30))
 
 
-def readme_table() -> dict[str, tuple[str, bool, bool]]:
+def readme_table() -> dict[str, tuple[str, str | None, bool, bool]]:
     section = (
         README.read_text(encoding="utf-8").split("### The tools (ten, twelve with history)", 1)[1].split("\n### ", 1)[0]
     )
-    return {name: (risk, ro == "yes", de == "yes") for name, risk, ro, de in ROW.findall(section)}
+    return {name: (risk, dry or None, ro == "yes", de == "yes") for name, risk, dry, ro, de in ROW.findall(section)}
 
 
 async def test_unit_reload_is_destructive(history_tools: UnitTools) -> None:
@@ -55,5 +56,6 @@ async def test_readme_tools_table_matches_the_listed_annotations(history_tools: 
     for tool in listed:
         assert tool.annotations is not None and tool.meta is not None
         hints = tool.annotations
-        seen = (tool.meta[RISK_META_KEY], bool(hints.read_only_hint), bool(hints.destructive_hint))
+        risks = (tool.meta[RISK_META_KEY], tool.meta.get(DRY_RUN_RISK_META_KEY))
+        seen = (*risks, bool(hints.read_only_hint), bool(hints.destructive_hint))
         assert table[tool.name] == seen, f"README's row for {tool.name} says {table[tool.name]}, the server {seen}"

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from unit_mcp import Host, UnitService
 from unit_mcp.models import ReadSourceResult, UnitListResult
 from unit_mcp.tools import HISTORY_TOOLS, TOOLS, UnitTools, tool_risks
-from unit_mcp.wire import ERROR_META_KEY, RISK_META_KEY
+from unit_mcp.wire import DRY_RUN_RISK_META_KEY, ERROR_META_KEY, RISK_META_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -46,8 +46,8 @@ RISKS = {
     "unit_snapshot": "normal",
     "unit_read_source": "filesystem-read",
     "unit_read_log": "filesystem-read",
-    "unit_apply_patch": "filesystem-write",
-    "unit_create_source": "filesystem-write",
+    "unit_apply_patch": "shell",
+    "unit_create_source": "shell",
     "unit_run_tests": "shell",
     "unit_reload": "shell",
 }
@@ -133,7 +133,8 @@ async def test_lists_ten_tools_with_schemas_annotations_and_risks(folder_tools: 
     assert [tool.name for tool in listed] == NAMES
     for tool in listed:
         assert tool.description and len(tool.description) > 80
-        assert tool.meta == {RISK_META_KEY: RISKS[tool.name]}
+        dry_run = {DRY_RUN_RISK_META_KEY: "filesystem-read"} if tool.name == "unit_apply_patch" else {}
+        assert tool.meta == {RISK_META_KEY: RISKS[tool.name], **dry_run}
         annotations = tool.annotations
         assert annotations is not None and annotations.open_world_hint is False
         assert annotations.read_only_hint == (RISKS[tool.name] in ("normal", "filesystem-read"))

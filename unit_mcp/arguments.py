@@ -20,6 +20,7 @@ from .errors import InvalidArgument
 MAX_LOG_LINES = 1000
 MAX_LOG_OFFSET = 10**9
 MAX_HISTORY = 1000
+MAX_VERSION = 2**63 - 1  # the largest integer a store keeps (SQLite's INTEGER)
 
 
 class Args(BaseModel):
@@ -198,7 +199,7 @@ class HistoryArgs(Args):
 class RevertArgs(Args):
     unit_id: str = _UNIT_ID
     source_id: str = _SOURCE_ID
-    version: int = Field(ge=1, description="The version number from unit_history to put back.")
+    version: int = Field(ge=1, le=MAX_VERSION, description="The version number from unit_history to put back.")
     expected_hash: ExpectedHash = Field(
         None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
     )

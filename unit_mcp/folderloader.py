@@ -25,6 +25,7 @@ from .loader import (
     Source,
     SourceExists,
     SourceInfo,
+    SourceTooLarge,
     StaleSource,
     UnitKind,
     UnknownVersion,
@@ -71,17 +72,17 @@ class FilesystemLoader:
                     continue
                 if entry.is_dir(follow_symlinks=False):
                     init = os.path.join(entry.path, "__init__.py")
-                    if _is_unit_id(entry.name) and os.path.isfile(init) and not os.path.islink(init):
+                    if paths.is_unit_id(entry.name) and os.path.isfile(init) and not os.path.islink(init):
                         found[entry.name] = "directory"
                 elif entry.is_file(follow_symlinks=False) and entry.name.endswith(".py"):
                     stem = entry.name[:-3]
-                    if _is_unit_id(stem) and found.get(stem) != "directory":
+                    if paths.is_unit_id(stem) and found.get(stem) != "directory":
                         found.setdefault(stem, "file")
         return dict(sorted(found.items()))
 
     def kind(self, unit_id: str) -> UnitKind | None:
         """The kind of one unit, by looking at its two possible places only (no scan of the root)."""
-        if not _is_unit_id(unit_id):
+        if not paths.is_unit_id(unit_id):
             return None
         # os.lstat on strings, not pathlib: this runs on every call that names a unit.
         folder = os.path.join(self.root, unit_id)
@@ -142,10 +143,12 @@ class FilesystemLoader:
             )
         return result
 
-    def read(self, source: Source) -> bytes:
+    def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         parts = self._parts(source)
         try:  # not `with _refusals()`: this runs for every module import, and a context manager costs a tenth
-            return paths.read_bytes(self.root, parts)
+            return paths.read_bytes(self.root, parts, max_bytes=max_bytes)
+        except OverflowError as exc:
+            raise SourceTooLarge(exc.args[0]) from None
         except (OSError, paths.UnsafePath) as exc:
             refusal = _refusal(exc)
             if refusal is exc:
@@ -175,6 +178,12 @@ class FilesystemLoader:
     def rollback(self, written: Written) -> None:
         parts = self._parts(written.source)
         with self._write_lock, _refusals():
+            try:
+                current: str | None = paths.hash_bytes(paths.read_bytes(self.root, parts))
+            except FileNotFoundError:
+                current = None
+            if current != paths.hash_bytes(written.data):
+                raise StaleSource(current)  # someone else's edit since the write: theirs stays
             self._note(parts, written.previous)
             if written.previous is None:
                 paths.remove_file(self.root, parts)
@@ -275,11 +284,3 @@ def _lstat_is(path: str, kind: Callable[[int], bool]) -> bool:
         return kind(os.lstat(path).st_mode)
     except OSError:
         return False
-
-
-def _is_unit_id(name: str) -> bool:
-    try:
-        paths.validate_unit_id(name)
-    except Exception:
-        return False
-    return True

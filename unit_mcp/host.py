@@ -405,11 +405,12 @@ class Host:
         for listener in self.unit_listeners:
             listener(unit_id)
 
-    def reload(self, unit_id: str, *, rollback_source: Callable[[], None] | None = None) -> Reloaded:
+    def reload(self, unit_id: str, *, rollback_source: Callable[[], bool] | None = None) -> Reloaded:
         """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
 
         On failure the old modules, their init and their state are put back, and
-        `rollback_source` (given when the reload follows a write) restores the old sources first.
+        `rollback_source` (given when the reload follows a write) restores the old sources first; it returns False
+        when it did not (someone else changed them meanwhile, and their change stays).
         The old version stays listed as loaded until the new one replaces it.
         """
         try:
@@ -418,7 +419,7 @@ class Host:
             self._unit_changed(unit_id)
         return Reloaded(unit_id, restored, evidence, duration)
 
-    def _reload(self, unit_id: str, rollback_source: Callable[[], None] | None) -> tuple[bool, dict[str, Any], float]:
+    def _reload(self, unit_id: str, rollback_source: Callable[[], bool] | None) -> tuple[bool, dict[str, Any], float]:
         """The transaction behind `reload`: (state restored, activity evidence, duration in ms)."""
         with self._guard():
             started = time.perf_counter()
@@ -462,15 +463,14 @@ class Host:
             self.logger.info("unit %s reloaded in %.1f ms", unit_id, duration)
             return restored, evidence, duration
 
-    def _roll_back_source(self, unit_id: str, rollback_source: Callable[[], None] | None) -> bool:
+    def _roll_back_source(self, unit_id: str, rollback_source: Callable[[], bool] | None) -> bool:
         if rollback_source is None:
             return False
         try:
-            rollback_source()
+            return rollback_source()
         except Exception:
             self.logger.exception("restoring the previous source of unit %s failed", unit_id)
             return False
-        return True
 
     def _bring_up(self, unit_id: str, state: Any, has_state: bool, progress: _Progress) -> tuple[LoadedUnit, bool]:
         """import → init → restore; `progress` tells the caller how far it got if it fails or hangs."""

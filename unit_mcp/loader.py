@@ -107,6 +107,19 @@ class StaleSource(LoaderError):
         self.current_hash = current_hash
 
 
+class SourceTooLarge(LoaderError):
+    """`read` with `max_bytes` found the source bigger than that (and did not read it)."""
+
+    def __init__(self, size: int | None) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class ForeignStore(LoaderError):
+    """The store exists but is not a units store (another application's database): nothing was written to it.
+    The message is one line for the operator, naming the store."""
+
+
 class UnknownVersion(LoaderError):
     """No such version of the source in the history."""
 
@@ -157,7 +170,9 @@ class Loader(Protocol):
         """Each source with its size and `sha256:` hash of the raw bytes."""
         ...
 
-    def read(self, source: Source) -> bytes: ...
+    def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
+        """The source's bytes; with `max_bytes`, `SourceTooLarge` for a bigger source, found without reading it."""
+        ...
 
     def origin(self, source: Source) -> str:
         """The name a source goes by in code objects and tracebacks (`__file__`); '<units>/…' once redacted."""
@@ -177,7 +192,9 @@ class Loader(Protocol):
         ...
 
     def rollback(self, written: Written) -> None:
-        """The reload after the write failed: put the previous bytes back (or remove a created source)."""
+        """The reload after the write failed: put the previous bytes back (or remove a created source), checked
+        like a write against the rejected bytes; if someone else changed the source meanwhile, their version stays
+        and `StaleSource` says what the store holds. Either way the rejected version is not in the history."""
         ...
 
     def history(self, source: Source, limit: int) -> list[Version]:

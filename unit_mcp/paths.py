@@ -52,6 +52,15 @@ def validate_unit_id(unit_id: object) -> str:
     return unit_id
 
 
+def is_unit_id(name: object) -> bool:
+    """Whether `name` may be a unit id: the one rule every loader applies to what its store lists."""
+    try:
+        validate_unit_id(name)
+    except InvalidUnitId:
+        return False
+    return True
+
+
 def validate_source_id(source_id: object) -> tuple[str, ...]:
     """Split a source id into segments, refusing anything that is not a plain relative handle."""
     if not isinstance(source_id, str) or not source_id:
@@ -138,7 +147,7 @@ def read_bytes(root: Path, parts: Sequence[str], *, max_bytes: int | None = None
         try:
             size = os.fstat(fd).st_size
             if max_bytes is not None and size > max_bytes:
-                raise OverflowError(f"larger than {max_bytes} bytes")
+                raise OverflowError(size, f"larger than {max_bytes} bytes")
             chunks = []
             while chunk := os.read(fd, max(size + 1, 65536)):  # usually one read, then the EOF
                 chunks.append(chunk)

@@ -30,6 +30,7 @@ from .host import Host
 from .loader import SQLITE_PREFIX
 from .loopback import is_loopback
 from .service import UnitService
+from .sqliteloader import units_database_problem
 from .stdio import stdio_streams
 from .testrun import WARM
 from .tools import UnitTools, check_prefix
@@ -108,11 +109,7 @@ def units_problem(units: str) -> str | None:
     path = Path(units[len(SQLITE_PREFIX) :]).expanduser()
     if path.is_dir():
         return "is a folder, not a database file"
-    if path.is_file() and path.stat().st_size:
-        with path.open("rb") as handle:
-            if handle.read(16) != b"SQLite format 3\x00":
-                return "is not a SQLite database"
-    return None
+    return units_database_problem(path)
 
 
 def _say(line: str) -> None:

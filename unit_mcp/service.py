@@ -56,6 +56,7 @@ from .loader import (
     PathConflict,
     Source,
     SourceExists,
+    SourceTooLarge,
     StaleSource,
     UnitKind,
     UnsafeSource,
@@ -143,8 +144,19 @@ class UnitService:
         return Source(unit_id, kind, source_id)
 
     def _read(self, src: Source) -> bytes:
-        with self._storage(src, "read"):
-            return self.loader.read(src)
+        """The bytes of a source a tool reads or edits, refused without reading it when over `max_source_bytes`."""
+        try:
+            with self._storage(src, "read"):
+                return self.loader.read(src, max_bytes=self.max_source_bytes)
+        except SourceTooLarge as exc:
+            size = "more than that" if exc.size is None else f"{exc.size} bytes"
+            raise TooLarge(
+                f"{src.source_id!r} of unit {src.unit_id!r} is {size}; these tools read and edit sources of up to "
+                f"{self.max_source_bytes} bytes.",
+                hint="Split it into smaller sources to read or edit it here; unit_inspect shows every source's size.",
+                size=exc.size,
+                limit=self.max_source_bytes,
+            ) from None
 
     def _text(self, src: Source, data: bytes) -> str:
         unit_id, source_id = src.unit_id, src.source_id
@@ -242,16 +254,37 @@ class UnitService:
         self.host.remember_code(origin, data, code)
 
     def _reload(self, unit_id: str, written: Written | None = None) -> ReloadResult:
-        """Reload after a write (`written`): on failure the loader puts the previous source back; on success
-        it records the new version (history loaders)."""
-        rollback = None if written is None else lambda: self.loader.rollback(written)
+        """Reload after a write (`written`): on failure the loader puts the previous source back unless someone
+        else changed it meanwhile (their version stays: `superseded_by`); on success it records the new version
+        (history loaders)."""
+        superseded: list[str | None] = []
+
+        def rollback() -> bool:
+            assert written is not None
+            try:
+                self.loader.rollback(written)
+            except StaleSource as exc:
+                superseded.append(exc.current_hash)
+                return False
+            return True
+
         try:
-            result = reload_result(self.host.reload(unit_id, rollback_source=rollback))
+            reloaded = self.host.reload(unit_id, rollback_source=None if written is None else rollback)
         except ReloadError as exc:
-            restored = " The previous source was restored and is still running." if rollback else ""
+            restored = " The previous source was restored and is still running." if written else ""
+            hint = None
+            if superseded and written is not None:
+                exc.evidence["superseded_by"] = superseded[0]
+                restored = (
+                    f" {written.source.source_id} was changed by someone else during the reload (it now "
+                    f"{'hashes to ' + superseded[0] if superseded[0] else 'is gone'}): their version was kept, not "
+                    "overwritten with the previous one."
+                )
+                hint = "Call unit_read_source to see the version someone else wrote before you edit again."
             raise ReloadFailed(
-                f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}.{restored}", **exc.evidence
+                f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}.{restored}", hint=hint, **exc.evidence
             ) from None
+        result = reload_result(reloaded)
         if written is not None:
             try:
                 self.loader.accept(written)
@@ -537,8 +570,9 @@ class UnitService:
         src = self._source(args.unit_id, args.source_id)
         self._require_history(src.unit_id)
         versions = self.loader.history(src, args.limit)
-        if not versions:
-            self._read(src)  # refuses a source that does not exist
+        if not versions:  # refuse a source that does not exist, without reading it
+            with contextlib.suppress(SourceTooLarge), self._storage(src, "read"):
+                self.loader.read(src, max_bytes=0)
         return HistoryResult(
             unit_id=src.unit_id,
             source_id=src.source_id,

@@ -9,6 +9,8 @@ cannot lose an update. Changes committed by anyone else are noticed with `PRAGMA
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import secrets
 import sqlite3
 import threading
@@ -17,15 +19,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import InvalidSourceId
 from .loader import (
     SQLITE_PREFIX,
     Capabilities,
+    ForeignStore,
     MissingSource,
     NotASource,
     PathConflict,
     Source,
     SourceExists,
     SourceInfo,
+    SourceTooLarge,
     StaleSource,
     UnitKind,
     UnknownVersion,
@@ -35,7 +40,9 @@ from .loader import (
     artifact_kind,
     primary_source_id,
 )
-from .paths import hash_bytes
+from .paths import hash_bytes, is_unit_id, validate_source_id
+
+log = logging.getLogger("unit_mcp.sqliteloader")
 
 SCHEMA_VERSION = 1
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
@@ -73,6 +80,7 @@ CREATE TRIGGER IF NOT EXISTS source_removed AFTER DELETE ON sources BEGIN
 END;
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+_OURS = {"units", "sources", "versions"}
 _PRIMARY = "CASE u.kind WHEN 'directory' THEN '__init__.py' ELSE u.unit_id || '.py' END"
 
 
@@ -84,6 +92,55 @@ def _key(source: Source) -> tuple[str, str]:
 def _blob(value: bytes | str) -> bytes:
     """A stored source as bytes: another SQLite tool may have stored it as TEXT (UTF-8)."""
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def units_database_problem(path: Path) -> str | None:
+    """Why the file at `path` must not be opened as a units database, as the end of a sentence naming it, or None
+    (absent, empty, or a units database). Reads only: another application's database is refused untouched."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(16)
+    except FileNotFoundError:
+        return None
+    if not header:
+        return None
+    if header != b"SQLite format 3\x00":
+        return "is not a SQLite database"
+    try:
+        conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return f"cannot be read as a SQLite database ({exc})"
+    tables.discard("sqlite_sequence")
+    ours = tables >= _OURS
+    if (not tables and version == 0) or (ours and version == SCHEMA_VERSION):
+        return None
+    if ours and version > SCHEMA_VERSION:
+        return f"was made by a newer unit-mcp (schema {version}, this one knows {SCHEMA_VERSION}); upgrade unit-mcp"
+    shown = ", ".join(ascii(name) for name in sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    return (
+        f"is not a units database (it holds the tables {shown or 'none'} and user_version {version}); nothing was "
+        "written to it. Give a new file, or a database made by --units sqlite:PATH"
+    )
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 (SQLite gives its -wal and -shm files the database's mode)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, flags, 0o600))
+
+
+def _is_source_id(source_id: str) -> bool:
+    try:
+        validate_source_id(source_id)
+    except InvalidSourceId:
+        return False
+    return True
 
 
 class SqliteLoader:
@@ -101,6 +158,7 @@ class SqliteLoader:
         self.writer = secrets.token_hex(8)
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
+        self._skipped: set[str] = set()
         if read_only and not self.path.is_file():
             raise FileNotFoundError(f"units database {self.path} does not exist")
         self._db()
@@ -117,8 +175,12 @@ class SqliteLoader:
     def _db(self) -> sqlite3.Connection:
         with self._lock:
             if self._conn is None:
+                problem = units_database_problem(self.path)
+                if problem is not None:
+                    raise ForeignStore(f"{self.path} {problem}")
                 if not self.read_only:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
+                    _create_private(self.path)
                 conn = self.connect()
                 if not self.read_only:
                     conn.execute("PRAGMA journal_mode = WAL")
@@ -157,9 +219,22 @@ class SqliteLoader:
             f"SELECT u.unit_id, u.kind FROM units u WHERE EXISTS (SELECT 1 FROM sources s "
             f"WHERE s.unit_id = u.unit_id AND s.source_id = {_PRIMARY}) ORDER BY u.unit_id"
         )
-        return {str(unit_id): kind for unit_id, kind in rows}
+        return {str(unit_id): kind for unit_id, kind in rows if self._valid(unit_id)}
+
+    def _valid(self, unit_id: object) -> bool:
+        """Whether a unit id read from the database is one the folder loader would accept too; another is skipped
+        (logged once): it could name no module, or a path outside a folder the unit is copied to."""
+        if is_unit_id(unit_id):
+            return True
+        shown = ascii(unit_id)[:120]
+        if shown not in self._skipped:
+            self._skipped.add(shown)
+            log.warning("unit id %s in the units database is not a valid unit id; skipped", shown)
+        return False
 
     def kind(self, unit_id: str) -> UnitKind | None:
+        if not self._valid(unit_id):
+            return None
         rows = self._query(
             f"SELECT u.kind FROM units u WHERE u.unit_id = ? AND EXISTS (SELECT 1 FROM sources s "
             f"WHERE s.unit_id = u.unit_id AND s.source_id = {_PRIMARY})",
@@ -170,9 +245,8 @@ class SqliteLoader:
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind == "file":
             return [f"{unit_id}.py"]
-        return [
-            str(r[0]) for r in self._query("SELECT source_id FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
-        ]
+        rows = self._query("SELECT source_id FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
+        return [str(r[0]) for r in rows if _is_source_id(str(r[0]))]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         primary = primary_source_id(unit_id, kind)
@@ -186,8 +260,19 @@ class SqliteLoader:
 
     # -- sources --------------------------------------------------------------------------
 
-    def read(self, source: Source) -> bytes:
-        rows = self._query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source))
+    def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
+        if max_bytes is None:
+            rows = self._query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source))
+        else:  # the size first, without the bytes (a BLOB's length is in its header); then the bytes if they fit
+            rows = self._query(
+                "SELECT size, CASE WHEN size <= ? THEN data END FROM (SELECT data, CASE typeof(data) WHEN 'blob' "
+                "THEN length(data) ELSE length(CAST(data AS BLOB)) END AS size FROM sources "
+                "WHERE unit_id = ? AND source_id = ?)",
+                (max_bytes, *_key(source)),
+            )
+            if rows and rows[0][1] is None:
+                raise SourceTooLarge(int(rows[0][0]))
+            rows = [(row[1],) for row in rows]
         if not rows:
             self._missing(self._db(), source)
         return _blob(rows[0][0])
@@ -251,17 +336,24 @@ class SqliteLoader:
         """Nothing to do: the version was recorded with the write."""
 
     def rollback(self, written: Written) -> None:
-        """Put the previous bytes back and drop the rejected version from the history."""
+        """Put the previous bytes back if the source still holds the rejected ones (one transaction), and drop the
+        rejected version from the history either way."""
+        key = _key(written.source)
         with self._transaction() as conn:
-            key = _key(written.source)
-            if written.previous is None:
-                conn.execute("DELETE FROM sources WHERE unit_id = ? AND source_id = ?", key)
-            else:
-                conn.execute(
-                    "UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (written.previous, *key)
-                )
-            self._sign(conn, written.previous, None, listed=0)
             conn.execute("DELETE FROM versions WHERE version = ?", (written.token,))
+            row = conn.execute("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", key).fetchone()
+            current = None if row is None else hash_bytes(_blob(row[0]))
+            superseded = current != hash_bytes(written.data)
+            if not superseded:
+                if written.previous is None:
+                    conn.execute("DELETE FROM sources WHERE unit_id = ? AND source_id = ?", key)
+                else:
+                    conn.execute(
+                        "UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (written.previous, *key)
+                    )
+                self._sign(conn, written.previous, None, listed=0)
+        if superseded:  # after the commit: the rejected version is out of the history, their version stays
+            raise StaleSource(current)
 
     # -- history --------------------------------------------------------------------------
 

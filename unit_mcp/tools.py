@@ -32,11 +32,12 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from ._version import __version__
-from .arguments import ApplyPatchArgs, Args, Operation, RunTestsArgs, checked
+from .arguments import Args, Operation, RunTestsArgs, checked
 from .cancel import cancellation
 from .errors import InvalidArgument, UnitError
 from .service import UnitService
-from .wire import ERROR_META_KEY, RISK_META_KEY, Risk
+from .wire import ERROR_META_KEY, Risk, risk_meta
+from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
@@ -111,9 +112,8 @@ class ToolSpec:
     read_only: bool
     destructive: bool
     idempotent: bool
-    on_loop: bool = False
-    """Run on the event loop, not in a worker thread: for work bounded by `max_source_bytes` that costs less than
-    the thread hop (~0.1 ms) and the serialisation of its own result, which the loop does anyway."""
+    dry_run_risk: Risk | None = None
+    """The risk of a call with dry_run=true, published in `_meta` for approval policies that decide per call."""
 
     @property
     def args(self) -> type[Args]:
@@ -173,7 +173,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=True,
         destructive=False,
         idempotent=True,
-        on_loop=True,
     ),
     ToolSpec(
         "unit_apply_patch",
@@ -182,21 +181,24 @@ TOOLS: tuple[ToolSpec, ...] = (
         "must match exactly once, unless replace_all) or `patch` (a unified diff). Always pass expected_hash "
         "from unit_read_source so a concurrent change is not overwritten. Python is compiled first: a syntax "
         "error writes nothing. If the reload fails, the previous source is restored and the error is "
-        "returned. dry_run shows the diff without writing.",
+        "returned. dry_run shows the diff without writing. Risk shell: the reload runs the new code in the "
+        "application; a dry run only reads.",
         UnitService.apply_patch,
-        "filesystem-write",
+        "shell",
         read_only=False,
         destructive=True,
         idempotent=False,
+        dry_run_risk="filesystem-read",
     ),
     ToolSpec(
         "unit_create_source",
         "Create a unit source",
         "Create a new file inside a directory unit (never overwrites; missing folders are created), then "
         "reload the unit. Python is compiled first. If the reload fails, the new file is removed again. "
-        "Name a test module test_<name>.py to make it runnable with unit_run_tests.",
+        "Name a test module test_<name>.py to make it runnable with unit_run_tests. Risk shell: the reload runs "
+        "the new code in the application.",
         UnitService.create_source,
-        "filesystem-write",
+        "shell",
         read_only=False,
         destructive=False,
         idempotent=False,
@@ -273,12 +275,13 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "Put one source of a unit back to a version from unit_history, then reload the unit, exactly like "
         "unit_apply_patch: pass expected_hash from unit_read_source; if the reload fails, the source is "
         "restored and the error returned. dry_run shows the diff without writing. The revert is itself "
-        "recorded as a new version.",
+        "recorded as a new version. Risk shell: the reload runs the reverted code; a dry run only reads.",
         UnitService.revert,
-        "filesystem-write",
+        "shell",
         read_only=False,
         destructive=True,
         idempotent=False,
+        dry_run_risk="filesystem-read",
     ),
 )
 
@@ -291,7 +294,8 @@ def check_prefix(prefix: str) -> str:
 
 def tool_risks(prefix: str = "", *, history: bool = False) -> dict[str, str]:
     """The risk label of every tool by its (prefixed) name, for approval policies outside MCP; `history` adds
-    the two tools offered when the loader keeps history."""
+    the two tools offered when the loader keeps history. A dry run of a tool with a `dry_run_risk` is lower
+    (`wire.call_risk`)."""
     check_prefix(prefix)
     return {prefix + spec.name: spec.risk for spec in (*TOOLS, *(HISTORY_TOOLS if history else ()))}
 
@@ -389,7 +393,7 @@ class UnitTools:
                 idempotent_hint=spec.idempotent,
                 open_world_hint=False,
             ),
-            _meta={RISK_META_KEY: spec.risk},
+            _meta=risk_meta(spec.risk, spec.dry_run_risk),
         )
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
@@ -424,7 +428,8 @@ class UnitTools:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        """Validate, run the tool's handler in a worker thread and map every outcome to a result."""
+        """Validate, run the tool's handler in a worker thread (storage and unit code never block the loop) and map
+        every outcome to a result."""
         spec = self.specs.get(params.name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
@@ -442,8 +447,6 @@ class UnitTools:
         try:
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
-            elif spec.on_loop or _light_dry_run(args):
-                result = call()
             else:
                 result = await _in_thread(call)
         except UnitError as exc:
@@ -530,13 +533,6 @@ async def _in_thread(call: Callable[[], BaseModel]) -> BaseModel:
                 await anyio.to_thread.run_sync(finished.wait, CANCEL_GRACE)
             log.info("call cancelled by the client%s", "" if finished.is_set() else "; its thread still runs")
             raise
-
-
-def _light_dry_run(args: BaseModel) -> bool:
-    """A dry run of a non-Python source takes no lock and writes nothing; its work (read, replace, diff, hash) is
-    bounded by `max_source_bytes` like a read, so it runs on the loop too. A Python dry run may parse the whole
-    source and stays in a worker thread."""
-    return isinstance(args, ApplyPatchArgs) and args.dry_run and not args.source_id.endswith(".py")
 
 
 # Clients and the conformance suite list resources and prompts of every server; this one has none.

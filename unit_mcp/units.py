@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .loader import SQLITE_PREFIX, Loader, Source, SourceExists
+from .loader import SQLITE_PREFIX, ForeignStore, Loader, Source, SourceExists
 
 
 def open_loader(units: str | os.PathLike[str], *, read_only: bool = False) -> Loader:
@@ -53,10 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = open_loader(args.src, read_only=True)
     except FileNotFoundError:
         parser.error(f"{args.src} is neither a units folder nor an existing sqlite:PATH database")
+    except ForeignStore as exc:
+        parser.error(str(exc))
     try:
         target = open_loader(args.dst)
     except FileNotFoundError:
         parser.error(f"{args.dst} is not a folder (create it first) nor sqlite:PATH")
+    except ForeignStore as exc:
+        source.close()
+        parser.error(str(exc))
     try:
         copied = copy_units(source, target, replace=args.replace)
     except SourceExists as exc:

@@ -194,7 +194,8 @@ async def test_policy_changes_reach_connected_clients_of_both_eras(unit_server: 
                 await notified.wait()
                 async for _event in subscription:
                     break
-        expected = sorted([*NORMAL, "unit_read_log", "unit_read_source"])
+        # unit_apply_patch too: its dry run needs only filesystem-read (a write is still refused per call)
+        expected = sorted([*NORMAL, "unit_apply_patch", "unit_read_log", "unit_read_source"])
         assert await names(legacy) == await names(modern) == expected
 
 

@@ -76,7 +76,7 @@ async def test_only_the_active_presets_tools_are_offered_and_risk_is_the_highest
         assert offered(surface) == sorted([*CONTROL, "unit_inspect", "unit_list"])
         infos = {info.name: info for info in surface.preset_infos()}
         assert (infos["look"].risk, infos["look"].active) == ("normal", True)
-        assert infos["edit"].risk == "filesystem-write"
+        assert infos["edit"].risk == "shell"  # unit_apply_patch reloads, running the new code
         assert sorted(infos["edit"].tools) == ["unit_apply_patch", "unit_read_log", "unit_read_source"]
         assert (infos["shell"].risk, infos["shell"].missing) == ("shell", ["no_such_tool"])
         assert [info.name for info in surface.preset_infos(active_only=True)] == ["look"]
@@ -126,7 +126,7 @@ async def test_activating_a_risky_preset_is_an_approval_request_answered_through
             (request,) = await runner.pending_approvals(session.id)
             assert (request.tool, request.risk, request.arguments) == (
                 "preset_activate",
-                "filesystem-write",
+                "shell",
                 {"name": "edit"},
             )
             assert not surface.presets.is_active("edit") and not changes.is_set()
@@ -138,7 +138,7 @@ async def test_activating_a_risky_preset_is_an_approval_request_answered_through
     assert "unit_read_source" in offered_in(model.requests[1])  # offered from the next step on
     items = reload(tmp_path, session.id).items
     (activated,) = [i for i in items if isinstance(i, EventItem) and i.kind == "preset-activated"]
-    assert activated.data["name"] == "edit" and activated.data["risk"] == "filesystem-write"
+    assert activated.data["name"] == "edit" and activated.data["risk"] == "shell"
     kinds = [i.kind for i in items if isinstance(i, EventItem)]
     assert kinds.index("approval-requested") < kinds.index("approval-decided") < kinds.index("preset-activated")
 
@@ -199,8 +199,15 @@ async def test_preset_changes_resync_the_approved_endpoint_over_http(unit_server
             with anyio.fail_after(5):
                 await notified.wait()
             listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
-            # edit's readers are approved by the policy; its writer (filesystem-write: ask) is not offered here
-            assert listed == sorted([*CONTROL, "unit_inspect", "unit_list", "unit_read_log", "unit_read_source"])
+            # edit's readers are approved by the policy; its writer only for dry runs (filesystem-read), not writes
+            assert listed == sorted(
+                [*CONTROL, "unit_apply_patch", "unit_inspect", "unit_list", "unit_read_log", "unit_read_source"]
+            )
+            patch = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello", "new": "Hi"}
+            written = await legacy.call_tool("unit_apply_patch", patch)
+            assert written.is_error and "[approval_denied] unit_apply_patch (risk: shell)" in str(written.content)
+            previewed = await legacy.call_tool("unit_apply_patch", {**patch, "dry_run": True})
+            assert not previewed.is_error and previewed.structured_content["dry_run"] is True  # type: ignore[index]
             over_http = await legacy.call_tool("preset_activate", {"name": "shell"})
             assert over_http.is_error  # no one can approve a shell preset for this endpoint
             assert not surface.presets.is_active("shell")

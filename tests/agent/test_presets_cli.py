@@ -44,7 +44,7 @@ async def test_a_preset_activation_asked_on_a_closed_terminal_is_answered_from_t
         ]  # fmt: skip
         run = [*options, "--session", "ses-presets", "edit greeter"]
         asked = await ask_on_a_terminal_then_die(data, run, wait=30)
-        assert 'Allow preset_activate (filesystem-write) with {"name": "edit"}?' in asked
+        assert 'Allow preset_activate (shell) with {"name": "edit"}?' in asked
         offered = model.requests[0].tool_names
         assert "unit_read_source" not in offered and {"unit_list", "preset_activate"} <= set(offered)
 

@@ -59,7 +59,7 @@ async def test_the_approver_decides_each_askable_call_and_a_remembered_grant_sti
         offered = stack.model.requests[0].tool_names
         assert {"unit_read_source", "unit_apply_patch", "echo_token"} <= set(offered)  # askable: offered
 
-    assert asked == [("filesystem-read", "unit_read_source"), ("filesystem-write", "unit_apply_patch")]
+    assert asked == [("filesystem-read", "unit_read_source"), ("shell", "unit_apply_patch")]
     assert [name for name, _ in stack.server.calls] == ["unit_read_source", "unit_read_source"]
     reloaded = reload(tmp_path, session.id)
     assert reloaded.data[GRANTS_KEY] == ["filesystem-read"]  # remembered for the rest of the session
@@ -70,7 +70,7 @@ async def test_the_approver_decides_each_askable_call_and_a_remembered_grant_sti
     ]
     patch_call = next(i for i in reloaded.items if isinstance(i, ToolCallItem) and i.name == "unit_apply_patch")
     denied = next(i for i in reloaded.items if isinstance(i, ToolResultItem) and i.call_id == patch_call.call_id)
-    assert denied.is_error and denied.output.startswith("[approval_denied] unit_apply_patch (risk: filesystem-write)")
+    assert denied.is_error and denied.output.startswith("[approval_denied] unit_apply_patch (risk: shell)")
     assert "not today" in denied.output and not denied.synthetic
     assert reloaded.items.index(decided[1]) < reloaded.items.index(denied)
 

@@ -50,7 +50,7 @@ async def test_a_waiting_call_appears_live_and_approving_runs_it_exactly_once(
         await expect(request).to_have_count(1)  # arrived over the event stream: no reload
         assert await page.evaluate("window.__loadedOnce") is True
         await expect(request.locator(".tool")).to_have_text("unit_apply_patch")
-        await expect(request.locator(".badge")).to_have_text("filesystem-write")
+        await expect(request.locator(".badge")).to_have_text("shell")
         await expect(request.locator(".where")).to_contain_text(session.id)
         await expect(request.locator(".where")).to_contain_text(handle.id)
         await expect(request.locator(".arguments")).to_contain_text("Howdy, {name}!")

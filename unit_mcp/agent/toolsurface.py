@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from ..wire import RISK_META_KEY
+from ..wire import DRY_RUN_RISK_META_KEY, RISK_META_KEY, RISKS, call_risk, risk_meta
 from ._listeners import ChangeListener, Listeners
 from ._mcpsource import McpToolSource
 from ._toolnames import openai_tool_name
@@ -66,11 +66,18 @@ class ToolDef(BaseModel):
     upstream_name: str
     source: str
     risk: Risk
+    dry_run_risk: Risk | None = None
+    """The risk of a call with dry_run=true, when the tool publishes a lower one (see `wire.call_risk`)."""
     description: str = ""
     title: str | None = None
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] | None = None
+
+    @property
+    def least_risk(self) -> Risk:
+        """The lowest risk a call of this tool can have: what offering it needs (each call is checked again)."""
+        return min(filter(None, (self.risk, self.dry_run_risk)), key=RISKS.index)
 
 
 class ToolOutput(BaseModel):
@@ -291,7 +298,9 @@ class AgentToolSurface:
     def visible(self, grants: Iterable[str] = (), *, interactive: bool = False) -> list[ToolDef]:
         """The tools that may be offered: approved by policy or grant, or askable with an approver attached."""
         grants = list(grants)
-        return [tool for tool in self.tools() if self.approvals.usable(tool.risk, grants, interactive=interactive)]
+        return [
+            tool for tool in self.tools() if self.approvals.usable(tool.least_risk, grants, interactive=interactive)
+        ]
 
     def mcp_tool_defs(self, grants: Iterable[str] = (), *, interactive: bool = False) -> list[types.Tool]:
         return [
@@ -302,7 +311,7 @@ class AgentToolSurface:
                 input_schema=tool.input_schema,
                 output_schema=tool.output_schema,
                 annotations=types.ToolAnnotations.model_validate(tool.annotations) if tool.annotations else None,
-                _meta={RISK_META_KEY: tool.risk},
+                _meta=risk_meta(tool.risk, tool.dry_run_risk),
             )
             for tool in self.visible(grants, interactive=interactive)
         ]
@@ -371,7 +380,7 @@ class AgentToolSurface:
                 text=f"[unknown_tool] No tool named {name!r} is available. Use one of the tools you were offered.",
                 is_error=True,
             )
-        risk = self._risk_of(tool, arguments)
+        risk = self.call_risk(tool, arguments)
         if ctx is not None:
             decision = await ctx.approvals.approve(risk, tool=tool.name, arguments=arguments, call_id=call_id)
             approved, reason = decision.approved, decision.reason
@@ -420,10 +429,12 @@ class AgentToolSurface:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _risk_of(self, tool: ToolDef, arguments: dict[str, Any]) -> str:
+    def call_risk(self, tool: ToolDef, arguments: dict[str, Any] | None) -> str:
+        """The risk of one call, decided from its arguments: a local tool's `risk_for`, a dry run's lower risk, or
+        the tool's risk (unknown arguments count as the real thing)."""
         local = self._local.get(tool.name) if tool.source == LOCAL else None
-        if local is None or local.risk_for is None:
-            return tool.risk
+        if local is None or local.risk_for is None or arguments is None:
+            return normalise_risk(call_risk(tool.risk, tool.dry_run_risk, arguments))
         try:
             return normalise_risk(local.risk_for(arguments))
         except Exception:
@@ -488,11 +499,13 @@ class AgentToolSurface:
 
     def _from_mcp(self, source: McpToolSource, tool: types.Tool) -> ToolDef:
         meta = tool.meta or {}
+        dry_run_risk = meta.get(DRY_RUN_RISK_META_KEY)
         return ToolDef(
             name=source.prefix + tool.name,
             upstream_name=tool.name,
             source=source.name,
             risk=normalise_risk(meta.get(RISK_META_KEY)),
+            dry_run_risk=None if dry_run_risk is None else normalise_risk(dry_run_risk),
             description=tool.description or "",
             title=tool.title,
             input_schema=dict(tool.input_schema),

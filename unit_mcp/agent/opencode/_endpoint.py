@@ -71,14 +71,20 @@ class OpenCodeView:
         self.admitted[tool_name] += 1
 
     async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutput:
+        """An askable tool's call takes one admission if there is one (OpenCode asks before each of its calls),
+        which grants this call's own risk (a dry run's, or the tool's); without one it runs only if that risk is
+        approved outright."""
         tool = self.surface.get(name)
         if tool is None or self.surface.approvals.check_risk(tool.risk, self.grants) != "needs-approval":
             return await self.surface.call(name, arguments, grants=self.grants)
-        if self.admitted[tool.name] <= 0:
-            text = f"[approval_required] {tool.name} (risk: {tool.risk}) needs an approval for each call."
-            return ToolOutput(text=text, is_error=True)
-        self.admitted[tool.name] -= 1
-        return await self.surface.call(tool.name, arguments, grants=[*self.grants, tool.risk])
+        risk = self.surface.call_risk(tool, arguments)
+        if self.admitted[tool.name] > 0:
+            self.admitted[tool.name] -= 1
+            return await self.surface.call(tool.name, arguments, grants=[*self.grants, risk])
+        if self.surface.approvals.check_risk(risk, self.grants) == "approved":
+            return await self.surface.call(tool.name, arguments, grants=self.grants)
+        text = f"[approval_required] {tool.name} (risk: {risk}) needs an approval for each call."
+        return ToolOutput(text=text, is_error=True)
 
 
 OpenCodeEndpoint = ApprovedEndpoint[OpenCodeView]

@@ -67,8 +67,8 @@ class Permissions:
         asked = str(request.get("permission") or "")
         name = self.reply.tool_name(asked)
         known = self.ctx.tools.get(name)
-        risk = known.risk if known is not None else "destructive"
         arguments = await self._call_input(session_id, request.get("tool"))
+        risk = self.ctx.tools.call_risk(known, arguments) if known is not None else "destructive"
         reason = f"OpenCode asks to use {asked}"
         decision = await self.ctx.approvals.approve(risk, tool=name, arguments=arguments, reason=reason)
         reply: PermissionReply = "reject"
