@@ -17,7 +17,8 @@ from conftest import sqlite_copy
 from unit_mcp import Host, UnitService
 from unit_mcp.loader import Source
 from unit_mcp.paths import hash_bytes
-from unit_mcp.testrun import STARTUP_TIMEOUT, WARM, WarmTestHost, _test_env, run_test_process
+from unit_mcp.proctree import stopped
+from unit_mcp.testrun import STARTUP_TIMEOUT, WARM, WarmTestHost, run_test_process, sandbox_env
 
 CRASHES = {
     "exit": "import os\n\n\ndef main():\n    print('leaving', flush=True)\n    os._exit(3)\n",
@@ -99,11 +100,9 @@ def test_concurrent_runs_each_get_their_own_child(service: UnitService) -> None:
     assert len(results) == 4 and all(r.passed and "value 0" in r.stdout for r in results)  # type: ignore[attr-defined]
 
 
-def test_the_cold_path_still_runs_a_test(service: UnitService, tmp_path: Path) -> None:
+def test_the_cold_path_still_runs_a_test(service: UnitService) -> None:
     """What runs when the warm host cannot be started: a new interpreter per test."""
-    run = run_test_process(
-        service.loader.address, service.host.namespace, "probe", "init", timeout=30, cwd=tmp_path, warm=False
-    )
+    run = run_test_process(service.loader.address, service.host.namespace, "probe", "init", timeout=30, warm=False)
     assert run.exit_code == 0 and "value 0" in run.stdout
 
 
@@ -111,7 +110,7 @@ def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) ->
     """An interpreter that cannot start (here: a PYTHONHOME that does not exist) fails both attempts; spawn says so
     (the caller then runs the test cold) and does not try again on every call."""
     warm = WarmTestHost()
-    env = {**_test_env(), "PYTHONHOME": str(tmp_path / "no-such-python")}
+    env = {**sandbox_env(), "PYTHONHOME": str(tmp_path / "no-such-python")}
     try:
         started = time.monotonic()
         assert warm.spawn(["--units", str(tmp_path)], env, tmp_path) is None
@@ -123,8 +122,24 @@ def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) ->
 
 
 def test_the_child_runs_where_a_cold_run_would(service: UnitService) -> None:
-    """In the host's data folder, which is also first on sys.path, as for `python -m unit_mcp.testhost` there."""
-    service.create_source(
-        "probe", "test_where.py", "import os\nimport sys\n\n\ndef main():\n    print(os.getcwd(), sys.path[0])\n"
-    )
-    assert service.run_tests("probe", "where").stdout.split() == ["<data>", "<data>"]  # the data folder, redacted
+    """In a scratch folder of its own, which is also first on sys.path, as for `python -m unit_mcp.testhost` there."""
+    where = "import os\nimport sys\n\n\ndef main():\n    print(os.getcwd(), sys.path[0], os.environ['HOME'])\n"
+    service.create_source("probe", "test_where.py", where)
+    warm = service.run_tests("probe", "where").stdout.split()
+    cold = run_test_process(service.loader.address, service.host.namespace, "probe", "where", timeout=30, warm=False)
+    for folders in (warm, cold.stdout.split()):
+        assert len(set(folders)) == 1 and "unit-mcp-test-" in folders[0], folders
+    assert warm != cold.stdout.split(), "each run has a folder of its own"
+
+
+def test_a_stopped_warm_host_is_replaced(service: UnitService) -> None:
+    """A warm host stopped between runs (SIGSTOP) would answer nothing: the next run replaces it at once."""
+    service.run_tests("probe")
+    first = WARM.pid
+    assert first is not None
+    os.kill(first, signal.SIGSTOP)
+    assert stopped(first)
+    result = service.run_tests("probe")
+    assert result.passed and "value 0" in result.stdout
+    assert WARM.pid not in (None, first)
+    assert not Path(f"/proc/{first}").exists(), "the stopped host was killed and reaped"
