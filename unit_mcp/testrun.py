@@ -7,6 +7,7 @@ A cancellation (`unit_mcp.cancel`) kills the group too, within one poll interval
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import json
@@ -166,6 +167,15 @@ PASSED_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHOME", "PYTHONU
 """The server's variables a test sees (and every `LC_*`); others only when the operator names them (--test-env)."""
 SCRATCH_ENV = ("HOME", "TMPDIR")
 """Set per run, to its scratch folder."""
+
+
+def passed_env_name(name: str) -> str:
+    """An argparse type for --test-env: a variable name a test may see."""
+    if not name.isidentifier() or not name.isascii():
+        raise argparse.ArgumentTypeError(f"{name!r} is not an environment variable name (letters, digits and _)")
+    if name in SCRATCH_ENV:
+        raise argparse.ArgumentTypeError(f"{name} is set to the test's scratch folder; it cannot be passed")
+    return name
 
 
 def sandbox_env(scratch: str | None = None, passed: Iterable[str] = ()) -> dict[str, str]:
