@@ -138,6 +138,9 @@ def test_a_stopped_warm_host_is_replaced(service: UnitService) -> None:
     first = WARM.pid
     assert first is not None
     os.kill(first, signal.SIGSTOP)
+    deadline = time.monotonic() + 10  # a signal is delivered asynchronously
+    while not stopped(first) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert stopped(first)
     result = service.run_tests("probe")
     assert result.passed and "value 0" in result.stdout

@@ -11,7 +11,6 @@ import ctypes
 import os
 import signal
 import time
-from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -26,15 +25,9 @@ def become_subreaper() -> None:
 
 def _children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat(name)) is not None:
+            children.setdefault(int(fields[1]), []).append(int(name))
     return children
 
 
@@ -112,7 +105,21 @@ def _running(pid: int) -> bool:
 
 
 def _state(pid: int) -> str | None:
+    fields = _stat(str(pid))
+    return None if fields is None else fields[0].decode()
+
+
+def _stat(pid: str) -> list[bytes] | None:
+    """State and parent pid of a process from /proc/PID/stat (after the command name, which may hold anything);
+    None once it is gone. Raw reads: a scan of every process runs at the end of each test."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        stat = os.read(fd, 1024)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return stat[stat.rindex(b")") + 2 :].split(None, 2)[:2]

@@ -146,7 +146,10 @@ def run_test_process(
         child = WARM.spawn(argv, env, scratch) if warm else None
         if child is not None:
             with child:
-                return _supervise(child, child.stdout, child.stderr, started, timeout=timeout, max_output=max_output)
+                run = _supervise(child, child.stdout, child.stderr, started, timeout=timeout, max_output=max_output)
+            if child.returncode == LOST:
+                run.stderr += LOST_NOTE
+            return run
         proc = subprocess.Popen(
             [sys.executable, "-m", "unit_mcp.testhost", *argv],
             stdin=subprocess.DEVNULL,
@@ -231,6 +234,7 @@ def _unreaped(proc: _Process) -> bool:
 
 LOST = -1
 """The exit code of a forked test whose warm host died, stopped or hung before reporting it."""
+LOST_NOTE = "\n[unit-mcp: the warm test host did not report how this test ended (it died or was stopped); replaced]\n"
 
 
 class ForkedChild:

@@ -162,6 +162,7 @@ async def test_stopped_warm_host_cannot_stretch_the_timeout(served: Served, figu
     pid = int(stopped_host.group(1))
     assert answered_after < 20, f"timeout=5 answered after {answered_after:.1f} s"
     assert result.is_error or not result.structured["passed"], "a run whose host stopped does not pass"
+    assert "the warm test host did not report how this test ended" in text, "and says why"
     assert WARM.pid != pid and not Path(f"/proc/{pid}").exists(), "the stopped warm host was killed and reaped"
     assert not stopped(pid)
 
