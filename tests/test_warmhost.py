@@ -146,3 +146,17 @@ def test_a_stopped_warm_host_is_replaced(service: UnitService) -> None:
     assert result.passed and "value 0" in result.stdout
     assert WARM.pid not in (None, first)
     assert not Path(f"/proc/{first}").exists(), "the stopped host was killed and reaped"
+
+
+@pytest.mark.parametrize(("name", "why"), [("A B", "is not an environment variable name"), ("HOME", "scratch folder")])
+def test_test_env_takes_only_a_variable_name(name: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from unit_mcp.server import parse_args
+
+    assert parse_args(["--test-env", "OPENAI_API_KEY", "--test-env", "SSL_CERT_FILE"]).test_env == [
+        "OPENAI_API_KEY",
+        "SSL_CERT_FILE",
+    ]
+    with pytest.raises(SystemExit):
+        parse_args(["--test-env", name])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("python -m unit_mcp.server: error: argument --test-env:") and why in error, error
