@@ -106,6 +106,13 @@ def test_the_cold_path_still_runs_a_test(service: UnitService) -> None:
     assert run.exit_code == 0 and "value 0" in run.stdout
 
 
+def test_the_cold_path_reports_a_crash_as_the_warm_one_does(service: UnitService) -> None:
+    """A cold run's first process outlives the test host (to kill what it left behind) and ends as it did."""
+    for name, exit_code in (("exit", 3), ("sigkill", -signal.SIGKILL), ("segfault", -signal.SIGSEGV)):
+        run = run_test_process(service.loader.address, service.host.namespace, "probe", name, timeout=30, warm=False)
+        assert run.exit_code == exit_code, (name, run)
+
+
 def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) -> None:
     """An interpreter that cannot start (here: a PYTHONHOME that does not exist) fails both attempts; spawn says so
     (the caller then runs the test cold) and does not try again on every call."""

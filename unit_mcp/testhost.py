@@ -170,7 +170,8 @@ def guarded() -> int:
     reap_strays(set())
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed by a signal: so are we, for the caller's returncode
-        signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     os._exit(code)  # no interpreter shutdown: the test host had its own
 

@@ -414,7 +414,8 @@ class WarmTestHost:
         if control is not None:
             control.close()
         if proc is not None:
-            kill_tree(proc.pid)  # SIGKILL works on a stopped process too
+            if proc.poll() is None:  # not reaped: its pid is still its own
+                kill_tree(proc.pid)  # SIGKILL works on a stopped process too
             proc.wait()
 
     def stop(self) -> None:
