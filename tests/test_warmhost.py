@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -153,6 +155,15 @@ def test_a_stopped_warm_host_is_replaced(service: UnitService) -> None:
     assert result.passed and "value 0" in result.stdout
     assert WARM.pid not in (None, first)
     assert not Path(f"/proc/{first}").exists(), "the stopped host was killed and reaped"
+
+
+def test_a_stopped_warm_host_does_not_outlive_its_server() -> None:
+    """A stopped warm host cannot see the end of its control socket: the server kills it when it exits."""
+    stop_then_exit = "import os, signal\nfrom unit_mcp.testrun import WARM\n\nWARM.start()\nprint(WARM.pid)\n" \
+        "os.kill(WARM.pid, signal.SIGSTOP)\n"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", stop_then_exit], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not Path(f"/proc/{int(done.stdout)}").exists()
 
 
 @pytest.mark.parametrize(("name", "why"), [("A B", "is not an environment variable name"), ("HOME", "scratch folder")])

@@ -8,6 +8,7 @@ A cancellation (`unit_mcp.cancel`) kills the group too, within one poll interval
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import functools
 import json
@@ -439,3 +440,4 @@ REPORT_GRACE = 5.0  # from a child's end to its report: the warm host kills the 
 RETRY_AFTER = 60.0
 WARM = WarmTestHost()
 """The one warm test host of this process, shared by every service (the same environment serves them all)."""
+atexit.register(WARM.stop)  # a warm host that a test stopped would not see our end and outlive us
