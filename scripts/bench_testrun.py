@@ -34,7 +34,7 @@ async def tests(work: Path, rounds: int) -> None:
         service = UnitService(host)
 
         def cold() -> None:
-            run_test_process(root, "bench_tests", "trivial", "init", timeout=60, cwd=host.data_dir, warm=False)
+            run_test_process(root, "bench_tests", "trivial", "init", timeout=60, warm=False)
 
         samples = await interleaved(
             {

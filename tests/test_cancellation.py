@@ -28,11 +28,13 @@ import sys
 import time
 from pathlib import Path
 
+PIDS = {pids!r}
+
 
 def main():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    Path("test-pids.tmp").write_text(f"{os.getpid()} {child.pid}")
-    os.replace("test-pids.tmp", "test-pids")  # the test host runs in the server's data dir
+    Path(PIDS + ".tmp").write_text(f"{os.getpid()} {child.pid}")
+    os.replace(PIDS + ".tmp", PIDS)  # an absolute path: the test runs in a scratch folder of its own
     time.sleep(300)
 """
 
@@ -46,7 +48,8 @@ def anyio_backend() -> str:
 def units(units_root: Path) -> Path:
     (units_root / "sleeper").mkdir()
     (units_root / "sleeper" / "__init__.py").write_text('"""Its test sleeps, with a child process."""\n')
-    (units_root / "sleeper" / "test_init.py").write_text(SLEEPER_TEST)
+    pids = str(units_root.parent / "test-pids")
+    (units_root / "sleeper" / "test_init.py").write_text(SLEEPER_TEST.replace("{pids!r}", repr(pids)))
     return units_root
 
 
@@ -96,7 +99,7 @@ async def test_cancelling_a_test_run_kills_its_process_group(
     units: Path, tmp_path: Path, transport: Any, mode: Literal["auto", "legacy"]
 ) -> None:
     data = tmp_path / "data"
-    pids_file = data / "test-pids"
+    pids_file = tmp_path / "test-pids"
     async with transport(units, data, mode) as client:
         outcome: list[Any] = []
         async with anyio.create_task_group() as tg:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +19,8 @@ from conftest import sqlite_copy
 from unit_mcp import Host, UnitService
 from unit_mcp.loader import Source
 from unit_mcp.paths import hash_bytes
-from unit_mcp.testrun import STARTUP_TIMEOUT, WARM, WarmTestHost, _test_env, run_test_process
+from unit_mcp.proctree import stopped
+from unit_mcp.testrun import STARTUP_TIMEOUT, WARM, WarmTestHost, run_test_process, sandbox_env
 
 CRASHES = {
     "exit": "import os\n\n\ndef main():\n    print('leaving', flush=True)\n    os._exit(3)\n",
@@ -99,19 +102,24 @@ def test_concurrent_runs_each_get_their_own_child(service: UnitService) -> None:
     assert len(results) == 4 and all(r.passed and "value 0" in r.stdout for r in results)  # type: ignore[attr-defined]
 
 
-def test_the_cold_path_still_runs_a_test(service: UnitService, tmp_path: Path) -> None:
+def test_the_cold_path_still_runs_a_test(service: UnitService) -> None:
     """What runs when the warm host cannot be started: a new interpreter per test."""
-    run = run_test_process(
-        service.loader.address, service.host.namespace, "probe", "init", timeout=30, cwd=tmp_path, warm=False
-    )
+    run = run_test_process(service.loader.address, service.host.namespace, "probe", "init", timeout=30, warm=False)
     assert run.exit_code == 0 and "value 0" in run.stdout
+
+
+def test_the_cold_path_reports_a_crash_as_the_warm_one_does(service: UnitService) -> None:
+    """A cold run's first process outlives the test host (to kill what it left behind) and ends as it did."""
+    for name, exit_code in (("exit", 3), ("sigkill", -signal.SIGKILL), ("segfault", -signal.SIGSEGV)):
+        run = run_test_process(service.loader.address, service.host.namespace, "probe", name, timeout=30, warm=False)
+        assert run.exit_code == exit_code, (name, run)
 
 
 def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) -> None:
     """An interpreter that cannot start (here: a PYTHONHOME that does not exist) fails both attempts; spawn says so
     (the caller then runs the test cold) and does not try again on every call."""
     warm = WarmTestHost()
-    env = {**_test_env(), "PYTHONHOME": str(tmp_path / "no-such-python")}
+    env = {**sandbox_env(), "PYTHONHOME": str(tmp_path / "no-such-python")}
     try:
         started = time.monotonic()
         assert warm.spawn(["--units", str(tmp_path)], env, tmp_path) is None
@@ -123,8 +131,50 @@ def test_a_warm_host_that_cannot_start_gives_way_to_cold_runs(tmp_path: Path) ->
 
 
 def test_the_child_runs_where_a_cold_run_would(service: UnitService) -> None:
-    """In the host's data folder, which is also first on sys.path, as for `python -m unit_mcp.testhost` there."""
-    service.create_source(
-        "probe", "test_where.py", "import os\nimport sys\n\n\ndef main():\n    print(os.getcwd(), sys.path[0])\n"
-    )
-    assert service.run_tests("probe", "where").stdout.split() == ["<data>", "<data>"]  # the data folder, redacted
+    """In a scratch folder of its own, which is also first on sys.path, as for `python -m unit_mcp.testhost` there."""
+    where = "import os\nimport sys\n\n\ndef main():\n    print(os.getcwd(), sys.path[0], os.environ['HOME'])\n"
+    service.create_source("probe", "test_where.py", where)
+    warm = service.run_tests("probe", "where").stdout.split()
+    cold = run_test_process(service.loader.address, service.host.namespace, "probe", "where", timeout=30, warm=False)
+    for folders in (warm, cold.stdout.split()):
+        assert len(set(folders)) == 1 and "unit-mcp-test-" in folders[0], folders
+    assert warm != cold.stdout.split(), "each run has a folder of its own"
+
+
+def test_a_stopped_warm_host_is_replaced(service: UnitService) -> None:
+    """A warm host stopped between runs (SIGSTOP) would answer nothing: the next run replaces it at once."""
+    service.run_tests("probe")
+    first = WARM.pid
+    assert first is not None
+    os.kill(first, signal.SIGSTOP)
+    deadline = time.monotonic() + 10  # a signal is delivered asynchronously
+    while not stopped(first) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stopped(first)
+    result = service.run_tests("probe")
+    assert result.passed and "value 0" in result.stdout
+    assert WARM.pid not in (None, first)
+    assert not Path(f"/proc/{first}").exists(), "the stopped host was killed and reaped"
+
+
+def test_a_stopped_warm_host_does_not_outlive_its_server() -> None:
+    """A stopped warm host cannot see the end of its control socket: the server kills it when it exits."""
+    stop_then_exit = "import os, signal\nfrom unit_mcp.testrun import WARM\n\nWARM.start()\nprint(WARM.pid)\n" \
+        "os.kill(WARM.pid, signal.SIGSTOP)\n"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", stop_then_exit], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not Path(f"/proc/{int(done.stdout)}").exists()
+
+
+@pytest.mark.parametrize(("name", "why"), [("A B", "is not an environment variable name"), ("HOME", "scratch folder")])
+def test_test_env_takes_only_a_variable_name(name: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from unit_mcp.server import parse_args
+
+    assert parse_args(["--test-env", "OPENAI_API_KEY", "--test-env", "SSL_CERT_FILE"]).test_env == [
+        "OPENAI_API_KEY",
+        "SSL_CERT_FILE",
+    ]
+    with pytest.raises(SystemExit):
+        parse_args(["--test-env", name])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("python -m unit_mcp.server: error: argument --test-env:") and why in error, error

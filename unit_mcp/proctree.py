@@ -1,4 +1,5 @@
-"""Process trees from /proc: every descendant of a process, and killing a list of processes for sure.
+"""Process trees from /proc: every descendant of a process, and killing a tree for sure, however its processes
+detached (setsid, double fork).
 
 Kept apart (and light: no subprocess, no selectors) because the test host imports it at start-up.
 """
@@ -6,24 +7,33 @@ Kept apart (and light: no subprocess, no selectors) because the test host import
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import time
-from pathlib import Path
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of this process (even those that called setsid) are re-parented to it instead of
+    escaping to init, so that they stay findable below it."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat(name)) is not None:
+            children.setdefault(int(fields[1]), []).append(int(name))
+    return children
 
 
 def descendants(pid: int) -> list[int]:
     """Every process below pid, from /proc (children that left the process group included)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+    children = _children()
     found: list[int] = []
     stack = [pid]
     while stack:
@@ -43,9 +53,73 @@ def kill_all(pids: list[int], *, settle: float = 2.0) -> None:
         time.sleep(0.01)
 
 
+def kill_descendants(pid: int, *, settle: float = 2.0) -> None:
+    """SIGKILL every process below pid, again and again until none runs: one that forked between a scan and its
+    kill is found by the next scan (below pid, if pid is a subreaper and alive), and a killed process forks no more.
+    Gives up after `settle` seconds without progress (a process stuck in the kernel)."""
+    deadline = time.perf_counter() + settle
+    while time.perf_counter() < deadline:
+        running = [p for p in descendants(pid) if _running(p)]
+        if not running:
+            return
+        kill_all(running, settle=settle)
+        if not any(_running(p) for p in running):
+            deadline = time.perf_counter() + settle
+
+
+def kill_tree(pid: int, *, settle: float = 2.0) -> None:
+    """SIGKILL pid, its process group and every descendant, and wait (up to `settle` seconds) until none runs.
+
+    pid is stopped first and killed last: as a subreaper it adopts the orphans of the descendants killed below it,
+    so a process that detached (setsid, double fork) while the tree was being killed is still found there."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGSTOP)
+    kill_descendants(pid, settle=settle)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    kill_all([pid], settle=settle)
+
+
+def reap_strays(keep: set[int], *, settle: float = 2.0) -> None:
+    """Kill and reap every child of this (subreaper) process not in `keep`, with its tree: processes it adopted
+    because their parent died, until none is left."""
+    me = os.getpid()
+    deadline = time.perf_counter() + settle
+    while time.perf_counter() < deadline:
+        strays = [p for p in _children().get(me, []) if p not in keep]
+        if not strays:
+            return
+        for stray in strays:
+            kill_tree(stray, settle=settle)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(stray, os.WNOHANG)  # one still dying is found again by the next round
+
+
+def stopped(pid: int) -> bool:
+    """Whether pid is stopped (SIGSTOP, or by a tracer): it answers nothing until continued."""
+    return _state(pid) in ("T", "t")
+
+
 def _running(pid: int) -> bool:
+    return _state(pid) not in (None, "Z", "X")
+
+
+def _state(pid: int) -> str | None:
+    fields = _stat(str(pid))
+    return None if fields is None else fields[0].decode()
+
+
+def _stat(pid: str) -> list[bytes] | None:
+    """State and parent pid of a process from /proc/PID/stat (after the command name, which may hold anything);
+    None once it is gone. Raw reads: a scan of every process runs at the end of each test."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
-        return False
-    return state not in ("Z", "X")
+        return None
+    try:
+        stat = os.read(fd, 1024)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return stat[stat.rindex(b")") + 2 :].split(None, 2)[:2]

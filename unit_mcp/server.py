@@ -32,7 +32,7 @@ from .loopback import is_loopback
 from .service import UnitService
 from .sqliteloader import units_database_problem
 from .stdio import stdio_streams
-from .testrun import WARM
+from .testrun import WARM, passed_env_name
 from .tools import UnitTools, check_prefix
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
@@ -79,6 +79,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--no-auth",
         action="store_true",
         help="serve without the bearer token, for clients that cannot send headers (loopback is still enforced)",
+    )
+    parser.add_argument(
+        "--test-env",
+        action="append",
+        default=[],
+        type=passed_env_name,
+        metavar="NAME",
+        help="pass this variable of the server's environment to unit tests too (repeatable; see README: Tests)",
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
     args = parser.parse_args(argv)
@@ -147,7 +155,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         print(f"unit-mcp: warning: {empty}", file=sys.stderr, flush=True)
     if not args.no_watch:
         host.start_watching()
-    WARM.start()  # the first unit_run_tests finds its test host ready
+    WARM.start(args.test_env)  # the first unit_run_tests finds its test host ready
     stack.callback(WARM.stop)
     return UnitTools(UnitService(host), prefix=args.tool_prefix), data_dir
 

@@ -632,7 +632,6 @@ class UnitService:
             test_name,
             timeout=float(timeout),
             max_output=self.max_test_output,
-            cwd=self.host.data_dir,
         )
         result = RunTestsResult(
             unit_id=unit_id,

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import importlib
 import inspect
 import logging
 import os
+import signal
 import sys
 import traceback
 from typing import Any
 
 from .applog import LOG_FORMAT
 from .host import Host
-from .proctree import descendants, kill_all
-
-PR_SET_CHILD_SUBREAPER = 36
+from .proctree import become_subreaper, kill_descendants, reap_strays
 
 
 class _Fixtures:
@@ -62,22 +60,14 @@ def _passed(result: object) -> bool:
     return result is None or result is True or (type(result) is int and result == 0)
 
 
-def _become_subreaper() -> None:
-    """Orphaned descendants of the test (even those that called setsid) are re-parented to this process,
-    so they can be found and killed when the test ends, instead of escaping to init."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
 def main(argv: list[str] | None = None) -> int:
-    _become_subreaper()
+    become_subreaper()  # the test's orphans stay below us, to be killed when it ends
     try:
         return _main(argv)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        kill_all(descendants(os.getpid()))
+        kill_descendants(os.getpid())
 
 
 def _main(argv: list[str] | None) -> int:
@@ -169,5 +159,22 @@ class _ImportedModule:
         return collector
 
 
+def guarded() -> int:
+    """A cold run: fork the test host and outlive it, as the warm host does, so that what the test left behind
+    (however it detached; adopted here) is killed before the run ends. The exit status is the test host's."""
+    become_subreaper()
+    pid = os.fork()
+    if pid == 0:
+        return main()
+    _, status = os.waitpid(pid, 0)
+    reap_strays(set())
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # killed by a signal: so are we, for the caller's returncode
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code)  # no interpreter shutdown: the test host had its own
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded())

@@ -1,5 +1,5 @@
-"""Run a unit's test module in a process of its own: own process group, timeout that kills the whole group, capped
-output.
+"""Run a unit's test module in a process of its own: own process group, timeout that kills every process it started
+(however it detached), capped output, a scratch folder of its own and an allowed list of environment variables.
 
 The process is forked by the warm test host (`unit_mcp.warmhost`, started once and restarted when it dies); should
 that fail twice in a row the test runs in a new interpreter (`python -m unit_mcp.testhost`), as it always did.
@@ -7,25 +7,28 @@ A cancellation (`unit_mcp.cancel`) kills the group too, within one poll interval
 
 from __future__ import annotations
 
+import argparse
+import atexit
 import contextlib
 import functools
 import json
 import os
 import select
 import selectors
-import signal
+import site
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from . import cancel
-from .proctree import descendants, kill_all
+from .proctree import kill_tree, stopped
 
 PIPE_GRACE = 0.5
 POLL = 0.1  # seconds between checks for the end of the process and for a cancellation
@@ -124,15 +127,6 @@ def _pump(proc: _Process, streams: dict[int, CappedBuffer], *, deadline: float, 
         selector.close()
 
 
-def kill_tree(pid: int, *, settle: float = 2.0) -> None:
-    """SIGKILL the process group of pid and every descendant found under pid, and wait (up to `settle`
-    seconds) until none of them runs any more: a kill is delivered asynchronously."""
-    targets = [pid, *descendants(pid)]  # before any kill: a dead parent's orphans move to init
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    kill_all(targets, settle=settle)
-
-
 def run_test_process(
     units_root: Path | str,
     namespace: str,
@@ -141,20 +135,22 @@ def run_test_process(
     *,
     timeout: float,
     max_output: int = 64 * 1024,
-    cwd: Path | None = None,
     warm: bool = True,
 ) -> TestProcessResult:
-    """Run one test module; `warm=False` starts a new interpreter instead of forking the warm test host."""
-    env = _test_env()
-    data_dir = tempfile.TemporaryDirectory(prefix="unit-mcp-test-")  # made here: the child starts faster
-    argv = ["--units", str(units_root), "--namespace", namespace, "--unit", unit_id, "--test", test_name,
-            "--data-dir", data_dir.name]  # fmt: skip
-    with data_dir:
+    """Run one test module in a scratch folder of its own (working directory, HOME, TMPDIR and the test host's data
+    folder; private, removed after); `warm=False` starts a new interpreter instead of forking the warm test host."""
+    with tempfile.TemporaryDirectory(prefix="unit-mcp-test-", ignore_cleanup_errors=True) as scratch:
+        env = sandbox_env(scratch, WARM.pass_env)
+        argv = ["--units", str(units_root), "--namespace", namespace, "--unit", unit_id, "--test", test_name,
+                "--data-dir", scratch]  # fmt: skip
         started = time.perf_counter()
-        child = WARM.spawn(argv, env, cwd) if warm else None
+        child = WARM.spawn(argv, env, scratch) if warm else None
         if child is not None:
             with child:
-                return _supervise(child, child.stdout, child.stderr, started, timeout=timeout, max_output=max_output)
+                run = _supervise(child, child.stdout, child.stderr, started, timeout=timeout, max_output=max_output)
+            if child.returncode == LOST:
+                run.stderr += LOST_NOTE
+            return run
         proc = subprocess.Popen(
             [sys.executable, "-m", "unit_mcp.testhost", *argv],
             stdin=subprocess.DEVNULL,
@@ -162,7 +158,7 @@ def run_test_process(
             stderr=subprocess.PIPE,
             start_new_session=True,
             env=env,
-            cwd=cwd,
+            cwd=scratch,
         )
         assert proc.stdout is not None and proc.stderr is not None
         with proc.stdout, proc.stderr:
@@ -171,13 +167,33 @@ def run_test_process(
             )
 
 
-def _test_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH", "")) if p)
+PASSED_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHOME", "PYTHONUTF8"})
+"""The server's variables a test sees (and every `LC_*`); others only when the operator names them (--test-env)."""
+SCRATCH_ENV = ("HOME", "TMPDIR")
+"""Set per run, to its scratch folder."""
+
+
+def passed_env_name(name: str) -> str:
+    """An argparse type for --test-env: a variable name a test may see."""
+    if not name.isidentifier() or not name.isascii():
+        raise argparse.ArgumentTypeError(f"{name!r} is not an environment variable name (letters, digits and _)")
+    if name in SCRATCH_ENV:
+        raise argparse.ArgumentTypeError(f"{name} is set to the test's scratch folder; it cannot be passed")
+    return name
+
+
+def sandbox_env(scratch: str | None = None, passed: Iterable[str] = ()) -> dict[str, str]:
+    """The environment of a test: the allowed variables of the server's (never its tokens and keys) and what the
+    test host needs to import `unit_mcp` and the units."""
+    allowed = PASSED_ENV.union(passed).difference(SCRATCH_ENV)
+    env = {name: value for name, value in os.environ.items() if name in allowed or name.startswith("LC_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p)
+    if site.ENABLE_USER_SITE:
+        env["PYTHONUSERBASE"] = site.getuserbase()  # packages installed with --user, though HOME moves
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_CURRENT_TEST", None)
+    if scratch is not None:
+        env.update(dict.fromkeys(SCRATCH_ENV, scratch))
     return env
 
 
@@ -192,7 +208,8 @@ def _supervise(
         cancelled = not ended and cancel.requested()
         timed_out = not ended and not cancelled
     finally:
-        kill_tree(proc.pid)  # the test's own children too, whether it finished or not
+        if _unreaped(proc):
+            kill_tree(proc.pid)  # the test's own children too, whether it finished or not
         proc.wait()
         _pump(proc, streams, deadline=time.perf_counter() + PIPE_GRACE)  # what was written before the kill
     duration = (time.perf_counter() - started) * 1000
@@ -207,23 +224,39 @@ def _supervise(
     )
 
 
+def _unreaped(proc: _Process) -> bool:
+    """Whether proc's pid is still its own (not reaped, so not reusable): a reaped cold run's guardian
+    (`testhost.guarded`) has killed what it left behind; a forked child stays unreaped until released, unless its
+    warm host died."""
+    if isinstance(proc, ForkedChild):
+        return proc.returncode != LOST
+    return proc.returncode is None
+
+
 LOST = -1
-"""The exit code of a forked test whose warm host died before reporting it."""
+"""The exit code of a forked test whose warm host died, stopped or hung before reporting it."""
+LOST_NOTE = "\n[unit-mcp: the warm test host did not report how this test ended (it died or was stopped); replaced]\n"
 
 
 class ForkedChild:
     """A test process forked by the warm host, seen through the reply socket (it is not our child: the warm host
-    reports its exit code and keeps it unreaped until `close`)."""
+    reports its exit code and keeps it unreaped until `close`) and through a pidfd, which tells when it ended even
+    if the warm host does not (dead, stopped, stuck): then the code is `LOST` and `on_lost` runs on exit."""
 
-    def __init__(self, pid: int, reply: socket.socket, stdout: int, stderr: int) -> None:
+    def __init__(
+        self, pid: int, reply: socket.socket, stdout: int, stderr: int, *, host_pid: int, on_lost: Callable[[], None]
+    ) -> None:
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr
         self.returncode: int | None = None
         self._reply: socket.socket | None = reply
         self._pidfd: int | None = None
+        self._host_pid = host_pid
+        self._on_lost: Callable[[], None] | None = None
+        self._replace_host = on_lost
         with contextlib.suppress(OSError):
-            self._pidfd = os.pidfd_open(pid)  # tells when it ends should the warm host die first
+            self._pidfd = os.pidfd_open(pid)
 
     def poll(self) -> int | None:
         self._read(0)
@@ -238,55 +271,75 @@ class ForkedChild:
     def _read(self, timeout: float | None) -> None:
         if self.returncode is not None:
             return
-        if self._reply is not None:
-            if select.select([self._reply], [], [], timeout)[0]:
-                try:
-                    message = self._reply.recv(256)
-                except OSError:
-                    message = b""
-                if message:
-                    self.returncode = int(json.loads(message)["exit"])
-                    return
-                self._reply.close()  # the warm host died: watch the process itself
-                self._reply = None
-            return
-        if self._pidfd is None or select.select([self._pidfd], [], [], timeout)[0]:
+        watched = [fd for fd in (self._reply, self._pidfd) if fd is not None]
+        ready = select.select(watched, [], [], timeout)[0] if watched else []
+        if self._reply is not None and (self._reply in ready or (self._pidfd in ready and self._reported())):
+            try:
+                message = self._reply.recv(256)
+            except OSError:
+                message = b""
+            if message:
+                self.returncode = int(json.loads(message)["exit"])
+                return
+            self._reply.close()  # the warm host died: the pidfd alone tells when the child ends
+            self._reply = None
+            return self._read(timeout)
+        if not watched or self._pidfd in ready:  # ended, and the warm host is gone or does not answer
             self.returncode = LOST
+            if self._reply is not None:
+                self._on_lost = self._replace_host
+
+    def _reported(self) -> bool:
+        """The child ended: whether its warm host reports it (after killing its strays) within `REPORT_GRACE`
+        seconds; one that is stopped or gone never will."""
+        assert self._reply is not None
+        deadline = time.perf_counter() + REPORT_GRACE
+        while not stopped(self._host_pid) and time.perf_counter() < deadline:
+            if select.select([self._reply], [], [], POLL)[0]:
+                return True
+        return False
 
     def __enter__(self) -> ForkedChild:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        """Release the child (the warm host reaps it now) and close our ends."""
+        """Release the child (the warm host reaps it now), close our ends, and replace a warm host that failed."""
         for fd in (self.stdout, self.stderr, self._pidfd):
             if fd is not None:
                 os.close(fd)
         if self._reply is not None:
             self._reply.close()
+        if self._on_lost is not None:
+            self._on_lost()
 
 
 class WarmTestHost:
     """The caller's side of `unit_mcp.warmhost`: one warm process, started on first use (or by `start`) and
-    started again when it has died or the environment it was started with has changed."""
+    started again when it has died, stopped, hung, or the environment it was started with has changed."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._env: dict[str, str] | None = None
+        self._answered = False
         self._failed_until = 0.0
+        self.pass_env: tuple[str, ...] = ()
+        """Variables of the server's that tests see besides `PASSED_ENV` (the server's --test-env)."""
 
-    def start(self, env: dict[str, str] | None = None) -> None:
+    def start(self, pass_env: Iterable[str] = ()) -> None:
         """Have the warm process running (so that the first test run finds it ready)."""
         with self._lock:
-            self._ensure(_test_env() if env is None else env)
+            self.pass_env = tuple(pass_env)
+            self._ensure(sandbox_env(None, self.pass_env))
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
     def _ensure(self, env: dict[str, str]) -> socket.socket:
-        if self._proc is None or self._proc.poll() is not None or self._control is None or env != self._env:
+        proc = self._proc
+        if proc is None or proc.poll() is not None or stopped(proc.pid) or self._control is None or env != self._env:
             self._stop()
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             with theirs:
@@ -299,36 +352,49 @@ class WarmTestHost:
                     env=env,
                     cwd="/",
                 )
-            self._control, self._env = mine, env
+            self._control, self._env, self._answered = mine, env, False
         assert self._control is not None
         return self._control
 
-    def spawn(self, argv: list[str], env: dict[str, str], cwd: Path | None) -> ForkedChild | None:
-        """Fork a test host child running `argv`; None if the warm host failed twice (the caller runs it cold, and
-        so do the calls of the next `RETRY_AFTER` seconds: a warm host that cannot start is not retried per call)."""
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: Path | str) -> ForkedChild | None:
+        """Fork a test host child running `argv` with `env` in `cwd`; None if the warm host failed twice (the caller
+        runs it cold, and so do the calls of the next `RETRY_AFTER` seconds: a warm host that cannot start is not
+        retried per call). A warm host that does not answer within `FORK_TIMEOUT` (`STARTUP_TIMEOUT` after a
+        start) is killed and replaced."""
         if time.monotonic() < self._failed_until or not _pidfds():
             return None
+        host_env = {name: value for name, value in env.items() if name not in SCRATCH_ENV}
         for _ in range(2):
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            proc = None
             try:
                 try:
                     with self._lock:
-                        control = self._ensure(env)
-                        request = json.dumps({"argv": argv, "cwd": str(cwd or os.getcwd())}).encode()
+                        control = self._ensure(host_env)
+                        proc, answered = self._proc, self._answered
+                        request = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
                         socket.send_fds(control, [request], [out_w, err_w, theirs.fileno()])
                 finally:  # ours closed before waiting: a warm host dying now must end the wait (EOF), not hold it
                     os.close(out_w)
                     os.close(err_w)
                     theirs.close()
-                mine.settimeout(STARTUP_TIMEOUT)
-                message = mine.recv(256)  # the first run after a (re)start waits for the warm imports here
+                mine.settimeout(FORK_TIMEOUT if answered else STARTUP_TIMEOUT)  # a start waits for the imports
+                message = mine.recv(256)
                 mine.settimeout(None)
             except OSError:
                 message = b""
-            if message:
-                return ForkedChild(int(json.loads(message)["pid"]), mine, out_r, err_r)
+            if message and proc is not None:
+                self._answered = True
+                return ForkedChild(
+                    int(json.loads(message)["pid"]),
+                    mine,
+                    out_r,
+                    err_r,
+                    host_pid=proc.pid,
+                    on_lost=functools.partial(self._replace, proc),
+                )
             for fd in (out_r, err_r):
                 os.close(fd)
             mine.close()
@@ -337,13 +403,20 @@ class WarmTestHost:
         self._failed_until = time.monotonic() + RETRY_AFTER
         return None
 
+    def _replace(self, proc: subprocess.Popen[bytes]) -> None:
+        """Kill a warm host that did not report a test's end; the next run starts a new one."""
+        with self._lock:
+            if self._proc is proc:
+                self._stop()
+
     def _stop(self) -> None:
+        """Kill the warm process and every process below it (tests still running, strays it had not killed yet)."""
         control, proc, self._control, self._proc = self._control, self._proc, None, None
         if control is not None:
-            control.close()  # the warm process exits on the end of its control socket
+            control.close()
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            if proc.poll() is None:  # not reaped: its pid is still its own
+                kill_tree(proc.pid)  # SIGKILL works on a stopped process too
             proc.wait()
 
     def stop(self) -> None:
@@ -362,6 +435,9 @@ def _pidfds() -> bool:
 
 
 STARTUP_TIMEOUT = 30.0
+FORK_TIMEOUT = 5.0  # a warm host forks in a millisecond: one that has not answered in this time is stuck
+REPORT_GRACE = 5.0  # from a child's end to its report: the warm host kills the child's strays in between
 RETRY_AFTER = 60.0
 WARM = WarmTestHost()
 """The one warm test host of this process, shared by every service (the same environment serves them all)."""
+atexit.register(WARM.stop)  # a warm host that a test stopped would not see our end and outlive us

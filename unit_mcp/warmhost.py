@@ -4,12 +4,17 @@ child per `unit_run_tests` call.
 A cold run pays for a new interpreter and for importing `unit_mcp` before the test starts; the fork costs a
 millisecond. The warm process never opens a loader or imports a unit: each child builds its own headless `Host`
 (`unit_mcp.testhost`), which imports the unit's current source from its loader, so an edit made a moment before
-is what the test sees. The child calls `setsid` (its own process group, like a cold run), writes to the pipes of
-the caller, and is killed by the caller (`testrun.kill_tree`) at the timeout, on cancellation or when it ends.
+is what the test sees. The child calls `setsid` (its own process group, like a cold run), takes the run's
+environment and folder, writes to the pipes of the caller, and is killed by the caller (`proctree.kill_tree`) at
+the timeout, on cancellation or when it ends.
+
+The warm process is a child subreaper: a test process that dies leaving detached descendants (setsid, double fork)
+hands them to it, and it kills them (`proctree.reap_strays`) before it reports that child's exit. A child whose
+caller is gone (its reply socket closed before the child ended) is killed too.
 
 Protocol, over a SOCK_SEQPACKET socket pair (one message per datagram, file descriptors passed with SCM_RIGHTS):
-the caller sends a JSON request `{"argv": [...], "cwd": ...}` with three descriptors (the child's stdout and
-stderr pipes and one end of a reply socket pair); the warm process answers on the reply socket with
+the caller sends a JSON request `{"argv": [...], "cwd": ..., "env": {...}}` with three descriptors (the child's
+stdout and stderr pipes and one end of a reply socket pair); the warm process answers on the reply socket with
 `{"pid": N}` once forked and `{"exit": code}` once the child has ended (a code as `Popen.returncode` gives it).
 The child is reaped only when the caller closes its reply socket: until then its pid cannot be reused, so the
 caller's kill of the child's process group and stray descendants can never hit an unrelated process.
@@ -26,6 +31,8 @@ import socket
 import sys
 from typing import Any
 
+from .proctree import become_subreaper, kill_tree, reap_strays
+
 MAX_REQUEST = 1 << 16
 
 
@@ -35,8 +42,11 @@ def serve(control: socket.socket) -> None:
 
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
+    children: set[int] = set()  # forked and not yet reaped: every other child of ours is a stray
     while True:
         for key, _ in selector.select():
+            if selector.get_map().get(key.fileobj) is not key:
+                continue  # re-registered by an earlier event of this round
             if key.fileobj is control:
                 try:
                     message, fds, _, _ = socket.recv_fds(control, MAX_REQUEST, 3)
@@ -44,7 +54,7 @@ def serve(control: socket.socket) -> None:
                     message, fds = b"", []
                 if not message:
                     return  # the caller closed its end: it is gone or shutting the warm host down
-                _start(selector, testhost, json.loads(message), fds)
+                children.add(_start(selector, testhost, json.loads(message), fds))
             elif key.data[0] == "ended":
                 _, pid, reply = key.data
                 selector.unregister(key.fd)
@@ -52,17 +62,24 @@ def serve(control: socket.socket) -> None:
                 info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # keep the zombie: its pid stays ours
                 assert info is not None
                 code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+                reap_strays(children)  # what the test left behind, before the caller hears that it ended
                 with contextlib.suppress(OSError):
                     reply.send(json.dumps({"exit": code}).encode())
+                with contextlib.suppress(KeyError):
+                    selector.unregister(reply)
                 selector.register(reply, selectors.EVENT_READ, ("released", pid, reply))
+            elif key.data[0] == "running":  # the caller closed the reply socket of a running child: gone or gave up
+                selector.unregister(key.fileobj)
+                kill_tree(key.data[1])  # its end is reported as "ended" next, and the child reaped at once
             else:
                 _, pid, reply = key.data
                 selector.unregister(reply)
                 reply.close()
                 os.waitpid(pid, 0)
+                children.discard(pid)
 
 
-def _start(selector: selectors.BaseSelector, testhost: Any, request: dict[str, Any], fds: list[int]) -> None:
+def _start(selector: selectors.BaseSelector, testhost: Any, request: dict[str, Any], fds: list[int]) -> int:
     out, err, reply_fd = fds
     reply = socket.socket(fileno=reply_fd)
     pid = os.fork()
@@ -70,9 +87,13 @@ def _start(selector: selectors.BaseSelector, testhost: Any, request: dict[str, A
         _child(testhost, request, out, err)
     os.close(out)
     os.close(err)
-    with contextlib.suppress(OSError):  # the caller gave up; the child is still reaped below
+    try:
         reply.send(json.dumps({"pid": pid}).encode())
+    except OSError:
+        kill_tree(pid)  # the caller gave up: nobody would watch or kill this test; it is still reaped below
     selector.register(os.pidfd_open(pid), selectors.EVENT_READ, ("ended", pid, reply))
+    selector.register(reply, selectors.EVENT_READ, ("running", pid, reply))
+    return pid
 
 
 def _child(testhost: Any, request: dict[str, Any], out: int, err: int) -> None:
@@ -89,6 +110,8 @@ def _child(testhost: Any, request: dict[str, Any], out: int, err: int) -> None:
         if sys.path and sys.path[0] == os.getcwd():  # `-m` put the warm host's folder first: a cold run has its own
             sys.path[0] = request["cwd"]
         os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
         sys.argv[:] = [testhost.__file__, *request["argv"]]
         code = _exit_code(testhost.main, request["argv"])
     finally:
@@ -117,6 +140,7 @@ def _exit_code(main: Any, argv: list[str]) -> int:
 
 
 def main() -> None:
+    become_subreaper()
     control = socket.socket(fileno=int(sys.argv[1]))
     serve(control)
 
