@@ -184,7 +184,8 @@ class Host:
             self._finder.kinds = discovered  # a lookup per unit less while starting
             # A full start reuses the code compiled at the last one (a partial start, like the test host's, would
             # read the whole cache for one unit, and must not shrink it).
-            bytecode = None if discovered is None else BytecodeCache(self.data_dir / "bytecode" / "units").load()
+            cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
+            bytecode = None if cache is None else BytecodeCache(cache).load()
             self._finder.bytecode = bytecode
             # No cyclic GC while loading: each full collection walks every module loaded so far, and with
             # thousands of units they were a third of the start's CPU time.
