@@ -216,3 +216,23 @@ def test_a_fresh_server_creates_only_private_folders_and_files(tmp_path: Path) -
     for name in ("logs/app.log", "bytecode/units", "clients/claude-mcp.json", "opencode-config/opencode"):
         assert (data / name).exists(), name
     assert kinds["folder"] >= 8 and kinds["file"] >= 10, kinds
+
+
+def test_agent_store_precreated_by_another_user_is_refused(shared: Path) -> None:
+    """The agent runner's data dir holds the approvals a turn resumes from: nobody's pre-created one is refused."""
+    store = shared / "agent-sessions"
+    as_nobody('mkdir -p "$1"', str(store))
+    for command in (["sessions", "list"], ["run", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "hi"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "unit_mcp.agent", "--data-dir", str(store), *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
+        assert done.stderr == (
+            f"error: refusing the session store: {store} belongs to uid {NOBODY}, not to you (uid {os.geteuid()}), "
+            "who could have planted files in it; remove it or give a folder of your own\n"
+        )
+        assert list(store.iterdir()) == [], "the agent wrote into it"
