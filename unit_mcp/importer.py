@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .loader import Loader, LoaderError, Source, UnitKind, UnsafeSource
-from .paths import hash_bytes, write_file
+from .paths import UnsafePath, hash_bytes, open_private, private_dir, write_file
 
 
 class BytecodeCache:
@@ -38,8 +38,9 @@ class BytecodeCache:
 
     def load(self) -> BytecodeCache:
         try:
-            blob = self.path.read_bytes()
-        except OSError:
+            with os.fdopen(open_private(self.path, os.O_RDONLY), "rb") as handle:
+                blob = handle.read()
+        except (OSError, UnsafePath):  # a symlink planted in its place is never followed
             return self
         magic = importlib.util.MAGIC_NUMBER
         if blob[: len(magic)] != magic:
@@ -67,7 +68,7 @@ class BytecodeCache:
         """Write the entries this start used, when they differ from the file's (no fsync: it is a cache)."""
         if not self._compiled and len(self.used) == len(self._loaded):
             return
-        os.makedirs(self.path.parent, exist_ok=True)
+        private_dir(self.path.parent)
         blob = importlib.util.MAGIC_NUMBER + marshal.dumps(self.used)
         write_file(self.path.parent, self.path.name, blob, durable=False)
 

@@ -8,6 +8,10 @@ then `os.replace` (or `os.link` when the file must not exist yet). The folder is
 not fsynced after the rename: a crash leaves the old or the new content, never a
 torn or empty file, but a power cut just after an edit may bring the old version
 back. That fsync cost about as much as the rest of an edit (bench/RESULTS.md).
+
+A data dir is trusted only when it is ours (`private_dir`): like ssh with ~/.ssh, a folder that is a symbolic
+link, owned by another user or writable by group or others is refused, and the folders it creates are 0700.
+Secrets come from the environment or a file only its owner can read (`read_secret`), never from argv.
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 
 class UnsafePath(Exception):
     """A symlink, or something other than a regular file or directory, stands on the path."""
+
+
+class UntrustedFolder(Exception):
+    """A data folder another local user could have planted or can change: one line naming it and what to do."""
+
+
+class UnsafeSecret(Exception):
+    """A secret file that other users can read or that is not ours: one line naming it and what to do."""
 
 
 def hash_bytes(data: bytes) -> str:
@@ -252,3 +264,73 @@ def remove_empty_dirs(root: Path, rel_dirs: Sequence[str]) -> None:
                 os.rmdir(parts[-1], dir_fd=dir_fd)
         except OSError:
             continue
+
+
+def private_dir(path: Path, *names: str) -> Path:
+    """`path/names…`, each level created 0700 when missing, refused unless it is a real folder of ours that
+    no group or other user can write (what ssh asks of ~/.ssh); the returned path is resolved."""
+    folder = Path(os.path.abspath(path))
+    for level in [folder, *(folder.joinpath(*names[: index + 1]) for index in range(len(names)))]:
+        _trust(level)
+    return folder.joinpath(*names).resolve()
+
+
+def _trust(folder: Path) -> None:
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        _trust(folder.parent)
+        os.mkdir(folder, 0o700)
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode):
+        raise UntrustedFolder(f"{folder} is a symbolic link; give the real folder (it may point anywhere)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedFolder(f"{folder} is not a folder; remove it or give another folder")
+    if st.st_uid != os.geteuid():
+        raise UntrustedFolder(
+            f"{folder} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}), who could have planted "
+            "files in it; remove it or give a folder of your own"
+        )
+    if st.st_mode & 0o022:
+        raise UntrustedFolder(
+            f"{folder} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"run `chmod go-w {folder}` or give a private folder"
+        )
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open (or create, 0600) a file of a private folder without following a symbolic link planted there."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(f"{path.name} is a symbolic link") from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePath(f"{path.name} is not a regular file")
+    return fd
+
+
+def read_secret(path: Path, option: str) -> str:
+    """The first line of a secret file that is ours and readable by no one else (like ssh's private keys)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UnsafeSecret(f"cannot read {option} {path}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeSecret(f"{option} {path} is not a regular file")
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise UnsafeSecret(
+                f"{option} {path} can be read or changed by other users (uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); make it yours with `chmod 600 {path}`"
+            )
+        first = handle.read(64 * 1024).decode("utf-8", "replace").splitlines()
+    secret = first[0].strip() if first else ""
+    if not secret:
+        raise UnsafeSecret(f"{option} {path} is empty; put the secret on its first line")
+    return secret

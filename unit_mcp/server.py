@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import shlex
 import shutil
 import sys
@@ -36,6 +37,10 @@ from .testrun import WARM, passed_env_name
 from .tools import UnitTools, check_prefix
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
+
+
+_DATA_FOLDERS = ("logs", "bytecode", "clients", "opencode-config", "example-units")
+"""The data dir's folders the server reads or runs from: each must be ours alone, like the data dir."""
 
 
 class StartError(Exception):
@@ -139,14 +144,19 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         data_dir = Path(tempfile.mkdtemp(prefix="unit-mcp-"))
         stack.callback(shutil.rmtree, data_dir, True)
     else:
-        data_dir = args.data_dir.resolve()
+        data_dir = args.data_dir
     units: str | Path | None = args.units
-    with _cannot_write("--data-dir", data_dir, "give a folder you can write, or leave --data-dir out"):
-        data_dir.mkdir(parents=True, exist_ok=True)
+    with (
+        _cannot_write("--data-dir", data_dir, "give a folder you can write, or leave --data-dir out"),
+        _untrusted(data_dir),
+    ):
+        data_dir = paths.private_dir(data_dir)
+        for folder in _DATA_FOLDERS if units is None else _DATA_FOLDERS[:-1]:
+            paths.private_dir(data_dir, folder)
         if units is None:
-            units = data_dir / "example-units"
-            if not units.exists():
-                shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
+            units = data_dir / _DATA_FOLDERS[-1]
+            if not any(units.iterdir()):
+                _copy_private(EXAMPLE_UNITS, units)
         host = Host(units, data_dir)
         host.start()
     stack.callback(host.close)
@@ -158,6 +168,26 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
     WARM.start(args.test_env)  # the first unit_run_tests finds its test host ready
     stack.callback(WARM.stop)
     return UnitTools(UnitService(host), prefix=args.tool_prefix), data_dir
+
+
+def _copy_private(source: Path, target: Path) -> None:
+    """Copy the example units into the data dir, folders 0700 and files 0600 like everything else in it."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    for folder, _, files in os.walk(target):
+        os.chmod(folder, 0o700)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o600)
+
+
+@contextlib.contextmanager
+def _untrusted(data_dir: Path) -> Iterator[None]:
+    """A data dir another user could have planted things in becomes one StartError line (nothing is used)."""
+    try:
+        yield
+    except paths.UntrustedFolder as exc:
+        raise StartError(f"refusing --data-dir: {exc}") from exc
+    except paths.UnsafePath as exc:
+        raise StartError(f"refusing --data-dir {data_dir}: {exc} in it; remove it") from exc
 
 
 @contextlib.contextmanager

@@ -115,6 +115,13 @@ class UnitServer:
         assert self.bridge.token is not None
         return self.bridge.token
 
+    def token_file(self, folder: Path) -> str:
+        """The token in a 0600 file, for `--mcp-token-file` (a token on a command line is refused)."""
+        path = folder / "mcp-token"
+        path.write_text(self.token + "\n")
+        path.chmod(0o600)
+        return str(path)
+
     def source(self, **options: Any) -> McpToolSource:
         return McpToolSource(self.url, token=self.token, **options)
 

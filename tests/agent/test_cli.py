@@ -31,7 +31,7 @@ async def test_run_streams_the_turn_and_sessions_can_be_browsed(
     async with ScriptedModel(steps) as model:
         code, out, err = await agent_cli(
             "--data-dir", data, "run", "--model", "m", "--base-url", model.base_url,
-            "--mcp-url", unit_server.url, f"--mcp-token={unit_server.token}",
+            "--mcp-url", unit_server.url, "--mcp-token-file", unit_server.token_file(tmp_path),
             "--allow", "filesystem-read", "how", "big", "is", "greeter?",
         )  # fmt: skip
         assert code == 0, err
@@ -65,7 +65,7 @@ async def test_without_a_terminal_an_ask_is_denied_and_the_turn_goes_on(
     async with ScriptedModel(steps) as model:
         code, out, err = await agent_cli(
             "--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", model.base_url,
-            "--mcp-url", unit_server.url, f"--mcp-token={unit_server.token}", "reload", "counter",
+            "--mcp-url", unit_server.url, "--mcp-token-file", unit_server.token_file(tmp_path), "reload", "counter",
         )  # fmt: skip
     assert code == 0 and out.strip() == "I may not reload."
     assert "✗ unit_reload: [approval_denied]" in err and unit_server.calls == []
@@ -84,7 +84,7 @@ async def test_an_approval_asked_on_a_closed_terminal_is_answered_later_and_the_
     async with ScriptedModel(steps) as model:
         options = [
             "--model", "m", "--base-url", model.base_url, "--mcp-url", unit_server.url,
-            f"--mcp-token={unit_server.token}",
+            "--mcp-token-file", unit_server.token_file(tmp_path),
         ]  # fmt: skip
         # The first life asks on a terminal (a pty) and is killed while the question waits for an answer.
         run = [*options, "--session", "ses-cli", "reload", "counter"]
@@ -145,7 +145,7 @@ async def test_a_refused_token_names_the_401_and_the_variable(tmp_path: Path, un
     """MCP_URL/MCP_TOKEN (what the server prints) are read, and UNIT_MCP_URL/UNIT_MCP_TOKEN as fallbacks."""
     expected = (
         f"error: the unit server at {unit_server.url} refused the token (401 Unauthorized); "
-        "pass the MCP_TOKEN it printed (--mcp-token=T or MCP_TOKEN)"
+        "pass the MCP_TOKEN it printed (MCP_TOKEN or --mcp-token-file)"
     )
     run = ["--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "hi"]
     for names in (("MCP_URL", "MCP_TOKEN"), ("UNIT_MCP_URL", "UNIT_MCP_TOKEN")):
@@ -183,7 +183,8 @@ async def test_a_model_endpoint_that_is_down_or_refuses_the_key_is_one_line(tmp_
     assert code == 1
     line = last_line(err)
     assert line.startswith(f"error: the model endpoint {base_url} refused the API key (Error code: 401")
-    assert "Incorrect API key provided" in line and line.endswith("; pass a valid key (--api-key or OPENAI_API_KEY)")
+    assert "Incorrect API key provided" in line
+    assert line.endswith("; pass a valid key (OPENAI_API_KEY or --api-key-file)")
 
 
 async def test_a_store_that_cannot_be_written_and_an_unknown_session_are_one_line(tmp_path: Path) -> None:
@@ -221,5 +222,5 @@ async def test_help_shows_the_real_defaults(tmp_path: Path) -> None:
     )
     code, out, _ = await cli_with_env({"COLUMNS": "1000"}, "run", "--help")
     flat = " ".join(out.split())
-    assert code == 0 and "(default: $MCP_URL;" in flat and "(default: $MCP_TOKEN;" in flat
+    assert code == 0 and "(default: $MCP_URL;" in flat and "(yours, mode 0600; default: $MCP_TOKEN or" in flat
     assert "(default: $OPENAI_BASE_URL)" in flat

@@ -40,7 +40,7 @@ async def test_a_preset_activation_asked_on_a_closed_terminal_is_answered_from_t
     async with ScriptedModel(steps) as model:
         options = [
             "--model", "m", "--base-url", model.base_url, "--mcp-url", unit_server.url,
-            f"--mcp-token={unit_server.token}", "--presets", str(presets),
+            "--mcp-token-file", unit_server.token_file(tmp_path), "--presets", str(presets),
         ]  # fmt: skip
         run = [*options, "--session", "ses-presets", "edit greeter"]
         asked = await ask_on_a_terminal_then_die(data, run, wait=30)

@@ -16,15 +16,18 @@ pytestmark = pytest.mark.anyio
 
 
 def test_node_arguments() -> None:
-    spec = NodeSpec.parse("build=http://me:s%40cret@127.0.0.1:4096/", username="x", password="shared")
-    assert spec == NodeSpec("build", "http://127.0.0.1:4096", "me", "s@cret")
-    shared = node_specs(["a=http://127.0.0.1:1", "b=http://[::1]:2"], env={"FLEET_PASSWORD": "p"})
+    spec = NodeSpec.parse("build=http://me@127.0.0.1:4096/", username="x", password="shared")
+    assert spec == NodeSpec("build", "http://127.0.0.1:4096", "me", "shared")
+    env = {"FLEET_PASSWORD": "p", "FLEET_PASSWORD_REVIEW_2": "own"}
+    shared = node_specs(["a=http://127.0.0.1:1", "b=http://[::1]:2", "review-2=http://h:3"], env=env)
     assert [(s.url, s.username, s.password) for s in shared] == [
         ("http://127.0.0.1:1", "opencode", "p"),
         ("http://[::1]:2", "opencode", "p"),
+        ("http://h:3", "opencode", "own"),
     ]
-    assert node_specs(["a=http://h:1"], env={"FLEET_PASSWORD": "env"}, password="flag")[0].password == "flag"
+    assert node_specs(["a=http://h:1"], env={"FLEET_PASSWORD": "env"}, password="file")[0].password == "file"
     for bad, message in [
+        ("build=http://me:s3cret@h:1", "node build: a password in the URL is readable by every local user"),
         ("nourl", "a node is NAME=URL"),
         ("a=ftp://h", "is not an http(s) URL"),
         ("a b=http://h:1", "may use only letters"),

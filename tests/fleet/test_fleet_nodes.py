@@ -23,6 +23,7 @@ from opencode.opencode_stack import MODEL, Node, agent_stack, oc
 from server_process import ServerProcess
 
 from unit_mcp.fleet import INSTRUCTIONS, Fleet, NodeSpec
+from unit_mcp.fleet.nodes import password_variable
 from unit_mcp.testing import Match, call, say, tool_call
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +34,12 @@ TASKS = [("alpha", "echo_token", {"token": "alpha"}), ("beta", "unit_inspect", {
 
 def node_arg(name: str, node: Node) -> str:
     assert node.process.port is not None
-    return f"{name}=http://opencode:{node.process.password}@127.0.0.1:{node.process.port}"
+    return f"{name}=http://opencode@127.0.0.1:{node.process.port}"
+
+
+def passwords(**nodes: Node) -> dict[str, str]:
+    """Each node's own password in its FLEET_PASSWORD_<NAME> (a password on the command line is refused)."""
+    return {password_variable(name): node.process.password or "" for name, node in nodes.items()}
 
 
 class Master:
@@ -60,9 +66,9 @@ class Master:
 
 
 @asynccontextmanager
-async def over_http(tmp: Path, nodes: Sequence[str]) -> AsyncIterator[Master]:
+async def over_http(tmp: Path, nodes: Sequence[str], env: dict[str, str]) -> AsyncIterator[Master]:
     args = [part for node in nodes for part in ("--node", node)]
-    process = ServerProcess(*args, tmp=tmp, module="unit_mcp.fleet")
+    process = ServerProcess(*args, tmp=tmp, module="unit_mcp.fleet", env=env)
     try:
         printed = process.ready()
         assert printed["MCP_SSE_URL"].endswith("/sse")
@@ -95,7 +101,7 @@ async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
     steps.append(say("still here", when=Match(user_contains="alpha again")))
     async with agent_stack(tmp_path, opencode_binary, steps, nodes=2) as stack:
         a, b = stack.nodes
-        async with over_http(tmp_path, [node_arg("a", a), node_arg("b", b)]) as master:
+        async with over_http(tmp_path, [node_arg("a", a), node_arg("b", b)], passwords(a=a, b=b)) as master:
             listed = await master("fleet_list_nodes")
             assert [(n["name"], n["session_id"]) for n in listed["nodes"]] == [("a", None), ("b", None)]
 
@@ -162,7 +168,9 @@ async def test_interrupt_and_reset_over_stdio(tmp_path: Path, opencode_binary: P
     ]
     async with agent_stack(tmp_path, opencode_binary, steps, nodes=1) as stack:
         params = StdioServerParameters(
-            command=sys.executable, args=["-m", "unit_mcp.fleet", "--stdio", "--node", node_arg("a", stack.node)]
+            command=sys.executable,
+            args=["-m", "unit_mcp.fleet", "--stdio", "--node", node_arg("a", stack.node)],
+            env=passwords(a=stack.node),
         )
         async with Client(stdio_client(params), mode="legacy") as client:
             master = Master(client)

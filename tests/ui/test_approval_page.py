@@ -114,7 +114,7 @@ async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_
     async with ScriptedModel(steps) as model:
         options = [
             "--model", "m", "--base-url", model.base_url, "--mcp-url", unit_server.url,
-            f"--mcp-token={unit_server.token}",
+            "--mcp-token-file", unit_server.token_file(tmp_path),
         ]  # fmt: skip
         await ask_on_a_terminal_then_die(data, [*options, "--session", "ses-cli", "reload", "counter"], wait=60)
         assert unit_server.calls == []

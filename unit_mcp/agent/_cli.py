@@ -1,7 +1,7 @@
 """The agent command line: run one turn against a unit server, browse stored sessions, and answer an approval
 that a turn was waiting for when its process ended.
 
-    python -m unit_mcp.agent run --mcp-url URL --mcp-token=T --base-url URL --model M "add a reset button"
+    MCP_TOKEN=… python -m unit_mcp.agent run --mcp-url URL --base-url URL --model M "add a reset button"
     python -m unit_mcp.agent sessions list
     python -m unit_mcp.agent sessions show SESSION_ID
     python -m unit_mcp.agent sessions pending SESSION_ID
@@ -14,9 +14,10 @@ a risk up front). Ctrl-C cancels the turn cleanly. If the process ends while it 
 closed), `sessions pending` lists the question and `answer` resumes the turn: an approved call runs then,
 and the model goes on (`answer` takes the same model and server options as `run`). Defaults come from
 OPENAI_BASE_URL, OPENAI_API_KEY, MCP_URL and MCP_TOKEN (the names the unit server prints; UNIT_MCP_URL and
-UNIT_MCP_TOKEN are read too) and UNIT_MCP_AGENT_DATA. A failure a person can fix (a server that does not
-answer, a refused token or key, a session that does not exist) ends with one line saying what happened and
-what to do; `--debug` shows the traceback too.
+UNIT_MCP_TOKEN are read too) and UNIT_MCP_AGENT_DATA. Secrets never go on the command line (other users read
+it): the token and the key come from those variables or from `--mcp-token-file`/`--api-key-file`. A failure a
+person can fix (a server that does not answer, a refused token or key, a session that does not exist) ends with
+one line saying what happened and what to do; `--debug` shows the traceback too.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..paths import UnsafeSecret, UntrustedFolder, private_dir
+from ..secret_options import add_secret_option, secret_value
 from ._paused import RESUMED_OUTPUT
 from ._projections import transcript_line
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
@@ -46,6 +49,8 @@ if TYPE_CHECKING:
     from .turns import TurnCallbacks, TurnHandle
 
 AGENT_ID = "unit-agent"
+MCP_TOKEN_ENV = ("MCP_TOKEN", "UNIT_MCP_TOKEN")
+API_KEY_ENV = ("OPENAI_API_KEY",)
 
 
 class CliError(Exception):
@@ -62,6 +67,15 @@ def default_data_dir() -> Path:
         return Path(os.environ["UNIT_MCP_AGENT_DATA"])
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "unit-mcp" / "agent-sessions"
+
+
+def _trust_store(data_dir: Path) -> None:
+    """The session store is ours alone (its approvals resume turns); a missing one is made 0700 by the store."""
+    if os.path.lexists(data_dir):
+        try:
+            private_dir(data_dir)
+        except UntrustedFolder as exc:
+            raise CliError(f"refusing the session store: {exc}") from exc
 
 
 def preset_file(path: str) -> list[Any]:
@@ -89,19 +103,13 @@ def parser() -> argparse.ArgumentParser:
     turns.add_argument(
         "--base-url", default=_env("OPENAI_BASE_URL"), help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL)"
     )
-    turns.add_argument(
-        "--api-key", default=_env("OPENAI_API_KEY"), help="API key, not needed locally (default: $OPENAI_API_KEY)"
-    )
+    add_secret_option(turns, "--api-key", env=API_KEY_ENV, what="API key (not needed locally)")
     turns.add_argument(
         "--mcp-url",
         default=_env("MCP_URL", "UNIT_MCP_URL"),
         help="the MCP_URL the unit server printed (default: $MCP_URL; without it the turn has no unit tools)",
     )
-    turns.add_argument(
-        "--mcp-token",
-        default=_env("MCP_TOKEN", "UNIT_MCP_TOKEN"),
-        help="the MCP_TOKEN it printed (default: $MCP_TOKEN; write --mcp-token=T: tokens may start with '-')",
-    )
+    add_secret_option(turns, "--mcp-token", env=MCP_TOKEN_ENV, what="MCP_TOKEN the unit server printed")
     turns.add_argument("--allow", action="append", default=[], choices=RISKS, help="allow a risk without asking")
     turns.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")
     turns.add_argument("--max-steps", type=int, default=20, help="model requests per turn (default 20)")
@@ -251,7 +259,7 @@ def _unit_server_error(url: str, source: McpToolSource, exc: Exception) -> CliEr
     if isinstance(exc, McpRefused) and source.refused == 401:
         return CliError(
             f"the unit server at {url} refused the token (401 Unauthorized); pass the MCP_TOKEN it printed "
-            "(--mcp-token=T or MCP_TOKEN)"
+            "(MCP_TOKEN or --mcp-token-file)"
         )
     if isinstance(exc, McpRefused):
         return CliError(f"{exc}; check --mcp-url (or MCP_URL) against what the unit server printed")
@@ -361,9 +369,9 @@ _MODEL_FAILURES = {
     "and that the endpoint runs",
     "APITimeoutError": "the model endpoint {url} did not answer in time ({error}); check that it runs",
     "AuthenticationError": "the model endpoint {url} refused the API key ({error}); pass a valid key "
-    "(--api-key or OPENAI_API_KEY)",
+    "(OPENAI_API_KEY or --api-key-file)",
     "PermissionDeniedError": "the model endpoint {url} refused the API key ({error}); pass a key allowed to use "
-    "that model (--api-key or OPENAI_API_KEY)",
+    "that model (OPENAI_API_KEY or --api-key-file)",
     "NotFoundError": "the model endpoint {url} answered 404 ({error}); check --model and --base-url",
 }
 
@@ -453,6 +461,14 @@ def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     data_dir: Path = args.data_dir
+    try:
+        _trust_store(data_dir)
+        if args.command in ("run", "answer", "ui"):
+            args.mcp_token = secret_value(args.mcp_token_file, "--mcp-token", MCP_TOKEN_ENV)
+            args.api_key = secret_value(args.api_key_file, "--api-key", API_KEY_ENV)
+    except (CliError, UnsafeSecret) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         if args.command in ("run", "answer", "ui"):
             if not args.base_url:

@@ -1,7 +1,8 @@
 """`python -m unit_mcp.fleet`: serve the fleet tools over stdio, or on the loopback bridge until SIGINT/SIGTERM.
 
 Over HTTP it prints, like the unit server, `MCP_URL=`, `MCP_SSE_URL=`, `MCP_TOKEN=`, the
-`OPENCODE_XDG_CONFIG_HOME=` of an isolated config for a master OpenCode, and the line that starts one.
+`OPENCODE_XDG_CONFIG_HOME=` of an isolated config for a master OpenCode, and the line that starts one. Node
+passwords come from the environment or a 0600 file, never from the command line (other users read it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import anyio
 
 from ..bridge import Bridge, BridgeError, serve_until_stopped
 from ..loopback import is_loopback
+from ..paths import UnsafeSecret
+from ..secret_options import add_secret_option, secret_value
 from ..stdio import stdio_streams
 from .nodes import Fleet, FleetError, NodeSpec, node_specs
 from .server import FleetTools
@@ -32,10 +35,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         action="append",
         default=[],
         metavar="NAME=URL",
-        help="a node (repeat for each): NAME=http://host:port, credentials may go in the URL",
+        help="a node (repeat for each): NAME=http://[user@]host:port; its password comes from "
+        "$FLEET_PASSWORD_<NAME> (upper case, '-' and '.' as '_'), else the shared one",
     )
     parser.add_argument("--username", help="basic-auth user of the nodes (default: $FLEET_USERNAME or opencode)")
-    parser.add_argument("--password", help="basic-auth password of the nodes (default: $FLEET_PASSWORD)")
+    add_secret_option(parser, "--password", env=("FLEET_PASSWORD",), what="shared basic-auth password of the nodes")
     parser.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
     parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind (default: 0, a free port)")
@@ -45,8 +49,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     if not is_loopback(args.host):
         parser.error(f"--host {args.host} is not a loopback address; the fleet serves on loopback only")
     try:
-        specs = node_specs(args.node, username=args.username, password=args.password)
-    except FleetError as exc:
+        password = secret_value(args.password_file, "--password", ("FLEET_PASSWORD",))
+        specs = node_specs(args.node, username=args.username, password=password)
+    except (FleetError, UnsafeSecret) as exc:
         parser.error(str(exc))
     return args, specs
 

@@ -42,7 +42,8 @@ class NodeSpec:
 
     @classmethod
     def parse(cls, text: str, *, username: str | None = None, password: str | None = None) -> NodeSpec:
-        """`NAME=URL`; credentials in the URL (`http://user:pass@host:port`) win over the shared ones."""
+        """`NAME=URL`; a user in the URL (`http://user@host:port`) wins over the shared one. A password in it is
+        refused: a `--node` value is on the command line, which every local user reads."""
         name, sep, url = text.partition("=")
         name = name.strip()
         if not sep or not name or not url:
@@ -52,22 +53,36 @@ class NodeSpec:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise FleetError(f"node {name}: {url!r} is not an http(s) URL")
+        if parts.password is not None:
+            raise FleetError(
+                f"node {name}: a password in the URL is readable by every local user (/proc/PID/cmdline); "
+                f"drop it and set {password_variable(name)} (or FLEET_PASSWORD, or give --password-file FILE)"
+            )
         host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         netloc = host + (f":{parts.port}" if parts.port else "")
         return cls(
             name=name,
             url=urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", "")),
             username=unquote(parts.username) if parts.username else username or DEFAULT_USERNAME,
-            password=unquote(parts.password) if parts.password else password,
+            password=password,
         )
 
 
+def password_variable(name: str) -> str:
+    """The environment variable holding node `name`'s own password: FLEET_PASSWORD_<NAME>."""
+    return "FLEET_PASSWORD_" + "".join(c if c.isalnum() else "_" for c in name.upper())
+
+
 def node_specs(texts: Sequence[str], env: Mapping[str, str] | None = None, **shared: str | None) -> list[NodeSpec]:
-    """Parse `--node` values; shared credentials default to FLEET_USERNAME / FLEET_PASSWORD."""
+    """Parse `--node` values; shared credentials default to FLEET_USERNAME / FLEET_PASSWORD, and a node's own
+    FLEET_PASSWORD_<NAME> wins over the shared password."""
     env = os.environ if env is None else env
     username = shared.get("username") or env.get("FLEET_USERNAME")
     password = shared.get("password") or env.get("FLEET_PASSWORD")
-    specs = [NodeSpec.parse(text, username=username, password=password) for text in texts]
+    specs = []
+    for text in texts:
+        own = env.get(password_variable(text.partition("=")[0].strip()))
+        specs.append(NodeSpec.parse(text, username=username, password=own or password))
     if not specs:
         raise FleetError("give at least one --node NAME=URL")
     names = [spec.name for spec in specs]
