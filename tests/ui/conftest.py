@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import httpx
 import pytest
 from agent.conftest import UnitServer, unit_server
 from playwright.async_api import Browser, Page, async_playwright, expect
@@ -127,3 +128,13 @@ async def serving(runner: AgentRunner, *, mount: str | None = None) -> AsyncIter
         yield ui, http.base_url + (mount or "")
     finally:
         await http.stop()
+
+
+@asynccontextmanager
+async def page_client(login_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client logged in with `login_url` (spending it), as the page's own script is: base URL the page's."""
+    base = login_url.split("?")[0].rstrip("/")
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        login = await client.get(login_url)
+        assert login.status_code in (200, 303), login.text
+        yield client
