@@ -103,6 +103,8 @@ async def test_page_cookie_replayed_by_another_loopback_server(tmp_path: Path, f
 async def test_login_url_used_twice_is_refused(tmp_path: Path, figures: Report) -> None:
     async with embedded(tmp_path, None, NO_MODEL) as app, chromium() as browser:
         login_url = app.login_url
+        async with httpx.AsyncClient() as client:  # a link preview's HEAD does not spend it
+            assert (await client.head(login_url)).status_code == 401
         first = await browser.new_page()
         await first.goto(login_url)
         await first.locator(".empty").wait_for()

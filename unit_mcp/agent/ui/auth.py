@@ -4,7 +4,7 @@ Browsers send a 127.0.0.1 cookie to every port, so any loopback server the brows
 cookie credential and could replay it. The page therefore keeps no cookie. Behind the project's Host/Origin
 guard (`loopback.Guard`, as for the MCP endpoints) this middleware
 
-- spends a login token (`?token=…`, from `new_login()`) on its first use: the answer is the page's shell carrying
+- spends a login token (`?token=…`, from `new_login()`) on its first GET: the answer is the page's shell carrying
   a new per-login session secret, which the script keeps in sessionStorage (scoped to this origin, port
   included) and takes out of the address bar; a second use is refused (410) with how to get a new link;
 - answers a request carrying a live secret in `X-Page-Session` (only the page's own script can set it: a form
@@ -122,7 +122,7 @@ class PageAuth:
         reading = method in ("GET", "HEAD")
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = [value for key, value in query if key == "token"]
-        if given and reading:
+        if given and method == "GET":  # not HEAD: a link preview must not spend it
             return self._login(scope, given[0])
         if reading and scope["path"][len(scope.get("root_path", "")) :].startswith("/static/"):
             return None
