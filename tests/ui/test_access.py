@@ -69,20 +69,25 @@ async def test_without_a_page_session_from_a_foreign_host_or_origin_or_another_s
         assert decided.status_code == 400
 
 
-async def test_a_page_session_expires_unless_used(tmp_path: Path) -> None:
+async def test_a_page_session_expires_unless_used(tmp_path: Path, browser: Browser) -> None:
     now = [0.0]
-    async with (
-        embedded(tmp_path, None, NO_MODEL, session_seconds=60, clock=lambda: now[0]) as app,
-        page_client(app.login_url) as client,
-    ):
-        for _ in range(4):  # 200 s in all, never 60 s unused: each answer renews it
-            now[0] += 50
-            assert (await client.get("/")).status_code == 200
-        now[0] += 61
-        expired = await client.get("/")
-        assert expired.status_code == 401 and "AGENT_UI_URL" in expired.text
-        now[0] -= 61  # gone for good, whatever the clock says later
-        assert (await client.get("/")).status_code == 401
+    async with embedded(tmp_path, None, NO_MODEL, session_seconds=60, clock=lambda: now[0]) as app:
+        page = await browser.new_page()
+        await page.goto(app.login_url)
+        await expect(page.locator(".empty")).to_be_visible()
+        await page.goto("about:blank")  # the tab keeps its session storage; its event stream (renewing) ends
+        async with page_client(app.login_url) as client:
+            for _ in range(4):  # 200 s in all, never 60 s unused: each answer renews it
+                now[0] += 50
+                assert (await client.get("/")).status_code == 200
+            now[0] += 61
+            expired = await client.get("/")
+            assert expired.status_code == 401 and "AGENT_UI_URL" in expired.text
+            await page.goto(f"{app.base}/sessions")  # the tab's session, unused for 261 s: the page says what to do
+            await expect(page.locator("#shell-message")).to_contain_text("Unauthorized: open the AGENT_UI_URL")
+            await expect(page.locator(".empty")).to_have_count(0)  # no sessions list: it was not served
+            now[0] -= 61  # gone for good, whatever the clock says later
+            assert (await client.get("/")).status_code == 401
 
 
 async def test_a_form_posted_from_another_loopback_site_is_refused_in_the_browser(
