@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import tempfile
 import time
@@ -26,6 +27,7 @@ from starlette.testclient import TestClient
 from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, ApprovalRequest, SessionStore
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem
 from unit_mcp.agent.ui import AgentUI
+from unit_mcp.agent.ui.auth import SESSION_HEADER
 
 
 def fill(root: Path, sessions: int) -> str:
@@ -78,7 +80,10 @@ def main() -> None:
         print(f"  pending approvals, cold:           {timed(lambda: pending_cold(ui), 1):8.1f} ms")
         print(f"  pending approvals, warm:           {timed(ui.pending.pending, 20):8.1f} ms")
         with TestClient(ui.app, base_url="http://127.0.0.1:8000") as client:
-            client.get(ui.login_url("http://127.0.0.1:8000"))
+            login = client.get(ui.login_url("http://127.0.0.1:8000"))  # the shell, with the page session's secret
+            found = re.search(r'data-session="([^"]+)"', login.text)
+            assert found is not None, login.text
+            client.headers[SESSION_HEADER] = found.group(1)
             pages: list[int] = []
 
             def page() -> None:

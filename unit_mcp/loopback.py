@@ -11,7 +11,7 @@ import ipaddress
 import secrets
 import socket
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import anyio
 import h11
@@ -65,6 +65,9 @@ class QuietUvicorn(uvicorn.Server):
 
 
 REQUEST_TIMEOUT = 30.0  # seconds for a request to arrive whole; a local client sends one in milliseconds
+MAX_CONNECTIONS = 256  # open connections, well below the usual 1,024 file descriptors
+KEEP_ALIVE_TIMEOUT = 5  # seconds an idle keep-alive connection stays open
+ACCEPT_BATCH = 64  # connections accepted per turn of the event loop (and the kernel's accept queue)
 
 
 class CoalescedWrites:
@@ -116,29 +119,59 @@ def coalesce_writes(transport: asyncio.Transport, loop: asyncio.AbstractEventLoo
     return cast(asyncio.Transport, CoalescedWrites(transport, loop))
 
 
-def request_deadline_protocol(seconds: float) -> type[H11Protocol]:
+def bounded_protocol(request_timeout: float, max_connections: int) -> type[H11Protocol]:
     """uvicorn's HTTP/1.1 protocol with a deadline for each request to arrive whole (headers and body), counted
-    from the connection or from the request's first byte.
+    from the connection or from the request's first byte, and room kept for a client with a request.
 
-    Without it a client that connects and sends nothing, or trickles a request byte by byte, holds one of the
-    connection slots for ever (uvicorn times out only idle keep-alive connections), and a handful of them make
-    the server answer 503 to everyone. A request that has arrived runs, and streams, as long as it likes.
+    Without the deadline a client that connects and sends nothing, or trickles a request byte by byte, holds one
+    of the connection slots for ever (uvicorn times out only idle keep-alive connections). Without the room a
+    few hundred such sockets make uvicorn answer 503 to everyone, and a thousand take every file descriptor:
+    so once `max_connections` are open, a new connection closes the one that has waited longest without a
+    request in flight (never-used ones before kept-alive ones). A new connection is closed that way only after
+    `max_connections` newer ones, and at most `ACCEPT_BATCH` are accepted per turn of the event loop, so the
+    request of one that sends it at once (any real client) arrives first. A request that has arrived runs, and
+    streams, as long as it likes.
     """
 
-    class RequestDeadline(H11Protocol):
+    class Bounded(H11Protocol):
+        # connections without a request in flight, longest waiting first: none yet, or kept alive after one
+        fresh: ClassVar[dict[Bounded, None]] = {}
+        kept: ClassVar[dict[Bounded, None]] = {}
         _deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(coalesce_writes(transport, self.loop))
+            self._make_room()
+            self.fresh[self] = None
             self._watch()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._not_waiting()
             self._watch()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+                self.kept[self] = None
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._cancel()
+            self._not_waiting()
             super().connection_lost(exc)
+
+        def _make_room(self) -> None:
+            """uvicorn answers 503 once `max_connections` are open: close waiting ones, longest waiting first."""
+            while len(self.connections) >= max_connections and (self.fresh or self.kept):
+                oldest = next(iter(self.fresh or self.kept))
+                oldest._not_waiting()
+                self.connections.discard(oldest)
+                oldest.transport.close()
+
+        def _not_waiting(self) -> None:
+            self.fresh.pop(self, None)
+            self.kept.pop(self, None)
 
         def _arriving(self) -> bool:
             return self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
@@ -147,7 +180,7 @@ def request_deadline_protocol(seconds: float) -> type[H11Protocol]:
             if not self._arriving():
                 self._cancel()
             elif self._deadline is None:
-                self._deadline = self.loop.call_later(seconds, self._expired)
+                self._deadline = self.loop.call_later(request_timeout, self._expired)
 
         def _cancel(self) -> None:
             if self._deadline is not None:
@@ -159,7 +192,7 @@ def request_deadline_protocol(seconds: float) -> type[H11Protocol]:
             if self._arriving() and not self.transport.is_closing():
                 self.transport.close()
 
-    return RequestDeadline
+    return Bounded
 
 
 class LoopbackServer:
@@ -167,9 +200,9 @@ class LoopbackServer:
 
     `bind()` first when the app needs its port (e.g. for a Host allow-list), then `start(app)`; `stop()` may
     run in another task of the same loop. Failures are raised as `error`, the caller's own exception type.
-    `limit_concurrency` open connections (uvicorn answers 503 beyond it), `timeout_keep_alive` seconds for an
-    idle keep-alive connection and `request_timeout` seconds for a request to arrive whole bound what one client
-    can hold.
+    `max_connections` open connections or running requests (503 beyond it; an idle connection makes room for a
+    new one), `timeout_keep_alive` seconds for an idle keep-alive connection and `request_timeout` seconds for a
+    request to arrive whole bound what one client can hold.
     """
 
     def __init__(
@@ -178,8 +211,8 @@ class LoopbackServer:
         host: str = "127.0.0.1",
         port: int = 0,
         shutdown_timeout: int = 1,
-        limit_concurrency: int | None = None,
-        timeout_keep_alive: int = 5,
+        max_connections: int = MAX_CONNECTIONS,
+        timeout_keep_alive: int = KEEP_ALIVE_TIMEOUT,
         request_timeout: float = REQUEST_TIMEOUT,
         error: type[Exception] = RuntimeError,
     ) -> None:
@@ -189,7 +222,7 @@ class LoopbackServer:
         self.host = "127.0.0.1" if host == "localhost" else host
         self.requested_port = port
         self.shutdown_timeout = shutdown_timeout
-        self.limit_concurrency = limit_concurrency
+        self.max_connections = max_connections
         self.timeout_keep_alive = timeout_keep_alive
         self.request_timeout = request_timeout
         self.port: int | None = None
@@ -230,9 +263,10 @@ class LoopbackServer:
                 access_log=False,
                 lifespan="on",
                 ws="none",
-                http=request_deadline_protocol(self.request_timeout),
+                http=bounded_protocol(self.request_timeout, self.max_connections),
                 timeout_graceful_shutdown=self.shutdown_timeout,
-                limit_concurrency=self.limit_concurrency,
+                limit_concurrency=self.max_connections,
+                backlog=ACCEPT_BATCH,
                 timeout_keep_alive=self.timeout_keep_alive,
             )
         )

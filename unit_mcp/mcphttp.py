@@ -5,8 +5,9 @@ Every request is checked before any MCP code runs: a `Host` or `Origin` that is 
 (DNS rebinding: 421 / 403) and, unless auth is off, so is a request without the per-run bearer token (401).
 What one client can take is bounded (`Limits`), so a buggy or hostile one cannot starve the rest: request
 bodies (413), open event streams (503), Streamable HTTP sessions (503, idle ones expire), open connections
-(uvicorn answers 503 beyond the limit), idle keep-alive connections (closed after a few seconds) and requests
-that do not arrive whole in time (a silent or trickling client is disconnected).
+(one without a request in flight makes room for a new one; 503 when none does), idle keep-alive connections
+(closed after a few seconds) and requests that do not arrive whole in time (a silent or trickling client is
+disconnected).
 
 A handshake-era Streamable HTTP request that asks for no progress is answered with one `application/json` body
 rather than an event stream (`_PerRequestTransport`): the same answer, without the SSE framing both sides pay for
@@ -43,7 +44,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .loopback import REQUEST_TIMEOUT, Guard, LoopbackServer, security_settings
+from .loopback import KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, Guard, LoopbackServer, security_settings
 from .wire import MCP_PATH, MESSAGE_PATH, SSE_PATH
 
 log = logging.getLogger("unit_mcp.mcphttp")
@@ -53,14 +54,15 @@ log = logging.getLogger("unit_mcp.mcphttp")
 class Limits:
     """What one client can hold: `max_body_bytes` per request body (413), `max_streams` open event streams
     (503), `max_sessions` Streamable HTTP sessions (503; one idle for `session_idle_timeout` seconds is closed),
-    `max_connections` open connections or running requests (503), `keep_alive_timeout` seconds before an idle
+    `max_connections` open connections or running requests (503; an idle connection is closed to make room for a
+    new one), `keep_alive_timeout` seconds before an idle
     keep-alive connection is closed, `request_timeout` seconds for a request to arrive whole."""
 
     max_body_bytes: int = 16 * 1024 * 1024  # above the service's 2 MB source limit, with room for JSON escaping
     max_streams: int = 64
     max_sessions: int = 512
-    max_connections: int = 256
-    keep_alive_timeout: int = 5
+    max_connections: int = MAX_CONNECTIONS
+    keep_alive_timeout: int = KEEP_ALIVE_TIMEOUT
     session_idle_timeout: float = 30 * 60
     request_timeout: float = REQUEST_TIMEOUT
 
@@ -267,7 +269,7 @@ class McpHttpServer:
             host=host,
             port=port,
             shutdown_timeout=shutdown_timeout,
-            limit_concurrency=limits.max_connections,
+            max_connections=limits.max_connections,
             timeout_keep_alive=limits.keep_alive_timeout,
             request_timeout=limits.request_timeout,
             error=error,

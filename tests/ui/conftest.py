@@ -9,13 +9,15 @@ how the README's pictures are made: `UNIT_MCP_UI_SCREENSHOTS=docs/ui scripts/tes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+import httpx
 import pytest
 from agent.conftest import UnitServer, unit_server
 from playwright.async_api import Browser, Page, async_playwright, expect
@@ -32,6 +34,7 @@ from unit_mcp.agent import (
     PendingApprovals,
 )
 from unit_mcp.agent.ui import AgentUI
+from unit_mcp.agent.ui.auth import SESSION_HEADER
 from unit_mcp.loopback import LoopbackServer
 
 __all__ = ["unit_server"]  # the real unit server fixture, shared with the agent tests
@@ -53,14 +56,21 @@ def chromium_path() -> str:
     return found
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Browser]:
+    """Debian's chromium, headless, driven by Playwright (also for the hardening suite's page attacks)."""
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=chromium_path(), headless=True)
         try:
             yield launched
         finally:
             await launched.close()
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with chromium() as launched:
+        yield launched
 
 
 class Shoot(Protocol):
@@ -101,9 +111,11 @@ class Embedded:
 
 
 @asynccontextmanager
-async def embedded(tmp_path: Path, server: UnitServer | None, model_url: str) -> AsyncIterator[Embedded]:
+async def embedded(
+    tmp_path: Path, server: UnitServer | None, model_url: str, **options: Any
+) -> AsyncIterator[Embedded]:
     """The unit agent (OpenAI-compatible, against `model_url`) over the unit server's tools, asking a
-    `PendingApprovals` approver, and the page answering it."""
+    `PendingApprovals` approver, and the page (`AgentUI(**options)`) answering it."""
     surface = AgentToolSurface(AgentApprovals(approver=PendingApprovals()))
     registry = AgentRegistry()
     registry.register(AGENT, lambda deps: OpenAIAgent(id=AGENT, model="m", base_url=model_url, max_steps=5))
@@ -113,17 +125,38 @@ async def embedded(tmp_path: Path, server: UnitServer | None, model_url: str) ->
         runner = await stack.enter_async_context(
             AgentRunner(store=tmp_path / "sessions", registry=registry, tools=surface)
         )
-        async with serving(runner, mount="/agents") as (ui, base):
+        async with serving(runner, mount="/agents", **options) as (ui, base):
             yield Embedded(runner, ui, base)
 
 
 @asynccontextmanager
-async def serving(runner: AgentRunner, *, mount: str | None = None) -> AsyncIterator[tuple[AgentUI, str]]:
+async def serving(
+    runner: AgentRunner, *, mount: str | None = None, **options: Any
+) -> AsyncIterator[tuple[AgentUI, str]]:
     """The page of `runner` on loopback, alone or mounted at `mount` in an application; (ui, its base URL)."""
     http = LoopbackServer(error=AgentError)
-    ui = AgentUI(runner, port=http.bind())
+    ui = AgentUI(runner, port=http.bind(), **options)
     await http.start(Starlette(routes=[Mount(mount, app=ui.app)]) if mount else ui.app)
     try:
         yield ui, http.base_url + (mount or "")
     finally:
         await http.stop()
+
+
+def session_secret(login_page: str) -> str:
+    """The page session's secret in the shell a login answers (what the page's script keeps)."""
+    found = re.search(r'data-session="([^"]+)"', login_page)
+    assert found is not None, login_page
+    return found.group(1)
+
+
+@asynccontextmanager
+async def page_client(login_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client logged in with `login_url` (spending it) that sends the page session's header, as the
+    page's own script does; its base URL is the page's."""
+    base = login_url.split("?")[0].rstrip("/")
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        login = await client.get(login_url)
+        assert login.status_code == 200, login.text
+        client.headers[SESSION_HEADER] = session_secret(login.text)
+        yield client

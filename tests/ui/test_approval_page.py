@@ -5,6 +5,7 @@ buttons answer them through the runner."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import anyio
@@ -30,7 +31,7 @@ async def logged_in(browser: Browser, url: str) -> Page:
     page = await browser.new_page(viewport={"width": 1100, "height": 800})
     response = await page.goto(url)
     assert response is not None and response.ok
-    assert "token=" not in page.url  # traded for the cookie, gone from the address bar and the history
+    await expect(page).not_to_have_url(re.compile("token="))  # spent, gone from the address bar and the history
     return page
 
 

@@ -13,7 +13,7 @@ import pytest
 from unit_mcp.agent.items import MessageItem
 from unit_mcp.agent.ui.follow import read_from
 
-from .conftest import embedded
+from .conftest import embedded, page_client
 
 pytestmark = pytest.mark.anyio
 NO_MODEL = "http://127.0.0.1:9/v1"
@@ -35,8 +35,7 @@ async def next_event(client: httpx.AsyncClient, url: str, **headers: str) -> tup
 
 
 async def test_a_reconnect_gets_what_it_missed_and_a_compacted_journal_resets_the_page(tmp_path: Path) -> None:
-    async with embedded(tmp_path, None, NO_MODEL) as app, httpx.AsyncClient() as client:
-        await client.get(app.login_url)
+    async with embedded(tmp_path, None, NO_MODEL) as app, page_client(app.login_url) as client:
         store = app.runner.store
         session = store.create("unit-agent", session_id="ses-live")
         store.append_item(session.id, MessageItem(role="user", content="first"))
@@ -62,8 +61,7 @@ async def test_a_reconnect_gets_what_it_missed_and_a_compacted_journal_resets_th
 
 
 async def test_the_store_stream_speaks_when_the_store_changed_since_the_clients_last_event(tmp_path: Path) -> None:
-    async with embedded(tmp_path, None, NO_MODEL) as app, httpx.AsyncClient() as client:
-        await client.get(app.login_url)
+    async with embedded(tmp_path, None, NO_MODEL) as app, page_client(app.login_url) as client:
         url = f"{app.base}/events"
         state, name, _ = await next_event(client, f"{url}?from=stale")
         assert name == "store" and state == app.ui.store_state()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import httpx
 import pytest
 
 from unit_mcp.agent import (
@@ -22,7 +21,7 @@ from unit_mcp.agent import (
     delegation_tool,
 )
 
-from .conftest import serving
+from .conftest import page_client, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -47,9 +46,8 @@ async def test_a_delegation_is_linked_both_ways_and_a_failed_tool_is_marked(tmp_
     async with (
         AgentRunner(store=tmp_path / "sessions", registry=registry, tools=surface) as runner,
         serving(runner) as (ui, base),
-        httpx.AsyncClient(base_url=base) as client,
+        page_client(ui.login_url(base)) as client,
     ):
-        await client.get(ui.login_url(base))
         session = await runner.create_session("parent", title="count")
         await (await runner.run_turn(session.id, "how many units?")).wait(10)
         (child,) = [meta for meta in await runner.list_sessions() if meta.agent_id == "helper"]

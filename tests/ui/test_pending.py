@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from agent.test_paused_approvals import SESSION, app, deployed
 from hypothesis import given
@@ -20,7 +19,7 @@ from playwright.async_api import Browser, expect
 from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.ui.folding import SHOW_CHARS, fold_arguments
 
-from .conftest import Shoot, serving
+from .conftest import Shoot, page_client, serving
 
 pytestmark = pytest.mark.anyio
 NO_MODEL = "http://127.0.0.1:9/v1"
@@ -36,15 +35,14 @@ async def test_a_request_of_a_live_process_is_its_own_and_becomes_answerable_her
         line = process.stdout.readline().split()
         assert line[:1] == ["waiting"], f"the app did not reach its approval (exit code {process.poll()})"
         runner, _ = module.build(tmp_path, 1)  # the same app, second life: this process serves the page
-        async with runner, serving(runner) as (ui, base), httpx.AsyncClient() as client:
-            await client.get(ui.login_url(base))
+        async with runner, serving(runner) as (ui, base), page_client(ui.login_url(base)) as client:
             (entry,) = ui.pending.pending()
             assert (entry.request.id, entry.state, entry.writer_pid) == (line[1], "elsewhere", process.pid)
             page = await client.get(f"{base}/")
             assert f"another process (pid {process.pid})" in page.text and "Approve</button>" not in page.text
 
             answer = f"{base}/approvals/{SESSION}/{entry.request.id}"
-            form = {"csrf": ui.csrf, "decision": "approve"}
+            form = {"decision": "approve"}
             answered = await client.post(answer, data=form, headers={"Origin": base}, follow_redirects=True)
             assert f"Not answered: session {SESSION} is open in another process" in answered.text
 

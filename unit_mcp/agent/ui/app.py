@@ -6,7 +6,11 @@ on disk over server-sent events, so turns running in another process show up liv
 
     ui = AgentUI(runner, port=port)          # the port the page is served on (checked against Host)
     app = Starlette(routes=[Mount("/agents", app=ui.app)])     # or serve `ui.app` alone (see `server.py`)
-    print(ui.login_url("http://127.0.0.1:8000/agents"))
+    print(ui.login_url("http://127.0.0.1:8000/agents"))        # a new link on each call; each works once
+
+The browser holds no cookie: a login spends its link and leaves the page's script a session secret in
+sessionStorage, sent as a header on every request (see `auth.py`); a page navigation gets the shell, whose
+script fetches the page itself.
 
 Answering a turn that runs in this process needs a `PendingApprovals` approver on the runner; a turn running
 in another process is answered there.
@@ -39,13 +43,13 @@ from ...loopback import Guard, security_settings
 from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import SessionStore
-from .auth import PageAuth
+from .auth import SESSION_SECONDS, PageAuth
 from .follow import Position, read_from
 from .pending import PendingEntry, PendingIndex, journal_writers
 from .transcript import Change, Transcript
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Scope
 
     from .._runner import AgentRunner
     from ..turns import TurnHandle
@@ -80,15 +84,23 @@ def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
 class AgentUI:
     """The page's Starlette app (`app`, wrapped in the loopback guard and the token check) for `runner`'s store.
 
-    `port` is the port the page is reached on (Host and Origin are checked against it); `token` is the per-run
-    secret the login URL carries (a new one when not given).
+    `port` is the port the page is reached on (Host and Origin are checked against it); `on_login` is called
+    after each login (`serve` prints the next link); `session_seconds` is how long an unused page session lives.
     """
 
-    def __init__(self, runner: AgentRunner, *, port: int, host: str = "127.0.0.1", token: str | None = None) -> None:
+    def __init__(
+        self,
+        runner: AgentRunner,
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        on_login: Callable[[], None] | None = None,
+        session_seconds: float = SESSION_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.runner = runner
         self.root = runner.store.root
-        self.token = token or secrets.token_urlsafe(32)
-        self.csrf = secrets.token_urlsafe(32)
+        self.on_login = on_login
         self.browse = SessionStore(self.root, read_only=True)
         self.pending = PendingIndex(self.root, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
@@ -115,7 +127,9 @@ class AgentUI:
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
             ]
         )
-        self.auth = PageAuth(self.starlette, token=self.token, csrf=self.csrf, port=port)
+        self.auth = PageAuth(
+            self.starlette, shell=self._shell, on_login=self._logged_in, session_seconds=session_seconds, clock=clock
+        )
         self.app: ASGIApp = Guard(self.auth, security=security_settings(host, port), token=None)
 
     def close_streams(self) -> None:
@@ -123,8 +137,8 @@ class AgentUI:
         self.closing = True
 
     def login_url(self, base_url: str) -> str:
-        """The URL to open once: `base_url` (where the app is served or mounted) with the token."""
-        return f"{base_url.rstrip('/')}/?token={self.token}"
+        """A new URL to open once: `base_url` (where the app is served or mounted) with a new login token."""
+        return f"{base_url.rstrip('/')}/?token={self.auth.new_login()}"
 
     # -- pages ------------------------------------------------------------------------------------
 
@@ -184,9 +198,7 @@ class AgentUI:
     async def answer(self, request: Request) -> Response:
         session_id, request_id = request.path_params["session_id"], request.path_params["request_id"]
         async with request.form(max_files=0, max_fields=8) as form:
-            csrf, decision = form.get("csrf"), form.get("decision")
-        if not self.auth.check_csrf(csrf):
-            return PlainTextResponse("Forbidden: the form's CSRF token is missing or stale; reload the page.", 403)
+            decision = form.get("decision")
         if not (SESSION_ID.fullmatch(session_id) and REQUEST_ID.fullmatch(request_id)):
             return PlainTextResponse("No such approval request.", status_code=404)
         if not isinstance(decision, str) or decision not in DECISIONS:
@@ -350,10 +362,20 @@ class AgentUI:
         return str(request.scope.get("root_path", "")).rstrip("/")
 
     def _page(self, request: Request, template: str, **context: Any) -> HTMLResponse:
-        html = self.templates.get_template(template).render(
-            root=self._root(request), csrf=self.csrf, now=time.time(), **context
-        )
+        html = self.templates.get_template(template).render(root=self._root(request), now=time.time(), **context)
         return HTMLResponse(html)
+
+    def _shell(self, scope: Scope, status: int, session: str | None, message: str) -> Response:
+        """The page without its data: its script fetches the page with its session secret, or shows `message`."""
+        root = str(scope.get("root_path", "")).rstrip("/")
+        html = self.templates.get_template("shell.html").render(
+            root=root, status=status, session=session, message=message
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def _logged_in(self) -> None:
+        if self.on_login is not None:
+            self.on_login()
 
 
 __all__ = ["AgentUI", "PendingEntry"]

@@ -1,27 +1,34 @@
-"""Who may use the page: the holder of the per-run token, from a page of this very server.
+"""Who may use the page: the page's own script, holding a session secret that no other server ever sees.
 
-Behind the project's Host/Origin guard (`loopback.Guard`, as for the MCP endpoints) this middleware
+Browsers send a 127.0.0.1 cookie to every port, so any loopback server the browser visits would receive a
+cookie credential and could replay it. The page therefore keeps no cookie. Behind the project's Host/Origin
+guard (`loopback.Guard`, as for the MCP endpoints) this middleware
 
-- trades the token the printed URL carries (`?token=…`, once) for an HttpOnly, SameSite=Strict cookie and
-  redirects to the same URL without it, so the token leaves the address bar and the history;
-- refuses every other request without that cookie (401), and every method but GET/HEAD/POST (405);
-- refuses a POST whose `Origin` is not exactly this server's or that a browser says came from another site:
-  other loopback ports are the same *site* to a browser, so SameSite alone does not stop them. The form's
-  CSRF token is checked by the endpoint (`check_csrf`);
-- sets a strict Content-Security-Policy and no-store headers on every answer; the referrer goes to this
-  server only (`no-referrer` would make the browser send `Origin: null` with the forms).
-
-Cookies are not kept apart by port, so the cookie's name carries the port: two pages on one machine do not
-overwrite each other's.
+- spends a login token (`?token=…`, from `new_login()`) on its first GET: the answer is the page's shell carrying
+  a new per-login session secret, which the script keeps in sessionStorage (scoped to this origin, port
+  included) and takes out of the address bar; a second use is refused (410) with how to get a new link;
+- answers a request carrying a live secret in `X-Page-Session` (only the page's own script can set it: a form
+  cannot, and another origin's script would need a CORS preflight this server never allows, so the header is
+  the CSRF check too); a secret expires `session_seconds` after its last use, and every answer renews it, every
+  chunk of an event stream included;
+- answers any other GET with the shell (401, no data: the script fetches the page with its secret) and any other
+  POST with 401; static files need no secret, methods other than GET/HEAD/POST are refused (405);
+- refuses a POST whose `Origin` is not exactly this server's or that a browser says came from another site;
+- sets a strict Content-Security-Policy and no-store headers on every answer; the referrer goes to this server
+  only (never the login URL elsewhere).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
-from urllib.parse import parse_qsl, urlencode
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers, MutableHeaders
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CSP = (
@@ -37,49 +44,92 @@ SECURITY_HEADERS = {
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
 }
+SESSION_HEADER = "x-page-session"
+SESSION_SECONDS = 15 * 60.0  # a page session's idle lifetime
+KEPT = 64  # outstanding login tokens, live sessions, and spent tokens remembered (the oldest go first)
 MAX_FORM_BYTES = 64 * 1024
 UNAUTHORIZED = "Unauthorized: open the AGENT_UI_URL this page's server printed (it carries the token once)."
+SPENT = (
+    "Gone: this login link was used already (each AGENT_UI_URL works once). Open the newest AGENT_UI_URL the "
+    "page's server printed: it prints a new one after each login."
+)
+
+# shell(scope, status, session secret or None, message shown when the script cannot do better) -> the page
+Shell = Callable[[Scope, int, "str | None", str], Response]
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+def _remember(table: OrderedDict[bytes, float], key: bytes, value: float) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > KEPT:
+        table.popitem(last=False)
 
 
 class PageAuth:
-    def __init__(self, app: ASGIApp, *, token: str, csrf: str, port: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        shell: Shell,
+        on_login: Callable[[], None] | None = None,
+        session_seconds: float = SESSION_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.app = app
-        self.token = token.encode()
-        self.csrf = csrf.encode()
-        self.cookie = f"unit_mcp_ui_{port}"
+        self.shell = shell
+        self.on_login = on_login
+        self.session_seconds = session_seconds
+        self.clock = clock
+        self.logins: OrderedDict[bytes, float] = OrderedDict()  # digests of unspent login tokens
+        self.spent: OrderedDict[bytes, float] = OrderedDict()
+        self.sessions: OrderedDict[bytes, float] = OrderedDict()  # secret digest -> expiry
+
+    def new_login(self) -> str:
+        """A login token that works once."""
+        token = secrets.token_urlsafe(32)
+        _remember(self.logins, _digest(token), self.clock())
+        return token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        session = self._session(Headers(scope=scope))
 
         async def secured(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS.items():
                     headers.setdefault(name, value)
+            elif session is not None:
+                self._renew(session)
             await send(message)
 
-        refusal = self.refusal(scope)
+        refusal = self.refusal(scope, session)
         if refusal is not None:
             await refusal(scope, receive, secured)
             return
         await self.app(scope, receive, secured)
 
-    def refusal(self, scope: Scope) -> Response | None:
+    def refusal(self, scope: Scope, session: bytes | None) -> Response | None:
         method = scope["method"]
         if method not in ("GET", "HEAD", "POST"):
             return PlainTextResponse("Method not allowed.", status_code=405, headers={"Allow": "GET, HEAD, POST"})
-        headers = Headers(scope=scope)
+        reading = method in ("GET", "HEAD")
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = [value for key, value in query if key == "token"]
-        if given and method in ("GET", "HEAD"):
-            if not secrets.compare_digest(given[0].encode(), self.token):
-                return PlainTextResponse(UNAUTHORIZED, status_code=401)
-            return self._login(scope, [(key, value) for key, value in query if key != "token"])
-        if not secrets.compare_digest(self._cookie(headers).encode(), self.token):
-            return PlainTextResponse(UNAUTHORIZED, status_code=401)
+        if given and method == "GET":  # not HEAD: a link preview must not spend it
+            return self._login(scope, given[0])
+        if reading and scope["path"][len(scope.get("root_path", "")) :].startswith("/static/"):
+            return None
+        if session is None:
+            return self.shell(scope, 401, None, UNAUTHORIZED) if reading else PlainTextResponse(UNAUTHORIZED, 401)
         if method == "POST":
+            headers = Headers(scope=scope)
             origin = headers.get("origin")
             if origin is not None and origin != f"http://{headers.get('host', '')}":
                 return PlainTextResponse("Forbidden: a form of another site.", status_code=403)
@@ -90,21 +140,30 @@ class PageAuth:
                 return PlainTextResponse("A form of at most 64 KiB, with a Content-Length.", status_code=413)
         return None
 
-    def _cookie(self, headers: Headers) -> str:
-        for part in headers.get("cookie", "").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == self.cookie:
-                return value
-        return ""
+    def _login(self, scope: Scope, token: str) -> Response:
+        digest = _digest(token)
+        if self.logins.pop(digest, None) is None:
+            if digest in self.spent:
+                return self.shell(scope, 410, None, SPENT)
+            return self.shell(scope, 401, None, UNAUTHORIZED)
+        _remember(self.spent, digest, self.clock())
+        secret = secrets.token_urlsafe(32)
+        self._renew(_digest(secret))
+        if self.on_login is not None:
+            self.on_login()
+        return self.shell(scope, 200, secret, "")
 
-    def _login(self, scope: Scope, query: list[tuple[str, str]]) -> Response:
-        root = scope.get("root_path", "")  # where the app is mounted; `path` already starts with it
-        target = scope["path"] + (f"?{urlencode(query)}" if query else "")
-        response = RedirectResponse(target, status_code=303)
-        response.set_cookie(
-            self.cookie, self.token.decode(), path=root or "/", httponly=True, samesite="strict", secure=False
-        )
-        return response
+    def _session(self, headers: Headers) -> bytes | None:
+        given = headers.get(SESSION_HEADER)
+        if not given:
+            return None
+        digest = _digest(given)
+        expiry = self.sessions.get(digest)
+        if expiry is None or expiry <= self.clock():
+            self.sessions.pop(digest, None)
+            return None
+        self._renew(digest)
+        return digest
 
-    def check_csrf(self, form_token: object) -> bool:
-        return isinstance(form_token, str) and secrets.compare_digest(form_token.encode(), self.csrf)
+    def _renew(self, digest: bytes) -> None:
+        _remember(self.sessions, digest, self.clock() + self.session_seconds)

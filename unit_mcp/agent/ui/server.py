@@ -17,12 +17,18 @@ if TYPE_CHECKING:
 
 
 async def serve(runner: AgentRunner, *, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout) -> None:
-    """Serve the page for `runner` until SIGINT or SIGTERM; print `AGENT_UI_URL=<url>` once it listens."""
+    """Serve the page for `runner` until SIGINT or SIGTERM; print `AGENT_UI_URL=<url>` once it listens, and a new
+    one after each login (each works once)."""
     server = LoopbackServer(host=host, port=port, error=AgentError)
     ui = AgentUI(runner, host=server.host, port=server.bind())
+
+    def announce() -> None:  # each link works once: a new one after each login
+        print(f"AGENT_UI_URL={ui.login_url(server.base_url)}", file=out, flush=True)
+
+    ui.on_login = announce
     await server.start(ui.app)
     try:
-        print(f"AGENT_UI_URL={ui.login_url(server.base_url)}", file=out, flush=True)
+        announce()
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 break
