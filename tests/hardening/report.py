@@ -27,6 +27,13 @@ TITLES = {
     "transport": "Transport: guards, malformed bodies, bounds",
     "load": "Load: 16 clients against the real server process",
     "session_crashes": "SIGKILL while appending to agent sessions",
+    "round3_attacks": "Security round 3: each reproduced break, replayed",
+    "approval page": "Approval page: the credential stays on its own port",
+    "test_sandbox": "Test runs: descendants, a stopped warm host, scratch folder and environment",
+    "rollback_race": "A rollback racing another writer",
+    "risks": "Risks that say what they grant",
+    "foreign_stores": "Stores that are not ours",
+    "huge_source": "An oversized source",
 }
 
 
