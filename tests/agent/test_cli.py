@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from unit_mcp.agent import SessionStore
 from unit_mcp.agent._cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
@@ -223,3 +224,35 @@ async def test_help_shows_the_real_defaults(tmp_path: Path) -> None:
     flat = " ".join(out.split())
     assert code == 0 and "(default: $MCP_URL;" in flat and "(default: $MCP_TOKEN;" in flat
     assert "(default: $OPENAI_BASE_URL)" in flat
+
+
+async def test_sessions_are_archived_and_deleted_from_the_cli_and_the_audit_says_so(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    store = SessionStore(data)
+    old, spent, held = (store.create("unit-agent", title=title) for title in ("old work", "spent", "held"))
+    store.close()
+    held_open = SessionStore(data)
+    held_open.load(held.id)  # another process's writer: as if a turn ran there now
+    try:
+        code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", held.id)
+        assert code == 1 and len(err.splitlines()) == 1, err
+        assert last_line(err).startswith(f"error: session {held.id} is open in another process")
+    finally:
+        held_open.close()
+
+    code, _, err = await agent_cli("--data-dir", data, "sessions", "archive", old.id)
+    assert code == 0 and err == f"archived session {old.id} (0 items)\n", err
+    code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", spent.id)
+    assert code == 0 and err == f"deleted session {spent.id} (0 items)\n", err
+    code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", spent.id)
+    assert code == 1 and last_line(err).startswith(f"error: no session {spent.id} in {data}")
+
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "list", "--json")
+    assert code == 0 and [meta["id"] for meta in json.loads(out)] == [held.id]
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "list", "--archived", "--json")
+    assert code == 0 and [meta["id"] for meta in json.loads(out)] == [old.id]
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "audit", "--json")
+    audit = [(r["action"], r["via"], r["session"]["id"]) for r in json.loads(out)]
+    assert code == 0 and audit == [("archive", "cli", old.id), ("delete", "cli", spent.id)]
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "audit")
+    assert code == 0 and out.splitlines()[1].endswith(f"delete  {spent.id}  via cli  spent"), out

@@ -5,6 +5,7 @@ that a turn was waiting for when its process ended.
     python -m unit_mcp.agent sessions list
     python -m unit_mcp.agent sessions show SESSION_ID
     python -m unit_mcp.agent sessions pending SESSION_ID
+    python -m unit_mcp.agent sessions delete|archive SESSION_ID     (sessions audit lists what was removed)
     python -m unit_mcp.agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
     python -m unit_mcp.agent ui [--port P] --mcp-url URL ... --model M
 
@@ -38,7 +39,7 @@ from ._paused import RESUMED_OUTPUT
 from ._projections import transcript_line
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import ErrorItem, Item, MessageItem, ToolCallItem, ToolResultItem
-from .sessions import SessionStore
+from .sessions import ARCHIVE, SessionStore
 
 if TYPE_CHECKING:
     from ._mcpsource import McpToolSource
@@ -127,16 +128,24 @@ def parser() -> argparse.ArgumentParser:
     )
     ui.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
 
-    sessions = commands.add_parser("sessions", help="list or show stored sessions, or their pending approvals")
+    sessions = commands.add_parser(
+        "sessions", help="list, show, delete or archive stored sessions, or list their pending approvals"
+    )
     which = sessions.add_subparsers(dest="action", required=True)
     listing = which.add_parser("list", help="every session, newest first")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--archived", action="store_true", help="the archived sessions instead")
     show = which.add_parser("show", help="one session's items")
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="print the session as one JSON document")
     pending = which.add_parser("pending", help="approvals a turn waited for when its process ended")
     pending.add_argument("session_id")
     pending.add_argument("--json", action="store_true", help="print JSON")
+    for action, text in (("delete", "delete a session for good"), ("archive", "move a session into the archive")):
+        retire = which.add_parser(action, help=f"{text} (refused while a turn runs in it; recorded in the audit)")
+        retire.add_argument("session_id")
+    audit = which.add_parser("audit", help="the sessions deleted or archived: when, from where, what they were")
+    audit.add_argument("--json", action="store_true", help="print JSON")
     return top
 
 
@@ -397,9 +406,22 @@ async def follow(handle: TurnHandle, terminal: Terminal, args: argparse.Namespac
 def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
     if args.action == "pending":
         return pending_command(args, data_dir)
+    if args.action in ("delete", "archive"):
+        return retire_command(args, data_dir)
+    if args.action == "list" and args.archived:
+        data_dir = data_dir / ARCHIVE
     with _store_error(data_dir):
         store = SessionStore(data_dir, read_only=True)
     try:
+        if args.action == "audit":
+            records = store.audit()
+            if args.json:
+                print(json.dumps(records, indent=2))
+            for record in [] if args.json else records:
+                when = datetime.fromtimestamp(record["at"]).strftime("%Y-%m-%d %H:%M:%S")
+                session, via = record["session"], f"via {record['via']}"
+                print(f"{when}  {record['action']:<7} {session['id']}  {via:<8} {session['title'] or ''}")
+            return 0
         if args.action == "list":
             metas = store.list()
             if args.json:
@@ -421,6 +443,24 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
         return 0
     finally:
         store.close()
+
+
+def retire_command(args: argparse.Namespace, data_dir: Path) -> int:
+    """Delete or archive a session: the store refuses one a turn runs in, and records what it did."""
+    from .errors import AgentError, SessionNotFound
+
+    with _store_error(data_dir):
+        store = SessionStore(data_dir)
+    try:
+        meta = store.retire(args.session_id, args.action, via="cli")
+    except SessionNotFound:
+        raise _unknown_session(args.session_id, data_dir) from None
+    except AgentError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        store.close()
+    print(f"{args.action}d session {meta.id} ({meta.item_count} items)", file=sys.stderr)
+    return 0
 
 
 def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
