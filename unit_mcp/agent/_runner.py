@@ -13,6 +13,7 @@ active turn (each closes its tool calls), flushes the store, and closes it if th
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -348,7 +349,8 @@ class AgentRunner:
                 approvals=approvals,
                 inbox=self.inbox(session_id),
                 store=self.store,
-                delegate=lambda agent_id, input, title: self._delegate(session_id, agent_id, input, title),
+                delegate=functools.partial(self._delegate, session_id),
+                agents=self.registry,
             )
             if self._dropping:  # the runner began shutting down while this turn was set up: it never runs
                 turn.disposed = True
@@ -359,8 +361,22 @@ class AgentRunner:
             tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx, resume)
             return turn.handle
 
-    async def _delegate(self, parent_id: str, agent_id: str, input: str, title: str) -> TurnHandle:
-        child = await self.create_session(agent_id, parent_id=parent_id, title=title)
+    async def _delegate(
+        self, parent_id: str, agent_id: str, input: str, title: str, child_id: str | None
+    ) -> TurnHandle:
+        """A turn of `agent_id` in a child session of `parent_id`: a new one, or `child_id` (created if missing;
+        an existing session must be a child of `parent_id` run by `agent_id`)."""
+        self.registry.require(agent_id)
+        child = await self.get_session(child_id) if child_id is not None else None
+        if child is None:
+            child = await self.create_session(agent_id, parent_id=parent_id, title=title, session_id=child_id)
+        elif child.parent_id != parent_id or child.agent_id != agent_id:
+            raise AgentError(
+                f"session {child_id} is not a child of session {parent_id} run by agent {agent_id} "
+                f"(its parent: {child.parent_id}, its agent: {child.agent_id}); name another id or leave it out"
+            )
+        elif self.active_turn(child.id) is not None:
+            raise AgentError(f"child session {child.id} is busy with another delegated turn; wait for it first")
         return await self.run_turn(child.id, input)
 
     async def _drive(self, turn: Turn, agent: Agent, input: str, ctx: TurnContext, resume: str | None) -> None:
