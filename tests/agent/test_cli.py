@@ -256,3 +256,37 @@ async def test_sessions_are_archived_and_deleted_from_the_cli_and_the_audit_says
     assert code == 0 and audit == [("archive", "cli", old.id), ("delete", "cli", spent.id)]
     code, out, _ = await agent_cli("--data-dir", data, "sessions", "audit")
     assert code == 0 and out.splitlines()[1].endswith(f"delete  {spent.id}  via cli  spent"), out
+
+
+async def test_run_takes_its_agents_from_a_file_and_runs_any_of_them_by_id(tmp_path: Path) -> None:
+    steps = [say("looks fine", when=Match(user_contains="review"))]
+    data = str(tmp_path / "agent-data")
+    async with ScriptedModel(steps) as model:
+        agents = tmp_path / "agents.toml"
+        agents.write_text(
+            "[[agent]]\nid = 'writer'\nprovider = 'openai'\nmodel = 'w'\n\n"
+            f"[[agent]]\nid = 'reviewer'\nprovider = 'openai'\nmodel = 'r'\nbase_url = '{model.base_url}'\n"
+            "api_key_env = 'REVIEWER_KEY'\nsystem_prompt = 'You review; you never edit.'\n",
+            encoding="utf-8",
+        )
+        env = {"REVIEWER_KEY": "reviewer-key", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}  # writer: never asked
+        code, out, err = await cli_with_env(
+            env, "--data-dir", data, "run", "--agents", str(agents), "--agent", "reviewer", "review", "the", "counter"
+        )
+        assert code == 0, err
+        (request,) = model.requests
+    assert out.strip() == "looks fine"
+    assert request.body["model"] == "r" and request.api_key == "reviewer-key"
+    assert request.messages[0]["role"] == "system" and "You review; you never edit." in request.messages[0]["content"]
+    session_id = err.strip().splitlines()[-1].removeprefix("session: ")
+    assert SessionStore(data, read_only=True).require(session_id).agent_id == "reviewer"
+
+    code, _, err = await cli_with_env(env, "--data-dir", data, "run", "--agents", str(agents), "--agent", "x", "hi")
+    assert code == 1 and last_line(err) == (
+        "error: no agent 'x' (these are registered: reviewer, writer); pick one with --agent"
+    )
+    code, _, err = await cli_with_env({}, "--data-dir", data, "run", "--agents", str(agents), "hi")
+    assert code == 2 and last_line(err) == "error: give --base-url or set OPENAI_BASE_URL"  # writer names none
+    agents.write_text("[[agent]]\nid = 'n'\nprovider = 'opencode'\nmodel = 'm'\n", encoding="utf-8")
+    code, _, err = await cli_with_env(env, "--data-dir", data, "run", "--agents", str(agents), "hi")
+    assert code == 2 and "provider opencode needs a running node" in last_line(err)

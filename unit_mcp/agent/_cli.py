@@ -2,6 +2,7 @@
 that a turn was waiting for when its process ended.
 
     python -m unit_mcp.agent run --mcp-url URL --mcp-token=T --base-url URL --model M "add a reset button"
+    python -m unit_mcp.agent run --agents agents.toml --agent reviewer ... "review the counter unit"
     python -m unit_mcp.agent sessions list
     python -m unit_mcp.agent sessions show SESSION_ID
     python -m unit_mcp.agent sessions pending SESSION_ID
@@ -74,6 +75,15 @@ def preset_file(path: str) -> list[Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def agents_file(path: str) -> list[Any]:
+    from .agentfile import AgentFileError, load_agents
+
+    try:
+        return load_agents(path)
+    except AgentFileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m unit_mcp.agent", description=__doc__.split("\n\n")[0])
     top.add_argument(
@@ -86,7 +96,11 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
 
     turns = argparse.ArgumentParser(add_help=False)
-    turns.add_argument("--model", required=True, help="model name at the OpenAI-compatible endpoint")
+    turns.add_argument("--model", help="model name at the OpenAI-compatible endpoint (the unit-agent agent)")
+    turns.add_argument(
+        "--agents", type=agents_file, help="agents file (TOML or JSON: id, provider, model, ...), all built at start"
+    )
+    turns.add_argument("--agent", help="the agent a new session runs (default: unit-agent, else the file's first)")
     turns.add_argument(
         "--base-url", default=_env("OPENAI_BASE_URL"), help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL)"
     )
@@ -223,18 +237,26 @@ async def turn_runtime(
     presets = PresetManager(args.presets, state_path=data_dir / "active-presets.json") if args.presets else None
     surface = AgentToolSurface(approvals, presets=presets)
     registry = AgentRegistry()
-    registry.register(
-        AGENT_ID,
-        lambda deps: OpenAIAgent(
-            id=AGENT_ID,
-            model=args.model,
-            base_url=args.base_url,
-            api_key=args.api_key,
-            stream=not args.no_stream,
-            instructions=PERSONA,
-            max_steps=args.max_steps,
-        ),
-    )
+    if args.model:
+        registry.register(
+            AGENT_ID,
+            lambda deps: OpenAIAgent(
+                id=AGENT_ID,
+                model=args.model,
+                base_url=args.base_url,
+                api_key=args.api_key,
+                stream=not args.no_stream,
+                instructions=PERSONA,
+                max_steps=args.max_steps,
+            ),
+        )
+    if args.agents:
+        from .agentfile import AgentFileError, build_agents
+
+        try:
+            build_agents(registry, args.agents, base_url=args.base_url, api_key=args.api_key, stream=not args.no_stream)
+        except AgentFileError as exc:
+            raise CliError(f"{exc} (--agents)") from exc
     async with contextlib.AsyncExitStack() as stack:
         if args.mcp_url:
             source = McpToolSource(args.mcp_url, token=args.mcp_token)
@@ -318,7 +340,11 @@ async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
     async with turn_runtime(args, data_dir, terminal) as (runner, callbacks):
         session = await runner.get_session(args.session) if args.session else None
         if session is None:
-            session = await runner.create_session(AGENT_ID, session_id=args.session, title=" ".join(args.prompt)[:80])
+            agent_id = args.agent or (AGENT_ID if args.model else args.agents[0].id)
+            if runner.registry.get(agent_id) is None:
+                known = ", ".join(info.id for info in runner.registry.list())
+                raise CliError(f"no agent {agent_id!r} (these are registered: {known}); pick one with --agent")
+            session = await runner.create_session(agent_id, session_id=args.session, title=" ".join(args.prompt)[:80])
         handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
         return await follow(handle, terminal, args)
 
@@ -495,7 +521,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir: Path = args.data_dir
     try:
         if args.command in ("run", "answer", "ui"):
-            if not args.base_url:
+            if not args.model and not args.agents:
+                print("error: give --model, or --agents FILE", file=sys.stderr)
+                return 2
+            if not args.base_url and (args.model or not all(spec.base_url for spec in args.agents)):
                 print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
                 return 2
             command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]

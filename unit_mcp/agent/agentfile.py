@@ -1,0 +1,132 @@
+"""Agents from a file: `[[agent]]` tables (TOML) or a JSON list, registered with a runner's `AgentRegistry`.
+
+    [[agent]]
+    id = "reviewer"
+    provider = "openai"            # openai (any OpenAI-compatible endpoint) or codex
+    model = "gpt-4.1"
+    base_url = "http://127.0.0.1:8000/v1"    # default: the command line's --base-url
+    api_key_env = "REVIEWER_KEY"   # the variable holding its key (a key never sits in the file)
+    system_prompt = "You review units; you never edit them."
+
+Each agent is its own model's choice; `build_agents` registers and builds them all at once, so a broken entry (a
+Codex binary that is missing, say) fails at start in one line, and `ctx.agents` sees every one of them. An
+OpenCode agent needs a running node and its approval-filtered endpoint, which a file cannot start: it is refused
+in one line (build it with `unit_mcp.agent.opencode.UnitAgent`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ._registry import AgentRegistry
+from .errors import AgentError, UnknownAgent
+from .presets import read_config_file
+from .prompts import PERSONA
+
+
+class AgentFileError(AgentError):
+    """An agents file that cannot be read or used; the message says what to change."""
+
+
+class AgentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    provider: Literal["openai", "codex", "opencode"]
+    model: str = Field(min_length=1)
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, description="The environment variable holding the API key.")
+    system_prompt: str | None = None
+    max_steps: int = Field(20, ge=1)
+
+
+def parse_agents(data: Any, *, origin: str = "agents") -> list[AgentSpec]:
+    """`{"agent": [...]}` (TOML's `[[agent]]`), `{"agents": [...]}` or a bare list of agent tables."""
+    if isinstance(data, dict):
+        unknown = set(data) - {"agent", "agents"}
+        if unknown:
+            raise AgentFileError(f"{origin}: unknown top-level key(s) {', '.join(sorted(unknown))}; use [[agent]]")
+        data = data.get("agent", data.get("agents", []))
+    if not isinstance(data, list) or not data:
+        raise AgentFileError(f"{origin}: expected a non-empty list of agents ([[agent]] tables)")
+    specs: list[AgentSpec] = []
+    for index, entry in enumerate(data):
+        try:
+            spec = AgentSpec.model_validate(entry)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'agent'}: {e['msg']}" for e in exc.errors())
+            raise AgentFileError(f"{origin}: agent #{index + 1} is invalid: {problems}") from None
+        if spec.provider == "opencode":
+            raise AgentFileError(
+                f"{origin}: agent {spec.id}: provider opencode needs a running node and its approval-filtered "
+                "endpoint, which an agents file cannot start; use openai or codex here, or build "
+                "unit_mcp.agent.opencode.UnitAgent in Python"
+            )
+        specs.append(spec)
+    ids = [spec.id for spec in specs]
+    twice = sorted({agent_id for agent_id in ids if ids.count(agent_id) > 1})
+    if twice:
+        raise AgentFileError(f"{origin}: agent id(s) given twice: {', '.join(twice)}")
+    return specs
+
+
+def load_agents(path: str | os.PathLike[str]) -> list[AgentSpec]:
+    path = Path(path)
+    return parse_agents(read_config_file(path, "agents file", AgentFileError), origin=path.name)
+
+
+def build_agents(
+    registry: AgentRegistry,
+    specs: Sequence[AgentSpec],
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    stream: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Register every agent (`base_url`/`api_key`: the defaults of an agent that names none) and build it now."""
+    env = os.environ if env is None else env
+    for spec in specs:
+        url = spec.base_url or base_url
+        if url is None:
+            raise AgentFileError(f"agent {spec.id} has no base_url: give it one in the file, or --base-url")
+        key = api_key
+        if spec.api_key_env is not None:
+            key = env.get(spec.api_key_env)
+            if not key:
+                raise AgentFileError(f"agent {spec.id}: its key variable {spec.api_key_env} is not set")
+        _register(registry, spec, url, key, stream)
+    for spec in specs:
+        try:
+            registry.require(spec.id)
+        except UnknownAgent as exc:
+            raise AgentFileError(f"agent {spec.id} cannot be built: {exc}") from exc
+
+
+def _register(registry: AgentRegistry, spec: AgentSpec, url: str, key: str | None, stream: bool) -> None:
+    instructions = spec.system_prompt or PERSONA
+    if spec.provider == "codex":
+        from .codex import CodexModel, register
+
+        model = CodexModel(name=spec.model, base_url=url, api_key=key)
+        register(registry, model=model, id=spec.id, name=spec.id, instructions=instructions)
+        return
+    from ._openai_agent import OpenAIAgent
+
+    registry.register(
+        spec.id,
+        lambda deps: OpenAIAgent(
+            id=spec.id,
+            model=spec.model,
+            base_url=url,
+            api_key=key,
+            stream=stream,
+            instructions=instructions,
+            max_steps=spec.max_steps,
+        ),
+    )
