@@ -1,16 +1,25 @@
 """Agents from a file: the shapes it takes, its one-line refusals, and every agent registered and built at start
-(so `ctx.agents` sees them and a broken one fails before any turn)."""
+(so `ctx.agents` sees them and a broken one fails before any turn). An opencode agent's node: tests/opencode."""
 
 from __future__ import annotations
 
 import json
 import re
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from unit_mcp.agent import AgentRegistry, OpenAIAgent
-from unit_mcp.agent.agentfile import AgentFileError, build_agents, load_agents, parse_agents
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, OpenAIAgent
+from unit_mcp.agent.agentfile import AgentFileError, AgentSpec, load_agents, parse_agents, start_agents
+
+pytestmark = pytest.mark.anyio
+
+
+async def build(registry: AgentRegistry, specs: list[AgentSpec], **options: Any) -> None:
+    async with AsyncExitStack() as stack:
+        await start_agents(stack, registry, specs, surface=AgentToolSurface(AgentApprovals()), **options)
 
 
 def test_toml_and_json_files_give_the_same_agents(tmp_path: Path) -> None:
@@ -35,7 +44,6 @@ def test_toml_and_json_files_give_the_same_agents(tmp_path: Path) -> None:
         ([{"id": "a", "provider": "claude", "model": "m"}], "agent #1 is invalid: provider: Input should be"),
         ([{"id": "a", "provider": "openai", "model": "m", "key": "k"}], "agent #1 is invalid: key: Extra inputs"),
         ([{"id": "a", "provider": "openai", "model": "m"}] * 2, "agent id(s) given twice: a"),
-        ([{"id": "n", "provider": "opencode", "model": "m"}], "provider opencode needs a running node"),
     ],
 )
 def test_a_file_that_cannot_be_used_says_why_in_one_line(data: object, message: str) -> None:
@@ -52,7 +60,7 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
         load_agents(broken)
 
 
-def test_every_agent_is_registered_and_built_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_every_agent_is_registered_and_built_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = parse_agents(
         [
             {"id": "a", "provider": "openai", "model": "m", "api_key_env": "A_KEY"},
@@ -61,8 +69,8 @@ def test_every_agent_is_registered_and_built_at_start(monkeypatch: pytest.Monkey
     )
     registry = AgentRegistry()
     with pytest.raises(AgentFileError, match="agent a: its key variable A_KEY is not set"):
-        build_agents(registry, specs, base_url="http://127.0.0.1:8/v1", env={})
-    build_agents(registry, specs, base_url="http://127.0.0.1:8/v1", env={"A_KEY": "k"})
+        await build(registry, specs, base_url="http://127.0.0.1:8/v1", env={})
+    await build(registry, specs, base_url="http://127.0.0.1:8/v1", env={"A_KEY": "k"})
     assert [(info.id, info.built) for info in registry.list()] == [("a", True), ("b", True)]
     a, b = registry.require("a"), registry.require("b")
     assert isinstance(a, OpenAIAgent) and (a.model, a.base_url, a.api_key) == ("m", "http://127.0.0.1:8/v1", "k")
@@ -72,4 +80,8 @@ def test_every_agent_is_registered_and_built_at_start(monkeypatch: pytest.Monkey
     monkeypatch.setenv("PATH", "/nonexistent")
     codex = parse_agents([{"id": "c", "provider": "codex", "model": "m", "base_url": "http://127.0.0.1:9/v1"}])
     with pytest.raises(AgentFileError, match="agent c cannot be built: the factory of agent 'c' failed: CodexNot"):
-        build_agents(AgentRegistry(), codex, env={})
+        await build(AgentRegistry(), codex, env={})
+    opencode = parse_agents([{"id": "o", "provider": "opencode", "model": "m", "base_url": "http://127.0.0.1:9/v1"}])
+    monkeypatch.setenv("OPENCODE_PATH", "/nonexistent/opencode")
+    with pytest.raises(AgentFileError, match="agent o: its OpenCode node did not start: "):
+        await build(AgentRegistry(), opencode, env={})

@@ -287,6 +287,6 @@ async def test_run_takes_its_agents_from_a_file_and_runs_any_of_them_by_id(tmp_p
     )
     code, _, err = await cli_with_env({}, "--data-dir", data, "run", "--agents", str(agents), "hi")
     assert code == 2 and last_line(err) == "error: give --base-url or set OPENAI_BASE_URL"  # writer names none
-    agents.write_text("[[agent]]\nid = 'n'\nprovider = 'opencode'\nmodel = 'm'\n", encoding="utf-8")
+    agents.write_text("[[agent]]\nid = 'n'\nprovider = 'claude'\nmodel = 'm'\n", encoding="utf-8")
     code, _, err = await cli_with_env(env, "--data-dir", data, "run", "--agents", str(agents), "hi")
-    assert code == 2 and "provider opencode needs a running node" in last_line(err)
+    assert code == 2 and "agents.toml: agent #1 is invalid: provider: Input should be" in last_line(err)

@@ -250,13 +250,6 @@ async def turn_runtime(
                 max_steps=args.max_steps,
             ),
         )
-    if args.agents:
-        from .agentfile import AgentFileError, build_agents
-
-        try:
-            build_agents(registry, args.agents, base_url=args.base_url, api_key=args.api_key, stream=not args.no_stream)
-        except AgentFileError as exc:
-            raise CliError(f"{exc} (--agents)") from exc
     async with contextlib.AsyncExitStack() as stack:
         if args.mcp_url:
             source = McpToolSource(args.mcp_url, token=args.mcp_token)
@@ -268,6 +261,14 @@ async def turn_runtime(
                     raise
                 raise error from exc
             surface.add_source(source)
+        if args.agents:
+            from .agentfile import AgentFileError, start_agents
+
+            options = {"base_url": args.base_url, "api_key": args.api_key, "stream": not args.no_stream}
+            try:
+                await start_agents(stack, registry, args.agents, surface=surface, **options)
+            except AgentFileError as exc:
+                raise CliError(f"{exc} (--agents)") from exc
         with _store_error(data_dir):
             runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
         yield runner, TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
