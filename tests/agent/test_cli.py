@@ -266,22 +266,36 @@ async def test_run_takes_its_agents_from_a_file_and_runs_any_of_them_by_id(tmp_p
         agents.write_text(
             "[[agent]]\nid = 'writer'\nprovider = 'openai'\nmodel = 'w'\n\n"
             f"[[agent]]\nid = 'reviewer'\nprovider = 'openai'\nmodel = 'r'\nbase_url = '{model.base_url}'\n"
-            "api_key_env = 'REVIEWER_KEY'\nsystem_prompt = 'You review; you never edit.'\n",
+            "api_key_env = 'REVIEWER_KEY'\nsystem_prompt = 'You review; you never edit.'\npresets = ['reading']\n",
             encoding="utf-8",
         )
+        presets = tmp_path / "presets.toml"
+        presets.write_text("[[preset]]\nname = 'reading'\ntools = ['unit_read_*']\n", encoding="utf-8")
         env = {"REVIEWER_KEY": "reviewer-key", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}  # writer: never asked
         code, out, err = await cli_with_env(
-            env, "--data-dir", data, "run", "--agents", str(agents), "--agent", "reviewer", "review", "the", "counter"
-        )
+            env, "--data-dir", data, "run", "--agents", str(agents), "--presets", str(presets),
+            "--agent", "reviewer", "review", "the", "counter",
+        )  # fmt: skip
         assert code == 0, err
         (request,) = model.requests
     assert out.strip() == "looks fine"
     assert request.body["model"] == "r" and request.api_key == "reviewer-key"
     assert request.messages[0]["role"] == "system" and "You review; you never edit." in request.messages[0]["content"]
     session_id = err.strip().splitlines()[-1].removeprefix("session: ")
-    assert SessionStore(data, read_only=True).require(session_id).agent_id == "reviewer"
+    session = SessionStore(data, read_only=True).require(session_id)
+    assert session.agent_id == "reviewer"
+    activated = [item.data for item in session.items if getattr(item, "kind", "") == "preset-activated"]
+    assert [(event["name"], event["by"]) for event in activated] == [("reading", "user")]  # as the file says
 
-    code, _, err = await cli_with_env(env, "--data-dir", data, "run", "--agents", str(agents), "--agent", "x", "hi")
+    without_presets = ["--data-dir", data, "run", "--agents", str(agents), "--agent", "reviewer", "x"]
+    code, _, err = await cli_with_env(env, *without_presets)
+    assert code == 1 and last_line(err) == (
+        "error: agent reviewer names presets, but no preset file declares them (--presets) (--agents)"
+    )
+
+    code, _, err = await cli_with_env(
+        env, "--data-dir", data, "run", "--agents", str(agents), "--presets", str(presets), "--agent", "x", "hi"
+    )
     assert code == 1 and last_line(err) == (
         "error: no agent 'x' (these are registered: reviewer, writer); pick one with --agent"
     )

@@ -346,6 +346,10 @@ async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
                 known = ", ".join(info.id for info in runner.registry.list())
                 raise CliError(f"no agent {agent_id!r} (these are registered: {known}); pick one with --agent")
             session = await runner.create_session(agent_id, session_id=args.session, title=" ".join(args.prompt)[:80])
+            for spec in args.agents or []:
+                if spec.id == agent_id:  # the presets its file says a new session of it starts with
+                    for name in spec.presets:
+                        await runner.set_preset(session.id, name, active=True)
         handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
         return await follow(handle, terminal, args)
 

@@ -7,6 +7,7 @@
     base_url = "http://127.0.0.1:8000/v1"    # default: the command line's --base-url
     api_key_env = "REVIEWER_KEY"   # the variable holding its key (a key never sits in the file)
     system_prompt = "You review units; you never edit them."
+    presets = ["reading"]          # capability presets (of --presets) a new session of it starts with
 
 Each agent is its own model's choice (`model` at `base_url`, an OpenAI-compatible endpoint for openai and opencode,
 a Responses one for codex); `start_agents` registers and builds them all at once, so a broken entry (a binary
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._registry import AgentRegistry
 from .errors import AgentError, UnknownAgent
-from .presets import read_config_file
+from .presets import PresetError, read_config_file
 from .prompts import PERSONA
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class AgentSpec(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = Field(None, description="The environment variable holding the API key.")
     system_prompt: str | None = None
+    presets: list[str] = Field(default_factory=list, description="Presets a new session of it starts with.")
     max_steps: int = Field(20, ge=1)
 
 
@@ -97,6 +99,14 @@ async def start_agents(
     """Register every agent (`base_url`/`api_key`: the defaults of an agent that names none), start the nodes of
     the opencode ones on `stack`, and build every agent now."""
     env = os.environ if env is None else env
+    for spec in specs:
+        for name in spec.presets:
+            if surface.presets is None:
+                raise AgentFileError(f"agent {spec.id} names presets, but no preset file declares them (--presets)")
+            try:
+                surface.presets.require(name)
+            except PresetError as exc:
+                raise AgentFileError(f"agent {spec.id}: {exc}") from None
     for spec in specs:
         url = spec.base_url or base_url
         if url is None:
