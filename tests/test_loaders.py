@@ -253,10 +253,15 @@ def test_a_loader_without_history_refuses_history_and_revert(tmp_path: Path) -> 
 # -- history and revert: SQLite natively, a folder inside a git work tree -----------------------------------
 
 
-@pytest.fixture(params=["sqlite", "git"])
+@pytest.fixture(params=["sqlite", "git-ref", "git-branch"])
 def history_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitService]:
-    with Host(make_store(request.param, tmp_path), tmp_path / "data") as host:
+    kind, _, mode = request.param.partition("-")
+    with Host(make_store(kind, tmp_path), tmp_path / "data", git_history=mode or "ref") as host:
         yield UnitService(host)
+
+
+def git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, check=True).stdout
 
 
 def test_history_lists_accepted_versions_and_revert_puts_one_back(history_service: UnitService) -> None:
@@ -300,20 +305,60 @@ def test_a_revert_that_does_not_load_is_rolled_back(history_service: UnitService
     assert len(service.history("counter", "__init__.py").versions) == count
 
 
-def test_git_commits_only_the_written_file_and_leaves_other_changes_alone(tmp_path: Path) -> None:
-    folder = Path(make_store("git", tmp_path))
+def user_changes(folder: Path) -> None:
+    """A change of the user's own in the work tree, and one staged."""
     (folder / "notes" / "__init__.py").write_bytes((folder / "notes" / "__init__.py").read_bytes() + b"# mine\n")
     (folder / "greeter.py").write_bytes((folder / "greeter.py").read_bytes() + b"# staged\n")
-    subprocess.run(["git", "-C", str(folder), "add", "greeter.py"], check=True)
+    git(folder, "add", "greeter.py")
+
+
+def test_git_history_on_its_own_ref_leaves_the_branch_index_and_work_tree_alone(tmp_path: Path) -> None:
+    folder = Path(make_store("git", tmp_path))
+    user_changes(folder)
+    head, index = git(folder, "rev-parse", "HEAD"), git(folder, "ls-files", "-s")
+    branch = git(folder, "branch", "--show-current")
+    assert sorted(git(folder, "status", "--porcelain").splitlines()) == [" M notes/__init__.py", "M  greeter.py"]
     with Host(str(folder), tmp_path / "data") as host:
+        service = UnitService(host)
+        service.apply_patch("counter", "__init__.py", old="step = 1", new="step = 2")
+        service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")  # a new folder: a new tree
+        assert [v.tool_call for v in service.history("counter", "__init__.py").versions] == ["unit_apply_patch", None]
+    assert git(folder, "rev-parse", "HEAD") == head and git(folder, "branch", "--show-current") == branch
+    assert git(folder, "ls-files", "-s") == index  # the index (the staged change) as it was
+    assert sorted(git(folder, "status", "--porcelain").splitlines()) == [  # only the writes themselves added
+        " M counter/__init__.py",
+        " M notes/__init__.py",
+        "?? counter/extras/",
+        "M  greeter.py",
+    ]
+    log = git(folder, "log", "--format=%s", "refs/unit-mcp/history", "-3").splitlines()
+    assert log == ["unit_create_source: counter/extras/bonus.py", "unit_apply_patch: counter/__init__.py", "units"]
+    shown = git(folder, "show", "--name-only", "--format=%b", "refs/unit-mcp/history~1")
+    assert "Tool-Call: unit_apply_patch" in shown and shown.strip().endswith("counter/__init__.py")
+    assert "step = 2" in git(folder, "show", "refs/unit-mcp/history:counter/__init__.py")
+    assert git(folder, "show", "refs/unit-mcp/history:counter/extras/bonus.py") == "BONUS = 3\n"
+    assert "# staged" not in git(folder, "show", "refs/unit-mcp/history:greeter.py")  # the index is not recorded
+
+
+def test_git_history_on_the_branch_commits_only_the_written_file(tmp_path: Path) -> None:
+    folder = Path(make_store("git", tmp_path))
+    user_changes(folder)
+    with Host(str(folder), tmp_path / "data", git_history="branch") as host:
         UnitService(host).apply_patch("counter", "__init__.py", old="step = 1", new="step = 2")
-    shown = subprocess.run(
-        ["git", "-C", str(folder), "show", "--name-only", "--format=%s%n%b", "HEAD"], capture_output=True, text=True
-    ).stdout
+    shown = git(folder, "show", "--name-only", "--format=%s%n%b", "HEAD")
     assert shown.split("\n")[0] == "unit_apply_patch: counter/__init__.py" and "Tool-Call: unit_apply_patch" in shown
     assert shown.strip().endswith("counter/__init__.py") and "greeter.py" not in shown
-    status = subprocess.run(["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True).stdout
-    assert sorted(status.splitlines()) == [" M notes/__init__.py", "M  greeter.py"]
+    assert sorted(git(folder, "status", "--porcelain").splitlines()) == [" M notes/__init__.py", "M  greeter.py"]
+    assert subprocess.run(["git", "-C", str(folder), "rev-parse", "-q", "--verify", "refs/unit-mcp/history"]).returncode
+
+
+def test_git_history_off_records_nothing(tmp_path: Path) -> None:
+    folder = Path(make_store("git", tmp_path))
+    with Host(str(folder), tmp_path / "data", git_history="off") as host:
+        assert not host.loader.capabilities.history
+        UnitService(host).apply_patch("counter", "__init__.py", old="step = 1", new="step = 2")
+    assert git(folder, "status", "--porcelain") == " M counter/__init__.py\n"
+    assert git(folder, "for-each-ref", "refs/unit-mcp") == ""
 
 
 def test_a_folder_git_ignores_gets_no_history(tmp_path: Path) -> None:

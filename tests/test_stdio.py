@@ -121,3 +121,23 @@ async def test_a_line_longer_than_the_limit_is_dropped_and_reading_goes_on() -> 
     reader.feed_data(b'\n{"after": 2}\n{"last": 3}')
     reader.feed_eof()
     assert [line async for line in _Lines(reader)] == ['{"short": 1}\n', '{"after": 2}\n', '{"last": 3}']
+
+
+@pytest.mark.parametrize("mode", ["branch", "off"])
+async def test_git_history_chooses_where_a_units_folder_in_git_records(
+    units_root: Path, tmp_path: Path, mode: str
+) -> None:
+    git = ["git", "-C", str(units_root), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "units"]):
+        subprocess.run([*git, *args], check=True)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "unit_mcp.server", "--stdio", "--units", str(units_root), "--git-history", mode],
+    )
+    async with Client(stdio_client(params), mode="legacy") as client:
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        assert ("unit_history" in listed) is (mode == "branch")
+        edit = {"unit_id": "counter", "source_id": "__init__.py", "old": "step = 1", "new": "step = 3"}
+        assert not (await client.call_tool("unit_apply_patch", edit)).is_error
+    log = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True, check=True).stdout
+    assert log.splitlines()[0] == ("unit_apply_patch: counter/__init__.py" if mode == "branch" else "units")

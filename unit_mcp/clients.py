@@ -3,7 +3,7 @@
 Each points at this run's URL and token and, where the client allows, offers the model only the unit tools:
 the isolated OpenCode launcher (see `opencode_isolation`), Claude Code's `--mcp-config` file and command
 (`--strict-mcp-config` ignores every other MCP config, `--tools ""` removes the built-in tools), a Gemini
-CLI home (`GEMINI_CLI_HOME`, with the built-in tools excluded and telemetry and updates off), Cursor's and
+CLI home (`GEMINI_CLI_HOME`: an allow-list of only this server's tools, telemetry and updates off), Cursor's and
 VS Code's `mcp.json` shapes, and an MCP Inspector command line using the project's pinned copy when there is
 one. No printed line carries the token: it is in the files, which only the user can read.
 `write_client_configs()` returns the lines the server prints, `NAME=value` each.
@@ -20,23 +20,10 @@ from .opencode_isolation import write_json_atomically, write_launcher
 from .paths import private_dir
 
 INSPECTOR_VERSION = "2.12.0"
-GEMINI_BUILTIN_TOOLS = (
-    "update_topic",
-    "list_directory",
-    "read_file",
-    "grep_search",
-    "glob",
-    "google_web_search",
-    "enter_plan_mode",
-    "invoke_agent",
-    "write_file",
-    "replace",
-    "run_shell_command",
-    "web_fetch",
-    "save_memory",
-    "write_todos",
-)
-"""Gemini CLI 0.61's own tools, hidden from the model so that it is offered the unit tools only."""
+GEMINI_VERSION = "0.61.0"
+"""The Gemini CLI these settings were checked against (tests/clients): `tools.core` is the allow-list of what the
+model is offered, here only these servers' tools (`mcp_NAME_*`): no built-in tool matches it, whatever tools a
+version adds, and everything else is denied; `mcp.allowed` connects only these servers."""
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
 _NPM_TOOLS = _CHECKOUT / ".cache" / "npm-tools" / "node_modules"
@@ -90,13 +77,15 @@ def gemini_server_entry(endpoint: Endpoint, *, transport: str = "http") -> dict[
 
 
 def gemini_settings(servers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`.gemini/settings.json`: these MCP servers, the built-in tools excluded, telemetry and updates off."""
+    """`.gemini/settings.json`: these MCP servers and nothing else (no built-in tool is allowed, no other server),
+    telemetry and updates off."""
     return {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
         "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False},
-        "tools": {"exclude": list(GEMINI_BUILTIN_TOOLS)},
+        "tools": {"core": [f"mcp_{name}_*" for name in servers]},
+        "mcp": {"allowed": list(servers)},
         "mcpServers": servers,
     }
 

@@ -2,7 +2,8 @@
 
 Every file-specific safety rule lives here and in `paths`: descriptor walks that never follow a link, atomic
 writes that keep the file's mode, no symlinked units. When the root lies inside a git work tree, every accepted
-write is committed (`githistory.py`), which gives the loader the `history` capability.
+write is recorded (`githistory.py`: on a ref of its own by default), which gives the loader the `history`
+capability.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from .loader import (
 )
 
 if TYPE_CHECKING:
-    from .githistory import GitHistory
+    from .githistory import GitHistory, GitMode
 
 
 class FilesystemLoader:
@@ -47,16 +48,16 @@ class FilesystemLoader:
 
     name = "filesystem"
 
-    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, history: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False, git_history: GitMode = "ref") -> None:
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise FileNotFoundError(f"units root {self.root} is not a directory")
         self.address = self.location = str(self.root)
         self._git: GitHistory | None = None
-        if history and not read_only:
+        if not read_only:
             from .githistory import GitHistory
 
-            self._git = GitHistory.find(self.root)
+            self._git = GitHistory.find(self.root, git_history)
         self.capabilities = Capabilities(write=not read_only, create=not read_only, history=self._git is not None)
         self._write_lock = threading.Lock()
         self._own_writes: dict[str, str | None] = {}
@@ -193,7 +194,7 @@ class FilesystemLoader:
 
     def accept(self, written: Written) -> None:
         if self._git is not None:
-            self._git.commit(self._path(written.source), written.tool_call)
+            self._git.commit(self._path(written.source), written.tool_call, written.data)
 
     def _note(self, parts: list[str], data: bytes | None) -> None:
         """Remember a write of ours so that the watcher does not reload it a second time."""

@@ -18,7 +18,7 @@ import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import applog, cancel, paths
 from .activities import Activities
@@ -26,6 +26,9 @@ from .importer import BytecodeCache, UnitFinder
 from .loader import Loader, UnitKind, Watch
 from .redact import Redactor
 from .units import open_loader
+
+if TYPE_CHECKING:
+    from .githistory import GitMode
 
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
 _claimed_namespaces: dict[str, Host] = {}
@@ -122,13 +125,14 @@ class Host:
         log_backups: int = 3,
         reload_timeout: float = 30.0,
         app_log: bool = True,
+        git_history: GitMode = "ref",
     ) -> None:
         """`units` is a loader, or what `open_loader` opens (a folder, `sqlite:PATH`); a loader opened here is
         closed with the host. `app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its
         stderr instead). The data dir must be ours alone (`paths.private_dir`): its bytecode cache is run."""
         self.data_dir = paths.private_dir(Path(data_dir))
         if isinstance(units, (str, os.PathLike)):
-            units = open_loader(units, read_only=read_only)
+            units = open_loader(units, read_only=read_only, git_history=git_history)
             self._owns_loader = True
         else:
             self._owns_loader = False

@@ -27,6 +27,7 @@ import anyio
 from . import paths
 from .bridge import Bridge, BridgeError, serve_until_stopped
 from .clients import Endpoint, write_client_configs
+from .githistory import GIT_MODES
 from .host import Host
 from .loader import SQLITE_PREFIX
 from .loopback import is_loopback
@@ -78,6 +79,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--env-file",
         type=Path,
         help="also write the printed KEY=VALUE lines to this file (atomically, mode 0600), e.g. for `set -a; . FILE`",
+    )
+    parser.add_argument(
+        "--git-history",
+        choices=GIT_MODES,
+        default="ref",
+        help="units folder in a git work tree: record each accepted write on refs/unit-mcp/history (ref, the "
+        "default; the branch, index and work tree stay untouched), as a commit on the current branch, or not at all",
     )
     parser.add_argument("--no-watch", action="store_true", help="do not reload units when their files change on disk")
     parser.add_argument(
@@ -157,7 +165,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
             units = data_dir / _DATA_FOLDERS[-1]
             if not any(units.iterdir()):
                 _copy_private(EXAMPLE_UNITS, units)
-        host = Host(units, data_dir)
+        host = Host(units, data_dir, git_history=args.git_history)
         host.start()
     stack.callback(host.close)
     if not host.unit_kinds():

@@ -11,12 +11,17 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .loader import SQLITE_PREFIX, ForeignStore, Loader, Source, SourceExists
 
+if TYPE_CHECKING:
+    from .githistory import GitMode
 
-def open_loader(units: str | os.PathLike[str], *, read_only: bool = False) -> Loader:
-    """`sqlite:PATH` opens (or creates) a database; anything else is a units folder."""
+
+def open_loader(units: str | os.PathLike[str], *, read_only: bool = False, git_history: GitMode = "ref") -> Loader:
+    """`sqlite:PATH` opens (or creates) a database; anything else is a units folder (`git_history`: where a
+    folder inside a git work tree records its history)."""
     text = os.fspath(units)
     if text.startswith(SQLITE_PREFIX):
         from .sqliteloader import SqliteLoader
@@ -24,7 +29,7 @@ def open_loader(units: str | os.PathLike[str], *, read_only: bool = False) -> Lo
         return SqliteLoader(text[len(SQLITE_PREFIX) :], read_only=read_only)
     from .folderloader import FilesystemLoader
 
-    return FilesystemLoader(text, read_only=read_only)
+    return FilesystemLoader(text, read_only=read_only, git_history=git_history)
 
 
 def copy_units(source: Loader, target: Loader, *, replace: bool = False) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from unit_mcp.agent import SessionStore
 from unit_mcp.agent._cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
@@ -224,3 +225,83 @@ async def test_help_shows_the_real_defaults(tmp_path: Path) -> None:
     flat = " ".join(out.split())
     assert code == 0 and "(default: $MCP_URL;" in flat and "(yours, mode 0600; default: $MCP_TOKEN or" in flat
     assert "(default: $OPENAI_BASE_URL)" in flat
+
+
+async def test_sessions_are_archived_and_deleted_from_the_cli_and_the_audit_says_so(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    store = SessionStore(data)
+    old, spent, held = (store.create("unit-agent", title=title) for title in ("old work", "spent", "held"))
+    store.close()
+    held_open = SessionStore(data)
+    held_open.load(held.id)  # another process's writer: as if a turn ran there now
+    try:
+        code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", held.id)
+        assert code == 1 and len(err.splitlines()) == 1, err
+        assert last_line(err).startswith(f"error: session {held.id} is open in another process")
+    finally:
+        held_open.close()
+
+    code, _, err = await agent_cli("--data-dir", data, "sessions", "archive", old.id)
+    assert code == 0 and err == f"archived session {old.id} (0 items)\n", err
+    code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", spent.id)
+    assert code == 0 and err == f"deleted session {spent.id} (0 items)\n", err
+    code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", spent.id)
+    assert code == 1 and last_line(err).startswith(f"error: no session {spent.id} in {data}")
+
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "list", "--json")
+    assert code == 0 and [meta["id"] for meta in json.loads(out)] == [held.id]
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "list", "--archived", "--json")
+    assert code == 0 and [meta["id"] for meta in json.loads(out)] == [old.id]
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "audit", "--json")
+    audit = [(r["action"], r["via"], r["session"]["id"]) for r in json.loads(out)]
+    assert code == 0 and audit == [("archive", "cli", old.id), ("delete", "cli", spent.id)]
+    code, out, _ = await agent_cli("--data-dir", data, "sessions", "audit")
+    assert code == 0 and out.splitlines()[1].endswith(f"delete  {spent.id}  via cli  spent"), out
+
+
+async def test_run_takes_its_agents_from_a_file_and_runs_any_of_them_by_id(tmp_path: Path) -> None:
+    steps = [say("looks fine", when=Match(user_contains="review"))]
+    data = str(tmp_path / "agent-data")
+    async with ScriptedModel(steps) as model:
+        agents = tmp_path / "agents.toml"
+        agents.write_text(
+            "[[agent]]\nid = 'writer'\nprovider = 'openai'\nmodel = 'w'\n\n"
+            f"[[agent]]\nid = 'reviewer'\nprovider = 'openai'\nmodel = 'r'\nbase_url = '{model.base_url}'\n"
+            "api_key_env = 'REVIEWER_KEY'\nsystem_prompt = 'You review; you never edit.'\npresets = ['reading']\n",
+            encoding="utf-8",
+        )
+        presets = tmp_path / "presets.toml"
+        presets.write_text("[[preset]]\nname = 'reading'\ntools = ['unit_read_*']\n", encoding="utf-8")
+        env = {"REVIEWER_KEY": "reviewer-key", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}  # writer: never asked
+        code, out, err = await cli_with_env(
+            env, "--data-dir", data, "run", "--agents", str(agents), "--presets", str(presets),
+            "--agent", "reviewer", "review", "the", "counter",
+        )  # fmt: skip
+        assert code == 0, err
+        (request,) = model.requests
+    assert out.strip() == "looks fine"
+    assert request.body["model"] == "r" and request.api_key == "reviewer-key"
+    assert request.messages[0]["role"] == "system" and "You review; you never edit." in request.messages[0]["content"]
+    session_id = err.strip().splitlines()[-1].removeprefix("session: ")
+    session = SessionStore(data, read_only=True).require(session_id)
+    assert session.agent_id == "reviewer"
+    activated = [item.data for item in session.items if getattr(item, "kind", "") == "preset-activated"]
+    assert [(event["name"], event["by"]) for event in activated] == [("reading", "user")]  # as the file says
+
+    without_presets = ["--data-dir", data, "run", "--agents", str(agents), "--agent", "reviewer", "x"]
+    code, _, err = await cli_with_env(env, *without_presets)
+    assert code == 1 and last_line(err) == (
+        "error: agent reviewer names presets, but no preset file declares them (--presets) (--agents)"
+    )
+
+    code, _, err = await cli_with_env(
+        env, "--data-dir", data, "run", "--agents", str(agents), "--presets", str(presets), "--agent", "x", "hi"
+    )
+    assert code == 1 and last_line(err) == (
+        "error: no agent 'x' (these are registered: reviewer, writer); pick one with --agent"
+    )
+    code, _, err = await cli_with_env({}, "--data-dir", data, "run", "--agents", str(agents), "hi")
+    assert code == 2 and last_line(err) == "error: give --base-url or set OPENAI_BASE_URL"  # writer names none
+    agents.write_text("[[agent]]\nid = 'n'\nprovider = 'claude'\nmodel = 'm'\n", encoding="utf-8")
+    code, _, err = await cli_with_env(env, "--data-dir", data, "run", "--agents", str(agents), "hi")
+    assert code == 2 and "agents.toml: agent #1 is invalid: provider: Input should be" in last_line(err)

@@ -73,19 +73,22 @@ async def test_one_subscription_sees_a_turn_from_start_to_end(tmp_path: Path) ->
         session = await runner.create_session("f")
         async with runner.events() as events:
             handle = await runner.run_turn(session.id, "go")
-            seen = await drain(events, ended)
+            seen = await drain(events, lambda e: e.kind == "agent-status" and e.data["status"] == "idle")
         await handle.wait(5)
 
-    assert all(e.session_id == session.id and e.turn_id == handle.id for e in seen)
+    assert all(e.session_id == session.id and e.turn_id == handle.id for e in seen if e.kind != "agent-status")
     assert [(e.kind, e.data.get("status") or e.data.get("name") or e.data.get("delta")) for e in seen] == [
         ("turn-status", "running"),
+        ("agent-status", "running"),  # the agent's own status: running while any turn of it runs
         ("text", ""),
         ("tool-call-started", "work"),
         ("tool-call-finished", "work"),
         ("text", "all done"),
         ("turn-status", "completed"),
+        ("agent-status", "idle"),
     ]
-    finished = seen[3].data
+    assert {e.data["agent_id"] for e in seen if e.kind == "agent-status"} == {"f"}
+    finished = seen[4].data
     assert finished["is_error"] is False and finished["duration"] >= 0
     assert [e.seq for e in seen] == sorted(e.seq for e in seen)
 
@@ -177,7 +180,7 @@ async def test_a_slow_subscriber_never_blocks_a_turn_and_is_told_what_it_missed(
     assert total > 3
     assert gap.kind == "gap" and gap.data["dropped"] == total - 3
     assert gap.data["resumes_at"] == kept[0].seq
-    assert ended(kept[-1])
+    assert ended(kept[-2]) and (kept[-1].kind, kept[-1].data["status"]) == ("agent-status", "idle")
 
 
 async def test_server_sent_events_over_loopback(tmp_path: Path) -> None:
@@ -213,9 +216,9 @@ async def test_server_sent_events_over_loopback(tmp_path: Path) -> None:
             await server.stop()
         await handle.wait(5)
     kinds = [kind for kind, _ in frames]
-    assert kinds == ["ready", "turn-status", "text", "turn-status"]
-    assert frames[2][1]["data"]["delta"] == "streamed over http"
-    assert frames[2][1]["session_id"] == session.id
+    assert kinds == ["ready", "turn-status", "agent-status", "text", "turn-status"]
+    assert frames[3][1]["data"]["delta"] == "streamed over http"
+    assert frames[3][1]["session_id"] == session.id
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -255,8 +258,8 @@ async def test_a_turn_resumed_after_its_process_ended_reports_its_answer_and_the
     async with runner, runner.events() as events:
         handle = await runner.answer_approval(PAUSED_SESSION, waited[0], approved=True)
         assert handle is not None
-        seen = await drain(events, ended)
-    assert [(e.kind, e.data.get("status") or e.data.get("name")) for e in seen if e.kind != "text"] == [
+        seen = [e for e in await drain(events, ended) if e.kind not in ("text", "agent-status")]
+    assert [(e.kind, e.data.get("status") or e.data.get("name")) for e in seen] == [
         ("approval-answered", None),
         ("turn-status", "running"),
         ("tool-call-started", "deploy"),
@@ -319,3 +322,28 @@ async def test_a_queued_turn_starting_while_the_runner_shuts_down_is_disposed_no
         "turn-started",
         "turn-cancelled",
     ]
+
+
+async def test_agent_status_follows_every_turn_of_an_agent_and_ends_disposed(tmp_path: Path) -> None:
+    release = anyio.Event()
+
+    async def slow(request: ModelRequest, ctx: TurnContext) -> str:
+        await release.wait()
+        return "done"
+
+    agents = {"f": lambda deps: FunctionAgent(slow, id="f"), "g": lambda deps: FunctionAgent(slow, id="g")}
+    async with running(tmp_path, agents) as runner:
+        one, two, three = [await runner.create_session(agent) for agent in ("f", "f", "g")]
+        events = runner.events()
+        first, second = await runner.run_turn(one.id, "a"), await runner.run_turn(two.id, "b")
+        await runner.run_turn(three.id, "c")
+        release.set()
+        await first.wait(5)
+        await second.wait(5)
+        seen = await drain(events, lambda e: e.kind == "agent-status" and e.data == {"agent_id": "f", "status": "idle"})
+        release = anyio.Event()  # a new turn of g waits until the runner stops
+        await runner.run_turn(three.id, "d")
+    seen += [e async for e in events]  # the rest, up to the runner's end
+    statuses = [(e.data["agent_id"], e.data["status"]) for e in seen if e.kind == "agent-status"]
+    assert [s for s in statuses if s[0] == "f"] == [("f", "running"), ("f", "idle"), ("f", "disposed")]  # 2 turns
+    assert [s for s in statuses if s[0] == "g"][-2:] == [("g", "running"), ("g", "disposed")]

@@ -10,6 +10,7 @@ import pytest
 
 from unit_mcp.agent import (
     AgentApprovals,
+    AgentError,
     AgentRunner,
     AgentToolSurface,
     FunctionAgent,
@@ -18,6 +19,7 @@ from unit_mcp.agent import (
     ModelResponse,
     TurnContext,
     TurnStatus,
+    delegate,
     delegation_tool,
 )
 from unit_mcp.agent.hooks import Refusal, StepResult, ToolCall
@@ -274,6 +276,65 @@ async def test_delegation_runs_another_agent_in_a_linked_child_session(tmp_path:
     assert events["delegation-started"]["child_session_id"] == child_meta.id
     assert events["delegation-finished"]["status"] == "completed"
     assert events["delegation-finished"]["result"] == "4 units (count the units)"
+
+
+async def test_a_reusing_delegation_tool_continues_the_same_child_session(tmp_path: Path) -> None:
+    def parent(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
+        if request.messages[-1]["role"] == "user":
+            return ModelResponse.calling(("delegate_to_helper", {"task": user_texts(request)[-1]}))
+        return str(request.messages[-1]["content"])
+
+    def helper(request: ModelRequest, ctx: TurnContext) -> str:
+        return " then ".join(user_texts(request))  # everything this child session was asked so far
+
+    surface = AgentToolSurface(AgentApprovals())
+    surface.add_local(delegation_tool("helper", reuse=True))
+    agents = {
+        "parent": lambda deps: FunctionAgent(parent, id="parent"),
+        "helper": lambda deps: FunctionAgent(helper, id="helper"),
+    }
+    async with running(tmp_path, agents, surface=surface) as runner:
+        session = await runner.create_session("parent")
+        first = await (await runner.run_turn(session.id, "count")).wait(5)
+        second = await (await runner.run_turn(session.id, "double it")).wait(5)
+        (child,) = [meta for meta in await runner.list_sessions() if meta.agent_id == "helper"]
+    assert (first.result, second.result) == ("count", "count then double it")
+    assert child.parent_id == session.id
+    started = [i.data for i in reload(tmp_path, session.id).items if getattr(i, "kind", "") == "delegation-started"]
+    assert [event["child_session_id"] for event in started] == [child.id, child.id]
+
+
+async def test_an_agent_resolves_another_through_ctx_agents_and_names_the_child_session(tmp_path: Path) -> None:
+    outcomes: list[str] = []
+
+    async def parent(request: ModelRequest, ctx: TurnContext) -> str:
+        assert ctx.agents.get("nobody") is None
+        helper = ctx.agents.require("helper")
+        child = user_texts(request)[-1]  # the child session's id, as the user names it
+        try:
+            handle = await delegate(ctx, helper.id, f"task for {child}", child_session_id=child)
+        except AgentError as exc:
+            outcomes.append(f"refused: {exc}")
+            return "refused"
+        outcomes.append(f"{handle.session_id}: {handle.result}")
+        return "done"
+
+    def helper(request: ModelRequest, ctx: TurnContext) -> str:
+        return f"{ctx.session_id} heard {len(user_texts(request))}"
+
+    agents = {
+        "parent": lambda deps: FunctionAgent(parent, id="parent"),
+        "helper": lambda deps: FunctionAgent(helper, id="helper"),
+    }
+    async with running(tmp_path, agents) as runner:
+        session = await runner.create_session("parent")
+        stranger = await runner.create_session("helper")  # a helper session, but not this parent's child
+        for child in ("ses-named-child", "ses-named-child", stranger.id):
+            await (await runner.run_turn(session.id, child)).wait(5)
+        named = await runner.get_session("ses-named-child")
+    assert outcomes[:2] == ["ses-named-child: ses-named-child heard 1", "ses-named-child: ses-named-child heard 2"]
+    assert outcomes[2].startswith(f"refused: session {stranger.id} is not a child of session {session.id}")
+    assert named is not None and named.parent_id == session.id and named.agent_id == "helper"
 
 
 async def test_cancelling_the_parent_cancels_the_delegated_turn(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from unit_mcp.clients import Endpoint, claude_config, gemini_server_entry, gemini_settings
+from unit_mcp.clients import GEMINI_VERSION, Endpoint, claude_config, gemini_server_entry, gemini_settings
 from unit_mcp.testing import Match, RecordedRequest, ScriptedModel, Step, call, say, tool_call
 from unit_mcp.tools import tool_risks
 
@@ -175,3 +175,9 @@ def test_client_with_a_wrong_token_offers_no_unit_tool(
     if client == "claude":  # Claude Code also says so in its init event
         init = next(json.loads(line) for line in done.stdout.splitlines() if '"subtype":"init"' in line)
         assert {"name": SERVER, "status": "failed"} in init["mcp_servers"], init["mcp_servers"]
+
+
+def test_the_pinned_gemini_is_the_one_its_settings_were_checked_against(client_binaries: dict[str, Path]) -> None:
+    """The tests above check the allow-lists on this version; a new pin needs them run (and GEMINI_VERSION moved)."""
+    package = client_binaries["gemini"].resolve().parents[1] / "package.json"
+    assert json.loads(package.read_text(encoding="utf-8"))["version"] == GEMINI_VERSION

@@ -10,8 +10,6 @@ import stat
 import subprocess
 from pathlib import Path
 
-from unit_mcp.clients import GEMINI_BUILTIN_TOOLS
-
 from .conftest import REPO, SERVER, client_env
 
 
@@ -40,7 +38,7 @@ def test_every_client_config_points_at_this_run(server: dict[str, str]) -> None:
 
     settings = _json(Path(server["GEMINI_CLI_HOME"]) / ".gemini" / "settings.json")
     assert settings["mcpServers"] == {SERVER: {"httpUrl": url, "headers": bearer, "trust": True}}
-    assert settings["tools"]["exclude"] == list(GEMINI_BUILTIN_TOOLS)
+    assert settings["tools"] == {"core": [f"mcp_{SERVER}_*"]} and settings["mcp"] == {"allowed": [SERVER]}
     assert settings["telemetry"] == {"enabled": False} and settings["privacy"] == {"usageStatisticsEnabled": False}
     assert settings["general"]["enableAutoUpdate"] is False
 

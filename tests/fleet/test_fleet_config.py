@@ -1,5 +1,6 @@
 """The fleet without live nodes: node arguments, the capability summary of a node's config, a node that does
-not answer (a real closed port), and the command line's refusals."""
+not answer (a real closed port, and a real socket that never answers: the escalation), the tools' risk labels
+and argument ranges, and the command line's refusals."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from mcp import Client
 
 from unit_mcp.fleet import Fleet, FleetError, FleetTools, NodeSpec, capability_summary, node_specs
+from unit_mcp.wire import ERROR_META_KEY, RISK_META_KEY, RISKS
 
 pytestmark = pytest.mark.anyio
 
@@ -60,16 +65,31 @@ def test_capability_summary(permission: object, expected: str) -> None:
     assert summary.model == "p/m"
 
 
-async def test_a_node_that_does_not_answer_is_reported_not_fatal() -> None:
+def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again before the fleet calls it: nothing listens there
+        return int(sock.getsockname()[1])  # closed again before the fleet calls it: nothing listens there
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that takes connections (the kernel's backlog) but never answers a request."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield int(sock.getsockname()[1])
+
+
+async def test_a_node_that_does_not_answer_is_reported_not_fatal() -> None:
+    port = closed_port()
     async with Fleet([NodeSpec("gone", f"http://127.0.0.1:{port}")], timeout=2) as fleet:
         health = await fleet.health("gone")
         assert not health.healthy and "did not answer GET /global/health" in (health.error or "")
+        assert health.escalation is not None and "Do not dispatch to node gone" in health.escalation.next_step
         tools = FleetTools(fleet)
         failed = await tools.call("fleet_send_message", {"node": "gone", "message": "hello"})
         assert failed.is_error and failed.content[0].text.startswith("[node_error] OpenCode node")  # type: ignore[union-attr]
+        assert failed.meta is not None and failed.meta[ERROR_META_KEY]["code"] == "node_error"
         unknown = await tools.call("fleet_nope", {})
         assert unknown.is_error and "use one of: fleet_list_nodes" in unknown.content[0].text  # type: ignore[union-attr]
         listed = await tools.call("fleet_list_nodes", {})
@@ -89,3 +109,40 @@ def test_the_command_line_refuses_bad_arguments() -> None:
             [sys.executable, "-m", "unit_mcp.fleet", *args], capture_output=True, text=True, timeout=60, check=False
         )
         assert done.returncode == 2 and message in done.stderr
+
+
+async def test_a_health_check_that_times_out_escalates(silent_port: int) -> None:
+    url = f"http://127.0.0.1:{silent_port}"
+    async with Fleet([NodeSpec("hung", url)], timeout=1) as fleet:
+        answer = await FleetTools(fleet).call("fleet_node_health", {"node": "hung"})
+    assert not answer.is_error and answer.structured_content is not None
+    health = answer.structured_content
+    assert not health["healthy"] and "Timeout" in health["error"]
+    escalation = health["escalation"]
+    assert escalation["tried"] == [f"{health['error']} (waited up to 1 s)"]
+    assert len(escalation["check"]) == 3 and f"curl {url}/global/health" in escalation["check"][0]
+    assert "Do not dispatch to node hung" in escalation["next_step"]
+    assert "call fleet_node_health again later" in escalation["next_step"]
+
+
+async def test_every_tool_has_a_risk_label_and_limit_is_refused_outside_its_range() -> None:
+    async with (
+        Fleet([NodeSpec("gone", f"http://127.0.0.1:{closed_port()}")], timeout=2) as fleet,
+        Client(FleetTools(fleet).server()) as client,
+    ):
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        risks = {name: (tool.meta or {}).get(RISK_META_KEY) for name, tool in listed.items()}
+        assert set(risks.values()) <= set(RISKS) and None not in risks.values(), risks
+        assert risks["fleet_send_message"] == "shell" and risks["fleet_reset_session"] == "destructive"
+        assert "may run anything its own permission rules allow" in (listed["fleet_send_message"].description or "")
+        assert [name for name, risk in risks.items() if risk == "normal"] == [
+            name for name in listed if name not in ("fleet_send_message", "fleet_reset_session")
+        ]
+        limit = listed["fleet_get_session_messages"].input_schema["properties"]["limit"]
+        assert (limit["minimum"], limit["maximum"]) == (1, 100)
+        for bad in (0, 101):
+            arguments: dict[str, Any] = {"node": "gone", "session_id": "ses_x", "limit": bad}
+            refused = await client.call_tool("fleet_get_session_messages", arguments)
+            assert refused.is_error and refused.meta is not None
+            assert refused.meta[ERROR_META_KEY]["code"] == "invalid_arguments"
+            assert "limit: Input should be" in refused.content[0].text  # type: ignore[union-attr]

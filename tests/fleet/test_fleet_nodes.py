@@ -1,7 +1,8 @@
 """A master MCP client drives two real OpenCode nodes through `python -m unit_mcp.fleet` (a real subprocess on
 the loopback bridge, and over stdio): health with capabilities, dispatch → poll → retrieve on both nodes in
 parallel, sessions, models, interrupt and reset. The nodes run the scripted model and call a tool of the real
-agent endpoint, so the tests see what reached the tools, not only what the nodes said."""
+agent endpoint, so the tests see what reached the tools, not only what the nodes said. A session another client
+started before the fleet existed is answered from the node, never guessed idle."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from opencode.event_proxy import EventProxy
 from opencode.opencode_stack import MODEL, Node, agent_stack, oc
 from server_process import ServerProcess
 
-from unit_mcp.fleet import INSTRUCTIONS, Fleet, NodeSpec
+from unit_mcp.fleet import INSTRUCTIONS, Fleet, FleetTools, NodeSpec
 from unit_mcp.fleet.nodes import password_variable
 from unit_mcp.testing import Match, call, say, tool_call
+from unit_mcp.wire import ERROR_META_KEY
 
 pytestmark = pytest.mark.anyio
 ANSWER_DELAY = 2.0  # each node's first model answer takes this long, so the two tasks overlap visibly
@@ -226,3 +228,35 @@ async def test_with_the_event_stream_down_the_status_comes_from_the_node(tmp_pat
                         await anyio.sleep(0.2)
                 assert status.source == "node" and status.session_id == sent.session_id
                 assert proxy.event_connections > 0 and fleet.list_nodes().nodes[0].event_stream == "reconnecting"
+
+
+async def test_a_session_busy_before_the_fleet_started_is_answered_from_the_node(
+    tmp_path: Path, opencode_binary: Path
+) -> None:
+    steps = [call(tool_call(oc("slow_echo"), {"seconds": 60}), when=Match(user_contains="slow task", has_tools=True))]
+    async with agent_stack(tmp_path, opencode_binary, steps, nodes=1) as stack:
+        busy = await stack.node.client.send(None, "slow task")  # another client, before the fleet exists
+        with anyio.fail_after(POLL_TIMEOUT):
+            await stack.recorder.slow_started.wait()
+        spec = NodeSpec("a", stack.node.client.base_url, password=stack.node.process.password)
+        async with Fleet([spec], timeout=10) as fleet:
+            tools = FleetTools(fleet)
+            assert await fleet.node("a").client.events.wait_connected(POLL_TIMEOUT)
+            # the stream is up but never saw this session go busy: its cache would say idle
+            assert fleet.node("a").client.status(busy.session_id) == "idle"
+            status = await fleet.status("a", busy.session_id)
+            assert (status.status, status.source) == ("busy", "node")
+            read = await fleet.messages("a", busy.session_id)
+            assert read.status == "busy" and read.messages[0].text == "slow task"
+
+            unknown = await tools.call("fleet_get_session_status", {"node": "a", "session_id": "ses_nope"})
+            assert unknown.is_error and unknown.meta is not None
+            assert unknown.meta[ERROR_META_KEY]["code"] == "unknown_session"
+            assert "does not know session ses_nope" in unknown.content[0].text  # type: ignore[union-attr]
+
+            assert (await fleet.interrupt("a", busy.session_id)).interrupted
+            with anyio.fail_after(POLL_TIMEOUT):
+                while (status := await fleet.status("a", busy.session_id)).status != "idle":
+                    await anyio.sleep(0.2)
+            assert status.source == "node"
+    assert stack.recorder.slow == ["started", "cancelled"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import anyio
+import httpx
 import pytest
 
 from unit_mcp.agent import (
@@ -77,3 +79,50 @@ async def test_a_delegation_is_linked_both_ways_and_a_failed_tool_is_marked(tmp_
 
         assert (await client.get("/sessions/ses-nope")).status_code == 404
         assert (await client.get("/sessions/..%2F..%2Fetc")).status_code == 404
+
+
+async def test_a_session_is_archived_or_deleted_from_the_list_but_not_while_its_turn_runs(tmp_path: Path) -> None:
+    release = anyio.Event()
+
+    async def slow(request: ModelRequest, ctx: TurnContext) -> str:
+        await release.wait()
+        return "done"
+
+    registry = AgentRegistry()
+    registry.register("slow", lambda deps: FunctionAgent(slow, id="slow"))
+    async with (
+        AgentRunner(store=tmp_path / "sessions", registry=registry, tools=AgentToolSurface(AgentApprovals())) as runner,
+        serving(runner) as (ui, base),
+        page_client(ui.login_url(base)) as client,
+    ):
+        busy, old, spent = [await runner.create_session("slow", title=title) for title in ("busy", "old", "spent")]
+        turn = await runner.run_turn(busy.id, "take your time")
+        listing = (await client.get("/sessions")).text
+        assert listing.count('class="retire"') == 2 and f"/sessions/{busy.id}/retire" not in listing  # no button
+
+        async def retire(session_id: str, action: str) -> str:
+            answer = await client.post(
+                f"/sessions/{session_id}/retire",
+                data={"action": action},
+                headers={"Origin": base},
+                follow_redirects=True,
+            )
+            assert answer.status_code == 200, answer.text
+            return answer.text
+
+        assert f"Not deleted: session {busy.id} has a running turn." in await retire(busy.id, "delete")
+        archived = await retire(old.id, "archive")
+        assert f"Archived session {old.id} (old); the store&#39;s audit log records it." in archived
+        assert f"Deleted session {spent.id} (spent)" in await retire(spent.id, "delete")
+        async with httpx.AsyncClient(base_url=base) as stranger:  # no page session: refused before the route
+            refused = await stranger.post(
+                f"/sessions/{old.id}/retire", data={"action": "delete"}, headers={"Origin": base}
+            )
+        assert refused.status_code == 401
+        assert [meta.id for meta in await runner.list_sessions()] == [busy.id]
+        audit = [(r["action"], r["via"], r["session"]["id"]) for r in runner.store.audit()]
+        assert audit == [("archive", "page", old.id), ("delete", "page", spent.id)]
+
+        release.set()
+        await turn.wait(10)
+        assert f"Deleted session {busy.id} (busy)" in await retire(busy.id, "delete")  # idle now

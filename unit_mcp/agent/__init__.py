@@ -30,6 +30,7 @@ _EXPORTS = {
     "Hooks": "hooks",
     "ModelRequest": "hooks",
     "ModelResponse": "hooks",
+    "delegate": "_delegation",
     "delegation_tool": "_delegation",
     "ApprovedEndpoint": "_endpoint",
     "SessionStore": "sessions",
@@ -64,13 +65,14 @@ __all__ = [
     "TurnContext",
     "TurnHandle",
     "TurnStatus",
+    "delegate",
     "delegation_tool",
     "events_app",
 ]
 
 if TYPE_CHECKING:
     from ._context import TurnContext
-    from ._delegation import delegation_tool
+    from ._delegation import delegate, delegation_tool
     from ._endpoint import ApprovedEndpoint
     from ._function_agent import FunctionAgent
     from ._loop import LoopAgent

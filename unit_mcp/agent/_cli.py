@@ -2,9 +2,11 @@
 that a turn was waiting for when its process ended.
 
     MCP_TOKEN=… python -m unit_mcp.agent run --mcp-url URL --base-url URL --model M "add a reset button"
+    MCP_TOKEN=… python -m unit_mcp.agent run --agents agents.toml --agent reviewer ... "review the counter unit"
     python -m unit_mcp.agent sessions list
     python -m unit_mcp.agent sessions show SESSION_ID
     python -m unit_mcp.agent sessions pending SESSION_ID
+    python -m unit_mcp.agent sessions delete|archive SESSION_ID     (sessions audit lists what was removed)
     python -m unit_mcp.agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
     python -m unit_mcp.agent ui [--port P] --mcp-url URL ... --model M
 
@@ -41,7 +43,7 @@ from ._paused import RESUMED_OUTPUT
 from ._projections import transcript_line
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import ErrorItem, Item, MessageItem, ToolCallItem, ToolResultItem
-from .sessions import SessionStore
+from .sessions import ARCHIVE, SessionStore
 
 if TYPE_CHECKING:
     from ._mcpsource import McpToolSource
@@ -87,6 +89,15 @@ def preset_file(path: str) -> list[Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def agents_file(path: str) -> list[Any]:
+    from .agentfile import AgentFileError, load_agents
+
+    try:
+        return load_agents(path)
+    except AgentFileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m unit_mcp.agent", description=__doc__.split("\n\n")[0])
     top.add_argument(
@@ -99,7 +110,11 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
 
     turns = argparse.ArgumentParser(add_help=False)
-    turns.add_argument("--model", required=True, help="model name at the OpenAI-compatible endpoint")
+    turns.add_argument("--model", help="model name at the OpenAI-compatible endpoint (the unit-agent agent)")
+    turns.add_argument(
+        "--agents", type=agents_file, help="agents file (TOML or JSON: id, provider, model, ...), all built at start"
+    )
+    turns.add_argument("--agent", help="the agent a new session runs (default: unit-agent, else the file's first)")
     turns.add_argument(
         "--base-url", default=_env("OPENAI_BASE_URL"), help="OpenAI-compatible base URL (default: $OPENAI_BASE_URL)"
     )
@@ -135,16 +150,24 @@ def parser() -> argparse.ArgumentParser:
     )
     ui.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
 
-    sessions = commands.add_parser("sessions", help="list or show stored sessions, or their pending approvals")
+    sessions = commands.add_parser(
+        "sessions", help="list, show, delete or archive stored sessions, or list their pending approvals"
+    )
     which = sessions.add_subparsers(dest="action", required=True)
     listing = which.add_parser("list", help="every session, newest first")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--archived", action="store_true", help="the archived sessions instead")
     show = which.add_parser("show", help="one session's items")
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="print the session as one JSON document")
     pending = which.add_parser("pending", help="approvals a turn waited for when its process ended")
     pending.add_argument("session_id")
     pending.add_argument("--json", action="store_true", help="print JSON")
+    for action, text in (("delete", "delete a session for good"), ("archive", "move a session into the archive")):
+        retire = which.add_parser(action, help=f"{text} (refused while a turn runs in it; recorded in the audit)")
+        retire.add_argument("session_id")
+    audit = which.add_parser("audit", help="the sessions deleted or archived: when, from where, what they were")
+    audit.add_argument("--json", action="store_true", help="print JSON")
     return top
 
 
@@ -222,18 +245,19 @@ async def turn_runtime(
     presets = PresetManager(args.presets, state_path=data_dir / "active-presets.json") if args.presets else None
     surface = AgentToolSurface(approvals, presets=presets)
     registry = AgentRegistry()
-    registry.register(
-        AGENT_ID,
-        lambda deps: OpenAIAgent(
-            id=AGENT_ID,
-            model=args.model,
-            base_url=args.base_url,
-            api_key=args.api_key,
-            stream=not args.no_stream,
-            instructions=PERSONA,
-            max_steps=args.max_steps,
-        ),
-    )
+    if args.model:
+        registry.register(
+            AGENT_ID,
+            lambda deps: OpenAIAgent(
+                id=AGENT_ID,
+                model=args.model,
+                base_url=args.base_url,
+                api_key=args.api_key,
+                stream=not args.no_stream,
+                instructions=PERSONA,
+                max_steps=args.max_steps,
+            ),
+        )
     async with contextlib.AsyncExitStack() as stack:
         if args.mcp_url:
             source = McpToolSource(args.mcp_url, token=args.mcp_token)
@@ -245,6 +269,14 @@ async def turn_runtime(
                     raise
                 raise error from exc
             surface.add_source(source)
+        if args.agents:
+            from .agentfile import AgentFileError, start_agents
+
+            options = {"base_url": args.base_url, "api_key": args.api_key, "stream": not args.no_stream}
+            try:
+                await start_agents(stack, registry, args.agents, surface=surface, **options)
+            except AgentFileError as exc:
+                raise CliError(f"{exc} (--agents)") from exc
         with _store_error(data_dir):
             runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
         yield runner, TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
@@ -317,7 +349,15 @@ async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
     async with turn_runtime(args, data_dir, terminal) as (runner, callbacks):
         session = await runner.get_session(args.session) if args.session else None
         if session is None:
-            session = await runner.create_session(AGENT_ID, session_id=args.session, title=" ".join(args.prompt)[:80])
+            agent_id = args.agent or (AGENT_ID if args.model else args.agents[0].id)
+            if runner.registry.get(agent_id) is None:
+                known = ", ".join(info.id for info in runner.registry.list())
+                raise CliError(f"no agent {agent_id!r} (these are registered: {known}); pick one with --agent")
+            session = await runner.create_session(agent_id, session_id=args.session, title=" ".join(args.prompt)[:80])
+            for spec in args.agents or []:
+                if spec.id == agent_id:  # the presets its file says a new session of it starts with
+                    for name in spec.presets:
+                        await runner.set_preset(session.id, name, active=True)
         handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
         return await follow(handle, terminal, args)
 
@@ -405,9 +445,22 @@ async def follow(handle: TurnHandle, terminal: Terminal, args: argparse.Namespac
 def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
     if args.action == "pending":
         return pending_command(args, data_dir)
+    if args.action in ("delete", "archive"):
+        return retire_command(args, data_dir)
+    if args.action == "list" and args.archived:
+        data_dir = data_dir / ARCHIVE
     with _store_error(data_dir):
         store = SessionStore(data_dir, read_only=True)
     try:
+        if args.action == "audit":
+            records = store.audit()
+            if args.json:
+                print(json.dumps(records, indent=2))
+            for record in [] if args.json else records:
+                when = datetime.fromtimestamp(record["at"]).strftime("%Y-%m-%d %H:%M:%S")
+                session, via = record["session"], f"via {record['via']}"
+                print(f"{when}  {record['action']:<7} {session['id']}  {via:<8} {session['title'] or ''}")
+            return 0
         if args.action == "list":
             metas = store.list()
             if args.json:
@@ -429,6 +482,24 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
         return 0
     finally:
         store.close()
+
+
+def retire_command(args: argparse.Namespace, data_dir: Path) -> int:
+    """Delete or archive a session: the store refuses one a turn runs in, and records what it did."""
+    from .errors import AgentError, SessionNotFound
+
+    with _store_error(data_dir):
+        store = SessionStore(data_dir)
+    try:
+        meta = store.retire(args.session_id, args.action, via="cli")
+    except SessionNotFound:
+        raise _unknown_session(args.session_id, data_dir) from None
+    except AgentError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        store.close()
+    print(f"{args.action}d session {meta.id} ({meta.item_count} items)", file=sys.stderr)
+    return 0
 
 
 def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
@@ -471,7 +542,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command in ("run", "answer", "ui"):
-            if not args.base_url:
+            if not args.model and not args.agents:
+                print("error: give --model, or --agents FILE", file=sys.stderr)
+                return 2
+            if not args.base_url and (args.model or not all(spec.base_url for spec in args.agents)):
                 print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
                 return 2
             command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]

@@ -1,15 +1,15 @@
 """What the runner hands an agent on every turn: `TurnContext`.
 
 The context is narrow on purpose: the turn controller, the shared tool surface, the session's approvals and
-inbox, and delegation as a callable. It never holds the runner, so agents, tools and the runner do not
-import each other.
+inbox, the agents by id (`agents`, the runner's registry) and delegation as a callable. It never holds the
+runner, so agents, tools and the runner do not import each other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._inbox import Inbox
 from ._turnapprovals import TurnApprovals, save_session_data
@@ -21,8 +21,23 @@ if TYPE_CHECKING:
     from .presets import PresetInfo
     from .toolsurface import AgentToolSurface, ToolDef, ToolOutput
 
-Delegate = Callable[[str, str, str], Awaitable[TurnHandle]]
-"""`(agent_id, input, title)`: start a turn of `agent_id` in a new child session of this one; its handle."""
+Delegate = Callable[[str, str, str, str | None], Awaitable[TurnHandle]]
+"""`(agent_id, input, title, child_session_id)`: start a turn of `agent_id` in a child session of this one (a new
+one, or the given id: an existing child of this session for that agent, or a new child created with that id);
+its handle."""
+
+
+class NamedAgent(Protocol):
+    id: str
+
+
+class Agents(Protocol):
+    """The runner's `AgentRegistry` as a turn sees it: agents by id (a protocol here: the registry imports the
+    agent contract, which imports this module)."""
+
+    def get(self, agent_id: str) -> NamedAgent | None: ...
+
+    def require(self, agent_id: str) -> NamedAgent: ...
 
 
 @dataclass
@@ -34,6 +49,8 @@ class TurnContext:
     inbox: Inbox
     store: SessionStore
     delegate: Delegate
+    agents: Agents
+    """The registered agents by id (`agents.require("helper")`): whom this turn can delegate to."""
 
     @property
     def session(self) -> Session:

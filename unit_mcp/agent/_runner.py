@@ -13,6 +13,7 @@ active turn (each closes its tool calls), flushes the store, and closes it if th
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -29,7 +30,7 @@ from ._protocol import Agent
 from ._registry import AgentRegistry
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
 from .errors import AgentError, TurnClosed
-from .events import DEFAULT_BUFFER, EventHub, Subscription
+from .events import DEFAULT_BUFFER, AgentState, EventHub, Subscription
 from .items import EventItem, MessageItem, Session, SessionMeta
 from .sessions import SessionStore
 from .toolsurface import AgentToolSurface
@@ -67,6 +68,7 @@ class AgentRunner:
         self._inboxes: dict[str, Inbox] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._superseded: set[str] = set()
+        self._agent_states: dict[str, AgentState] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self._dropping = False
@@ -287,6 +289,9 @@ class AgentRunner:
         for turn in list(self._active.values()):
             turn.disposed = True
             await turn.cancel("the runner is shutting down")
+        for agent_id in sorted(self._agent_states):
+            self.event_hub.publish("agent-status", agent_id=agent_id, status="disposed")
+        self._agent_states.clear()
         await self.flush()
 
     # -- internals --------------------------------------------------------------------------------
@@ -348,7 +353,8 @@ class AgentRunner:
                 approvals=approvals,
                 inbox=self.inbox(session_id),
                 store=self.store,
-                delegate=lambda agent_id, input, title: self._delegate(session_id, agent_id, input, title),
+                delegate=functools.partial(self._delegate, session_id),
+                agents=self.registry,
             )
             if self._dropping:  # the runner began shutting down while this turn was set up: it never runs
                 turn.disposed = True
@@ -356,11 +362,26 @@ class AgentRunner:
                 await turn.finalize_cancel()
                 return turn.handle
             turn.publish("turn-status", status="running", agent_id=agent.id, resumes=resume)
+            self._agent_status(agent.id)
             tg.start_soon(self._drive, turn, agent, "\n\n".join(inputs), ctx, resume)
             return turn.handle
 
-    async def _delegate(self, parent_id: str, agent_id: str, input: str, title: str) -> TurnHandle:
-        child = await self.create_session(agent_id, parent_id=parent_id, title=title)
+    async def _delegate(
+        self, parent_id: str, agent_id: str, input: str, title: str, child_id: str | None
+    ) -> TurnHandle:
+        """A turn of `agent_id` in a child session of `parent_id`: a new one, or `child_id` (created if missing;
+        an existing session must be a child of `parent_id` run by `agent_id`)."""
+        self.registry.require(agent_id)
+        child = await self.get_session(child_id) if child_id is not None else None
+        if child is None:
+            child = await self.create_session(agent_id, parent_id=parent_id, title=title, session_id=child_id)
+        elif child.parent_id != parent_id or child.agent_id != agent_id:
+            raise AgentError(
+                f"session {child_id} is not a child of session {parent_id} run by agent {agent_id} "
+                f"(its parent: {child.parent_id}, its agent: {child.agent_id}); name another id or leave it out"
+            )
+        elif self.active_turn(child.id) is not None:
+            raise AgentError(f"child session {child.id} is busy with another delegated turn; wait for it first")
         return await self.run_turn(child.id, input)
 
     async def _drive(self, turn: Turn, agent: Agent, input: str, ctx: TurnContext, resume: str | None) -> None:
@@ -394,6 +415,8 @@ class AgentRunner:
         """Clear the active turn; steering that came too late and queued input start the next turn."""
         if self._active.get(turn.session_id) is turn:
             del self._active[turn.session_id]
+        if not self._dropping:
+            self._agent_status(turn.agent_id)
         superseded = turn.id in self._superseded
         self._superseded.discard(turn.id)
         inbox = self._inboxes.get(turn.session_id)
@@ -403,6 +426,14 @@ class AgentRunner:
         if inbox.has_queued and not superseded and not self._dropping and self._tg is not None:
             texts = [message.text for message in inbox.drain_queued()]
             self._tg.start_soon(self._start_queued, turn.session_id, texts)
+
+    def _agent_status(self, agent_id: str) -> None:
+        """Publish `agent-status` when the agent's state changed: running while any turn of it runs, else idle."""
+        running = any(turn.agent_id == agent_id and not turn.done for turn in self._active.values())
+        state: AgentState = "running" if running else "idle"
+        if self._agent_states.get(agent_id) != state:
+            self._agent_states[agent_id] = state
+            self.event_hub.publish("agent-status", agent_id=agent_id, status=state)
 
     async def _start_queued(self, session_id: str, texts: list[str]) -> None:
         try:

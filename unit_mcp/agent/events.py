@@ -1,8 +1,9 @@
 """Runner-wide events: one subscription across every session of a runner.
 
 The runner publishes what a UI or a supervisor wants to follow live: turn status changes (`queued`,
-`running`, `waiting-for-approval`, `completed`, `failed`, `cancelled`, `disposed`), streamed text chunks,
-tool calls starting and finishing, approvals requested and answered. Publishing never waits: each
+`running`, `waiting-for-approval`, `completed`, `failed`, `cancelled`, `disposed`), each agent's status
+(`agent-status`: `running` while any turn of it runs, then `idle`; `disposed` when the runner stops), streamed
+text chunks, tool calls starting and finishing, approvals requested and answered. Publishing never waits: each
 subscriber has a bounded buffer, and when a slow subscriber's buffer is full its oldest event is dropped
 and counted; the subscriber then reads one `gap` event saying how many it missed before the next event.
 Events are for following a run live; the session journal stays the record of what happened.
@@ -27,8 +28,16 @@ if TYPE_CHECKING:
 
 
 EventKind = Literal[
-    "turn-status", "text", "tool-call-started", "tool-call-finished", "approval-requested", "approval-answered", "gap"
+    "turn-status",
+    "agent-status",
+    "text",
+    "tool-call-started",
+    "tool-call-finished",
+    "approval-requested",
+    "approval-answered",
+    "gap",
 ]
+AgentState = Literal["idle", "running", "disposed"]
 TurnState = Literal["queued", "running", "waiting-for-approval", "completed", "failed", "cancelled", "disposed"]
 DEFAULT_BUFFER = 1024
 

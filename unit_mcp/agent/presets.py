@@ -223,16 +223,20 @@ def parse_presets(data: Any, *, origin: str = "presets") -> list[Preset]:
     return presets
 
 
-def load_presets(path: str | os.PathLike[str]) -> list[Preset]:
-    """Presets from a `.toml` file (`[[preset]]` tables) or a `.json` file."""
-    path = Path(path)
+def read_config_file(path: Path, what: str, error: type[AgentError]) -> Any:
+    """The data of a `.toml` file, or else a `.json` one; `error` says in one line why it cannot be had."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise PresetError(f"cannot read the preset file {path}: {exc.strerror or exc}") from exc
+        raise error(f"cannot read the {what} {path}: {exc.strerror or exc}") from exc
     try:
-        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+        return tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
-        raise PresetError(f"the preset file {path.name} is not valid {kind}: {exc}") from exc
-    return parse_presets(data, origin=path.name)
+        raise error(f"the {what} {path.name} is not valid {kind}: {exc}") from exc
+
+
+def load_presets(path: str | os.PathLike[str]) -> list[Preset]:
+    """Presets from a `.toml` file (`[[preset]]` tables) or a `.json` file."""
+    path = Path(path)
+    return parse_presets(read_config_file(path, "preset file", PresetError), origin=path.name)

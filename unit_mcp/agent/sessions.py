@@ -13,6 +13,10 @@ Loading repairs what a dead turn left: a tool call without a result gets a synth
 half-streamed message is marked complete, and a session still marked running is set idle with a
 `turn-interrupted` event. The repair is written to the journal, so the session can be sent to a model again.
 
+Housekeeping (`retire`: delete, or archive into `archive/`, a store of its own) is refused while a turn runs
+in the session and recorded in the store's audit trail, `audit.log` (one JSON line per action); an archived
+session also keeps a `session-archived` event of its own.
+
 One writer per session: a store holds an exclusive lock on every journal it has open (`SessionLocked` for
 a second writer, in this process or another). `read_only=True` gives a store that replays journals without
 locking or repairing them, to browse sessions that may be live.
@@ -31,10 +35,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..paths import write_file
-from .errors import AgentError, SessionCorrupt, SessionNotFound
+from .errors import AgentError, SessionCorrupt, SessionLocked, SessionNotFound
 from .items import ITEM, SESSION_ID, EventItem, Item, MessageItem, Session, SessionMeta, ToolCallItem, ToolResultItem
 from .journal import Durability, Journal, fsync_dir, read
 
@@ -43,6 +47,9 @@ log = logging.getLogger("unit_mcp.agent.sessions")
 FORMAT_VERSION = 1
 UPDATABLE = frozenset({"title", "status", "data", "parent_id"})
 INTERRUPTED_OUTPUT = "[interrupted] The turn ended before this tool returned a result; it may or may not have run."
+ARCHIVE = "archive"
+AUDIT_LOG = "audit.log"
+Retirement = Literal["delete", "archive"]
 
 
 def interrupted_result(call: ToolCallItem) -> ToolResultItem:
@@ -223,6 +230,49 @@ class SessionStore:
             if existed and self.durability != "never":
                 fsync_dir(self.root)
             return existed
+
+    def retire(self, session_id: str, action: Retirement, *, via: str) -> SessionMeta:
+        """Delete or archive a session on someone's request (`via`: the CLI, the page): refused (AgentError)
+        while a turn runs in it, here or in another process holding it, and recorded in `audit.log`."""
+        with self._lock:
+            try:
+                opened = self._require_open(session_id)
+            except SessionLocked:
+                raise AgentError(
+                    f"session {session_id} is open in another process (a turn may run there); stop that turn, or "
+                    "retry once the process has let the session go"
+                ) from None
+            if opened.session.status == "running":
+                raise AgentError(f"session {session_id} has a running turn; cancel it or wait for it to end first")
+            meta = opened.session.meta()
+            if action == "archive":
+                self.append_item(opened.session, EventItem(kind="session-archived", data={"via": via}))
+                self.invalidate(session_id)
+                archive = self.root / ARCHIVE
+                archive.mkdir(exist_ok=True, mode=0o700)
+                for path in (self.journal_path(session_id), self._meta_path(session_id)):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.rename(archive / path.name)
+                if self.durability != "never":
+                    fsync_dir(archive)
+                    fsync_dir(self.root)
+            else:
+                self.delete(session_id)
+            record = {"at": time.time(), "action": action, "via": via, "session": meta.model_dump(mode="json")}
+            with (self.root / AUDIT_LOG).open("a", encoding="utf-8") as log_file:
+                log_file.write(json.dumps(record) + "\n")
+                if self.durability != "never":
+                    log_file.flush()
+                    os.fsync(log_file.fileno())
+            return meta
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The store's audit trail, oldest first: every session deleted or archived, when and from where."""
+        try:
+            lines = (self.root / AUDIT_LOG).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        return [json.loads(line) for line in lines if line.strip()]
 
     def list(self) -> list[SessionMeta]:
         """Metadata of every session, newest first, from the sidecars (or journal headers), never the items."""

@@ -1,8 +1,10 @@
 """`python -m unit_mcp.fleet`: serve the fleet tools over stdio, or on the loopback bridge until SIGINT/SIGTERM.
 
 Over HTTP it prints, like the unit server, `MCP_URL=`, `MCP_SSE_URL=`, `MCP_TOKEN=`, the
-`OPENCODE_XDG_CONFIG_HOME=` of an isolated config for a master OpenCode, and the line that starts one. Node
-passwords come from the environment or a 0600 file, never from the command line (other users read it).
+`OPENCODE_XDG_CONFIG_HOME=` of the deny-all config for a master OpenCode (the fleet its only MCP server),
+`OPENCODE_CMD=`, the launcher that starts that master isolated from every other OpenCode config source
+(`opencode_isolation`), and last the bare `XDG_CONFIG_HOME=… opencode` line. Node passwords come from the
+environment or a 0600 file, never from the command line (other users read it).
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import shlex
 import sys
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from pathlib import Path
 
 import anyio
 
 from ..bridge import Bridge, BridgeError, serve_until_stopped
 from ..loopback import is_loopback
+from ..opencode_isolation import write_launcher
 from ..paths import UnsafeSecret
 from ..secret_options import add_secret_option, secret_value
 from ..stdio import stdio_streams
@@ -67,9 +71,12 @@ async def serve(args: argparse.Namespace, specs: list[NodeSpec]) -> None:
                 Bridge(server, host=args.host, port=args.port, server_name=args.server_name)
             )
             status = bridge.status()
-            home = status.config_root
+            assert status.config_root is not None
+            home = Path(status.config_root)  # a temporary folder, removed with the launcher in it at stop
+            launcher = write_launcher(home / "bin" / "opencode", home)
             print(f"MCP_URL={status.url}\nMCP_SSE_URL={status.sse_url}\nMCP_TOKEN={bridge.token}", flush=True)
-            print(f"OPENCODE_XDG_CONFIG_HOME={home}\nXDG_CONFIG_HOME={shlex.quote(str(home))} opencode", flush=True)
+            print(f"OPENCODE_XDG_CONFIG_HOME={home}\nOPENCODE_CMD={launcher}", flush=True)
+            print(f"XDG_CONFIG_HOME={shlex.quote(str(home))} opencode", flush=True)
             await anyio.sleep_forever()
 
         await serve_until_stopped(server, streams, serve_http)

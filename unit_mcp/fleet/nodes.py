@@ -3,8 +3,10 @@
 Each node gets one `OpenCodeClient` (one shared `/event` stream with its status cache, idle waiters and
 reconnect) and one working session, created lazily on the first message and reused after; a session the node
 no longer knows is replaced (the client's 404 rebuild). Sending is fire-and-forget: the prompt goes out with
-`prompt_async` and the call returns the session id at once; the master polls the status (read from the event
-stream's cache, no request to the node) and reads the messages when the node is idle. Health with
+`prompt_async` and the call returns the session id at once; the master polls the status and reads the messages
+when the node is idle. The status of a session this fleet dispatched comes from the event stream's cache (no
+request); any other session's (busy before the fleet connected, or after a restart) is asked of the node, and
+an id the node does not know is refused, never guessed idle. Health with
 capabilities reads the node's merged runtime config (`GET /config`) and its MCP servers' state: no session is
 created, so the working session is never touched.
 """
@@ -21,14 +23,18 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import anyio
 from pydantic import BaseModel, Field
 
-from ..agent.opencode import OpenCodeClient, OpenCodeError, UnknownOpenCodeSession, tool_part
+from ..agent.opencode import NodeUnavailable, OpenCodeClient, OpenCodeError, UnknownOpenCodeSession, tool_part
 
 DEFAULT_USERNAME = "opencode"
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
 class FleetError(Exception):
-    """A request the fleet refuses, in words the master agent can act on."""
+    """A request the fleet refuses, in words the master agent can act on; `code` names the kind on the wire."""
+
+    def __init__(self, message: str, *, code: str = "refused") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -114,12 +120,21 @@ class Capabilities(BaseModel):
     model: str | None = None
 
 
+class Escalation(BaseModel):
+    """What to do about a node that does not answer: for the master, and for the human it asks."""
+
+    tried: list[str] = Field(description="What the fleet tried, and how long it waited.")
+    check: list[str] = Field(description="What a human should check on the node, in order.")
+    next_step: str = Field(description="What the master should do now.")
+
+
 class Health(BaseModel):
     node: str
     healthy: bool
     version: str | None = None
     error: str | None = None
     capabilities: Capabilities | None = None
+    escalation: Escalation | None = Field(default=None, description="Set when the node did not answer: follow it.")
 
 
 class Dispatched(BaseModel):
@@ -134,7 +149,9 @@ class SessionStatus(BaseModel):
     node: str
     session_id: str
     status: str = Field(description="idle, busy or retry.")
-    source: Literal["events", "node"] = Field(description="The event stream's cache, or the node (stream down).")
+    source: Literal["events", "node"] = Field(
+        description="The event stream's cache (a session this fleet dispatched, stream up), or asked of the node."
+    )
 
 
 class ToolUse(BaseModel):
@@ -207,6 +224,8 @@ class FleetNode:
     client: OpenCodeClient
     session_id: str | None = None
     lock: anyio.Lock = field(default_factory=anyio.Lock)
+    dispatched: set[str] = field(default_factory=set)
+    """Sessions this fleet sent a prompt to: the event stream's cache has followed them since."""
 
 
 def _clip(text: str | None, limit: int) -> str | None:
@@ -318,6 +337,27 @@ class Fleet:
             raise FleetError(f"no node named {name!r}; the fleet has: {', '.join(self._nodes)} (see fleet_list_nodes)")
         return node
 
+    @staticmethod
+    def _unknown(node: FleetNode, session_id: str) -> FleetError:
+        return FleetError(
+            f"node {node.spec.name} does not know session {session_id}: take an id from fleet_list_sessions",
+            code="unknown_session",
+        )
+
+    async def _status(self, node: FleetNode, session_id: str) -> tuple[str, Literal["events", "node"]]:
+        """The cache only for a session the stream has followed; otherwise the node's own word: listed in
+        `/session/status` is active, else the session must exist to be idle."""
+        if session_id in node.dispatched and node.client.events.connected:
+            return node.client.status(session_id), "events"
+        active = await node.client.session_statuses()
+        if session_id in active:
+            return active[session_id], "node"
+        try:
+            await node.client.get_session(session_id)
+        except UnknownOpenCodeSession:
+            raise self._unknown(node, session_id) from None
+        return "idle", "node"
+
     def _session(self, node: FleetNode, session_id: str | None) -> str:
         chosen = session_id or node.session_id
         if chosen is None:
@@ -346,6 +386,8 @@ class Fleet:
         node = self.node(name)
         try:
             answer = await node.client.health()
+        except NodeUnavailable as exc:
+            return Health(node=name, healthy=False, error=str(exc), escalation=self._escalation(node, exc))
         except OpenCodeError as exc:
             return Health(node=name, healthy=False, error=str(exc))
         health = Health(node=name, healthy=bool(answer.get("healthy")), version=answer.get("version"))
@@ -354,9 +396,28 @@ class Fleet:
                 config, mcp = await node.client.config(), await node.client.mcp_status()
             except OpenCodeError as exc:
                 health.error = f"the capabilities could not be read: {exc}"
+                if isinstance(exc, NodeUnavailable):
+                    health.escalation = self._escalation(node, exc)
             else:
                 health.capabilities = capability_summary(config, mcp)
         return health
+
+    def _escalation(self, node: FleetNode, exc: NodeUnavailable) -> Escalation:
+        """The three steps the design asks for when a node does not answer: tried, check, next."""
+        url, name = node.spec.url, node.spec.name
+        return Escalation(
+            tried=[f"{exc} (waited up to {self.timeout:g} s)"],
+            check=[
+                f"that `opencode serve` for node {name} is running and answers at {url} "
+                f"(`curl {url}/global/health` on the master's machine)",
+                "that nothing between the two (host, port, proxy, firewall) drops or holds the connection",
+                "the node's own log and load: a hung or overloaded process needs a restart",
+            ],
+            next_step=(
+                f"Do not dispatch to node {name}. Tell the user it does not answer and what to check (above), go on "
+                "with the other nodes, and call fleet_node_health again later (the fleet reconnects by itself)."
+            ),
+        )
 
     async def send(self, name: str, message: str, *, model: str | None = None, new_session: bool = False) -> Dispatched:
         if not message.strip():
@@ -369,6 +430,7 @@ class Fleet:
             except ValueError as exc:  # a model that is not provider/model
                 raise FleetError(str(exc)) from None
             node.session_id = sent.session_id
+            node.dispatched.add(sent.session_id)
         return Dispatched(
             node=name,
             session_id=sent.session_id,
@@ -378,26 +440,26 @@ class Fleet:
         )
 
     async def status(self, name: str, session_id: str | None = None) -> SessionStatus:
-        """From the event stream's cache while the stream is up (it refreshes the cache when it reconnects);
-        while it is down, from the node itself."""
+        """From the event stream's cache for a session this fleet dispatched while the stream is up (it refreshes
+        the cache when it reconnects); otherwise from the node itself (see `_status`)."""
         node = self.node(name)
         chosen = self._session(node, session_id)
-        if node.client.events.connected:
-            return SessionStatus(node=name, session_id=chosen, status=node.client.status(chosen), source="events")
-        statuses = await node.client.session_statuses()
-        return SessionStatus(node=name, session_id=chosen, status=statuses.get(chosen, "idle"), source="node")
+        status, source = await self._status(node, chosen)
+        return SessionStatus(node=name, session_id=chosen, status=status, source=source)
 
     async def messages(self, name: str, session_id: str | None = None, *, limit: int = 10) -> Messages:
+        """The newest `limit` messages (the tool's schema bounds it to 1-100)."""
         node = self.node(name)
         chosen = self._session(node, session_id)
         try:
-            raw = await node.client.messages(chosen, limit=max(1, min(limit, 100)))
+            raw = await node.client.messages(chosen, limit=limit)
         except UnknownOpenCodeSession:
-            raise FleetError(f"node {name} does not know session {chosen} (see fleet_list_sessions)") from None
+            raise self._unknown(node, chosen) from None
+        status, _ = await self._status(node, chosen)
         return Messages(
             node=name,
             session_id=chosen,
-            status=node.client.status(chosen),
+            status=status,
             messages=[simplify(message, self.text_limit) for message in raw],
         )
 
@@ -407,7 +469,7 @@ class Fleet:
         try:
             done = await node.client.abort(chosen)
         except UnknownOpenCodeSession:
-            raise FleetError(f"node {name} does not know session {chosen} (see fleet_list_sessions)") from None
+            raise self._unknown(node, chosen) from None
         return Interrupted(node=name, session_id=chosen, interrupted=done)
 
     async def list_sessions(self, name: str) -> SessionList:
@@ -434,7 +496,10 @@ class Fleet:
         async with node.lock:
             previous = node.session_id
             if previous is not None:
-                status = node.client.status(previous)
+                try:
+                    status, _ = await self._status(node, previous)
+                except FleetError:  # the node lost it: nothing runs there
+                    status = "idle"
                 if status != "idle":
                     raise FleetError(
                         f"session {previous} on node {name} is {status}: wait until it is idle, or stop it with "

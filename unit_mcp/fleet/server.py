@@ -1,9 +1,10 @@
 """The fleet's MCP server: `fleet_*` tools for a master agent, the operating protocol in its instructions.
 
-Each tool has a pydantic argument model (its input schema) and result model (its output schema and structured
-content). A refusal the master can act on (an unknown node, no session yet, a busy session to reset) and a
-node that does not answer come back as `isError` results saying what to do; nothing a node does can crash
-the server.
+Each tool has a pydantic argument model (its input schema, ranges included, and the one validation of a call),
+a result model (its output schema and structured content) and a risk label in `_meta` like the unit tools. A
+refusal the master can act on (an unknown node or session, no session yet, a busy session to reset) and a node
+that does not answer come back as `isError` results saying what to do, their code in `_meta` as well; nothing a
+node does can crash the server.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .._version import __version__
 from ..agent.opencode import OpenCodeError
 from ..agent.toolsurface import ToolOutput
+from ..wire import ERROR_META_KEY, RISK_META_KEY, Risk
 from .nodes import (
     Dispatched,
     Fleet,
@@ -95,7 +97,7 @@ class SessionArgs(_Args):
 class MessagesArgs(_Args):
     node: str = _NODE
     session_id: str | None = _SESSION
-    limit: int = Field(10, description="How many of the newest messages to return (1-100), oldest first.")
+    limit: int = Field(10, ge=1, le=100, description="How many of the newest messages to return, oldest first.")
 
 
 class ResetArgs(_Args):
@@ -114,6 +116,7 @@ class FleetTool:
     args: type[BaseModel]
     result: type[BaseModel]
     handler: Handler
+    risk: Risk = "normal"
     read_only: bool = True
     destructive: bool = False
 
@@ -141,17 +144,20 @@ TOOLS = [
         "Dispatch a task to a node",
         "Send a prompt to a node's working session (created on first use) and return at once with the session "
         "id: the node works in the background. Then poll fleet_get_session_status until idle and read the "
-        "answer with fleet_get_session_messages.",
+        "answer with fleet_get_session_messages. Risk shell: the node may run anything its own permission rules "
+        "allow (commands, edits, its MCP servers), so read them with fleet_node_health first.",
         SendArgs,
         Dispatched,
         lambda fleet, args: fleet.send(args.node, args.message, model=args.model, new_session=args.new_session),
+        risk="shell",
         read_only=False,
     ),
     FleetTool(
         "fleet_get_session_status",
         "Is the node done?",
-        "The status of a node's session (idle, busy or retry) from the node's live event stream. Idle means "
-        "the task is finished (or was interrupted).",
+        "The status of a node's session (idle, busy or retry): from the live event stream for a session the "
+        "fleet dispatched, else asked of the node; an id the node does not know is refused. Idle means the task "
+        "is finished (or was interrupted).",
         SessionArgs,
         SessionStatus,
         lambda fleet, args: fleet.status(args.node, args.session_id),
@@ -191,6 +197,7 @@ TOOLS = [
         ResetArgs,
         Reset,
         lambda fleet, args: fleet.reset(args.node, delete=args.delete),
+        risk="destructive",
         read_only=False,
         destructive=True,
     ),
@@ -227,6 +234,7 @@ class FleetTools:
                     idempotent_hint=tool.read_only,
                     open_world_hint=True,
                 ),
+                _meta={RISK_META_KEY: tool.risk},
             )
             for tool in TOOLS
         ]
@@ -249,22 +257,22 @@ class FleetTools:
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         tool = self.specs.get(name)
         if tool is None:
-            return _error(f"[unknown_tool] no fleet tool named {name!r}; use one of: {', '.join(self.specs)}")
+            return _error("unknown_tool", f"no fleet tool named {name!r}; use one of: {', '.join(self.specs)}")
         try:
             args = tool.args.model_validate(arguments)
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
-            return _error(f"[invalid_arguments] {name}: {problems}")
+            return _error("invalid_arguments", f"{name}: {problems}")
         try:
             outcome = tool.handler(self.fleet, args)
             result = await outcome if isinstance(outcome, Awaitable) else outcome
         except FleetError as exc:
-            return _error(f"[refused] {exc}")
+            return _error(exc.code, str(exc))
         except OpenCodeError as exc:
-            return _error(f"[node_error] {exc}")
+            return _error("node_error", str(exc))
         except Exception as exc:
             log.exception("fleet tool %s failed", name)
-            return _error(f"[internal_error] {name} failed: {type(exc).__name__}: {exc}")
+            return _error("internal_error", f"{name} failed: {type(exc).__name__}: {exc}")
         structured = result.model_dump(mode="json")
         return ToolOutput(text=json.dumps(structured, ensure_ascii=False), structured=structured).call_result()
 
@@ -274,5 +282,7 @@ class FleetTools:
         return await self.call(params.name, dict(params.arguments or {}))
 
 
-def _error(text: str) -> types.CallToolResult:
-    return ToolOutput(text=text, is_error=True).call_result()
+def _error(code: str, message: str) -> types.CallToolResult:
+    """The one place a fleet refusal becomes a wire result: `[code] message`, the two fields in `_meta` too."""
+    meta = {ERROR_META_KEY: {"code": code, "message": message}}
+    return ToolOutput(text=f"[{code}] {message}", is_error=True, meta=meta).call_result()

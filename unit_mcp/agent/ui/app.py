@@ -1,7 +1,8 @@
 """AgentUI: the approval and audit page of one session store, a Starlette app served on loopback.
 
 Pages: the approvals waiting across all sessions (answered through `AgentRunner.answer_approval`, so a turn
-whose process ended resumes in this one), the sessions, and a session's transcript. Pages follow the journals
+whose process ended resumes in this one), the sessions (each can be archived or deleted: `SessionStore.retire`),
+and a session's transcript. Pages follow the journals
 on disk over server-sent events, so turns running in another process show up live too.
 
     ui = AgentUI(runner, port=port)          # the port the page is served on (checked against Host)
@@ -42,7 +43,7 @@ from starlette.staticfiles import StaticFiles
 from ...loopback import Guard, security_settings
 from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
-from ..sessions import SessionStore
+from ..sessions import Retirement, SessionStore
 from .auth import SESSION_SECONDS, PageAuth
 from .follow import Position, read_from
 from .pending import PendingEntry, PendingIndex, journal_writers
@@ -122,6 +123,7 @@ class AgentUI:
                 Route("/sessions", self.sessions_page),
                 Route("/fragments/sessions", self.sessions_fragment),
                 Route("/sessions/{session_id}", self.session_page),
+                Route("/sessions/{session_id}/retire", self.retire, methods=["POST"]),
                 Route("/sessions/{session_id}/events", self.session_events),
                 Route("/events", self.store_events),
                 Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -235,11 +237,26 @@ class AgentUI:
             handle.on_error(lambda ended: self._release(session_id))
         else:
             self._release(session_id)
-        key = secrets.token_urlsafe(12)
-        self.notices[key] = notice
-        while len(self.notices) > NOTICES_KEPT:
-            self.notices.popitem(last=False)
-        return RedirectResponse(f"{self._root(request)}/?notice={key}", status_code=303)
+        return self._notify(request, notice)
+
+    async def retire(self, request: Request) -> Response:
+        """Archive or delete a session (the store refuses one a turn runs in and records it in its audit)."""
+        session_id = request.path_params["session_id"]
+        async with request.form(max_files=0, max_fields=8) as form:
+            action = form.get("action")
+        if not SESSION_ID.fullmatch(session_id):
+            return PlainTextResponse("No such session.", status_code=404)
+        if action not in ("archive", "delete"):
+            return PlainTextResponse("action must be archive or delete.", status_code=400)
+        chosen: Retirement = "archive" if action == "archive" else "delete"
+        if self.runner.active_turn(session_id) is not None:
+            return self._notify(request, ("error", f"Not {chosen}d: session {session_id} has a running turn."))
+        try:
+            meta = await anyio.to_thread.run_sync(lambda: self.runner.store.retire(session_id, chosen, via="page"))
+        except AgentError as exc:
+            return self._notify(request, ("error", f"Not {chosen}d: {exc}"))
+        done = f"{chosen.capitalize()}d session {session_id} ({meta.title or 'untitled'})"
+        return self._notify(request, ("ok", f"{done}; the store's audit log records it."))
 
     # -- live updates -----------------------------------------------------------------------------
 
@@ -347,6 +364,14 @@ class AgentUI:
         return StreamingResponse(
             body, media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         )
+
+    def _notify(self, request: Request, notice: tuple[str, str]) -> Response:
+        """Back to the approvals page, which shows `notice` once."""
+        key = secrets.token_urlsafe(12)
+        self.notices[key] = notice
+        while len(self.notices) > NOTICES_KEPT:
+            self.notices.popitem(last=False)
+        return RedirectResponse(f"{self._root(request)}/?notice={key}", status_code=303)
 
     def _release(self, session_id: str) -> None:
         """Close the journal answering opened here unless a turn of this process runs in it, so that a terminal
