@@ -342,3 +342,12 @@ def test_a_sigkill_during_a_rollback_leaves_old_or_new_bytes_and_a_readable_log(
         assert records[0].sources[0].hash_after == hash_bytes(patched["notes"])
     finally:
         log.close()
+
+
+def test_the_server_takes_a_change_retention_in_days_above_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    from unit_mcp.server import parse_args
+
+    assert parse_args(["--change-retention", "7"]).change_retention == 7
+    with pytest.raises(SystemExit):
+        parse_args(["--change-retention", "0"])
+    assert "--change-retention 0 must be a number of days above 0" in capsys.readouterr().err

@@ -177,6 +177,7 @@ CREATE TABLE IF NOT EXISTS changes (
     duration_ms REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS changes_by_time ON changes (time);
+CREATE INDEX IF NOT EXISTS changes_by_unit ON changes (unit_id, source_id, id);
 CREATE TABLE IF NOT EXISTS change_sources (
     change_id INTEGER NOT NULL,
     unit_id TEXT NOT NULL,
@@ -392,11 +393,11 @@ class SqliteChangeLog:
         if client is not None:
             where.append("c.client_name = ?")
             args.append(client)
-        if unit_id is not None:
-            named = "s.unit_id = ?" + (" AND s.source_id = ?" if source_id is not None else "")
+        if unit_id is not None:  # the call's target, or a source in its change set (a rollback's): two indexes
+            named = "unit_id = ?" + (" AND source_id = ?" if source_id is not None else "")
             where.append(
-                f"(EXISTS (SELECT 1 FROM change_sources s WHERE s.change_id = c.id AND {named}) OR "
-                f"(c.unit_id = ?{' AND c.source_id = ?' if source_id is not None else ''}))"
+                f"c.id IN (SELECT id FROM changes WHERE {named} "
+                f"UNION SELECT change_id FROM change_sources WHERE {named})"
             )
             pair = [unit_id] + ([source_id] if source_id is not None else [])
             args.extend(pair + pair)

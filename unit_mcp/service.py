@@ -1000,8 +1000,12 @@ class UnitService:
     @takes(ChangesArgs)
     def changes(self, args: ChangesArgs) -> ChangesResult:
         """The change log, newest first, a page at a time."""
-        if args.source_id is not None and args.unit_id is None:
-            raise InvalidArgument("source_id needs unit_id.", hint="Pass the unit_id of the source too.")
+        if args.unit_id is not None:
+            paths.validate_unit_id(args.unit_id)
+        if args.source_id is not None:
+            if args.unit_id is None:
+                raise InvalidArgument("source_id needs unit_id.", hint="Pass the unit_id of the source too.")
+            paths.validate_source_id(args.source_id)
         before = None
         if args.cursor is not None:
             match = _CURSOR.fullmatch(_unb64(args.cursor))
