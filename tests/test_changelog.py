@@ -335,13 +335,14 @@ def test_a_sigkill_during_a_rollback_leaves_old_or_new_bytes_and_a_readable_log(
         process.wait()
     for unit_id, source_id in [("greeter", "greeter.py"), ("notes", "__init__.py")]:
         assert read_source(store, unit_id, source_id) in (patched[unit_id], restored[unit_id])
-    log = SqliteChangeLog(store.removeprefix("sqlite:") if kind == "sqlite" else tmp_path / "data" / "changes.db")
+    unstarted = Host(store, tmp_path / "data")  # its change log, wherever the loader keeps it; no unit is loaded
     try:
-        records = log.changes()
+        records = unstarted.changes.changes()
         assert [(r.tool, r.outcome) for r in records] == [("unit_apply_patch", "applied")] * 2  # no rollback record
         assert records[0].sources[0].hash_after == hash_bytes(patched["notes"])
     finally:
-        log.close()
+        unstarted.changes.close()
+        unstarted.loader.close()
 
 
 def test_the_server_takes_a_change_retention_in_days_above_zero(capsys: pytest.CaptureFixture[str]) -> None:
