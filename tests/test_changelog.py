@@ -215,6 +215,38 @@ def test_every_server_on_a_units_database_sees_every_change(tmp_path: Path) -> N
         assert not (tmp_path / "a" / "changes.db").exists()  # the log lives in the database, not the data dir
 
 
+def test_a_server_reloading_another_servers_tool_write_records_no_outside_change(tmp_path: Path) -> None:
+    store = make_store("sqlite", tmp_path)
+    with Host(store, tmp_path / "a") as one, Host(store, tmp_path / "b", namespace="units_b") as two:
+        two.start_watching(debounce_ms=50)
+        UnitService(one).apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
+        wait_for(lambda: two.module("greeter").greet("x") == "Hi, x!")  # type: ignore[union-attr]
+        external_write(one, "greeter", "greeter.py", raw(UnitService(one), "greeter", "greeter.py") + b"\nX = 1\n")
+        wait_for(lambda: getattr(two.module("greeter"), "X", None) == 1)
+        wait_for(lambda: len(UnitService(two).changes().changes) == 2)
+        records = UnitService(two).changes().changes
+        assert [(r.tool, r.outcome) for r in records] == [(None, "outside"), ("unit_apply_patch", "applied")]
+
+
+def test_an_outside_change_is_recorded_once_whoever_notices_it(tmp_path: Path) -> None:
+    """Every server on a store notices the same outside change: the first records it, the others find it there."""
+    log = SqliteChangeLog(tmp_path / "changes.db", private=True)
+    first = log.record_outside("u", [("a.py", b"one"), ("gone.py", None)])
+    assert first is not None and log.record_outside("u", [("a.py", b"one"), ("gone.py", None)]) is None
+    second = log.record_outside("u", [("a.py", b"two")], "SyntaxError: x")
+    assert second is not None
+    change = log.change(second)
+    assert change is not None and change.outcome == "outside" and change.error_code == "reload_failed"
+    [source] = change.sources
+    assert (source.action, source.hash_before, source.data_before, source.data_after) == (
+        "modified",
+        hash_bytes(b"one"),
+        b"one",
+        b"two",
+    )
+    log.close()
+
+
 def test_retention_drops_old_records_and_the_checkpoints_that_need_them(tmp_path: Path) -> None:
     now = [1_000_000_000.0]
     log = SqliteChangeLog(tmp_path / "changes.db", Retention(days=1, records=5), private=True, clock=lambda: now[0])
