@@ -30,6 +30,7 @@ from unit_mcp.tools import UnitTools
 from unit_mcp.units import open_loader
 
 STORES = ["folder", "sqlite"]
+SHARED = ["sqlite"]  # the stores several servers share: their change log lives in the store
 EDITS = [  # five patches in three units
     ("counter", "__init__.py", "A click counter", "A counting counter"),
     ("greeter", "greeter.py", "Hello", "Howdy"),
@@ -73,6 +74,7 @@ def test_a_rollback_puts_five_patches_in_three_units_back_to_the_checkpoint(serv
     checkpoint = service.checkpoint(label="before the turn")
     ids = five_patches(service)
     assert ids == sorted(ids) and hashes(service) != before
+    assert [c.change_id for c in service.changes(limit=5).changes] == ids[::-1]
     assert service.host.module("greeter").greet("x") == "Good day, x!"  # type: ignore[union-attr]
 
     preview = service.rollback(checkpoint.checkpoint_id, dry_run=True)
@@ -207,16 +209,18 @@ def test_changes_pages_newest_first_and_filters_by_unit_source_and_time(service:
     refusal("unknown_checkpoint", service.rollback, 10**9)
 
 
-def test_every_server_on_a_units_database_sees_every_change(tmp_path: Path) -> None:
-    store = make_store("sqlite", tmp_path)
+@pytest.mark.parametrize("kind", SHARED)
+def test_every_server_on_a_units_database_sees_every_change(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
     with Host(store, tmp_path / "a") as one, Host(store, tmp_path / "b", namespace="units_b") as two:
         change = UnitService(one).apply_patch("greeter", "greeter.py", old="Hello", new="Hi").change_id
         assert [c.change_id for c in UnitService(two).changes().changes] == [change]
         assert not (tmp_path / "a" / "changes.db").exists()  # the log lives in the database, not the data dir
 
 
-def test_a_server_reloading_another_servers_tool_write_records_no_outside_change(tmp_path: Path) -> None:
-    store = make_store("sqlite", tmp_path)
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_server_reloading_another_servers_tool_write_records_no_outside_change(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
     with Host(store, tmp_path / "a") as one, Host(store, tmp_path / "b", namespace="units_b") as two:
         two.start_watching(debounce_ms=50)
         UnitService(one).apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
