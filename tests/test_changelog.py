@@ -209,6 +209,31 @@ def test_changes_pages_newest_first_and_filters_by_unit_source_and_time(service:
     refusal("unknown_checkpoint", service.rollback, 10**9)
 
 
+def test_a_page_of_changes_stays_under_80_kb_and_pages_on(service: UnitService) -> None:
+    sources = [SourceChange("u", f"s{n}.py", "modified", "sha256:0", "sha256:1") for n in range(100)]
+    for _ in range(200):
+        service.change_log.record(
+            caller=NOBODY, tool="t", unit_id="u", source_id=None, outcome="refused", message="m" * 2000, sources=sources
+        )
+    page = service.changes(limit=200)
+    assert 0 < len(page.changes) < 200 and page.next_cursor is not None
+    assert len(page.model_dump_json()) < 80_000
+    assert page.changes[0].sources_total == 100 and len(page.changes[0].sources) == 20
+    rest = service.changes(limit=200, cursor=page.next_cursor)
+    assert rest.changes[0].change_id == page.changes[-1].change_id - 1
+
+
+def test_a_rollback_preview_stays_under_80_kb(service: UnitService) -> None:
+    checkpoint = service.checkpoint()
+    for n in range(12):  # created since the checkpoint: the rollback removes them, each diff about 7 KB
+        service.create_source("counter", f"big_{n}.py", "X = 1  # " + "x" * 7000 + "\n")
+    preview = service.rollback(checkpoint.checkpoint_id, dry_run=True)
+    assert [s.action for s in preview.sources] == ["removed"] * 12
+    assert len(preview.model_dump_json()) < 80_000
+    assert preview.sources[0].diff and "-X = 1" in preview.sources[0].diff
+    assert preview.sources[-1].diff and preview.sources[-1].diff.startswith("[diff left out")
+
+
 @pytest.mark.parametrize("kind", SHARED)
 def test_every_server_on_a_units_database_sees_every_change(kind: str, tmp_path: Path) -> None:
     store = make_store(kind, tmp_path)
