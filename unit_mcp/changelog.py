@@ -230,8 +230,10 @@ def open_private_file(path: Path) -> None:
         os.close(fd)
 
 
-_COLUMNS = "id, time, client_name, client_version, session_id, tool, unit_id, source_id, outcome, error_code, message, "
-_COLUMNS += "duration_ms"
+_COLUMNS = (
+    "id, time, client_name, client_version, session_id, tool, unit_id, source_id, outcome, error_code, message, "
+    "duration_ms"
+)
 _SOURCE_COLUMNS = "change_id, unit_id, source_id, action, hash_before, hash_after"
 
 
