@@ -8,6 +8,7 @@ imports nothing of unit_mcp, and every loader, the host and the service import i
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -129,7 +130,10 @@ class WatchTarget(Protocol):
 
     logger: Any
 
-    def reload_changed(self, unit_id: str) -> None: ...
+    def reload_changed(self, unit_id: str, sources: Collection[str] = ()) -> None:
+        """Reload a unit someone else changed; `sources` are the ids changed outside the unit tools (for the
+        change log; a change another server made through its tools is recorded by that server)."""
+        ...
 
 
 class Watch(Protocol):
@@ -143,7 +147,9 @@ class Loader(Protocol):
     unit-level methods get the ids `discover` or `kind` found.
     A write is two-phase: `write`/`create` change the store at once (the reload that follows reads from it) and
     return a `Written`; the caller then calls `accept` when the reload succeeded or `rollback` when it did not.
-    History loaders record accepted versions only.
+    History loaders record accepted versions only. A loader whose store is a database shared by several servers
+    may also offer `change_log(retention) -> ChangeLog | None` (`changelog.py`), so that every server on it sees
+    every change; the host keeps the change log in its data dir otherwise.
     """
 
     name: str
