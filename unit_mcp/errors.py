@@ -146,3 +146,11 @@ class SnapshotFailed(UnitError):
 class UnknownVersion(UnitError):
     code = "unknown_version"
     default_hint = "Call unit_history to list the versions of the source."
+
+
+class StoreUnavailable(UnitError):
+    code = "store_unavailable"
+    default_hint = (
+        "The units database cannot be reached right now (restarting or unreachable); nothing was changed. "
+        "The server reconnects by itself: call the tool again in a few seconds."
+    )

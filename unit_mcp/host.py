@@ -656,20 +656,22 @@ class Host:
             if self._watcher is None:
                 self._watcher = self.loader.watch(self, debounce_ms=debounce_ms)
 
-    def reload_changed(self, unit_id: str) -> None:
+    def reload_changed(self, unit_id: str) -> str | None:
         """A change made outside this host: load or reload the unit, or unload it if it is gone. A failed reload
-        keeps the old version running and is logged; the changed source is never touched."""
+        keeps the old version running and is logged (its error returned); the changed source is never touched."""
         with self.unit_lock(unit_id):
             if self.unit_kind(unit_id) is None:
                 if self.is_loaded(unit_id):
                     self.unload(unit_id)
                     self.logger.info("unit %s removed from the store: unloaded", unit_id)
-                return
+                return None
             try:
                 self.reload(unit_id)
                 self.logger.info("unit %s reloaded after a change in the store", unit_id)
             except ReloadError as exc:
                 self.logger.error("change of unit %s not loaded (%s); previous version kept", unit_id, exc.error)
+                return exc.error
+            return None
 
     def stop_watching(self) -> None:
         watcher, self._watcher = self._watcher, None

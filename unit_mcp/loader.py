@@ -116,7 +116,9 @@ class WatchTarget(Protocol):
 
     logger: Any
 
-    def reload_changed(self, unit_id: str) -> None: ...
+    def reload_changed(self, unit_id: str) -> str | None:
+        """Reload a unit changed in the store; None, or why the change did not load (the old version serves)."""
+        ...
 
 
 class Watch(Protocol):
