@@ -148,7 +148,9 @@ class _Connections:
 
     def connect(self) -> psycopg.Connection[Any]:
         try:
-            return psycopg.connect(self.address, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            return psycopg.connect(
+                self.address, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="unit-mcp"
+            )
         except psycopg.OperationalError as exc:
             raise _unavailable(exc) from None
 
@@ -156,7 +158,13 @@ class _Connections:
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         with self._lock:
             conn = self._idle.pop() if self._idle else None
-        if conn is None or conn.closed:
+        if conn is not None:
+            try:
+                conn.execute("")  # one round trip: a connection the server dropped (a restart) is not used
+            except psycopg.Error:
+                conn.close()
+                conn = None
+        if conn is None:
             conn = self.connect()
         try:
             yield conn
@@ -441,14 +449,21 @@ class PostgresLoader:
                 self._errors.pop(unit_id, None)
             self._stored[unit_id] = max(version, self._stored.get(unit_id, 0))
 
-    def unit_versions(self, unit_id: str) -> UnitVersions:
-        """The version of `unit_id` this process serves (as far as the watch has seen: None before it started)
-        and the newest stored; the reload error while behind."""
+    def unit_versions(self, unit_ids: list[str]) -> dict[str, UnitVersions]:
+        """Per unit, the version this process serves (as far as its watch has seen; None without one) and the newest
+        stored, with the reload error while behind."""
+        rows = self._query(
+            f"SELECT unit_id, max(version) FROM {SCHEMA}.versions WHERE unit_id = ANY(%s) GROUP BY unit_id",
+            (unit_ids,),
+        )
+        stored = {unit_id: int(version) for unit_id, version in rows}
         with self._versions_lock:
-            served, error = self._served.get(unit_id), self._errors.get(unit_id)
-        row = self._query(f"SELECT max(version) FROM {SCHEMA}.versions WHERE unit_id = %s", (unit_id,))
-        stored = None if row[0][0] is None else int(row[0][0])
-        return UnitVersions(served, stored, error if served is not None and stored and served < stored else None)
+            out = {}
+            for unit_id in unit_ids:
+                served, newest = self._served.get(unit_id), stored.get(unit_id)
+                behind = served is not None and newest is not None and served < newest
+                out[unit_id] = UnitVersions(served, newest, self._errors.get(unit_id) if behind else None)
+            return out
 
     # -- watching and copying -------------------------------------------------------------------
 
@@ -480,7 +495,6 @@ class _Listener:
         self._target = target
         self._stop = threading.Event()
         self._wake = f"{CHANNEL}_{loader.writer}"
-        self.connection: psycopg.Connection[Any] | None = None
         rows = loader._query(f"SELECT unit_id, max(version) FROM {SCHEMA}.versions GROUP BY unit_id")
         for unit_id, version in rows:
             loader._served_now(unit_id, int(version))  # the host serves what it loaded at start
@@ -500,8 +514,12 @@ class _Listener:
         down_since: float | None = None
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._loader.address, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
-                    self.connection = conn
+                with psycopg.connect(
+                    self._loader.address,
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT,
+                    application_name=f"unit-mcp-listen-{self._loader.writer}",
+                ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     conn.execute(f'LISTEN "{self._wake}"')
                     if down_since is not None:
@@ -519,8 +537,6 @@ class _Listener:
                     down_since = time.monotonic()
                     log.warning("listening to the units database failed (%s); reconnecting", str(exc).strip()[:200])
                 self._stop.wait(0.2)
-            finally:
-                self.connection = None
 
     def _catch_up(self, conn: psycopg.Connection[Any]) -> None:
         rows = conn.execute(
@@ -538,15 +554,16 @@ class _Listener:
         with self._loader._versions_lock:
             for unit_id, version in newest.items():
                 self._loader._stored[unit_id] = max(version, self._loader._stored.get(unit_id, 0))
-        self._seen = int(rows[-1][0])
         for unit_id in changed:
             if _valid_unit_id(unit_id):
-                self._apply(unit_id, newest[unit_id])
+                self._apply(conn, unit_id, newest[unit_id])
+        self._seen = int(rows[-1][0])
 
-    def _apply(self, unit_id: str, version: int) -> None:
+    def _apply(self, conn: psycopg.Connection[Any], unit_id: str, version: int) -> None:
         error = self._target.reload_changed(unit_id)
         if error is None:
             self._loader._served_now(unit_id, version)
-        else:
-            with self._loader._versions_lock:
-                self._loader._errors[unit_id] = str(error)
+            return
+        conn.execute("SELECT 1")  # the database went away meanwhile: raise, reconnect and catch up again
+        with self._loader._versions_lock:
+            self._loader._errors[unit_id] = error
