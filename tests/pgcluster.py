@@ -58,8 +58,9 @@ class Cluster:
             raise RuntimeError(f"{tool} {' '.join(args)} failed: {done.stdout}{done.stderr}{log[-2000:]}")
 
     def start(self) -> None:
-        for _ in range(5):  # a free port can be taken between the probe and the start
-            self.port = free_port()
+        """Start on a free port, or on the same port again after `stop`."""
+        for _ in range(1 if self.port else 5):  # a free port can be taken between the probe and the start
+            self.port = self.port or free_port()
             options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
             try:
                 self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-o", options, "-l", str(self.log), "start")
@@ -72,7 +73,7 @@ class Cluster:
 
     def restart(self) -> None:
         """A real outage: every connection dropped, the server down for the restart."""
-        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-m", "fast", "restart")
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-m", "fast", "-l", str(self.log), "restart")
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():

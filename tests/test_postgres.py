@@ -172,3 +172,134 @@ def test_two_replicas_racing_on_one_hash_have_one_winner_every_time(replicas: li
         for racer in racers:
             racer.join()
         assert sorted(outcomes) == ["stale_hash", "won"], (n, outcomes)
+
+
+def replica_of(service: UnitService, unit_id: str) -> tuple[int | None, int | None, bool, str | None]:
+    replica = service.inspect(unit_id).replica
+    assert replica is not None
+    return replica.served_version, replica.stored_version, replica.behind, replica.reload_error
+
+
+def test_a_version_that_does_not_load_here_leaves_the_replica_behind_until_a_later_one_loads(
+    replicas: list[UnitService], database: str
+) -> None:
+    first, second = replicas
+    patched = first.apply_patch("greeter", "greeter.py", old="import logging\n", new="import logging\nMARK = 1\n")
+    served, stored, behind, _ = replica_of(first, "greeter")
+    assert served == stored and not behind and patched.hash == first.read_source("greeter", "greeter.py").hash
+    wait_for(lambda: getattr(second.host.module("greeter"), "MARK", None) == 1, "the patch did not reach the replica")
+    wait_for(lambda: replica_of(second, "greeter")[0] == stored, "the replica does not report the version it serves")
+    listed = {u.unit_id: u.replica for u in second.list().units}
+    assert listed["greeter"] is not None and listed["greeter"].served_version == stored
+
+    source = first.loader.read(GREETER)
+    sql(database, "UPDATE unit_mcp.sources SET data = %s WHERE unit_id = 'greeter'", (source + b"\nMARK = (\n",))
+    for service in replicas:
+        wait_for(lambda service=service: replica_of(service, "greeter")[3], "a failed version is not reported")
+        served, stored, behind, error = replica_of(service, "greeter")
+        assert behind and served is not None and stored is not None and served < stored
+        assert error is not None and "SyntaxError" in error and "<units>/greeter.py" in error, error
+        assert service.host.module("greeter").MARK == 1  # the old version serves
+    sql(database, "UPDATE unit_mcp.sources SET data = %s WHERE unit_id = 'greeter'", (source + b"\nMARK = 2\n",))
+    for service in replicas:
+        wait_for(lambda service=service: getattr(service.host.module("greeter"), "MARK", None) == 2, "not caught up")
+        wait_for(lambda service=service: not replica_of(service, "greeter")[2], "still reported behind")
+        assert replica_of(service, "greeter")[3] is None
+
+
+def terminate_listener(database: str, service: UnitService) -> int:
+    """pg_terminate_backend on the replica's LISTEN connection; how many were ended."""
+    name = f"unit-mcp-listen-{service.loader.writer}"  # type: ignore[attr-defined]
+    rows = sql(database, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (name,))
+    return len(rows)
+
+
+def test_a_listener_killed_during_a_burst_of_fifty_commits_misses_none(
+    replicas: list[UnitService], database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer, reader = replicas
+    writer.apply_patch("greeter", "greeter.py", old="import logging\n", new="import logging\nBURST = 0\n")
+    wait_for(lambda: getattr(reader.host.module("greeter"), "BURST", None) == 0, "the replica did not load BURST")
+    served: list[int] = []
+    reader.host.unit_listeners.append(
+        lambda unit_id: unit_id == "greeter" and served.append(reader.host.module("greeter").BURST)
+    )
+    terminated = []
+    for n in range(1, 51):
+        writer.apply_patch("greeter", "greeter.py", old=f"BURST = {n - 1}\n", new=f"BURST = {n}\n")
+        if n in (10, 30):
+            terminated.append(terminate_listener(database, reader))
+    assert terminated[0] == 1
+    wait_for(lambda: reader.host.module("greeter").BURST == 50, "the replica did not catch up with the burst")
+    assert served == sorted(served) and served[-1] == 50, served  # never an older version after a newer one
+    assert "listening to the units database failed" in caplog.text
+    wait_for(lambda: not replica_of(reader, "greeter")[2], "the replica reports itself behind")
+    versions = reader.history("greeter", "greeter.py", limit=100).versions
+    assert [v.tool_call for v in versions[:51]] == ["unit_apply_patch"] * 51
+
+
+def test_an_outage_refuses_calls_at_once_and_the_replicas_catch_up(
+    replicas: list[UnitService], pg_cluster: Cluster
+) -> None:
+    first, second = replicas
+    read = first.read_source("greeter", "greeter.py")
+    pg_cluster.stop()
+    try:
+        for call in (
+            lambda: first.read_source("greeter", "greeter.py"),
+            first.list,
+            lambda: first.apply_patch("greeter", "greeter.py", old="Hello", new="Hi", expected_hash=read.hash),
+            lambda: first.history("greeter", "greeter.py"),
+        ):
+            with pytest.raises(UnitError) as refused:
+                call()
+            assert refused.value.code == "store_unavailable", refused.value
+            assert "reconnects by itself" in refused.value.hint and pg_cluster.url() not in str(refused.value)
+        assert first.host.module("greeter") is not None  # still serving
+    finally:
+        pg_cluster.start()
+    first.apply_patch("greeter", "greeter.py", old="import logging\n", new="import logging\nAFTER = 1\n")
+    wait_for(lambda: getattr(second.host.module("greeter"), "AFTER", None) == 1, "the replica did not catch up")
+    assert second.read_source("greeter", "greeter.py").hash == first.read_source("greeter", "greeter.py").hash
+
+
+def test_a_restart_during_a_burst_of_patches_loses_no_acknowledged_one(
+    replicas: list[UnitService], pg_cluster: Cluster
+) -> None:
+    first = replicas[0]
+    first.apply_patch("greeter", "greeter.py", old="import logging\n", new="import logging\nN = 0\n")
+    acknowledged: list[str] = []
+    refusals: list[str] = []
+    done = threading.Event()
+
+    def patch_until_done() -> None:
+        n = 0
+        while not done.is_set() or n < 20:
+            n += 1
+            try:
+                current = first.read_source("greeter", "greeter.py")
+                old = next(line for line in current.content.splitlines(keepends=True) if line.startswith("N = "))
+                result = first.apply_patch(
+                    "greeter", "greeter.py", old=old, new=f"N = {n}\n", expected_hash=current.hash
+                )
+                acknowledged.append(result.hash)
+            except UnitError as exc:
+                refusals.append(exc.code)
+                time.sleep(0.05)
+
+    patcher = threading.Thread(target=patch_until_done)
+    patcher.start()
+    wait_for(lambda: len(acknowledged) >= 5, "no patch went through before the restart")
+    pg_cluster.restart()
+    wait_for(lambda: len(acknowledged) >= 10 + len(refusals), "no patch went through after the restart")
+    done.set()
+    patcher.join(60)
+    assert set(refusals) <= {"store_unavailable", "reload_failed"}, refusals
+    history = {v.hash for v in first.history("greeter", "greeter.py", limit=1000).versions}
+    assert set(acknowledged) <= history
+    newest = first.read_source("greeter", "greeter.py")
+    for service in replicas:
+        wait_for(lambda service=service: service.read_source("greeter", "greeter.py").hash == newest.hash, "diverged")
+        wait_for(lambda service=service: not replica_of(service, "greeter")[2], "a replica stays behind")
+        content = newest.content
+        assert f"N = {service.host.module('greeter').N}\n" in content

@@ -229,6 +229,7 @@ class PostgresLoader:
         self._stored: dict[str, int] = {}
         self._errors: dict[str, str] = {}
         self._skipped: set[str] = set()
+        self._unsettled: set[str] = set()  # units whose failed write could not be rolled back: reload them
         self._prepare()
 
     # -- the schema -------------------------------------------------------------------------
@@ -405,7 +406,16 @@ class PostgresLoader:
 
     def rollback(self, written: Written) -> None:
         """Put the previous bytes back, only if the source is still what the write left (else `StaleSource`: the
-        newer bytes of another writer stay), and unlist the rejected version."""
+        newer bytes of another writer stay), and unlist the rejected version. When that fails (an outage), the
+        watch reloads the unit from the database once it can, so this server ends up serving what is stored."""
+        try:
+            self._roll_back(written)
+        except BaseException:
+            with self._versions_lock:
+                self._unsettled.add(written.source.unit_id)
+            raise
+
+    def _roll_back(self, written: Written) -> None:
         unit_id = written.source.unit_id
         with self._transaction(None, listed=False) as conn:
             self._locked(conn, written.source, hash_bytes(written.data))
@@ -539,25 +549,31 @@ class _Listener:
                 self._stop.wait(0.2)
 
     def _catch_up(self, conn: psycopg.Connection[Any]) -> None:
-        rows = conn.execute(
-            f"SELECT version, unit_id, writer FROM {SCHEMA}.versions WHERE version > %s ORDER BY version",
-            (self._seen,),
-        ).fetchall()
-        if not rows:
-            return
-        newest: dict[str, int] = {}
-        changed: dict[str, None] = {}
-        for version, unit_id, writer in rows:
-            newest[unit_id] = int(version)
-            if writer != self._loader.writer:
-                changed[unit_id] = None
-        with self._loader._versions_lock:
-            for unit_id, version in newest.items():
-                self._loader._stored[unit_id] = max(version, self._loader._stored.get(unit_id, 0))
-        for unit_id in changed:
-            if _valid_unit_id(unit_id):
-                self._apply(conn, unit_id, newest[unit_id])
-        self._seen = int(rows[-1][0])
+        loader = self._loader
+        with loader._versions_lock:
+            unsettled, loader._unsettled = loader._unsettled, set()
+        try:
+            rows = conn.execute(
+                f"SELECT version, unit_id, writer FROM {SCHEMA}.versions WHERE version > %s ORDER BY version",
+                (self._seen,),
+            ).fetchall()
+            changed = dict.fromkeys(sorted(unsettled))
+            with loader._versions_lock:
+                for version, unit_id, writer in rows:
+                    loader._stored[unit_id] = max(int(version), loader._stored.get(unit_id, 0))
+                    if writer != loader.writer:
+                        changed[unit_id] = None
+                newest = {unit_id: loader._stored.get(unit_id, 0) for unit_id in changed}
+            for unit_id in changed:
+                if _valid_unit_id(unit_id):
+                    self._apply(conn, unit_id, newest[unit_id])
+                    unsettled.discard(unit_id)
+        except BaseException:
+            with loader._versions_lock:
+                loader._unsettled |= unsettled
+            raise
+        if rows:
+            self._seen = int(rows[-1][0])
 
     def _apply(self, conn: psycopg.Connection[Any], unit_id: str, version: int) -> None:
         error = self._target.reload_changed(unit_id)
