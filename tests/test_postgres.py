@@ -303,3 +303,46 @@ def test_a_restart_during_a_burst_of_patches_loses_no_acknowledged_one(
         wait_for(lambda service=service: not replica_of(service, "greeter")[2], "a replica stays behind")
         content = newest.content
         assert f"N = {service.host.module('greeter').N}\n" in content
+
+
+# -- real servers -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_three_servers_on_one_database_serve_a_patch_made_on_one(
+    database: str, pg_cluster: Cluster, tmp_path: Path, anyio_backend: str
+) -> None:
+    from contextlib import AsyncExitStack
+
+    import anyio
+    from server_process import ServerProcess
+    from test_sqlite_servers import connect, ok
+
+    servers = [ServerProcess("--units", database, tmp=tmp_path) for _ in range(3)]
+    try:
+        printed = [server.ready() for server in servers]
+        for server, lines in zip(servers, printed, strict=True):  # the password reaches them in PGPASSFILE only
+            argv = Path(f"/proc/{server.proc.pid}/cmdline").read_bytes().decode()
+            assert pg_cluster.password not in argv + str(lines) and database in argv
+        async with AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(connect(p)) for p in printed]
+            read = await ok(clients[0], "unit_read_source", unit_id="counter", source_id="__init__.py")
+            patched = await ok(
+                clients[0], "unit_apply_patch", unit_id="counter", source_id="__init__.py",
+                old='return {"count": count}', new='return {"count": count, "patched": 1}', expected_hash=read["hash"],
+            )  # fmt: skip
+            for client in clients[1:]:
+                deadline = time.monotonic() + 30
+                while (await ok(client, "unit_snapshot", unit_id="counter"))["state"].get("patched") != 1:
+                    assert time.monotonic() < deadline, "the patch was not served by another server"
+                    await anyio.sleep(0.02)
+                again = await ok(client, "unit_read_source", unit_id="counter", source_id="__init__.py")
+                assert again["hash"] == patched["hash"]
+                replica = (await ok(client, "unit_inspect", unit_id="counter"))["replica"]
+                assert replica["served_version"] == replica["stored_version"] and not replica["behind"], replica
+                listed = {u["unit_id"]: u for u in (await ok(client, "unit_list"))["units"]}
+                assert listed["counter"]["replica"] == replica and listed["counter"]["loader"] == "postgres"
+    finally:
+        codes = [server.stop() for server in servers]
+    assert codes == [0, 0, 0], [server.stderr() for server in servers]
