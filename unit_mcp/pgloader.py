@@ -47,6 +47,7 @@ from .paths import hash_bytes, validate_unit_id
 SCHEMA = "unit_mcp"
 CHANNEL = "unit_mcp"
 MARK = "unit-mcp units store, schema 1"
+IDLE_CHECK = 0.5  # seconds: a connection idle longer is checked before use (a restart may have dropped it)
 CONNECT_TIMEOUT = 3  # seconds: a call during an outage is refused within this (connection refused: at once)
 _LOCK_KEY = 0x756E6974  # the advisory lock that orders versions ('unit')
 _HASH = "'sha256:' || encode(sha256({}), 'hex')"
@@ -143,7 +144,7 @@ class _Connections:
     def __init__(self, address: str, size: int = 8) -> None:
         self.address = address
         self._size = size
-        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # with when it was put back
         self._lock = threading.Lock()
 
     def connect(self) -> psycopg.Connection[Any]:
@@ -157,8 +158,8 @@ class _Connections:
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is not None:
+            conn, since = self._idle.pop() if self._idle else (None, 0.0)
+        if conn is not None and time.monotonic() - since > IDLE_CHECK:
             try:
                 conn.execute("")  # one round trip: a connection the server dropped (a restart) is not used
             except psycopg.Error:
@@ -170,6 +171,7 @@ class _Connections:
             yield conn
         except psycopg.OperationalError as exc:
             conn.close()
+            self.close()  # the others were made to the same server: likely dropped too
             raise _unavailable(exc) from None
         except BaseException:
             self._release(conn)
@@ -180,14 +182,14 @@ class _Connections:
         with self._lock:
             idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             if idle and len(self._idle) < self._size:
-                self._idle.append(conn)
+                self._idle.append((conn, time.monotonic()))
                 return
         conn.close()
 
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             conn.close()
 
 
@@ -541,12 +543,16 @@ class _Listener:
                         self._catch_up(conn)
                         for _ in conn.notifies(timeout=self._loader.poll_interval, stop_after=1):
                             pass
-            except psycopg.Error as exc:
+            except (psycopg.Error, StoreUnavailable) as exc:
                 self._armed.set()
                 if down_since is None:
                     down_since = time.monotonic()
                     log.warning("listening to the units database failed (%s); reconnecting", str(exc).strip()[:200])
                 self._stop.wait(0.2)
+            except Exception:  # never let the watch die: log, reconnect, catch up
+                self._armed.set()
+                log.exception("watching the units database failed; reconnecting")
+                self._stop.wait(1)
 
     def _catch_up(self, conn: psycopg.Connection[Any]) -> None:
         loader = self._loader
