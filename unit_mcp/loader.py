@@ -1,8 +1,9 @@
 """The `Loader` protocol: where units live, behind one narrow interface the host and the service use for all storage.
 
-Two implementations ship: `FilesystemLoader` (a folder, `folderloader.py`, with history when the folder is in a
-git work tree) and `SqliteLoader` (one SQLite database, `sqliteloader.py`, with native history); `units.open_loader`
-turns a `--units` value (`DIR` or `sqlite:PATH`) into one of them. This module is the leaf of the loader layer: it
+Three implementations ship: `FilesystemLoader` (a folder, `folderloader.py`, with history when the folder is in a
+git work tree), `SqliteLoader` (one SQLite database, `sqliteloader.py`) and `PostgresLoader` (`pgloader.py`, shared
+by several servers), both with native history; `units.open_loader` turns a `--units` value (`DIR`, `sqlite:PATH`
+or `postgresql://…`) into one of them. This module is the leaf of the loader layer: it
 imports nothing of unit_mcp, and every loader, the host and the service import it.
 """
 
