@@ -98,6 +98,11 @@ def test_a_foreign_database_is_refused_before_anything_is_written(pg_cluster: Cl
     sql(changed, "ALTER TABLE unit_mcp.sources ALTER COLUMN data TYPE text")
     with pytest.raises(UnusableStore, match=r"has a table unit_mcp\.sources unlike unit-mcp's"):
         open_loader(changed)
+    untriggered = pg_cluster.new_database()
+    open_loader(untriggered).close()
+    sql(untriggered, "ALTER TABLE unit_mcp.sources DISABLE TRIGGER source_changed")
+    with pytest.raises(UnusableStore, match=r"has lost the trigger on unit_mcp\.sources"):
+        open_loader(untriggered)
 
     served = run("-m", "unit_mcp.server", "--units", app, "--data-dir", str(tmp_path / "data"))
     assert served.returncode == 1 and "Traceback" not in served.stderr

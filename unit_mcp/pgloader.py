@@ -76,7 +76,7 @@ CREATE TABLE {SCHEMA}.versions (
     listed boolean NOT NULL DEFAULT true  -- false: a rollback or a rejected version, not an accepted one
 );
 CREATE INDEX versions_of_source ON {SCHEMA}.versions (unit_id, source_id, version);
-CREATE FUNCTION {SCHEMA}.record_version() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION {SCHEMA}.record_version() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 DECLARE
     row_ {SCHEMA}.sources%ROWTYPE;
     data_ bytea;
@@ -271,19 +271,21 @@ class PostgresLoader:
             for table, columns in _COLUMNS.items():
                 if found.get(table) != columns:
                     raise ForeignStore(f"has a table {SCHEMA}.{table} unlike unit-mcp's; give another database")
+            if not conn.execute(
+                f"SELECT 1 FROM pg_trigger WHERE tgname = 'source_changed' AND tgrelid = '{SCHEMA}.sources'::regclass "
+                "AND tgenabled <> 'D'"
+            ).fetchone():
+                raise ForeignStore(f"has lost the trigger on {SCHEMA}.sources that records versions; restore it")
 
     @contextlib.contextmanager
-    def _transaction(
-        self, tool_call: str | None = None, *, listed: bool = True, writer: bool = True
-    ) -> Iterator[psycopg.Connection[Any]]:
+    def _transaction(self, tool_call: str | None = None, *, listed: bool = True) -> Iterator[psycopg.Connection[Any]]:
         """One transaction; the trigger signs its version rows with this writer and `tool_call`."""
         with self._connections.connection() as conn, conn.transaction():
-            if writer:
-                conn.execute(
-                    "SELECT set_config('unit_mcp.writer', %s, true), set_config('unit_mcp.tool_call', %s, true), "
-                    "set_config('unit_mcp.listed', %s, true)",
-                    (self.writer, tool_call or "", "true" if listed else "false"),
-                )
+            conn.execute(
+                "SELECT set_config('unit_mcp.writer', %s, true), set_config('unit_mcp.tool_call', %s, true), "
+                "set_config('unit_mcp.listed', %s, true)",
+                (self.writer, tool_call or "", "true" if listed else "false"),
+            )
             yield conn
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
