@@ -270,6 +270,19 @@ def test_an_outage_refuses_calls_at_once_and_the_replicas_catch_up(
     assert second.read_source("greeter", "greeter.py").hash == first.read_source("greeter", "greeter.py").hash
 
 
+def test_a_writer_stuck_holding_the_row_gets_the_others_refused_not_hung(
+    replicas: list[UnitService], database: str
+) -> None:
+    read = replicas[0].read_source("greeter", "greeter.py")
+    with psycopg.connect(database) as stuck:  # a transaction left open holding the source's row
+        stuck.execute("SELECT 1 FROM unit_mcp.sources WHERE unit_id = 'greeter' FOR UPDATE")
+        with pytest.raises(UnitError) as refused:
+            replicas[0].apply_patch("greeter", "greeter.py", old="Hello", new="Hi", expected_hash=read.hash)
+        assert refused.value.code == "store_unavailable" and "lock timeout" in refused.value.message
+    patched = replicas[0].apply_patch("greeter", "greeter.py", old="Hello", new="Hi", expected_hash=read.hash)
+    assert patched.hash == replicas[0].read_source("greeter", "greeter.py").hash
+
+
 def test_a_restart_during_a_burst_of_patches_loses_no_acknowledged_one(
     replicas: list[UnitService], pg_cluster: Cluster
 ) -> None:

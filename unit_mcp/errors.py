@@ -151,6 +151,7 @@ class UnknownVersion(UnitError):
 class StoreUnavailable(UnitError):
     code = "store_unavailable"
     default_hint = (
-        "The units database cannot be reached right now (restarting or unreachable); nothing was changed. "
+        "The units database cannot be used right now (restarting, unreachable or locked by a stuck writer); "
+        "nothing was changed. "
         "The server reconnects by itself: call the tool again in a few seconds."
     )

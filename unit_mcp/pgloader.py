@@ -49,6 +49,16 @@ CHANNEL = "unit_mcp"
 MARK = "unit-mcp units store, schema 1"
 IDLE_CHECK = 0.5  # seconds: a connection idle longer is checked before use (a restart may have dropped it)
 CONNECT_TIMEOUT = 3  # seconds: a call during an outage is refused within this (connection refused: at once)
+# A peer that vanished (a network partition, a host gone) is noticed: unacknowledged data after 4 s, an idle
+# connection (the listener's) after about 9 s. A server process that is frozen but whose kernel answers is not.
+CONNECT_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "connect_timeout": CONNECT_TIMEOUT,
+    "tcp_user_timeout": 4000,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 2,
+}
 _LOCK_KEY = 0x756E6974  # the advisory lock that orders versions ('unit')
 _HASH = "'sha256:' || encode(sha256({}), 'hex')"
 _DDL = f"""
@@ -149,9 +159,7 @@ class _Connections:
 
     def connect(self) -> psycopg.Connection[Any]:
         try:
-            return psycopg.connect(
-                self.address, autocommit=True, connect_timeout=CONNECT_TIMEOUT, application_name="unit-mcp"
-            )
+            return psycopg.connect(self.address, application_name="unit-mcp", **CONNECT_OPTIONS)
         except psycopg.OperationalError as exc:
             raise _unavailable(exc) from None
 
@@ -195,7 +203,7 @@ class _Connections:
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(f"The units database is unreachable ({first}).")
+    return StoreUnavailable(f"The units database is unreachable or held up ({first}).")
 
 
 @dataclass
@@ -279,11 +287,12 @@ class PostgresLoader:
 
     @contextlib.contextmanager
     def _transaction(self, tool_call: str | None = None, *, listed: bool = True) -> Iterator[psycopg.Connection[Any]]:
-        """One transaction; the trigger signs its version rows with this writer and `tool_call`."""
+        """One transaction; the trigger signs its version rows with this writer and `tool_call`. A lock held longer
+        than 5 s by a stuck writer elsewhere ends it with `store_unavailable` rather than a hang."""
         with self._connections.connection() as conn, conn.transaction():
             conn.execute(
                 "SELECT set_config('unit_mcp.writer', %s, true), set_config('unit_mcp.tool_call', %s, true), "
-                "set_config('unit_mcp.listed', %s, true)",
+                "set_config('unit_mcp.listed', %s, true), set_config('lock_timeout', '5s', true)",
                 (self.writer, tool_call or "", "true" if listed else "false"),
             )
             yield conn
@@ -472,11 +481,9 @@ class PostgresLoader:
         )
         stored = {unit_id: int(version) for unit_id, version in rows}
         with self._versions_lock:
-            out = {}
-            for unit_id in unit_ids:
-                served, newest = self._served.get(unit_id), stored.get(unit_id)
-                behind = served is not None and newest is not None and served < newest
-                out[unit_id] = UnitVersions(served, newest, self._errors.get(unit_id) if behind else None)
+            out = {unit_id: UnitVersions(self._served.get(unit_id), stored.get(unit_id)) for unit_id in unit_ids}
+            for unit_id, versions in out.items():
+                versions.error = self._errors.get(unit_id) if versions.behind else None
             return out
 
     # -- watching and copying -------------------------------------------------------------------
@@ -529,10 +536,7 @@ class _Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(
-                    self._loader.address,
-                    autocommit=True,
-                    connect_timeout=CONNECT_TIMEOUT,
-                    application_name=f"unit-mcp-listen-{self._loader.writer}",
+                    self._loader.address, application_name=f"unit-mcp-listen-{self._loader.writer}", **CONNECT_OPTIONS
                 ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     conn.execute(f'LISTEN "{self._wake}"')
