@@ -18,7 +18,7 @@ from pgcluster import Cluster
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
-from unit_mcp.loader import Source, StaleSource
+from unit_mcp.loader import Source, SourceTooLarge, StaleSource
 from unit_mcp.paths import hash_bytes
 from unit_mcp.units import UnusableStore, open_loader
 
@@ -137,6 +137,16 @@ def test_copy_to_and_from_postgres_is_bytes_exact(pg_cluster: Cluster, tmp_path:
             assert (back / path.relative_to(folder)).read_bytes() == path.read_bytes(), path
     refused = run("-m", "unit_mcp.units", "copy", str(folder), database)
     assert refused.returncode == 1 and "already has units" in refused.stderr
+
+
+def test_a_read_with_max_bytes_refuses_a_bigger_source_without_fetching_it(database: str) -> None:
+    loader = open_loader(database)
+    data = loader.read(GREETER)
+    assert loader.read(GREETER, max_bytes=len(data)) == data
+    with pytest.raises(SourceTooLarge) as refused:
+        loader.read(GREETER, max_bytes=len(data) - 1)
+    assert refused.value.size == len(data)
+    loader.close()
 
 
 def test_a_rollback_leaves_a_newer_writers_bytes(database: str) -> None:

@@ -108,6 +108,19 @@ class StaleSource(LoaderError):
         self.current_hash = current_hash
 
 
+class SourceTooLarge(LoaderError):
+    """`read` with `max_bytes` found the source bigger than that (and did not read it)."""
+
+    def __init__(self, size: int | None) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class ForeignStore(LoaderError):
+    """The store exists but is not a units store (another application's database): nothing was written to it.
+    The message is one line for the operator, naming the store."""
+
+
 class UnknownVersion(LoaderError):
     """No such version of the source in the history."""
 

@@ -26,13 +26,14 @@ import psycopg
 from .errors import StoreUnavailable
 from .loader import (
     Capabilities,
-    LoaderError,
+    ForeignStore,
     MissingSource,
     NotASource,
     PathConflict,
     Source,
     SourceExists,
     SourceInfo,
+    SourceTooLarge,
     StaleSource,
     UnitKind,
     UnknownVersion,
@@ -129,10 +130,6 @@ _UNITS = (
 )
 
 log = logging.getLogger("unit_mcp.pgloader")
-
-
-class ForeignStore(LoaderError):
-    """The database holds something that is not a unit-mcp store (refused before anything is written)."""
 
 
 def _key(source: Source) -> tuple[str, str]:
@@ -340,11 +337,19 @@ class PostgresLoader:
 
     # -- sources ----------------------------------------------------------------------------
 
-    def read(self, source: Source) -> bytes:
-        rows = self._query(f"SELECT data FROM {SCHEMA}.sources WHERE unit_id = %s AND source_id = %s", _key(source))
+    def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
+        """With `max_bytes`, `SourceTooLarge` for a bigger source, whose bytes are not fetched."""
+        rows = self._query(
+            f"SELECT length(data), CASE WHEN %s::bigint IS NULL OR length(data) <= %s THEN data END "
+            f"FROM {SCHEMA}.sources WHERE unit_id = %s AND source_id = %s",
+            (max_bytes, max_bytes, *_key(source)),
+        )
         if not rows:
             self._missing(source)
-        return bytes(rows[0][0])
+        size, data = rows[0]
+        if data is None:
+            raise SourceTooLarge(int(size))
+        return bytes(data)
 
     def _missing(self, source: Source, conn: psycopg.Connection[Any] | None = None) -> NoReturn:
         """Raise why there is no such source, as the folder loader would say it."""
