@@ -61,6 +61,7 @@ SECTIONS = (
     "reload",
     "scale",
     "loaders",
+    "replicas",
     "log",
     "changelog",
     "sessions",
@@ -147,6 +148,19 @@ async def http_client(url: str, token: str | None) -> AsyncIterator[Client]:
         yield client
 
 
+def read_ready_lines(server: subprocess.Popen[str]) -> dict[str, str]:
+    """The `KEY=value` lines a `unit_mcp.server` prints once it listens (up to its MCP_TOKEN line)."""
+    printed: dict[str, str] = {}
+    assert server.stdout is not None
+    while "MCP_TOKEN" not in printed:
+        line = server.stdout.readline()
+        if not line:
+            raise RuntimeError("a unit_mcp.server exited before it listened")
+        key, _, value = line.rstrip("\n").partition("=")
+        printed[key] = value
+    return printed
+
+
 def bare_server() -> Server[Any]:
     """The transport floor: a server whose one tool does nothing."""
 
@@ -166,6 +180,19 @@ class Bench:
         self.quick = args.quick
         self.rounds = 40 if args.quick else 300
         self.results: dict[str, Any] = {"sections": {}, "ratios": []}
+        self._cluster: Any = None
+
+    def cluster(self) -> Any:
+        """The throwaway PostgreSQL cluster of the tests (tests/pgcluster.py), started once per run; clients find
+        its password in PGPASSFILE."""
+        if self._cluster is None:
+            sys.path.insert(0, str(REPO / "tests"))
+            from pgcluster import Cluster
+
+            self._cluster = Cluster()
+            self._cluster.start()
+            os.environ["PGPASSFILE"] = str(self._cluster.passfile)
+        return self._cluster
 
     def record(self, section: str, figures: dict[str, Any], ratios: list[dict[str, Any]]) -> None:
         self.results["sections"][section] = figures
@@ -425,7 +452,8 @@ class Bench:
         )
 
     async def loaders(self) -> None:
-        """The SQLite loader against the folder loader: patch→reloaded of one ten-module unit, and unit_list."""
+        """The SQLite and PostgreSQL loaders against the folder loader: patch→reloaded of one ten-module unit,
+        unit_list and the host's start."""
         from unit_mcp.units import copy_units, open_loader
 
         folder = self.work / "loader-units"
@@ -434,9 +462,20 @@ class Bench:
         big_count = 1000 if self.quick else 10_000
         many = self.work / "loader-many"
         make_units(many, big_count, body="def total(items):\n    return sum(items)\n")
-        stores = {"folder": str(folder), "sqlite": f"sqlite:{self.work / 'loader-units.db'}"}
-        big = {"folder": str(many), "sqlite": f"sqlite:{self.work / 'loader-many.db'}"}
-        for source, target in ((folder, stores["sqlite"]), (many, big["sqlite"])):
+        cluster = self.cluster()
+        stores = {
+            "folder": str(folder),
+            "sqlite": f"sqlite:{self.work / 'loader-units.db'}",
+            "postgres": cluster.new_database(),
+        }
+        big = {
+            "folder": str(many),
+            "sqlite": f"sqlite:{self.work / 'loader-many.db'}",
+            "postgres": cluster.new_database(),
+        }
+        for source, target in [(folder, stores[n]) for n in ("sqlite", "postgres")] + [
+            (many, big[n]) for n in ("sqlite", "postgres")
+        ]:
             opened = open_loader(target)
             copy_units(open_loader(source, read_only=True), opened)
             opened.close()
@@ -444,7 +483,7 @@ class Bench:
         hosts: list[Host] = []
         calls: dict[str, Callable[[], Awaitable[Any]]] = {}
         try:
-            for name in ("folder", "sqlite"):
+            for name in ("folder", "sqlite", "postgres"):
                 host = Host(stores[name], self.work / f"loader-data-{name}", namespace=f"bench_loader_{name}")
                 hosts.append(host.start())
                 service = UnitService(host)
@@ -456,7 +495,7 @@ class Bench:
                     return service.apply_patch("tenmods", "__init__.py", old=old, new=f"VERSION = {version['v']}")
 
                 calls[f"patch_to_reloaded_{name}"] = (lambda p: lambda: anyio.to_thread.run_sync(p))(patch)
-            for name in ("folder", "sqlite"):
+            for name in ("folder", "sqlite", "postgres"):
                 host = Host(big[name], self.work / f"loader-big-{name}", namespace=f"bench_loader_big_{name}")
                 started = time.perf_counter()
                 hosts.append(host.start())
@@ -485,8 +524,71 @@ class Bench:
                     figures[f"list_{big_count}_folder"],
                     None,
                 ),
+                ratio_row(
+                    "patch→reloaded (10 modules) PostgreSQL / folder",
+                    figures["patch_to_reloaded_postgres"],
+                    figures["patch_to_reloaded_folder"],
+                    None,
+                ),
+                ratio_row(
+                    f"unit_list {big_count} units PostgreSQL / folder",
+                    figures[f"list_{big_count}_postgres"],
+                    figures[f"list_{big_count}_folder"],
+                    None,
+                ),
+                start_row(big_count, figures[f"host_start_{big_count}_units_postgres_ms"], "start, PostgreSQL"),
             ],
         )
+
+    async def replicas(self) -> None:
+        """Three `unit_mcp.server` processes on one PostgreSQL database: from sending a patch to the first until
+        the other two serve it (their unit_snapshot shows it), over 100 patches."""
+        database = self.cluster().new_database()
+        folder = self.work / "replica-units"
+        make_units(folder, 1, body='VERSION = 0\n\n\ndef snapshot():\n    return {"version": VERSION}\n')
+        unit = {"unit_id": "unit_00000", "source_id": "unit_00000.py"}
+        subprocess.run([sys.executable, "-m", "unit_mcp.units", "copy", str(folder), database], check=True)
+        servers = [
+            subprocess.Popen(
+                [sys.executable, "-m", "unit_mcp.server", "--units", database],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        samples: list[float] = []
+        try:
+            printed = [read_ready_lines(server) for server in servers]
+            async with AsyncExitStack() as stack:
+                clients = [await stack.enter_async_context(http_client(p["MCP_URL"], p["MCP_TOKEN"])) for p in printed]
+
+                async def served(client: Client, version: int) -> None:
+                    while True:
+                        result = await client.call_tool("unit_snapshot", {"unit_id": unit["unit_id"]})
+                        if (result.structured_content or {}).get("state", {}).get("version") == version:
+                            return
+
+                for version in range(1, (30 if self.quick else 100) + 1):
+                    started = time.perf_counter()
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(
+                            partial(
+                                clients[0].call_tool,
+                                "unit_apply_patch",
+                                {**unit, "old": f"VERSION = {version - 1}\n", "new": f"VERSION = {version}\n"},
+                            )
+                        )
+                        for client in clients[1:]:
+                            group.start_soon(served, client, version)
+                    samples.append((time.perf_counter() - started) * 1000)
+        finally:
+            for server in servers:
+                server.terminate()
+                server.wait(20)
+        figures = {"patch_to_served_by_2_other_servers": summary(samples)}
+        p95 = figures["patch_to_served_by_2_other_servers"]["p95_ms"]
+        row = {"ratio": "patch→served by the 2 other servers, p95 ms", "value": p95, "goal": "≤ 50", "met": p95 <= 50}
+        self.record("replicas", figures, [row])
 
     async def log(self) -> None:
         sizes = {"1MB": 1 << 20, "1GB": (64 << 20) if self.quick else (1 << 30)}
@@ -874,7 +976,11 @@ def main() -> None:
             for section in chosen:
                 await getattr(bench, section)()
 
-        anyio.run(run)
+        try:
+            anyio.run(run)
+        finally:
+            if bench._cluster is not None:
+                bench._cluster.close()
     bench.results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     bench.results["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     bench.results["load"] = f"load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after"

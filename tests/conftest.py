@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pgcluster import Cluster
 
 from unit_mcp import Host, UnitService
 
@@ -32,6 +34,45 @@ def sqlite_copy(folder: Path, db: Path) -> str:
     copy_between(source, target)
     target.close()
     return store
+
+
+def postgres_copy(cluster: Cluster, folder: Path) -> str:
+    """The units of `folder` copied into a new database of `cluster`; its `--units` value."""
+    from unit_mcp.units import copy_units as copy_between
+    from unit_mcp.units import open_loader
+
+    store = cluster.new_database()
+    source, target = open_loader(folder, read_only=True), open_loader(store)
+    copy_between(source, target)
+    target.close()
+    return store
+
+
+LOADERS = ["folder", "sqlite", "postgres"]
+
+
+def store_of(request: pytest.FixtureRequest, folder: Path, tmp_path: Path) -> str:
+    """`folder` as the store `request.param` names (one of LOADERS): itself, a SQLite copy or a copy in a new
+    database of the session's PostgreSQL cluster (started by the first test that needs it)."""
+    if request.param == "sqlite":
+        return sqlite_copy(folder, tmp_path / "units.db")
+    if request.param == "postgres":
+        return postgres_copy(request.getfixturevalue("pg_cluster"), folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """One PostgreSQL cluster for the session (a new database per test); clients find its password in PGPASSFILE,
+    which the servers the tests start inherit."""
+    cluster = Cluster()
+    try:
+        cluster.start()
+        os.environ["PGPASSFILE"] = str(cluster.passfile)
+        yield cluster
+    finally:
+        os.environ.pop("PGPASSFILE", None)
+        cluster.close()
 
 
 def root_of(host: Host) -> Path:

@@ -1,5 +1,6 @@
-"""The loader contract: the same service and tool behaviour over every loader (a units folder, a SQLite database),
-history and revert where a loader keeps history (SQLite, a folder in a git work tree), and the copy between stores.
+"""The loader contract: the same service and tool behaviour over every loader (a units folder, a SQLite database, a
+PostgreSQL database), history and revert where a loader keeps history (the databases, a folder in a git work tree),
+and the copy between stores.
 
 Tests about files as such (symlinks, descriptors, modes) stay in test_service.py and test_paths.py.
 """
@@ -17,8 +18,9 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
-from conftest import copy_units, sqlite_copy
+from conftest import LOADERS, copy_units, store_of
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
@@ -31,22 +33,26 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "init.d
 
 
 def make_store(kind: str, tmp_path: Path) -> str:
-    """A copy of the example and fixture units as a `--units` value: a folder, a git work tree or a database."""
+    """A copy of the example and fixture units as a units folder or a git work tree."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     folder = copy_units(tmp_path / "units")
-    if kind == "folder":
-        return str(folder)
     if kind == "git":
         subprocess.run([*GIT, "init", "-q", str(folder)], check=True)
         subprocess.run([*GIT, "-C", str(folder), "add", "-A"], check=True)
         subprocess.run([*GIT, "-C", str(folder), "commit", "-qm", "units"], check=True)
-        return str(folder)
-    return sqlite_copy(folder, tmp_path / "units.db")
+    return str(folder)
 
 
-@pytest.fixture(params=["folder", "sqlite"])
+def store_for(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The parametrized store, git work tree included, as a `--units` value."""
+    if request.param == "git":
+        return make_store("git", tmp_path)
+    return store_of(request, copy_units(tmp_path / "units"), tmp_path)
+
+
+@pytest.fixture(params=LOADERS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return make_store(request.param, tmp_path)
+    return store_for(request, tmp_path)
 
 
 @pytest.fixture
@@ -78,7 +84,7 @@ def no_host_paths(service: UnitService, text: str) -> None:
     assert service.loader.location not in text and str(service.host.data_dir) not in text, text
 
 
-# -- the contract, over both loaders ---------------------------------------------------------------------
+# -- the contract, over every loader --------------------------------------------------------------------
 
 
 def test_list_and_inspect_report_units_handles_and_capabilities(service: UnitService) -> None:
@@ -88,7 +94,7 @@ def test_list_and_inspect_report_units_handles_and_capabilities(service: UnitSer
     assert units["weather"].loaded and units["weather"].test_capabilities == ["broken", "init"]
     assert not units["broken"].loaded and "line 3" in (units["broken"].load_error or "")
     no_host_paths(service, units["broken"].load_error or "")
-    history = service.loader.name == "sqlite"
+    history = service.loader.name in ("sqlite", "postgres")
     assert units["counter"].commit_capability is history
     assert units["counter"].loader_capabilities == ["read", "write", "create", *(["history"] if history else [])]
     inspected = service.inspect("counter")
@@ -195,9 +201,15 @@ def test_fifty_patches_with_one_expected_hash_have_one_winner(service: UnitServi
 
 
 def external_write(host: Host, unit_id: str, source_id: str, data: bytes) -> None:
-    """Change a source the way someone else would: an editor on the file, or another SQLite connection."""
+    """Change a source the way someone else would: an editor on the file, or another database connection."""
     loader = host.loader
-    if loader.name == "sqlite":  # as the sqlite3 shell would: the new source stored as TEXT
+    if loader.name == "postgres":  # as psql would
+        with psycopg.connect(loader.address, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE unit_mcp.sources SET data = %s WHERE unit_id = %s AND source_id = %s",
+                (data, unit_id, source_id),
+            )
+    elif loader.name == "sqlite":  # as the sqlite3 shell would: the new source stored as TEXT
         with sqlite3.connect(loader.location) as conn:
             conn.execute(
                 "UPDATE sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data.decode(), unit_id, source_id)
@@ -250,13 +262,14 @@ def test_a_loader_without_history_refuses_history_and_revert(tmp_path: Path) -> 
         refusal("not_supported", service.revert, "greeter", "greeter.py", 1)
 
 
-# -- history and revert: SQLite natively, a folder inside a git work tree -----------------------------------
+# -- history and revert: the databases natively, a folder inside a git work tree ----------------------------
 
 
-@pytest.fixture(params=["sqlite", "git-ref", "git-branch"])
+@pytest.fixture(params=["sqlite", "git-ref", "git-branch", "postgres"])
 def history_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitService]:
     kind, _, mode = request.param.partition("-")
-    with Host(make_store(kind, tmp_path), tmp_path / "data", git_history=mode or "ref") as host:
+    store = make_store("git", tmp_path) if kind == "git" else store_for(request, tmp_path)
+    with Host(store, tmp_path / "data", git_history=mode or "ref") as host:
         yield UnitService(host)
 
 

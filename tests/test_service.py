@@ -8,18 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import root_of, sqlite_copy
+from conftest import LOADERS, root_of, store_of
 
 from unit_mcp import Host, UnitService
 from unit_mcp.arguments import ReadSourceArgs
 from unit_mcp.errors import UnitError
 
 
-@pytest.fixture(params=["folder", "sqlite"])
+@pytest.fixture(params=LOADERS)
 def host(request: pytest.FixtureRequest, units_root: Path, tmp_path: Path) -> Iterator[Host]:
-    """Tests not about files run over both loaders; those about files take `folder_service`."""
-    store = str(units_root) if request.param == "folder" else sqlite_copy(units_root, tmp_path / "units.db")
-    with Host(store, tmp_path / "data") as started:
+    """Tests not about files run over every loader; those about files take `folder_service`."""
+    with Host(store_of(request, units_root, tmp_path), tmp_path / "data") as started:
         yield started
 
 
@@ -55,8 +54,11 @@ def test_list_is_sorted_with_handles_and_capabilities(service: UnitService) -> N
     assert units["counter"].edit_capabilities == ["read", "patch", "create"]
     assert units["greeter"].edit_capabilities == ["read", "patch"]
     assert units["weather"].test_capabilities == ["broken", "init"]
-    history = service.loader.name == "sqlite"  # the folder here is not in a git work tree
-    assert units["counter"].loader in ("filesystem", "sqlite") and units["counter"].commit_capability is history
+    history = service.loader.name in ("sqlite", "postgres")  # the folder here is not in a git work tree
+    assert (
+        units["counter"].loader in ("filesystem", "sqlite", "postgres")
+        and units["counter"].commit_capability is history
+    )
     assert units["counter"].loader_capabilities == ["read", "write", "create", *(["history"] if history else [])]
     assert not units["broken"].loaded and "SyntaxError" in (units["broken"].load_error or "")
     no_host_paths(service, service.list().model_dump())

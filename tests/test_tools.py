@@ -15,7 +15,7 @@ import anyio
 import jsonschema
 import mcp_types as types
 import pytest
-from conftest import sqlite_copy
+from conftest import LOADERS, store_of
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
@@ -67,11 +67,10 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["folder", "sqlite"])
+@pytest.fixture(params=LOADERS)
 def host(request: pytest.FixtureRequest, units_root: Path, tmp_path: Path) -> Iterator[Host]:
-    """Every tool test that is not about files runs on both loaders (test_loaders.py has the contract)."""
-    store = str(units_root) if request.param == "folder" else sqlite_copy(units_root, tmp_path / "units.db")
-    with Host(store, tmp_path / "data") as started:
+    """Every tool test that is not about files runs on every loader (test_loaders.py has the contract)."""
+    with Host(store_of(request, units_root, tmp_path), tmp_path / "data") as started:
         yield started
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import sqlite_copy
+from conftest import LOADERS, store_of
 
 from unit_mcp import Host, UnitService
 from unit_mcp.loader import Source
@@ -29,7 +29,7 @@ CRASHES = {
 }
 
 
-@pytest.fixture(params=["folder", "sqlite"])
+@pytest.fixture(params=LOADERS)
 def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitService]:
     folder = tmp_path / "units" / "probe"
     folder.mkdir(parents=True)
@@ -37,8 +37,7 @@ def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitServ
     (folder / "test_init.py").write_text("from units import probe\n\n\ndef main():\n    print('value', probe.VALUE)\n")
     for name, source in CRASHES.items():
         (folder / f"test_{name}.py").write_text(source)
-    store = str(tmp_path / "units") if request.param == "folder" else sqlite_copy(tmp_path / "units", tmp_path / "u.db")
-    with Host(store, tmp_path / "data") as host:
+    with Host(store_of(request, tmp_path / "units", tmp_path), tmp_path / "data") as host:
         yield UnitService(host, test_timeout=30)
 
 

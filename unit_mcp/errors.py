@@ -159,3 +159,12 @@ class UnknownCheckpoint(UnitError):
         "Take a checkpoint with unit_checkpoint before the changes to undo; the log drops a checkpoint once the "
         "changes after it fall out of its retention."
     )
+
+
+class StoreUnavailable(UnitError):
+    code = "store_unavailable"
+    default_hint = (
+        "The units database cannot be used right now (restarting, unreachable or locked by a stuck writer); "
+        "nothing was changed. "
+        "The server reconnects by itself: call the tool again in a few seconds."
+    )

@@ -707,10 +707,10 @@ class Host:
             if self._watcher is None:
                 self._watcher = self.loader.watch(self, debounce_ms=debounce_ms)
 
-    def reload_changed(self, unit_id: str, sources: Collection[str] = ()) -> None:
+    def reload_changed(self, unit_id: str, sources: Collection[str] = ()) -> str | None:
         """A change made outside this host: load or reload the unit, or unload it if it is gone. A failed reload
-        keeps the old version running and is logged; the changed source is never touched. `sources` (the ids
-        someone other than a unit tool changed) go to the change log."""
+        keeps the old version running and is logged (its error returned); the changed source is never touched.
+        `sources` (the ids someone other than a unit tool changed) go to the change log."""
         with self.unit_lock(unit_id):
             error = None
             if self.unit_kind(unit_id) is None:
@@ -729,6 +729,7 @@ class Host:
                     self._record_outside(unit_id, sources, error)
                 except Exception:
                     self.logger.exception("recording the outside change of unit %s in the change log failed", unit_id)
+            return error
 
     def stop_watching(self) -> None:
         watcher, self._watcher = self._watcher, None

@@ -1,8 +1,9 @@
 """The `Loader` protocol: where units live, behind one narrow interface the host and the service use for all storage.
 
-Two implementations ship: `FilesystemLoader` (a folder, `folderloader.py`, with history when the folder is in a
-git work tree) and `SqliteLoader` (one SQLite database, `sqliteloader.py`, with native history); `units.open_loader`
-turns a `--units` value (`DIR` or `sqlite:PATH`) into one of them. This module is the leaf of the loader layer: it
+Three implementations ship: `FilesystemLoader` (a folder, `folderloader.py`, with history when the folder is in a
+git work tree), `SqliteLoader` (one SQLite database, `sqliteloader.py`) and `PostgresLoader` (`pgloader.py`, shared
+by several servers), both with native history; `units.open_loader` turns a `--units` value (`DIR`, `sqlite:PATH`
+or `postgresql://…`) into one of them. This module is the leaf of the loader layer: it
 imports nothing of unit_mcp, and every loader, the host and the service import it.
 """
 
@@ -130,9 +131,10 @@ class WatchTarget(Protocol):
 
     logger: Any
 
-    def reload_changed(self, unit_id: str, sources: Collection[str] = ()) -> None:
+    def reload_changed(self, unit_id: str, sources: Collection[str] = ()) -> str | None:
         """Reload a unit someone else changed; `sources` are the ids changed outside the unit tools (for the
-        change log; a change another server made through its tools is recorded by that server)."""
+        change log; a change another server made through its tools is recorded by that server). Returns None, or
+        why the change did not load (the old version serves)."""
         ...
 
 

@@ -31,6 +31,18 @@ LoaderCapability = Literal["read", "write", "create", "history"]
 _LOADER_CAPABILITIES = Field(description="What the unit's loader offers; 'history' adds unit_history and unit_revert.")
 
 
+class Replica(_Model):
+    """A unit in a store several servers share (PostgreSQL): what this server serves against what is stored."""
+
+    served_version: int | None = Field(description="The version this server serves (None: not watching the store).")
+    stored_version: int | None = Field(description="The newest version stored for the unit (any of its sources).")
+    behind: bool = Field(description="This server serves an older version than the stored one.")
+    reload_error: str | None = Field(default=None, description="Why the newest version did not load here.")
+
+
+_REPLICA = Field(default=None, description="Set for stores shared by several servers: the version served here.")
+
+
 class UnitSummary(_Model):
     unit_id: str
     loader: str
@@ -41,6 +53,7 @@ class UnitSummary(_Model):
     loader_capabilities: list[LoaderCapability] = _LOADER_CAPABILITIES
     loaded: bool
     load_error: str | None = None
+    replica: Replica | None = _REPLICA
 
 
 class UnitListResult(_Model):
@@ -85,6 +98,7 @@ class InspectResult(_Model):
     edit_capabilities: list[str]
     test_capabilities: list[str]
     source_artifacts: list[SourceArtifact]
+    replica: Replica | None = _REPLICA
 
 
 class ReadSourceResult(_Model):

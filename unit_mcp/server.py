@@ -37,6 +37,7 @@ from .sqliteloader import units_database_problem
 from .stdio import stdio_streams
 from .testrun import WARM, passed_env_name
 from .tools import UnitTools, check_prefix
+from .units import POSTGRES_PREFIXES, UnusableStore, postgres_problem, shown_address
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
 
@@ -56,7 +57,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--units",
-        help="units folder, or sqlite:PATH for a units database (created if missing), to serve "
+        help="units folder, sqlite:PATH for a units database (created if missing) or postgresql://USER@HOST:PORT/DB "
+        "(password from PGPASSWORD or PGPASSFILE) to serve "
         "(default: a private copy of the built-in example units)",
     )
     parser.add_argument(
@@ -130,12 +132,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.units is not None:
         problem = units_problem(args.units)
         if problem:
-            parser.error(f"--units {args.units} {problem}")
+            parser.error(f"--units {shown_address(args.units)} {problem}")
     return args
 
 
 def units_problem(units: str) -> str | None:
-    """Why `--units` cannot be served, or None: a folder, or sqlite:PATH naming a database or nothing yet."""
+    """Why `--units` cannot be served, or None: a folder, sqlite:PATH naming a database or nothing yet, or a
+    postgresql:// address (checked again when connecting)."""
+    if units.startswith(POSTGRES_PREFIXES):
+        return postgres_problem(units)
     if not units.startswith(SQLITE_PREFIX):
         return None if Path(units).is_dir() else "is not a folder (a units database is given as sqlite:PATH)"
     path = Path(units[len(SQLITE_PREFIX) :]).expanduser()
@@ -176,9 +181,12 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
             units = data_dir / _DATA_FOLDERS[-1]
             if not any(units.iterdir()):
                 _copy_private(EXAMPLE_UNITS, units)
-        host = Host(
-            units, data_dir, git_history=args.git_history, change_retention=Retention(days=args.change_retention)
-        )
+        try:
+            host = Host(
+                units, data_dir, git_history=args.git_history, change_retention=Retention(days=args.change_retention)
+            )
+        except UnusableStore as exc:
+            raise StartError(f"cannot serve --units {exc}") from None
         host.start()
     stack.callback(host.close)
     if not host.unit_kinds():

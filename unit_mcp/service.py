@@ -94,6 +94,7 @@ from .models import (
     ReadLogResult,
     ReadSourceResult,
     ReloadResult,
+    Replica,
     ResolveResult,
     RestoreConflict,
     RestoredSource,
@@ -612,10 +613,22 @@ class UnitService:
 
     # -- operations -------------------------------------------------------------------------
 
+    def _replicas(self, unit_ids: list[str]) -> dict[str, Replica]:
+        """What this server serves against the store, for loaders shared by several servers (`unit_versions`)."""
+        versions = getattr(self.loader, "unit_versions", None)
+        if versions is None:
+            return {}
+        return {
+            unit_id: Replica(served_version=v.served, stored_version=v.stored, behind=v.behind, reload_error=v.error)
+            for unit_id, v in versions(unit_ids).items()
+        }
+
     @takes(NoArgs)
     def list(self, args: NoArgs) -> UnitListResult:
         units = []
-        for unit_id, kind in self.host.unit_kinds().items():
+        kinds = self.host.unit_kinds()
+        replicas = self._replicas(list(kinds))
+        for unit_id, kind in kinds.items():
             units.append(
                 UnitSummary(
                     unit_id=unit_id,
@@ -627,6 +640,7 @@ class UnitService:
                     loader_capabilities=self.loader.capabilities.names(),
                     loaded=self.host.is_loaded(unit_id),
                     load_error=self.host.load_error(unit_id),
+                    replica=replicas.get(unit_id),
                 )
             )
         return UnitListResult(units=units)
@@ -713,6 +727,7 @@ class UnitService:
             load_error=self.host.load_error(unit_id),
             docstring=docstring.strip() if docstring else None,
             lifecycle=Lifecycle(**lifecycle),
+            replica=self._replicas([unit_id]).get(unit_id),
             activities=self.host.activities(unit_id),
             edit_capabilities=self._edit_capabilities(kind),
             test_capabilities=self._test_names(unit_id, kind),

@@ -1,5 +1,6 @@
-"""Stores by address: `open_loader` opens a units folder (`DIR`) or a database (`sqlite:PATH`, created if missing),
-and `python -m unit_mcp.units copy SRC DST [--replace]` copies every unit between two stores, bytes exact.
+"""Stores by address: `open_loader` opens a units folder (`DIR`), a database (`sqlite:PATH`, created if missing) or a
+PostgreSQL database (`postgresql://USER@HOST:PORT/DB`, the password from PGPASSWORD or PGPASSFILE), and
+`python -m unit_mcp.units copy SRC DST [--replace]` copies every unit between two stores, bytes exact.
 
 Units that already exist in DST are refused, all of them named and nothing copied, unless --replace. This module
 sits above the loaders it picks from (they import only `loader.py`), so choosing one is no import circle.
@@ -12,17 +13,62 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from .loader import SQLITE_PREFIX, ForeignStore, Loader, Source, SourceExists
+from .errors import StoreUnavailable
+from .loader import SQLITE_PREFIX, ForeignStore, Loader, LoaderError, Source, SourceExists
 
 if TYPE_CHECKING:
     from .githistory import GitMode
 
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+class UnusableStore(Exception):
+    """A `--units` address that cannot be served, said in one line (never with a password)."""
+
+
+def postgres_problem(address: str) -> str | None:
+    """Why a `postgresql://` address cannot be served before connecting, or None."""
+    parts = urlsplit(address)
+    if parts.password is not None or "password" in parse_qs(parts.query):
+        return (
+            "carries a password; leave it out (command lines are visible to other users) and set PGPASSWORD or "
+            "PGPASSFILE (a ~/.pgpass file) instead"
+        )
+    if not parts.path.strip("/"):
+        return "names no database; give postgresql://USER@HOST:PORT/DATABASE"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "needs the PostgreSQL driver: pip install 'unit-mcp[postgres]'"
+    return None
+
+
+def shown_address(address: str) -> str:
+    """An address as it may be printed: a password replaced by ***."""
+    parts = urlsplit(address)
+    if parts.password is None:
+        return address if "password" not in parse_qs(parts.query) else urlunsplit(parts._replace(query="***"))
+    netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
 
 def open_loader(units: str | os.PathLike[str], *, read_only: bool = False, git_history: GitMode = "ref") -> Loader:
-    """`sqlite:PATH` opens (or creates) a database; anything else is a units folder (`git_history`: where a
-    folder inside a git work tree records its history)."""
+    """`sqlite:PATH` opens (or creates) a database, `postgresql://…` a PostgreSQL one (`UnusableStore` when it
+    cannot be served); anything else is a units folder (`git_history`: where a folder inside a git work tree
+    records its history)."""
     text = os.fspath(units)
+    if text.startswith(POSTGRES_PREFIXES):
+        problem = postgres_problem(text)
+        if problem:
+            raise UnusableStore(f"{shown_address(text)} {problem}")
+        from .pgloader import PostgresLoader
+
+        try:
+            return PostgresLoader(text, read_only=read_only)
+        except (LoaderError, StoreUnavailable) as exc:
+            raise UnusableStore(f"{text} {exc.message if isinstance(exc, StoreUnavailable) else exc}") from None
     if text.startswith(SQLITE_PREFIX):
         from .sqliteloader import SqliteLoader
 
@@ -50,21 +96,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unit_mcp.units", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     copy = commands.add_parser("copy", help="copy every unit of SRC into DST (DIR or sqlite:PATH)")
-    copy.add_argument("src", help="units folder or sqlite:PATH to copy from")
-    copy.add_argument("dst", help="units folder or sqlite:PATH to copy into (a database is created if missing)")
+    copy.add_argument("src", help="units folder, sqlite:PATH or postgresql://USER@HOST:PORT/DB to copy from")
+    copy.add_argument("dst", help="units folder, sqlite:PATH or postgresql://… to copy into (a database is set up)")
     copy.add_argument("--replace", action="store_true", help="replace units that already exist in DST")
     args = parser.parse_args(argv)
     try:
         source = open_loader(args.src, read_only=True)
     except FileNotFoundError:
         parser.error(f"{args.src} is neither a units folder nor an existing sqlite:PATH database")
-    except ForeignStore as exc:
+    except (ForeignStore, UnusableStore) as exc:
         parser.error(str(exc))
     try:
         target = open_loader(args.dst)
     except FileNotFoundError:
         parser.error(f"{args.dst} is not a folder (create it first) nor sqlite:PATH")
-    except ForeignStore as exc:
+    except (ForeignStore, UnusableStore) as exc:
         source.close()
         parser.error(str(exc))
     try:
@@ -74,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"unit-mcp: error: {args.dst} already has units {exc}; nothing copied (--replace overwrites)",
             file=sys.stderr,
         )
+        return 1
+    except StoreUnavailable as exc:
+        print(f"unit-mcp: error: {exc.message} Nothing more was copied; run the copy again.", file=sys.stderr)
         return 1
     finally:
         source.close()

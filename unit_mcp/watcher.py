@@ -29,7 +29,7 @@ class UnitWatcher:
         self,
         units_root: Path,
         is_own_write: Callable[[Path, str | None], bool],
-        reload_changed: Callable[[str, Collection[str]], None],
+        reload_changed: Callable[[str, Collection[str]], object],
         *,
         debounce_ms: int = 300,
     ) -> None:
