@@ -204,3 +204,10 @@ class RevertArgs(Args):
         None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
     )
     dry_run: bool = _DRY_RUN
+
+
+class RestoreSnapshotArgs(Args):
+    unit_id: str = _UNIT_ID
+    snapshot_id: str = Field(
+        pattern=r"^snap-[0-9a-f]{12}$", description="The snapshot_id unit_snapshot returned for this unit."
+    )

@@ -38,6 +38,7 @@ VALID: dict[str, dict[str, Any]] = {
     "unit_reload": {"unit_id": "counter"},
     "unit_read_log": {"lines": 5},
     "unit_snapshot": {"unit_id": "counter"},
+    "unit_restore_snapshot": {"unit_id": "counter", "snapshot_id": "snap-000000000000"},
 }  # fmt: skip
 
 # What an argument that is wrong in each way must give, by argument name (default: invalid_argument).
@@ -72,7 +73,8 @@ MISTYPED: dict[str, list[Any]] = {
 }
 KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "str", "old": "str", "new": "str",
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
-         "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float"}  # fmt: skip
+         "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float",
+         "snapshot_id": "str"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:
