@@ -29,6 +29,7 @@ from unit_mcp.agent import (
     TurnStatus,
 )
 from unit_mcp.agent.items import EventItem, ToolResultItem
+from unit_mcp.agent.opencode import OpenCodeView
 from unit_mcp.agent.presets import Preset, PresetError, PresetManager, load_presets
 from unit_mcp.agent.prompts import format_presets
 
@@ -369,3 +370,17 @@ async def test_presets_follow_the_application_context(unit_server: UnitServer, t
     idle_items = [i for i in reload(tmp_path, idle.id).items if isinstance(i, EventItem)]
     assert not [i for i in idle_items if i.kind == "context-changed"]
     assert [i.data.get("context") for i in idle_items if i.kind == "turn-started"] == ["editor"]
+
+
+async def test_opencodes_preset_call_never_activates_a_risky_preset_by_itself(unit_server: UnitServer) -> None:
+    """OpenCode's own call of preset_activate (say its rules were loosened and it did not ask) activates nothing
+    above what the policy allows; a preset the turn activated after asking is only reported."""
+    async with surface_on(unit_server, AgentApprovals(approver=lambda request: True)) as surface:
+        view = OpenCodeView(surface, "unit-agent", [])
+        rules = {rule["permission"] for rule in view.permission_rules()}
+        assert {"unit-agent_preset_activate", "unit-agent_unit_read_source", "unit-agent_unit_reload"} <= rules
+        refused = await view.run("preset_activate", {"name": "shell"})
+        assert refused.is_error and "[approval_denied]" in refused.text and not surface.presets.is_active("shell")
+        surface.presets.activate("shell")
+        reported = await view.run("preset_activate", {"name": "shell"})
+        assert not reported.is_error and reported.text.startswith("preset shell is active; its tools: ")
