@@ -28,7 +28,7 @@ from server_process import ServerProcess
 
 from unit_mcp import UnitService
 from unit_mcp.bridge import Bridge, BridgeError
-from unit_mcp.tools import RISK_META_KEY, UnitTools, tool_risks
+from unit_mcp.tools import RISK_META_KEY, TOOLS, UnitTools, tool_risks
 
 pytestmark = pytest.mark.anyio
 
@@ -122,7 +122,11 @@ async def test_every_tool_over_http(tools: UnitTools, units_root: Path, transpor
         assert run["passed"] and len(progress) >= 2
         assert (await ok("unit_reload", {"unit_id": "counter"}))["restored_state"] is True
         assert (await ok("unit_read_log", {"grep": "counter"}))["returned"] >= 1
-        assert (await ok("unit_snapshot", {"unit_id": "counter"}))["state"] == {"count": 0}
+        snap = await ok("unit_snapshot", {"unit_id": "counter"})
+        assert snap["state"] == {"count": 0}
+        tools.service.host.module("counter").increment()
+        restored = await ok("unit_restore_snapshot", {"unit_id": "counter", "snapshot_id": snap["snapshot_id"]})
+        assert restored["restored"] and (await ok("unit_snapshot", {"unit_id": "counter"}))["state"] == {"count": 0}
         await refused("unit_inspect", {"unit_id": "nope"}, "unknown_unit")
         await refused("unit_read_source", {"unit_id": "counter", "source_id": "../../x"}, "invalid_source_id")
         await refused("unit_read_source", {"unit_id": "counter"}, "invalid_argument")
@@ -343,7 +347,7 @@ async def test_entry_point_with_options_keeps_its_data_dir_on_sigint(
     assert "MCP_TOKEN" not in printed
     async with Client(sse_client(printed["MCP_SSE_URL"]), mode="legacy") as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
-    assert names[0] == "space_unit_list" and len(names) == 14
+    assert names[0] == "space_unit_list" and len(names) == len(TOOLS)
     config = json.loads((data / "opencode-config" / "opencode" / "opencode.json").read_text())
     assert list(config["mcp"]) == ["space-unit-dev"] and "space-unit-dev_*" in config["permission"]
     assert process.stop(signal.SIGINT) == 0

@@ -13,6 +13,7 @@ from conftest import LOADERS, root_of, store_of
 from unit_mcp import Host, UnitService
 from unit_mcp.arguments import ReadSourceArgs
 from unit_mcp.errors import UnitError
+from unit_mcp.host import KEPT_SNAPSHOTS
 
 
 @pytest.fixture(params=LOADERS)
@@ -540,9 +541,77 @@ def test_read_log_never_reveals_host_paths(folder_service: UnitService) -> None:
 
 def test_snapshot(service: UnitService, host: Host) -> None:
     host.module("counter").increment()
-    assert service.snapshot("counter").model_dump() == {"unit_id": "counter", "supported": True, "state": {"count": 1}}
-    assert service.snapshot("greeter").model_dump() == {"unit_id": "greeter", "supported": False, "state": None}
+    snap = service.snapshot("counter").model_dump()
+    assert snap == {"unit_id": "counter", "supported": True, "state": {"count": 1}, "snapshot_id": snap["snapshot_id"]}
+    assert snap["snapshot_id"].startswith("snap-")
+    none = {"unit_id": "greeter", "supported": False, "state": None, "snapshot_id": None}
+    assert service.snapshot("greeter").model_dump() == none
     refusal("not_loaded", service.snapshot, "broken")
+
+
+VAULT = """\
+import os
+
+where = os.path.abspath(__file__)
+items = [1]
+poison = False
+
+
+def snapshot():
+    return {"where": where, where: "a key", "items": list(items), "poison": poison}
+
+
+def restore(state):
+    items[:] = state["items"]
+    if state["poison"]:
+        raise ValueError("poisoned at " + where)
+"""
+
+
+def test_a_snapshot_hides_host_paths_and_is_restored_later(folder_service: UnitService) -> None:
+    service, host = folder_service, folder_service.host
+    (root_of(host) / "vault.py").write_text(VAULT)
+    service.reload("vault")
+    vault = host.module("vault")
+    snap = service.snapshot("vault")
+    assert snap.state == {"where": "<units>/vault.py", "<units>/vault.py": "a key", "items": [1], "poison": False}
+    no_host_paths(service, snap.model_dump())
+    vault.items.append(2)
+    assert snap.snapshot_id is not None
+    restored = service.restore_snapshot("vault", snap.snapshot_id)
+    assert restored.model_dump() == {"unit_id": "vault", "snapshot_id": snap.snapshot_id, "restored": True}
+    assert vault.items == [1] and vault.where == str(root_of(host) / "vault.py"), "restore() got the real path"
+    refusal("unknown_snapshot", service.restore_snapshot, "counter", snap.snapshot_id)  # another unit's
+    refusal("unknown_snapshot", service.restore_snapshot, "vault", "snap-000000000000")
+    refusal("invalid_argument", service.restore_snapshot, "vault", "../../etc")
+    refusal("unknown_unit", service.restore_snapshot, "nope", snap.snapshot_id)
+
+
+def test_a_failing_restore_puts_the_state_before_back(folder_service: UnitService) -> None:
+    service, host = folder_service, folder_service.host
+    (root_of(host) / "vault.py").write_text(VAULT)
+    service.reload("vault")
+    vault = host.module("vault")
+    vault.poison = True
+    poisoned = service.snapshot("vault").snapshot_id
+    vault.poison, vault.items[:] = False, [7]
+    failed = refusal("restore_failed", service.restore_snapshot, "vault", poisoned)
+    assert failed.details == {"rolled_back": True} and "poisoned at <units>/vault.py" in failed.message
+    assert vault.items == [7] and not vault.poison, "the state before the failed restore is back"
+    greeter = service.snapshot("greeter")
+    assert greeter.snapshot_id is None, "nothing to restore without snapshot()"
+    counter = service.snapshot("counter").snapshot_id
+    assert counter is not None
+    (root_of(host) / "counter" / "__init__.py").write_text("count = 0\n")
+    service.reload("counter")
+    refusal("not_supported", service.restore_snapshot, "counter", counter)
+
+
+def test_kept_snapshots_are_bounded(service: UnitService) -> None:
+    first = service.snapshot("counter").snapshot_id
+    kept = [service.snapshot("counter").snapshot_id for _ in range(KEPT_SNAPSHOTS)]
+    refusal("unknown_snapshot", service.restore_snapshot, "counter", first)
+    assert all(service.restore_snapshot("counter", snapshot_id).restored for snapshot_id in kept)
 
 
 def test_a_hundred_megabytes_of_output_are_capped(folder_service: UnitService) -> None:

@@ -42,6 +42,7 @@ NAMES = [
     "unit_checkpoint",
     "unit_rollback",
     "unit_revert_change",
+    "unit_restore_snapshot",
 ]
 RISKS = {
     "unit_list": "normal",
@@ -58,6 +59,7 @@ RISKS = {
     "unit_checkpoint": "normal",
     "unit_rollback": "destructive",
     "unit_revert_change": "shell",
+    "unit_restore_snapshot": "shell",
 }
 DRY_RUNS = {"unit_apply_patch", "unit_rollback", "unit_revert_change"}
 
@@ -81,7 +83,7 @@ def tools(service: UnitService) -> UnitTools:
 
 @pytest.fixture
 def folder_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
-    """For tests about the folder loader's files (and the exact fourteen tools of a loader without history)."""
+    """For tests about the folder loader's files (and the exact tools of a loader without history)."""
     with Host(units_root, tmp_path / "data") as started:
         yield UnitTools(UnitService(started, test_timeout=30), progress_interval=0.1)
 
@@ -226,9 +228,29 @@ async def test_read_only_tools(tools: UnitTools, mode: str) -> None:
         ReadSourceResult.model_validate(read)
         assert "def greet" in read["content"] and read["hash"].startswith("sha256:")
         snap = await s.ok("unit_snapshot", {"unit_id": "counter"})
+        assert snap.pop("snapshot_id").startswith("snap-")
         assert snap == {"unit_id": "counter", "supported": True, "state": {"count": 0}}
         log = await s.ok("unit_read_log", {"grep": "counter ready", "lines": 5})
         assert log["returned"] >= 1 and all("counter ready" in line for line in log["lines"])
+
+
+async def test_a_snapshot_is_restored_through_the_tools(tools: UnitTools, host: Host) -> None:
+    async with session(tools) as s:
+        host.module("counter").count = 5
+        snap = await s.ok("unit_snapshot", {"unit_id": "counter"})
+        assert snap["state"] == {"count": 5}
+        host.module("counter").increment()
+        restored = await s.ok("unit_restore_snapshot", {"unit_id": "counter", "snapshot_id": snap["snapshot_id"]})
+        assert restored == {"unit_id": "counter", "snapshot_id": snap["snapshot_id"], "restored": True}
+        assert host.module("counter").count == 5
+        assert (await s.ok("unit_snapshot", {"unit_id": "counter"}))["state"] == {"count": 5}
+        text = await s.refused(
+            "unit_restore_snapshot", {"unit_id": "counter", "snapshot_id": "snap-00"}, "invalid_argument"
+        )
+        assert "snapshot_id" in text
+        await s.refused(
+            "unit_restore_snapshot", {"unit_id": "greeter", "snapshot_id": snap["snapshot_id"]}, "unknown_snapshot"
+        )
 
 
 async def test_edit_workflow_with_expected_hash_diff_and_dry_run(folder_tools: UnitTools, units_root: Path) -> None:

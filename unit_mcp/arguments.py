@@ -232,3 +232,10 @@ class RollbackArgs(Args):
 class RevertChangeArgs(Args):
     change_id: int = Field(ge=1, le=MAX_VERSION, description="The change_id from unit_changes or a write's result.")
     dry_run: bool = _DRY_RUN
+
+
+class RestoreSnapshotArgs(Args):
+    unit_id: str = _UNIT_ID
+    snapshot_id: str = Field(
+        pattern=r"^snap-[0-9a-f]{12}$", description="The snapshot_id unit_snapshot returned for this unit."
+    )

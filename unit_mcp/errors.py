@@ -168,3 +168,16 @@ class StoreUnavailable(UnitError):
         "nothing was changed. "
         "The server reconnects by itself: call the tool again in a few seconds."
     )
+
+
+class UnknownSnapshot(UnitError):
+    code = "unknown_snapshot"
+    default_hint = (
+        "Call unit_snapshot to capture the unit's state and pass the snapshot_id it returns; the server keeps only "
+        "the newest snapshots, in memory, until it stops."
+    )
+
+
+class RestoreFailed(UnitError):
+    code = "restore_failed"
+    default_hint = "The unit's restore() raised on the snapshot's state: read the error and fix restore()."

@@ -10,11 +10,13 @@ import importlib.util
 import logging
 import os
 import queue
+import secrets
 import sys
 import threading
 import time
 import traceback
 import types
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from .githistory import GitMode
 
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
+KEPT_SNAPSHOTS = 64
+KEPT_SNAPSHOT_BYTES = 64 * 1024 * 1024
+"""Captured snapshots kept in memory for `restore_snapshot`: the newest 64, at most 64 MiB of JSON in all."""
 _claimed_namespaces: dict[str, Host] = {}
 _claim_lock = threading.Lock()
 
@@ -58,6 +63,15 @@ class ReloadError(Exception):
         self.stage = stage
         self.error = error
         self.evidence = evidence
+
+
+class RestoreError(Exception):
+    """A unit's restore() failed on a snapshot's state; `rolled_back` says whether the state before was put back."""
+
+    def __init__(self, error: BaseException, rolled_back: bool) -> None:
+        super().__init__(repr(error))
+        self.error = error
+        self.rolled_back = rolled_back
 
 
 class _Worker:
@@ -171,6 +185,8 @@ class Host:
         self._changes_lock = threading.Lock()
         # Called with a unit id after each reload or unload of that unit, whatever its outcome (e.g. to re-index it).
         self.unit_listeners: list[Callable[[str], object]] = []
+        self._snapshots: OrderedDict[str, tuple[str, str]] = OrderedDict()  # id -> (unit id, state as JSON)
+        self._snapshot_bytes = 0
 
     # -- start / stop -----------------------------------------------------------------
 
@@ -410,6 +426,50 @@ class Host:
             if fn is None:
                 return False, None
             return True, self._bounded(unit_id, lambda: "snapshot", fn)
+
+    def keep_snapshot(self, unit_id: str, state_json: str) -> str | None:
+        """Keep a captured state (JSON text) for `restore_snapshot`; its id, or None when it alone is over the
+        budget. The oldest kept snapshots make room."""
+        size = len(state_json.encode())
+        if size > KEPT_SNAPSHOT_BYTES:
+            return None
+        snapshot_id = f"snap-{secrets.token_hex(6)}"
+        with self._locks_lock:
+            self._snapshots[snapshot_id] = (unit_id, state_json)
+            self._snapshot_bytes += size
+            while len(self._snapshots) > KEPT_SNAPSHOTS or self._snapshot_bytes > KEPT_SNAPSHOT_BYTES:
+                _, (_, dropped) = self._snapshots.popitem(last=False)
+                self._snapshot_bytes -= len(dropped.encode())
+        return snapshot_id
+
+    def kept_snapshot(self, unit_id: str, snapshot_id: str) -> str | None:
+        """The JSON state of a snapshot `keep_snapshot` kept for this unit (None if it has no such one)."""
+        kept = self._snapshots.get(snapshot_id)
+        return kept[1] if kept is not None and kept[0] == unit_id else None
+
+    def restore_snapshot(self, unit_id: str, state: Any) -> bool:
+        """Hand `state` to the loaded unit's restore(), bounded by reload_timeout; False if it has none. If restore()
+        fails, the state snapshot() gave just before is put back (best effort) and `RestoreError` says so."""
+        with self._guard():
+            loaded = self._loaded.get(unit_id)
+            restore = loaded.hook("restore") if loaded is not None else None
+            if restore is None:
+                return False
+            snapshot = loaded.hook("snapshot") if loaded is not None else None
+            before = self._bounded(unit_id, lambda: "snapshot", snapshot) if snapshot is not None else None
+            try:
+                self._bounded(unit_id, lambda: "restore", lambda: restore(state))
+            except (Exception, SystemExit) as exc:
+                rolled_back = False
+                if snapshot is not None:
+                    try:
+                        self._bounded(unit_id, lambda: "restore", lambda: restore(before))
+                        rolled_back = True
+                    except (Exception, SystemExit):
+                        self.logger.exception("putting back the state of unit %s failed", unit_id)
+                raise RestoreError(exc, rolled_back) from exc
+            self.logger.info("unit %s restored from a snapshot", unit_id)
+            return True
 
     def unload(self, unit_id: str) -> None:
         with self._guard():

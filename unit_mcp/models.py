@@ -181,7 +181,21 @@ class ReadLogResult(_Model):
 class SnapshotResult(_Model):
     unit_id: str
     supported: bool
-    state: Any = Field(default=None, description="Any JSON value: what the unit's snapshot() returned.")
+    state: Any = Field(
+        default=None,
+        description="Any JSON value: what the unit's snapshot() returned (host paths shown as <units>...).",
+    )
+    snapshot_id: str | None = Field(
+        default=None,
+        description="Pass it to unit_restore_snapshot to put this state back later; null without snapshot() or when "
+        "the state is too large to keep.",
+    )
+
+
+class RestoreSnapshotResult(_Model):
+    unit_id: str
+    snapshot_id: str
+    restored: bool = Field(description="The snapshot's state was handed to the unit's restore().")
 
 
 class HistoryVersion(_Model):

@@ -33,6 +33,7 @@ from .arguments import (
     ReadLogArgs,
     ReadSourceArgs,
     ResolveArgs,
+    RestoreSnapshotArgs,
     RevertArgs,
     RevertChangeArgs,
     RollbackArgs,
@@ -49,6 +50,7 @@ from .errors import (
     InvalidSourceId,
     NotSupported,
     ReloadFailed,
+    RestoreFailed,
     SnapshotFailed,
     SourceSyntaxError,
     StaleHash,
@@ -58,11 +60,12 @@ from .errors import (
     UnitNotLoaded,
     UnknownChange,
     UnknownCheckpoint,
+    UnknownSnapshot,
     UnknownSource,
     UnknownUnit,
     UnknownVersion,
 )
-from .host import LIFECYCLE, Host, Reloaded, ReloadError
+from .host import LIFECYCLE, Host, Reloaded, ReloadError, RestoreError
 from .loader import (
     LoaderError,
     MissingSource,
@@ -98,6 +101,7 @@ from .models import (
     ResolveResult,
     RestoreConflict,
     RestoredSource,
+    RestoreSnapshotResult,
     RevertChangeResult,
     RollbackResult,
     RunTestsResult,
@@ -1023,10 +1027,51 @@ class UnitService:
         except Exception as exc:
             raise SnapshotFailed(f"snapshot() of unit {unit_id!r} raised {self.host.redact(repr(exc))}.") from None
         try:
-            state = json.loads(json.dumps(state))
+            kept = json.dumps(state)
         except (TypeError, ValueError) as exc:
             raise SnapshotFailed(f"snapshot() of unit {unit_id!r} returned a value that is not JSON: {exc}.") from None
-        return SnapshotResult(unit_id=unit_id, supported=supported, state=state)
+        snapshot_id = self.host.keep_snapshot(unit_id, kept) if supported else None
+        return SnapshotResult(
+            unit_id=unit_id, supported=supported, state=self._redacted(json.loads(kept)), snapshot_id=snapshot_id
+        )
+
+    def _redacted(self, value: Any) -> Any:
+        """A JSON value with host paths redacted in every string, keys included (restore gets the kept original)."""
+        if isinstance(value, str):
+            return self.host.redact(value)
+        if isinstance(value, list):
+            return [self._redacted(item) for item in value]
+        if isinstance(value, dict):
+            return {self.host.redact(key): self._redacted(item) for key, item in value.items()}
+        return value
+
+    @takes(RestoreSnapshotArgs)
+    def restore_snapshot(self, args: RestoreSnapshotArgs) -> RestoreSnapshotResult:
+        """Hand a kept snapshot's state to the unit's restore(); the state before is put back if restore() fails."""
+        unit_id, snapshot_id = args.unit_id, args.snapshot_id
+        self._unit(unit_id)
+        with self.host.unit_lock(unit_id):
+            if not self.host.is_loaded(unit_id):
+                raise UnitNotLoaded(f"Unit {unit_id!r} is not loaded: {self.host.load_error(unit_id)}")
+            kept = self.host.kept_snapshot(unit_id, snapshot_id)
+            if kept is None:
+                raise UnknownSnapshot(f"Unit {unit_id!r} has no kept snapshot {snapshot_id!r}.")
+            try:
+                restored = self.host.restore_snapshot(unit_id, json.loads(kept))
+            except RestoreError as exc:
+                back = "its state before was put back" if exc.rolled_back else "its state before could not be put back"
+                raise RestoreFailed(
+                    f"restore() of unit {unit_id!r} raised {self.host.redact(repr(exc.error))}; {back}.",
+                    rolled_back=exc.rolled_back,
+                ) from None
+            except Exception as exc:
+                raise SnapshotFailed(f"snapshot() of unit {unit_id!r} raised {self.host.redact(repr(exc))}.") from None
+            if not restored:
+                raise NotSupported(
+                    f"Unit {unit_id!r} has no restore() now, so the snapshot cannot be put back.",
+                    hint="Add a restore(state) function to the unit (and reload it) to restore snapshots.",
+                )
+            return RestoreSnapshotResult(unit_id=unit_id, snapshot_id=snapshot_id, restored=True)
 
     # -- the change log -----------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The ten unit tools, served on the MCP SDK's low-level `Server`.
+"""The unit tools, served on the MCP SDK's low-level `Server`.
 
 Each tool is a flat pydantic argument model from `arguments` (the input schema and its one validation), a
 pydantic result model (the output schema and the structured content), a risk label, the standard annotations and
@@ -43,7 +43,7 @@ from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
     r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
-    r"|history|revert|changes|checkpoint|rollback|revert_change)\b"
+    r"|restore_snapshot|history|revert|changes|checkpoint|rollback|revert_change)\b"
 )
 
 log = logging.getLogger("unit_mcp.tools")
@@ -249,12 +249,25 @@ TOOLS: tuple[ToolSpec, ...] = (
         "unit_snapshot",
         "Snapshot a unit's state",
         "Return the live state of a loaded unit as its snapshot() export gives it (the state a reload "
-        "carries over). supported is false when the unit has no snapshot().",
+        "carries over), host paths redacted, and a snapshot_id to put it back later with unit_restore_snapshot "
+        "(the newest snapshots are kept in memory). supported is false when the unit has no snapshot().",
         UnitService.snapshot,
         "normal",
         read_only=True,
         destructive=False,
         idempotent=True,
+    ),
+    ToolSpec(
+        "unit_restore_snapshot",
+        "Restore a unit's state",
+        "Hand the state captured by unit_snapshot (its snapshot_id) back to the loaded unit's restore(). If "
+        "restore() fails, the state it had just before is put back and the error returned. Risk shell: it runs "
+        "the unit's restore() code in the application.",
+        UnitService.restore_snapshot,
+        "shell",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
     ),
     ToolSpec(
         "unit_changes",

@@ -29,6 +29,7 @@ from unit_mcp.agent import (
     TurnStatus,
 )
 from unit_mcp.agent.items import EventItem, ToolResultItem
+from unit_mcp.agent.opencode import OpenCodeView
 from unit_mcp.agent.presets import Preset, PresetError, PresetManager, load_presets
 from unit_mcp.agent.prompts import format_presets
 
@@ -297,3 +298,89 @@ async def test_the_user_sets_a_preset_through_the_runner_without_approval(
         ("preset-deactivated", "look", True),
     ]
     assert items[0].data["risk"] == "shell" and items[0].data["by"] == "user"  # type: ignore[union-attr]
+
+
+async def test_presets_follow_the_application_context(unit_server: UnitServer, tmp_path: Path) -> None:
+    """A context change offers and withdraws the presets declared for contexts, resyncs the endpoint over HTTP
+    and is recorded in the session whose turn runs; a new turn records the context it starts in."""
+    presets = [
+        Preset(name="look", tools=["unit_list"], active=True),
+        Preset(name="read", tools=["unit_read_*"], active=True, contexts=["editor"]),
+        Preset(name="edit", tools=["unit_apply_patch"], contexts=["editor"]),
+    ]
+    surface = AgentToolSurface(AgentApprovals({"filesystem-read": "auto"}), presets=PresetManager(presets))
+    steps: list[set[str]] = []
+    context_set = anyio.Event()
+
+    async def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
+        steps.append(offered_in(request))
+        if request.step == 1:
+            await context_set.wait()
+            return ModelResponse.calling(("unit_list", {}))
+        return "done"
+
+    notified = anyio.Event()
+
+    async def on_message(message: IncomingMessage) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            notified.set()
+
+    async with (
+        unit_server.source() as source,
+        ApprovedEndpoint(surface, config_root=tmp_path / "oc") as endpoint,
+        running(tmp_path, {"f": lambda deps: FunctionAgent(model, id="f")}, surface=surface) as runner,
+    ):
+        surface.add_source(source)
+        assert endpoint.url is not None
+        headers = {"Authorization": f"Bearer {endpoint.token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=10) as http,
+            Client(
+                streamable_http_client(endpoint.url, http_client=http), mode="legacy", message_handler=on_message
+            ) as legacy,
+        ):
+            listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
+            assert listed == sorted([*CONTROL, "unit_list"])
+            idle = await runner.create_session("f", title="idle")
+            busy = await runner.create_session("f", title="busy")
+            handle = await runner.run_turn(busy.id, "look around")
+            with anyio.fail_after(5):
+                while not steps:
+                    await anyio.sleep(0.01)
+            assert await runner.set_context("editor") == [busy.id]
+            assert await runner.set_context("editor") == []  # no change, nothing recorded
+            context_set.set()
+            assert (await handle.wait(5)).status is TurnStatus.COMPLETED
+            with anyio.fail_after(5):
+                await notified.wait()
+            listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
+            assert listed == sorted([*CONTROL, "unit_list", "unit_read_log", "unit_read_source"])
+            info = {i.name: i for i in surface.preset_infos()}
+            assert info["read"].active and not info["edit"].active  # context narrows; it never activates
+            await (await runner.run_turn(idle.id, "hi")).wait(5)
+            assert await runner.set_context(None) == []
+            assert "unit_read_source" not in {t.name for t in surface.tools()}
+            out = surface.preset_infos()[1]
+            assert out.out_of_context and "offered only in context editor" in format_presets([out])
+
+    assert "unit_read_source" not in steps[0] and "unit_read_source" in steps[1]  # offered from the next step
+    busy_items = [i for i in reload(tmp_path, busy.id).items if isinstance(i, EventItem)]
+    changed = [i.data for i in busy_items if i.kind == "context-changed"]
+    assert changed == [{"context": "editor", "previous": None, "offered": ["read"], "withdrawn": []}]
+    idle_items = [i for i in reload(tmp_path, idle.id).items if isinstance(i, EventItem)]
+    assert not [i for i in idle_items if i.kind == "context-changed"]
+    assert [i.data.get("context") for i in idle_items if i.kind == "turn-started"] == ["editor"]
+
+
+async def test_opencodes_preset_call_never_activates_a_risky_preset_by_itself(unit_server: UnitServer) -> None:
+    """OpenCode's own call of preset_activate (say its rules were loosened and it did not ask) activates nothing
+    above what the policy allows; a preset the turn activated after asking is only reported."""
+    async with surface_on(unit_server, AgentApprovals(approver=lambda request: True)) as surface:
+        view = OpenCodeView(surface, "unit-agent", [])
+        rules = {rule["permission"] for rule in view.permission_rules()}
+        assert {"unit-agent_preset_activate", "unit-agent_unit_read_source", "unit-agent_unit_reload"} <= rules
+        refused = await view.run("preset_activate", {"name": "shell"})
+        assert refused.is_error and "[approval_denied]" in refused.text and not surface.presets.is_active("shell")
+        surface.presets.activate("shell")
+        reported = await view.run("preset_activate", {"name": "shell"})
+        assert not reported.is_error and reported.text.startswith("preset shell is active; its tools: ")

@@ -42,6 +42,7 @@ VALID: dict[str, dict[str, Any]] = {
     "unit_checkpoint": {"label": "bad arguments"},
     "unit_rollback": {"checkpoint_id": 1, "dry_run": True},
     "unit_revert_change": {"change_id": 1, "dry_run": True},
+    "unit_restore_snapshot": {"unit_id": "counter", "snapshot_id": "snap-000000000000"},
 }  # fmt: skip
 
 # What an argument that is wrong in each way must give, by argument name (default: invalid_argument).
@@ -79,7 +80,8 @@ MISTYPED: dict[str, list[Any]] = {
 KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "str", "old": "str", "new": "str",
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
          "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float", "since": "str",
-         "cursor": "str", "label": "str", "checkpoint_id": "int", "change_id": "int", "force": "bool"}  # fmt: skip
+         "cursor": "str", "label": "str", "checkpoint_id": "int", "change_id": "int", "force": "bool",
+         "snapshot_id": "str"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:

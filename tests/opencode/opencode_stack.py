@@ -33,6 +33,7 @@ from unit_mcp.agent.opencode import (
     opencode_endpoint,
     opencode_tool_name,
 )
+from unit_mcp.agent.presets import PresetManager
 from unit_mcp.agent.sessions import SessionStore
 from unit_mcp.bridge import Bridge
 from unit_mcp.testing import Match, ScriptedModel, Step, say
@@ -178,10 +179,11 @@ async def agent_stack(
     settle_timeout: float = 8.0,
     client_options: dict[str, Any] | None = None,
     proxied: bool = False,
+    presets: PresetManager | None = None,
 ) -> AsyncIterator[Stack]:
     """`proxied` puts an `EventProxy` between each node and its client (to break the event stream)."""
     approvals = approvals or AgentApprovals()
-    surface = AgentToolSurface(approvals)
+    surface = AgentToolSurface(approvals, presets=presets)
     recorder = Recorder()
     add_test_tools(surface, recorder)
     units = tmp / "units"

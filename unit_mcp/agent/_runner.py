@@ -13,6 +13,7 @@ active turn (each closes its tool calls), flushes the store, and closes it if th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -276,6 +277,27 @@ class AgentRunner:
         await anyio.to_thread.run_sync(self.store.append_item, session_id, EventItem(kind=kind, data=data))
         return changed
 
+    async def set_context(self, context: str | None) -> list[str]:
+        """The application's current context (say the view the user works in): presets declared for contexts
+        follow it, the endpoints resync, and each session with a running turn records a `context-changed` item
+        (every turn's `turn-started` names the context it started in). The ids of those sessions."""
+        presets = self.tools.presets
+        if presets is None:
+            raise AgentError("the tool surface has no presets: give AgentToolSurface a PresetManager")
+        previous = presets.context
+        offered, withdrawn = presets.set_context(context)
+        if context == previous:
+            return []
+        data = {"context": context, "previous": previous, "offered": offered, "withdrawn": withdrawn}
+        affected = []
+        for turn in list(self._active.values()):
+            if turn.done:
+                continue
+            with contextlib.suppress(TurnClosed):
+                await turn.append(EventItem(kind="context-changed", data=data))
+                affected.append(turn.session_id)
+        return affected
+
     async def cancel_turn(self, session_id: str, reason: str = "cancelled by the caller") -> bool:
         turn = self._active.get(session_id)
         return False if turn is None else await turn.cancel(reason)
@@ -336,6 +358,8 @@ class AgentRunner:
             self._active[session_id] = turn
             try:
                 started = {"turn_id": turn_id, "agent_id": agent.id} | ({"resumes": resume} if resume else {})
+                if self.tools.presets is not None and self.tools.presets.context is not None:
+                    started["context"] = self.tools.presets.context
                 await turn.append(EventItem(kind="turn-started", data=started))
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))

@@ -10,7 +10,9 @@ above `normal` is an ordinary approval request, durable and answerable later) an
 `preset-deactivated` event item.
 
 The active set belongs to the manager (one per surface, like the reference's app-wide preset manager);
-with `state_path` it survives the process. Presets come from Python or a TOML / JSON file (`load_presets`).
+with `state_path` it survives the process. A preset declared for `contexts` is offered only while the
+application's context (`set_context`, `AgentRunner.set_context`) is one of them: context narrows what is
+offered, it never activates a preset by itself. Presets come from Python or a TOML / JSON file (`load_presets`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ class Preset(BaseModel):
     tools: list[str] = Field(min_length=1)
     prompt: str | None = None
     active: bool = False
+    contexts: list[str] = Field(default_factory=list)
+    """The application contexts the preset is offered in (any when empty)."""
 
 
 class PresetInfo(BaseModel):
@@ -73,8 +77,10 @@ class PresetInfo(BaseModel):
     risk: Risk
     tools: list[str]
     missing: list[str] = Field(default_factory=list)  # names or patterns that match no tool right now
-    active: bool
+    active: bool  # offered now: activated, and declared for the current context (or for any)
     prompt: str | None = None
+    contexts: list[str] = Field(default_factory=list)
+    out_of_context: bool = False  # activated, but not offered in the current context
 
 
 def highest_risk(risks: Iterable[str]) -> Risk:
@@ -92,6 +98,7 @@ class PresetManager:
         process is active in the next; without it the `active` flags of the presets decide at start."""
         self._presets: dict[str, Preset] = {}
         self._active: set[str] = set()
+        self._context: str | None = None
         self._listeners = Listeners("preset change")
         self.state_path = Path(state_path) if state_path is not None else None
         for preset in presets:
@@ -120,11 +127,30 @@ class PresetManager:
         return preset
 
     def active(self) -> list[str]:
-        """The active presets' names, in declaration order."""
-        return [name for name in self._presets if name in self._active]
+        """The presets offered now (activated, and for the current context), in declaration order."""
+        return [name for name in self._presets if self.is_active(name)]
 
     def is_active(self, name: str) -> bool:
-        return name in self._active
+        return name in self._active and self._in_context(name)
+
+    def _in_context(self, name: str) -> bool:
+        contexts = self._presets[name].contexts
+        return not contexts or self._context in contexts
+
+    @property
+    def context(self) -> str | None:
+        return self._context
+
+    def set_context(self, context: str | None) -> tuple[list[str], list[str]]:
+        """The application's current context: (presets now offered, presets withdrawn). Listeners hear of it (the
+        endpoints resync) when the context changed."""
+        before = self.active()
+        if context == self._context:
+            return [], []
+        self._context = context
+        after = self.active()
+        self._listeners.notify()
+        return [n for n in after if n not in before], [n for n in before if n not in after]
 
     # -- changes ----------------------------------------------------------------------------------
 
@@ -154,7 +180,7 @@ class PresetManager:
     def includes(self, tool: str) -> bool:
         """Whether an active preset offers the tool (the control tools are always offered)."""
         return tool in CONTROL_TOOLS or any(
-            _matches(pattern, tool) for name in self._active for pattern in self._presets[name].tools
+            _matches(pattern, tool) for name in self.active() for pattern in self._presets[name].tools
         )
 
     def owners(self, tool: str) -> list[str]:
@@ -171,8 +197,10 @@ class PresetManager:
             risk=highest_risk(tool.risk for tool in found),
             tools=[tool.name for tool in found],
             missing=missing,
-            active=name in self._active,
+            active=self.is_active(name),
             prompt=preset.prompt,
+            contexts=preset.contexts,
+            out_of_context=name in self._active and not self._in_context(name),
         )
 
     # -- persistence -------------------------------------------------------------------------------
@@ -197,7 +225,8 @@ class PresetManager:
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_file(path.parent, path.name, json.dumps({"active": self.active()}).encode())
+        chosen = [name for name in self._presets if name in self._active]
+        write_file(path.parent, path.name, json.dumps({"active": chosen}).encode())
 
 
 def parse_presets(data: Any, *, origin: str = "presets") -> list[Preset]:

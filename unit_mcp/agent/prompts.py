@@ -109,6 +109,8 @@ def format_presets(presets: Iterable[PresetInfo]) -> str:
     for preset in presets:
         if preset.active:
             state = "active"
+        elif preset.out_of_context:
+            state = f"active, but offered only in context {' or '.join(preset.contexts)}"
         elif preset.risk == "normal":
             state = "inactive, activate with preset_activate"
         else:

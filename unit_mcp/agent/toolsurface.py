@@ -112,6 +112,10 @@ class _PresetArgs(_StrictArgs):
     name: str = Field(description="the preset's name, as the list of capabilities gives it")
 
 
+class _ActivateArgs(_PresetArgs):
+    reason: str = Field("", max_length=500, description="why the task needs it (the user sees it when asked)")
+
+
 @dataclass
 class LocalTool:
     """A Python function offered as a tool. `fn` gets the validated argument model (or its fields as keyword
@@ -451,7 +455,7 @@ class AgentToolSurface:
                 return "normal"  # the call fails on the unknown name; asking first would help nobody
             return presets.describe(self.registered(), name).risk
 
-        async def change(name: str, ctx: CallContext | None, active: bool) -> ToolOutput:
+        async def change(name: str, ctx: CallContext | None, active: bool, reason: str = "") -> ToolOutput:
             try:
                 changed = presets.activate(name) if active else presets.deactivate(name)
             except PresetError as exc:
@@ -460,6 +464,8 @@ class AgentToolSurface:
             if ctx is not None:
                 kind = "preset-activated" if active else "preset-deactivated"
                 data = {"name": name, "risk": info.risk, "tools": info.tools, "changed": changed}
+                if reason:
+                    data["reason"] = reason
                 await ctx.turn.append_item(EventItem(kind=kind, data=data))
             state = "active" if active else "inactive"
             tools = ", ".join(info.tools) or "none right now"
@@ -468,8 +474,8 @@ class AgentToolSurface:
                 structured=info.model_dump(mode="json"),
             )
 
-        async def activate(name: str, ctx: CallContext | None = None) -> ToolOutput:
-            return await change(name, ctx, True)
+        async def activate(name: str, reason: str = "", ctx: CallContext | None = None) -> ToolOutput:
+            return await change(name, ctx, True, reason)
 
         async def deactivate(name: str, ctx: CallContext | None = None) -> ToolOutput:
             return await change(name, ctx, False)
@@ -478,7 +484,7 @@ class AgentToolSurface:
             LocalTool(
                 ACTIVATE,
                 activate,
-                _PresetArgs,
+                _ActivateArgs,
                 description="Activate a capability preset, offering its tools from the next step on. A preset above "
                 "normal risk needs the user's approval.",
                 spread=True,

@@ -6,6 +6,10 @@ call (`permission_rules`, per session), and `UnitAgent` answers OpenCode's `perm
 AgentApprovals. An approved answer admits exactly one call of that tool here (`admit`); a call without an
 admission is refused, so the endpoint fails closed even if OpenCode's own rules were loosened or its answer
 was forged.
+
+`preset_activate` is always asked for: `Permissions` puts the request to the turn's approvals (a preset above
+`normal` waits for the user, on the page or the CLI) and activates it in that turn, recording it in its session;
+OpenCode's call here then only reports the preset's state, and activates nothing the policy does not allow.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from typing import Any
 import mcp_types as types
 
 from .._endpoint import ApprovedEndpoint
-from ..toolsurface import AgentToolSurface, ToolOutput
+from ..presets import ACTIVATE
+from ..toolsurface import AgentToolSurface, ToolDef, ToolOutput
 
 _OPENCODE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -41,19 +46,28 @@ class OpenCodeView:
         return self.surface.mcp_tool_defs(self.grants, interactive=True)
 
     def askable(self) -> list[str]:
-        """Offered tools that need an approval per call (their risk is `ask` and not granted)."""
+        """Offered tools that need an approval per call (their risk is `ask` and not granted), and `preset_activate`
+        (whose risk is the named preset's)."""
+        return self._askable(self.surface.visible(self.grants, interactive=True))
+
+    def _askable(self, tools: Iterable[ToolDef]) -> list[str]:
+        approvals = self.surface.approvals
         return [
             tool.name
-            for tool in self.surface.visible(self.grants, interactive=True)
-            if self.surface.approvals.check_risk(tool.risk, self.grants) == "needs-approval"
+            for tool in tools
+            if tool.name == ACTIVATE
+            or (
+                approvals.check_risk(tool.risk, self.grants) == "needs-approval"
+                and approvals.usable(tool.least_risk, self.grants, interactive=True)
+            )
         ]
 
     def permission_rules(self) -> list[dict[str, str]]:
-        """Per-session OpenCode rules: ask before each call of an askable tool (the isolated config
-        allows `<server>_*`, and the last matching rule wins)."""
+        """Per-session OpenCode rules: ask before each call of an askable tool, offered now or once a preset is
+        activated during the turn (the isolated config allows `<server>_*`, and the last matching rule wins)."""
         return [
             {"permission": opencode_tool_name(self.server_name, name), "pattern": "*", "action": "ask"}
-            for name in self.askable()
+            for name in self._askable(self.surface.registered())
         ]
 
     def local_name(self, opencode_name: str) -> str:
@@ -75,6 +89,8 @@ class OpenCodeView:
         which grants this call's own risk (a dry run's, or the tool's); without one it runs only if that risk is
         approved outright."""
         tool = self.surface.get(name)
+        if tool is not None and tool.name == ACTIVATE:
+            return await self._activated(arguments)
         if tool is None or self.surface.approvals.check_risk(tool.risk, self.grants) != "needs-approval":
             return await self.surface.call(name, arguments, grants=self.grants)
         risk = self.surface.call_risk(tool, arguments)
@@ -85,6 +101,18 @@ class OpenCodeView:
             return await self.surface.call(tool.name, arguments, grants=self.grants)
         text = f"[approval_required] {tool.name} (risk: {risk}) needs an approval for each call."
         return ToolOutput(text=text, is_error=True)
+
+    async def _activated(self, arguments: dict[str, Any]) -> ToolOutput:
+        """`preset_activate` as OpenCode calls it after asking: the preset approved then is active, so say so;
+        otherwise it is activated only if the policy allows its risk outright."""
+        presets, name = self.surface.presets, arguments.get("name")
+        if presets is not None and isinstance(name, str) and name in presets.names() and presets.is_active(name):
+            info = presets.describe(self.surface.registered(), name)
+            tools = ", ".join(info.tools) or "none right now"
+            return ToolOutput(
+                text=f"preset {name} is active; its tools: {tools}", structured=info.model_dump(mode="json")
+            )
+        return await self.surface.call(ACTIVATE, arguments, grants=self.grants)
 
 
 OpenCodeEndpoint = ApprovedEndpoint[OpenCodeView]

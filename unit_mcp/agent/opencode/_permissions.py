@@ -3,7 +3,9 @@
 The node is configured to ask before each call (`OpenCodeView.permission_rules`); the question goes to
 the turn's approvals (policy, grants, the approver), an approved call is admitted by the endpoint, and
 OpenCode gets `once` or `reject`, so an `ask` policy works in server mode instead of hanging. A question the
-event stream missed (it was down) is found by polling, so nothing waits forever.
+event stream missed (it was down) is found by polling, so nothing waits forever. A question about
+`preset_activate` is the agent asking for a preset: the turn activates it through its approvals (and records it)
+before OpenCode is told `once`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..presets import ACTIVATE
+from ..toolsurface import ToolOutput
 from ._client import OpenCodeClient, PermissionReply
 from ._endpoint import OpenCodeEndpoint
 from ._errors import OpenCodeError
@@ -68,6 +72,9 @@ class Permissions:
         name = self.reply.tool_name(asked)
         known = self.ctx.tools.get(name)
         arguments = await self._call_input(session_id, request.get("tool"))
+        if known is not None and known.name == ACTIVATE:
+            await self._activate(request_id, arguments)
+            return
         risk = self.ctx.tools.call_risk(known, arguments) if known is not None else "destructive"
         reason = f"OpenCode asks to use {asked}"
         decision = await self.ctx.approvals.approve(risk, tool=name, arguments=arguments, reason=reason)
@@ -80,6 +87,22 @@ class Permissions:
             await self.client.reply_permission(
                 request_id, reply, None if reply != "reject" else f"{name} was not approved ({why})"
             )
+        except OpenCodeError as exc:
+            log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
+
+    async def _activate(self, request_id: str, arguments: dict[str, Any] | None) -> None:
+        """Activate the preset the agent asks for as the turn's own `preset_activate` call: the turn's approvals
+        decide (a preset above `normal` waits for the user) and the session records it; OpenCode's call then
+        reports it (`OpenCodeView`). Without the call's arguments nothing is activated."""
+        if arguments is None:
+            output = ToolOutput(text=f"[invalid_arguments] could not read which preset {ACTIVATE} names", is_error=True)
+        else:
+            output = await self.ctx.tools.call(ACTIVATE, arguments, self.ctx)
+        try:
+            if output.is_error:
+                await self.client.reply_permission(request_id, "reject", output.text)
+            else:
+                await self.client.reply_permission(request_id, "once", None)
         except OpenCodeError as exc:
             log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
 
