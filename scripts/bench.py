@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench.py            # everything (about a minute), writes bench/RESULTS.md and results.json
     .venv/bin/python scripts/bench.py --quick    # fewer rounds and smaller scale, for a smoke run
     .venv/bin/python scripts/bench.py --only transport,reload
+    .venv/bin/python scripts/bench.py --only changelog --merge   # fold one section into the written report
 
 Quick and partial runs print their figures and leave bench/ alone (--write replaces the report anyway).
 
@@ -46,13 +47,26 @@ sys.path.insert(0, str(REPO))
 
 from unit_mcp import Host, UnitService  # noqa: E402
 from unit_mcp.bridge import Bridge  # noqa: E402
+from unit_mcp.changelog import NOBODY, Retention, SourceChange, SqliteChangeLog  # noqa: E402
+from unit_mcp.loader import Source  # noqa: E402
 from unit_mcp.tools import UnitTools  # noqa: E402
 
 FS_SERVER = "@modelcontextprotocol/server-filesystem@2026.8.31"
 BENCH_TOOLS = REPO / ".cache" / "bench-tools"
 OUT = REPO / "bench"
 CLIENT_TOKEN = "UNIT_MCP_BENCH_TOKEN"  # the bearer token for `--client` processes
-SECTIONS = ("transport", "filesystem", "reload", "scale", "loaders", "log", "sessions", "concurrency", "tests")
+SECTIONS = (
+    "transport",
+    "filesystem",
+    "reload",
+    "scale",
+    "loaders",
+    "log",
+    "changelog",
+    "sessions",
+    "concurrency",
+    "tests",
+)
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -510,6 +524,96 @@ class Bench:
             [ratio_row(f"unit_read_log tail {big}/1MB", figures[f"tail_100_{big}"], figures["tail_100_1MB"], 2.0)],
         )
 
+    async def changelog(self) -> None:
+        """What the change log adds to a write (its one record, with the 20 KB source's bytes before and after)
+        against the whole unit_apply_patch, on both loaders; unit_changes over 100,000 records against 1,000."""
+        from unit_mcp.units import copy_units, open_loader
+
+        folder = self.work / "changelog-units"
+        twenty_kb_unit(folder)
+        store = f"sqlite:{self.work / 'changelog-units.db'}"
+        copy_units(open_loader(folder, read_only=True), open_loader(store))
+        texts = ("VALUE_0001 = 1  #", "VALUE_0001 = 2  #")
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {}
+        hosts = []
+        for name, units in (("folder", str(folder)), ("sqlite", store)):
+            host = Host(units, self.work / f"changelog-data-{name}", namespace=f"bench_changelog_{name}")
+            host.start()
+            hosts.append(host)
+            service = UnitService(host)
+            state = {"n": 0}
+            data = service.loader.read(Source("big", "directory", "__init__.py"))
+            record = SourceChange("big", "__init__.py", "modified", "sha256:0", "sha256:1", data, data)
+
+            def patch(service: UnitService = service, state: dict[str, int] = state) -> None:
+                old, new = texts[state["n"] % 2], texts[(state["n"] + 1) % 2]
+                state["n"] += 1
+                service.apply_patch("big", "__init__.py", old=old, new=new)
+
+            def one_record(service: UnitService = service, record: SourceChange = record) -> None:
+                service.change_log.record(
+                    caller=NOBODY, tool="unit_apply_patch", unit_id="big", source_id="__init__.py",
+                    outcome="applied", sources=[record],
+                )  # fmt: skip
+
+            calls[f"unit_apply_patch_{name}"] = partial(direct, patch)
+            calls[f"change_record_{name}"] = partial(direct, one_record)
+        try:
+            writes = await interleaved(calls, self.rounds // 3)
+        finally:
+            for host in hosts:
+                host.close()
+        sizes = (1_000, 10_000 if self.quick else 100_000)
+        reads: dict[str, Callable[[], Awaitable[Any]]] = {}
+        for count in sizes:
+            data_dir = self.work / f"changelog-read-{count}"
+            data_dir.mkdir(mode=0o700)
+            log = SqliteChangeLog(data_dir / "changes.db", Retention(records=10**9), private=True)
+            bulk_changes(log, count)
+            log.close()
+            root = self.work / f"changelog-read-units-{count}"
+            root.mkdir()
+            host = Host(root, data_dir, namespace=f"bench_changes_{count}", change_retention=Retention(records=10**9))
+            host.start()
+            hosts.append(host)
+            service = UnitService(host)
+            reads[f"unit_changes_{count}"] = partial(direct, service.changes)
+            reads[f"unit_changes_one_unit_{count}"] = partial(direct, partial(service.changes, unit_id="unit_7"))
+        try:
+            listed = await interleaved(reads, self.rounds // 3)
+        finally:
+            for host in hosts[2:]:
+                host.close()
+        figures = {k: summary(v) for group in (writes, listed) for k, v in group.items()}
+        big = sizes[1]
+        self.record(
+            "changelog",
+            figures,
+            [
+                *(
+                    ratio_row(
+                        f"change log record / unit_apply_patch ({name}, 20 KB source)",
+                        figures[f"change_record_{name}"],
+                        figures[f"unit_apply_patch_{name}"],
+                        0.1,
+                    )
+                    for name in ("folder", "sqlite")
+                ),
+                ratio_row(
+                    f"unit_changes (50 newest) {big:,}/1,000 records",
+                    figures[f"unit_changes_{big}"],
+                    figures["unit_changes_1000"],
+                    2.0,
+                ),
+                ratio_row(
+                    f"unit_changes of one unit in 100 {big:,}/1,000 records",
+                    figures[f"unit_changes_one_unit_{big}"],
+                    figures["unit_changes_one_unit_1000"],
+                    None,
+                ),
+            ],
+        )
+
     async def sessions(self) -> None:
         """The agent session journal: one append at 10 and at 10,000 items (scripts/bench_sessions.py)."""
         sys.path.insert(0, str(REPO / "scripts"))
@@ -625,6 +729,27 @@ class Bench:
         )
 
 
+def bulk_changes(log: SqliteChangeLog, count: int) -> None:
+    """`count` one-source records of 100 units (a 200-byte source each): a log to read."""
+    data = b"x = 1\n" * 34
+    for n in range(count):
+        unit_id = f"unit_{n % 100}"
+        log.record(
+            caller=NOBODY, tool="unit_apply_patch", unit_id=unit_id, source_id="__init__.py", outcome="applied",
+            sources=[SourceChange(unit_id, "__init__.py", "modified", "sha256:0", "sha256:1", data, data)],
+        )  # fmt: skip
+
+
+def merged(results: dict[str, Any]) -> dict[str, Any]:
+    """This run's sections folded into the written report's (`--merge`): its sections and ratios replace theirs."""
+    before = json.loads((OUT / "results.json").read_text())
+    ran = set(results["sections"])
+    before["sections"].update(results["sections"])
+    before["ratios"] = [r for r in before["ratios"] if r["section"] not in ran] + results["ratios"]
+    before["merged"] = f"{', '.join(sorted(ran))} from a run at {results['when']} ({results['load']})"
+    return before
+
+
 def write_report(results: dict[str, Any], command: str) -> None:
     OUT.mkdir(exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -632,6 +757,7 @@ def write_report(results: dict[str, Any], command: str) -> None:
         "# Benchmark results",
         "",
         f"Made by `{command}` on {results['machine']} at {results['when']} ({results['load']}).",
+        *([f"Merged in: {results['merged']}."] if "merged" in results else []),
         "Both sides of each ratio were measured interleaved in the same run; absolute times are context only.",
         "",
         "| section | ratio | value | goal | met |",
@@ -721,6 +847,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write", action="store_true", help="write bench/ even for a quick or partial run")
+    parser.add_argument(
+        "--merge", action="store_true", help="fold this run's sections into the written bench/ report (a partial run)"
+    )
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {', '.join(SECTIONS)}")
     parser.add_argument("--client", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     parser.add_argument("--lean-client", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
@@ -749,10 +878,16 @@ def main() -> None:
     bench.results["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     bench.results["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     bench.results["load"] = f"load average {load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after"
+    if args.merge:
+        command = json.loads((OUT / "results.json").read_text()).get("command", "scripts/bench.py")
+        write_report(merged(bench.results), command)
+        print(f"\nmerged into: {OUT / 'RESULTS.md'} and {OUT / 'results.json'}")
+        return
     if (args.quick or set(chosen) != set(SECTIONS)) and not args.write:
         print(f"\nquick or partial run: {OUT / 'RESULTS.md'} left as it was (--write replaces it)")
         return
     command = "scripts/bench.py " + " ".join(sys.argv[1:])
+    bench.results["command"] = command.strip()
     write_report(bench.results, command.strip())
     print(f"\nwritten: {OUT / 'RESULTS.md'} and {OUT / 'results.json'}")
 

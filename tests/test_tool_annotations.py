@@ -27,15 +27,14 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def history_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
-    """A loader that keeps history, so all twelve tools are listed."""
+    """A loader that keeps history, so all sixteen tools are listed."""
     with Host(sqlite_copy(units_root, tmp_path / "units.db"), tmp_path / "data") as started:
         yield UnitTools(UnitService(started, test_timeout=30))
 
 
 def readme_table() -> dict[str, tuple[str, str | None, bool, bool]]:
-    section = (
-        README.read_text(encoding="utf-8").split("### The tools (ten, twelve with history)", 1)[1].split("\n### ", 1)[0]
-    )
+    heading = "### The tools (fourteen, sixteen with history)"
+    section = README.read_text(encoding="utf-8").split(heading, 1)[1].split("\n### ", 1)[0]
     return {name: (risk, dry or None, ro == "yes", de == "yes") for name, risk, dry, ro, de in ROW.findall(section)}
 
 

@@ -38,6 +38,10 @@ NAMES = [
     "unit_reload",
     "unit_read_log",
     "unit_snapshot",
+    "unit_changes",
+    "unit_checkpoint",
+    "unit_rollback",
+    "unit_revert_change",
 ]
 RISKS = {
     "unit_list": "normal",
@@ -50,7 +54,12 @@ RISKS = {
     "unit_create_source": "shell",
     "unit_run_tests": "shell",
     "unit_reload": "shell",
+    "unit_changes": "filesystem-read",
+    "unit_checkpoint": "normal",
+    "unit_rollback": "destructive",
+    "unit_revert_change": "shell",
 }
+DRY_RUNS = {"unit_apply_patch", "unit_rollback", "unit_revert_change"}
 
 
 @pytest.fixture
@@ -73,7 +82,7 @@ def tools(service: UnitService) -> UnitTools:
 
 @pytest.fixture
 def folder_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
-    """For tests about the folder loader's files (and the exact ten tools of a loader without history)."""
+    """For tests about the folder loader's files (and the exact fourteen tools of a loader without history)."""
     with Host(units_root, tmp_path / "data") as started:
         yield UnitTools(UnitService(started, test_timeout=30), progress_interval=0.1)
 
@@ -126,18 +135,20 @@ def sha(path: Path) -> str:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_lists_ten_tools_with_schemas_annotations_and_risks(folder_tools: UnitTools, mode: str) -> None:
+async def test_lists_fourteen_tools_with_schemas_annotations_and_risks(folder_tools: UnitTools, mode: str) -> None:
     tools = folder_tools
     async with connect(tools, mode) as client:
         listed = (await client.list_tools()).tools
     assert [tool.name for tool in listed] == NAMES
     for tool in listed:
         assert tool.description and len(tool.description) > 80
-        dry_run = {DRY_RUN_RISK_META_KEY: "filesystem-read"} if tool.name == "unit_apply_patch" else {}
+        dry_run = {DRY_RUN_RISK_META_KEY: "filesystem-read"} if tool.name in DRY_RUNS else {}
         assert tool.meta == {RISK_META_KEY: RISKS[tool.name], **dry_run}
         annotations = tool.annotations
         assert annotations is not None and annotations.open_world_hint is False
-        assert annotations.read_only_hint == (RISKS[tool.name] in ("normal", "filesystem-read"))
+        # a checkpoint writes no source, but a record: not read-only, and not idempotent
+        low = RISKS[tool.name] in ("normal", "filesystem-read") and tool.name != "unit_checkpoint"
+        assert annotations.read_only_hint == low
         if annotations.read_only_hint:
             assert annotations.destructive_hint is False and annotations.idempotent_hint is True
         schema = tool.input_schema

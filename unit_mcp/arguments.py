@@ -21,6 +21,7 @@ MAX_LOG_LINES = 1000
 MAX_LOG_OFFSET = 10**9
 MAX_HISTORY = 1000
 MAX_VERSION = 2**63 - 1  # the largest integer a store keeps (SQLite's INTEGER)
+MAX_CHANGES = 200
 
 
 class Args(BaseModel):
@@ -203,4 +204,31 @@ class RevertArgs(Args):
     expected_hash: ExpectedHash = Field(
         None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
     )
+    dry_run: bool = _DRY_RUN
+
+
+class ChangesArgs(Args):
+    unit_id: str | None = Field(None, description="Only changes of this unit.")
+    source_id: str | None = Field(None, description="Only changes of this source of unit_id (needs unit_id).")
+    since: str | None = Field(
+        None, max_length=40, description="Only changes at or after this ISO 8601 time, e.g. '2026-12-04T13:00:00Z'."
+    )
+    limit: int = Field(50, ge=1, le=MAX_CHANGES, description="The most records to return, newest first (1-200).")
+    cursor: str | None = Field(None, max_length=100, description="next_cursor of the previous page.")
+
+
+class CheckpointArgs(Args):
+    label: str | None = Field(None, max_length=200, description="A name to recognise the checkpoint by.")
+
+
+class RollbackArgs(Args):
+    checkpoint_id: int = Field(ge=1, le=MAX_VERSION, description="The checkpoint_id unit_checkpoint returned.")
+    dry_run: bool = Field(False, description="Only show each source's diff and the conflicts; write nothing.")
+    force: bool = Field(
+        False, description="Also put back sources changed outside the tools since the checkpoint (conflicts)."
+    )
+
+
+class RevertChangeArgs(Args):
+    change_id: int = Field(ge=1, le=MAX_VERSION, description="The change_id from unit_changes or a write's result.")
     dry_run: bool = _DRY_RUN

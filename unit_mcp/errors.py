@@ -146,3 +146,16 @@ class SnapshotFailed(UnitError):
 class UnknownVersion(UnitError):
     code = "unknown_version"
     default_hint = "Call unit_history to list the versions of the source."
+
+
+class UnknownChange(UnitError):
+    code = "unknown_change"
+    default_hint = "Call unit_changes to list the change ids the log keeps (old ones are dropped by its retention)."
+
+
+class UnknownCheckpoint(UnitError):
+    code = "unknown_checkpoint"
+    default_hint = (
+        "Take a checkpoint with unit_checkpoint before the changes to undo; the log drops a checkpoint once the "
+        "changes after it fall out of its retention."
+    )

@@ -15,15 +15,17 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import applog, cancel, paths
 from .activities import Activities
+from .changelog import DEFAULT_RETENTION, NOBODY, ChangeLog, Retention, SourceChange, SqliteChangeLog
 from .importer import BytecodeCache, UnitFinder
-from .loader import Loader, UnitKind, Watch
+from .loader import Loader, LoaderError, Source, SourceTooLarge, UnitKind, Watch
+from .paths import hash_bytes
 from .redact import Redactor
 from .units import open_loader
 
@@ -122,10 +124,14 @@ class Host:
         log_backups: int = 3,
         reload_timeout: float = 30.0,
         app_log: bool = True,
+        change_retention: Retention = DEFAULT_RETENTION,
+        max_change_bytes: int = 2 * 1024 * 1024,
     ) -> None:
         """`units` is a loader, or what `open_loader` opens (a folder, `sqlite:PATH`); a loader opened here is
         closed with the host. `app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its
-        stderr instead). The data dir must be ours alone (`paths.private_dir`): its bytecode cache is run."""
+        stderr instead). The data dir must be ours alone (`paths.private_dir`): its bytecode cache is run. The
+        change log (`changes`) keeps `change_retention` and the bytes of an outside change up to
+        `max_change_bytes`."""
         self.data_dir = paths.private_dir(Path(data_dir))
         if isinstance(units, (str, os.PathLike)):
             units = open_loader(units, read_only=read_only)
@@ -156,6 +162,10 @@ class Host:
         self._watcher: Watch | None = None
         self._saving: threading.Thread | None = None
         self._started = False
+        self.change_retention = change_retention
+        self.max_change_bytes = max_change_bytes
+        self._changes: ChangeLog | None = None
+        self._changes_lock = threading.Lock()
         # Called with a unit id after each reload or unload of that unit, whatever its outcome (e.g. to re-index it).
         self.unit_listeners: list[Callable[[str], object]] = []
 
@@ -306,6 +316,10 @@ class Host:
                 self._worker = None
             if self._owns_loader:
                 self.loader.close()  # a loader reopens on use: a closed host may be started again
+            with self._changes_lock:
+                changes, self._changes = self._changes, None
+            if changes is not None:
+                changes.close()
             self._started = False
 
     def __enter__(self) -> Host:
@@ -649,6 +663,60 @@ class Host:
         if self._finder is not None:
             self._finder.remember(origin, data, code)
 
+    # -- the change log -------------------------------------------------------------------
+
+    @property
+    def changes(self) -> ChangeLog:
+        """The change log, opened on first use: the loader's (in its database) if it keeps one, else `changes.db` in
+        the data dir."""
+        with self._changes_lock:
+            if self._changes is None:
+                make = getattr(self.loader, "change_log", None)
+                changes = make(self.change_retention) if make is not None else None
+                if changes is None:
+                    self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    changes = SqliteChangeLog(self.data_dir / "changes.db", self.change_retention, private=True)
+                self._changes = changes
+            return self._changes
+
+    def _record_outside(self, unit_id: str, source_ids: Collection[str], error: str | None) -> None:
+        """Record the sources someone changed outside the tools, with the bytes before (the log's last record of
+        them) and after; a source the log already shows with its current hash (another server recorded it) is
+        left out."""
+        kind = self.unit_kind(unit_id)
+        sources = []
+        for source_id in sorted(source_ids):
+            data: bytes | None = None
+            digest: str | None = None
+            if kind is not None:
+                try:
+                    data = self.loader.read(Source(unit_id, kind, source_id), max_bytes=self.max_change_bytes)
+                except SourceTooLarge:
+                    continue
+                except (LoaderError, OSError):
+                    data = None
+            if data is not None:
+                digest = hash_bytes(data)
+            last = self.changes.last_state(unit_id, source_id)
+            if last is not None and last[0] == digest:
+                continue
+            if last is None and data is None:
+                continue  # not a source (a folder), or gone before the log ever saw it
+            action = "removed" if data is None else "unknown" if last is None else "modified"
+            before, before_data = last if last is not None else (None, None)
+            sources.append(SourceChange(unit_id, source_id, action, before, digest, before_data, data))  # type: ignore[arg-type]
+        if sources:
+            self.changes.record(
+                caller=NOBODY,
+                tool=None,
+                unit_id=unit_id,
+                source_id=sources[0].source_id if len(sources) == 1 else None,
+                outcome="outside",
+                error_code=None if error is None else "reload_failed",
+                message=error,
+                sources=sources,
+            )
+
     # -- watching -------------------------------------------------------------------------
 
     def start_watching(self, *, debounce_ms: int = 300) -> None:
@@ -657,20 +725,28 @@ class Host:
             if self._watcher is None:
                 self._watcher = self.loader.watch(self, debounce_ms=debounce_ms)
 
-    def reload_changed(self, unit_id: str) -> None:
+    def reload_changed(self, unit_id: str, sources: Collection[str] = ()) -> None:
         """A change made outside this host: load or reload the unit, or unload it if it is gone. A failed reload
-        keeps the old version running and is logged; the changed source is never touched."""
+        keeps the old version running and is logged; the changed source is never touched. `sources` (the ids
+        someone other than a unit tool changed) go to the change log."""
         with self.unit_lock(unit_id):
+            error = None
             if self.unit_kind(unit_id) is None:
                 if self.is_loaded(unit_id):
                     self.unload(unit_id)
                     self.logger.info("unit %s removed from the store: unloaded", unit_id)
-                return
-            try:
-                self.reload(unit_id)
-                self.logger.info("unit %s reloaded after a change in the store", unit_id)
-            except ReloadError as exc:
-                self.logger.error("change of unit %s not loaded (%s); previous version kept", unit_id, exc.error)
+            else:
+                try:
+                    self.reload(unit_id)
+                    self.logger.info("unit %s reloaded after a change in the store", unit_id)
+                except ReloadError as exc:
+                    error = exc.error
+                    self.logger.error("change of unit %s not loaded (%s); previous version kept", unit_id, exc.error)
+            if sources:
+                try:
+                    self._record_outside(unit_id, sources, error)
+                except Exception:
+                    self.logger.exception("recording the outside change of unit %s in the change log failed", unit_id)
 
     def stop_watching(self) -> None:
         watcher, self._watcher = self._watcher, None

@@ -8,6 +8,7 @@ imports nothing of unit_mcp, and every loader, the host and the service import i
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -129,7 +130,10 @@ class WatchTarget(Protocol):
 
     logger: Any
 
-    def reload_changed(self, unit_id: str) -> None: ...
+    def reload_changed(self, unit_id: str, sources: Collection[str] = ()) -> None:
+        """Reload a unit someone else changed; `sources` are the ids changed outside the unit tools (for the
+        change log; a change another server made through its tools is recorded by that server)."""
+        ...
 
 
 class Watch(Protocol):

@@ -124,6 +124,7 @@ class ApplyPatchResult(_Model):
     hash: str = Field(description="Hash of the source after the edit (the would-be hash on a dry run).")
     diff: str = Field(description="Unified diff of the change.")
     reload: ReloadResult | None = None
+    change_id: int | None = Field(default=None, description="The change log's record of this write (not of a dry run).")
 
 
 class CreateSourceResult(_Model):
@@ -132,6 +133,7 @@ class CreateSourceResult(_Model):
     hash: str
     size: int
     reload: ReloadResult
+    change_id: int | None = Field(default=None, description="The change log's record of this write.")
 
 
 class RunTestsResult(_Model):
@@ -180,3 +182,87 @@ class HistoryResult(_Model):
     unit_id: str
     source_id: str
     versions: list[HistoryVersion] = Field(description="Newest first.")
+
+
+class ChangeClient(_Model):
+    name: str | None = Field(description="The MCP client's clientInfo name; null for a change made outside MCP.")
+    version: str | None
+    session_id: str | None = Field(description="The MCP session id, where the transport has one.")
+
+
+class ChangedSource(_Model):
+    unit_id: str
+    source_id: str
+    action: Literal["modified", "created", "removed", "unknown"] = Field(
+        description="unknown: an outside change to a source whose previous bytes the log never saw."
+    )
+    hash_before: str | None
+    hash_after: str | None
+
+
+class ChangeRecord(_Model):
+    change_id: int = Field(description="Pass it to unit_revert_change; larger is newer.")
+    time: str = Field(description="When the outcome was known, ISO 8601 UTC.")
+    client: ChangeClient
+    tool: str | None = Field(description="The tool called; null for a change made outside the tools.")
+    unit_id: str | None = Field(description="The unit the call named; null for a call across units.")
+    source_id: str | None
+    outcome: Literal["applied", "refused", "rolled_back", "failed", "outside"] = Field(
+        description="applied: written and reloaded; refused: nothing written; rolled_back: the reload failed and "
+        "the previous source was put back; failed: an unexpected error; outside: changed outside these tools."
+    )
+    error_code: str | None
+    message: str | None = Field(description="The refusal or failure, as the caller got it.")
+    hash_before: str | None = Field(description="Of a one-source change; see sources for more.")
+    hash_after: str | None
+    duration_ms: float
+    sources: list[ChangedSource] = Field(description="The change set: every source the call changed or tried to.")
+
+
+class ChangesResult(_Model):
+    changes: list[ChangeRecord] = Field(description="Newest first.")
+    next_cursor: str | None = Field(description="Pass it as cursor for the next (older) page; null on the last.")
+    latest_change_id: int = Field(description="The newest change id in the log, whatever the filters.")
+
+
+class CheckpointResult(_Model):
+    checkpoint_id: int = Field(description="Pass it to unit_rollback.")
+    time: str
+    label: str | None
+    after_change_id: int = Field(description="A rollback undoes every change after this one.")
+
+
+class RestoredSource(_Model):
+    unit_id: str
+    source_id: str
+    action: Literal["restored", "removed", "recreated"]
+    hash_before: str | None = Field(description="The source's hash before this call (null: absent).")
+    hash: str | None = Field(description="Its hash after (null: removed).")
+    diff: str | None = Field(default=None, description="Unified diff of what the call does (dry run).")
+
+
+class RestoreConflict(_Model):
+    unit_id: str
+    source_id: str
+    reason: str
+    current_hash: str | None
+    expected_hash: str | None = Field(description="What the change log says the source should hold now.")
+
+
+class RollbackResult(_Model):
+    checkpoint_id: int
+    dry_run: bool
+    sources: list[RestoredSource] = Field(description="Every source put back (or to be, on a dry run).")
+    conflicts: list[RestoreConflict] = Field(
+        description="Sources changed outside the tools since the checkpoint: left alone (unless force)."
+    )
+    reloaded: list[str] = Field(description="The units reloaded.")
+    change_id: int | None = Field(default=None, description="The change log's record of this rollback.")
+
+
+class RevertChangeResult(_Model):
+    reverted_change_id: int
+    dry_run: bool
+    sources: list[RestoredSource]
+    reloaded: list[str]
+    change_id: int | None = Field(default=None, description="The change log's record of this revert.")

@@ -26,6 +26,7 @@ import anyio
 
 from . import paths
 from .bridge import Bridge, BridgeError, serve_until_stopped
+from .changelog import Retention
 from .clients import Endpoint, write_client_configs
 from .host import Host
 from .loader import SQLITE_PREFIX
@@ -79,6 +80,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="also write the printed KEY=VALUE lines to this file (atomically, mode 0600), e.g. for `set -a; . FILE`",
     )
+    parser.add_argument(
+        "--change-retention",
+        type=float,
+        default=Retention().days,
+        metavar="DAYS",
+        help=f"keep the change log's records this many days (default: %(default)g; at most {Retention().records} "
+        "records)",
+    )
     parser.add_argument("--no-watch", action="store_true", help="do not reload units when their files change on disk")
     parser.add_argument(
         "--no-auth",
@@ -100,6 +109,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.stdio and (args.port is not None or args.env_file is not None):
         option = "--port" if args.port is not None else "--env-file"
         parser.error(f"--stdio speaks on stdin/stdout and listens on no port; leave out {option}")
+    if not args.change_retention > 0:
+        parser.error(f"--change-retention {args.change_retention:g} must be a number of days above 0")
     if args.port is None:
         args.port = 0
     if not 0 <= args.port <= 65535:
@@ -157,7 +168,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
             units = data_dir / _DATA_FOLDERS[-1]
             if not any(units.iterdir()):
                 _copy_private(EXAMPLE_UNITS, units)
-        host = Host(units, data_dir)
+        host = Host(units, data_dir, change_retention=Retention(days=args.change_retention))
         host.start()
     stack.callback(host.close)
     if not host.unit_kinds():

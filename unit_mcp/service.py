@@ -8,17 +8,25 @@ Methods are blocking (storage and process work); async callers run them in a wor
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
+import contextvars
 import json
 import re
 import threading
+import time
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from . import applog, paths
 from .arguments import (
     ApplyPatchArgs,
+    Args,
+    ChangesArgs,
+    CheckpointArgs,
     CreateSourceArgs,
     HistoryArgs,
     NoArgs,
@@ -26,10 +34,13 @@ from .arguments import (
     ReadSourceArgs,
     ResolveArgs,
     RevertArgs,
+    RevertChangeArgs,
+    RollbackArgs,
     RunTestsArgs,
     UnitArgs,
     takes,
 )
+from .changelog import NOBODY, Caller, Change, ChangeLog, Outcome, SourceChange, iso_time
 from .errors import (
     BinarySource,
     Cancelled,
@@ -43,7 +54,10 @@ from .errors import (
     StaleHash,
     TestTimeout,
     TooLarge,
+    UnitError,
     UnitNotLoaded,
+    UnknownChange,
+    UnknownCheckpoint,
     UnknownSource,
     UnknownUnit,
     UnknownVersion,
@@ -67,6 +81,11 @@ from .loader import UnknownVersion as MissingVersion
 from .models import (
     ActivityEvidence,
     ApplyPatchResult,
+    ChangeClient,
+    ChangedSource,
+    ChangeRecord,
+    ChangesResult,
+    CheckpointResult,
     CreateSourceResult,
     HistoryResult,
     HistoryVersion,
@@ -76,6 +95,10 @@ from .models import (
     ReadSourceResult,
     ReloadResult,
     ResolveResult,
+    RestoreConflict,
+    RestoredSource,
+    RevertChangeResult,
+    RollbackResult,
     RunTestsResult,
     SnapshotResult,
     SourceArtifact,
@@ -97,6 +120,104 @@ def reload_result(reloaded: Reloaded) -> ReloadResult:
         restored_state=reloaded.restored_state,
         activity=ActivityEvidence(**reloaded.activity),
         duration_ms=reloaded.duration_ms,
+    )
+
+
+_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("unit_mcp_caller", default=NOBODY)
+R = TypeVar("R")
+MAX_SHOWN_DIFF = 8000
+"""Characters of each source's diff a rollback's or a revert's dry run shows."""
+_CURSOR = re.compile(r"before:([1-9][0-9]{0,18})")
+
+
+def call_as(caller: Caller, call: Callable[[], R]) -> R:
+    """Run `call` on behalf of `caller`: the change log records who made the writes it makes."""
+    token = _CALLER.set(caller)
+    try:
+        return call()
+    finally:
+        _CALLER.reset(token)
+
+
+def _hash(data: bytes | None) -> str | None:
+    return None if data is None else paths.hash_bytes(data)
+
+
+def _shown_diff(source_id: str, before: bytes | None, after: bytes | None) -> str:
+    text = unified_diff(
+        (before or b"").decode("utf-8", "replace"), (after or b"").decode("utf-8", "replace"), source_id
+    )
+    return text if len(text) <= MAX_SHOWN_DIFF else text[:MAX_SHOWN_DIFF] + f"\n... [{len(text) - MAX_SHOWN_DIFF} more]"
+
+
+@dataclass
+class _Record:
+    """The change set a write call builds as it goes, recorded once its outcome is known."""
+
+    sources: list[SourceChange] = field(default_factory=list)
+
+
+@dataclass
+class _Target:
+    """One source a rollback or a revert puts back: from `current` (None: absent) to `data` (None: remove it)."""
+
+    source: Source
+    current: bytes | None
+    data: bytes | None
+
+    @property
+    def action(self) -> str:
+        return "removed" if self.data is None else "recreated" if self.current is None else "restored"
+
+    def shown(self, *, diff: bool) -> RestoredSource:
+        return RestoredSource(
+            unit_id=self.source.unit_id,
+            source_id=self.source.source_id,
+            action=self.action,  # type: ignore[arg-type]
+            hash_before=_hash(self.current),
+            hash=_hash(self.data),
+            diff=_shown_diff(self.source.source_id, self.current, self.data) if diff else None,
+        )
+
+
+@dataclass
+class _Plan:
+    """What the change log says of one source since a checkpoint."""
+
+    known: bool
+    data: bytes | None
+    hash: str | None
+    expected: str | None = None
+    outside: bool = False
+
+
+def change_record(change: Change) -> ChangeRecord:
+    """A change log record as `unit_changes` returns it."""
+    return ChangeRecord(
+        change_id=change.id,
+        time=change.time,
+        client=ChangeClient(
+            name=change.caller.name, version=change.caller.version, session_id=change.caller.session_id
+        ),
+        tool=change.tool,
+        unit_id=change.unit_id,
+        source_id=change.source_id,
+        outcome=change.outcome,
+        error_code=change.error_code,
+        message=change.message,
+        hash_before=change.hash_before,
+        hash_after=change.hash_after,
+        duration_ms=change.duration_ms,
+        sources=[
+            ChangedSource(
+                unit_id=s.unit_id,
+                source_id=s.source_id,
+                action=s.action,
+                hash_before=s.hash_before,
+                hash_after=s.hash_after,
+            )
+            for s in change.sources
+        ],
     )
 
 
@@ -313,6 +434,163 @@ class UnitService:
             out.append("create")
         return out
 
+    @property
+    def change_log(self) -> ChangeLog:
+        return self.host.changes
+
+    def _logged(self, tool: str, args: Args, work: Callable[[_Record], R]) -> R:
+        """Run a write call and record its outcome in the change log once it is known; the result gets the
+        record's `change_id`. A dry run writes nothing and is not recorded."""
+        if getattr(args, "dry_run", False):
+            return work(_Record())
+        record = _Record()
+        started = time.perf_counter()
+        try:
+            result = work(record)
+        except UnitError as exc:
+            outcome: Outcome = "refused"
+            if record.sources:  # written, then the reload failed
+                outcome = "rolled_back" if exc.details.get("source_restored") else "failed"
+            self._record(tool, args, outcome, record, started, exc.code, exc.message)
+            raise
+        except Exception as exc:
+            self._record(tool, args, "failed", record, started, "internal_error", type(exc).__name__)
+            raise
+        result.change_id = self._record(tool, args, "applied", record, started)  # type: ignore[attr-defined]
+        return result
+
+    def _record(
+        self,
+        tool: str,
+        args: Args,
+        outcome: Outcome,
+        record: _Record,
+        started: float,
+        code: str | None = None,
+        message: str | None = None,
+    ) -> int | None:
+        """One record; bytes are kept of applied changes only. A log that cannot be written is logged, and the
+        call's outcome stands."""
+        sources = record.sources
+        if outcome != "applied":
+            sources = [SourceChange(s.unit_id, s.source_id, s.action, s.hash_before, s.hash_after) for s in sources]
+        unit_id, source_id = getattr(args, "unit_id", None), getattr(args, "source_id", None)
+        try:
+            return self.change_log.record(
+                caller=_CALLER.get(),
+                tool=tool,
+                unit_id=None if unit_id is None else str(unit_id)[:200],
+                source_id=None if source_id is None else str(source_id)[:1100],
+                outcome=outcome,
+                error_code=code,
+                message=None if message is None else self.host.redact(message)[:2000],
+                duration_ms=(time.perf_counter() - started) * 1000,
+                sources=sources,
+            )
+        except Exception:
+            self.host.logger.exception("recording a call of %s in the change log failed", tool)
+            return None
+
+    def _current_or_none(self, src: Source) -> bytes | None:
+        """The source's bytes, or None when it does not exist."""
+        try:
+            return self._read(src)
+        except UnknownSource:
+            return None
+
+    def _put(self, target: _Target, tool: str, accepted: list[Written]) -> Callable[[], object]:
+        """Write one target (checked against the bytes it holds now); returns what puts those bytes back."""
+        src, current, data = target.source, target.current, target.data
+        if data is None:
+            assert current is not None
+            self.loader.rollback(Written(src, current, None, tool, token=[]))  # removes it if it still holds current
+            return lambda: self.loader.create(src, current, tool_call=tool)
+        if current is None:
+            written = self.loader.create(src, data, tool_call=tool)
+        else:
+            written = self.loader.write(src, data, expected_hash=paths.hash_bytes(current), tool_call=tool)
+        accepted.append(written)
+        return lambda: self.loader.rollback(written)
+
+    def _put_back(self, targets: list[_Target], record: _Record, tool: str) -> list[str]:
+        """Write every target, then reload their units, all or nothing: if a write or a reload fails, every source
+        already written is put back (and the units reloaded before are reloaded again)."""
+        units = sorted({t.source.unit_id for t in targets})
+        with contextlib.ExitStack() as locks:
+            for unit_id in units:
+                locks.enter_context(self.host.unit_lock(unit_id))
+            for target in targets:
+                now = _hash(self._current_or_none(target.source))
+                if now != _hash(target.current):
+                    raise StaleHash(
+                        f"{target.source.source_id} of unit {target.source.unit_id} changed while this call was "
+                        f"prepared (it now hashes to {now}); nothing was written.",
+                        current_hash=now,
+                    )
+            undo: list[Callable[[], object]] = []
+            accepted: list[Written] = []
+
+            def undo_all() -> bool:
+                while undo:
+                    undo.pop()()
+                return True
+
+            try:
+                for target in targets:
+                    with self._storage(target.source, "write"):
+                        undo.append(self._put(target, tool, accepted))
+            except StaleSource as exc:
+                undo_all()
+                raise StaleHash(
+                    f"A source changed while this call wrote (it now hashes to {exc.current_hash}); every source "
+                    "was put back as it was, nothing changed.",
+                    current_hash=exc.current_hash,
+                ) from None
+            except BaseException:
+                undo_all()
+                raise
+            record.sources.extend(
+                SourceChange(
+                    t.source.unit_id,
+                    t.source.source_id,
+                    "removed" if t.data is None else "created" if t.current is None else "modified",
+                    _hash(t.current),
+                    _hash(t.data),
+                    t.current,
+                    t.data,
+                )
+                for t in targets
+            )
+            reloaded: list[str] = []
+            for unit_id in units:
+                try:
+                    self.host.reload(unit_id, rollback_source=undo_all)
+                except ReloadError as exc:
+                    for done in reloaded:  # they run the written sources' code: back to what they ran before
+                        try:
+                            self.host.reload(done)
+                        except ReloadError:
+                            self.host.logger.exception("reloading unit %s again after a failed %s", done, tool)
+                    raise ReloadFailed(
+                        f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}. Every source was put back "
+                        "as it was before this call; nothing changed.",
+                        **exc.evidence,
+                    ) from None
+                reloaded.append(unit_id)
+            for written in accepted:
+                try:
+                    self.loader.accept(written)
+                except Exception:
+                    self.host.logger.exception("recording %s in the history failed", written.source.source_id)
+        return reloaded
+
+    def _require_writable(self) -> None:
+        if not self.loader.capabilities.write:
+            raise NotSupported(
+                f"The {self.loader.name} loader is read-only: nothing can be put back.",
+                hint="This server was started read-only; restart it writable to roll back.",
+            )
+
     # -- operations -------------------------------------------------------------------------
 
     @takes(NoArgs)
@@ -439,6 +717,9 @@ class UnitService:
 
     @takes(ApplyPatchArgs)
     def apply_patch(self, args: ApplyPatchArgs) -> ApplyPatchResult:
+        return self._logged("unit_apply_patch", args, lambda record: self._apply_patch(args, record))
+
+    def _apply_patch(self, args: ApplyPatchArgs, record: _Record) -> ApplyPatchResult:
         patch, old, new = args.patch, args.old, args.new
         if patch is not None and (old is not None or new is not None):
             raise InvalidArgument(
@@ -469,7 +750,7 @@ class UnitService:
                 label = f"{src.source_id} of unit {src.unit_id}"
                 new_text, count = replace_exact(text, old, new, replace_all=args.replace_all, label=label)
                 mode = "exact"
-            return self._edit(src, current, text, new_text, mode, count, args.dry_run, "unit_apply_patch")
+            return self._edit(src, current, text, new_text, mode, count, args.dry_run, "unit_apply_patch", record)
 
     def _current(self, src: Source, expected_hash: str | None) -> tuple[str, str]:
         """The source's text and hash, refused if it no longer hashes to `expected_hash`."""
@@ -495,6 +776,7 @@ class UnitService:
         count: int,
         dry_run: bool,
         tool_call: str,
+        record: _Record,
     ) -> ApplyPatchResult:
         """Compile, write (checked against `current`, the hash of `text`, which another process may have changed
         since), reload; the loader puts the old source back if the reload fails. Called under the unit lock (a dry
@@ -536,11 +818,17 @@ class UnitService:
                 expected_hash=current,
                 current_hash=exc.current_hash,
             ) from None
+        record.sources.append(
+            SourceChange(unit_id, source_id, "modified", current, new_hash, written.previous, new_data)
+        )
         result.reload = self._reload(unit_id, written)
         return result
 
     @takes(CreateSourceArgs)
     def create_source(self, args: CreateSourceArgs) -> CreateSourceResult:
+        return self._logged("unit_create_source", args, lambda record: self._create_source(args, record))
+
+    def _create_source(self, args: CreateSourceArgs, record: _Record) -> CreateSourceResult:
         unit_id, source_id = args.unit_id, args.source_id
         kind = self._unit(unit_id)
         if kind != "directory":
@@ -560,10 +848,10 @@ class UnitService:
         with self.host.unit_lock(unit_id):
             with self._storage(src, "write"):
                 written = self.loader.create(src, data, tool_call="unit_create_source")
+            digest = paths.hash_bytes(data)
+            record.sources.append(SourceChange(unit_id, source_id, "created", None, digest, None, data))
             reload = self._reload(unit_id, written)
-            return CreateSourceResult(
-                unit_id=unit_id, source_id=source_id, hash=paths.hash_bytes(data), size=len(data), reload=reload
-            )
+            return CreateSourceResult(unit_id=unit_id, source_id=source_id, hash=digest, size=len(data), reload=reload)
 
     @takes(HistoryArgs)
     def history(self, args: HistoryArgs) -> HistoryResult:
@@ -585,6 +873,9 @@ class UnitService:
     @takes(RevertArgs)
     def revert(self, args: RevertArgs) -> ApplyPatchResult:
         """Put a source back to a version from its history, through the same checked write and reload as a patch."""
+        return self._logged("unit_revert", args, lambda record: self._revert(args, record))
+
+    def _revert(self, args: RevertArgs, record: _Record) -> ApplyPatchResult:
         src = self._source(args.unit_id, args.source_id)
         self._require_history(src.unit_id)
         if not args.dry_run:
@@ -596,7 +887,7 @@ class UnitService:
             except MissingVersion:
                 raise UnknownVersion(f"{src.source_id} of unit {src.unit_id} has no version {args.version}.") from None
             old_text = self._text(src, old)
-            return self._edit(src, current, text, old_text, "revert", 1, args.dry_run, "unit_revert")
+            return self._edit(src, current, text, old_text, "revert", 1, args.dry_run, "unit_revert", record)
 
     @takes(RunTestsArgs)
     def run_tests(self, args: RunTestsArgs) -> RunTestsResult:
@@ -702,3 +993,177 @@ class UnitService:
         except (TypeError, ValueError) as exc:
             raise SnapshotFailed(f"snapshot() of unit {unit_id!r} returned a value that is not JSON: {exc}.") from None
         return SnapshotResult(unit_id=unit_id, supported=supported, state=state)
+
+    # -- the change log -----------------------------------------------------------------------
+
+    @takes(ChangesArgs)
+    def changes(self, args: ChangesArgs) -> ChangesResult:
+        """The change log, newest first, a page at a time."""
+        if args.unit_id is not None:
+            paths.validate_unit_id(args.unit_id)
+        if args.source_id is not None:
+            if args.unit_id is None:
+                raise InvalidArgument("source_id needs unit_id.", hint="Pass the unit_id of the source too.")
+            paths.validate_source_id(args.source_id)
+        before = None
+        if args.cursor is not None:
+            match = _CURSOR.fullmatch(_unb64(args.cursor))
+            if match is None:
+                raise InvalidArgument(
+                    "cursor is not a next_cursor of unit_changes.", hint="Pass next_cursor exactly as it came back."
+                )
+            before = int(match.group(1))
+        since = None
+        if args.since is not None:
+            try:
+                when = datetime.fromisoformat(args.since)
+            except ValueError:
+                raise InvalidArgument(
+                    f"since {args.since!r} is not an ISO 8601 time.", hint="e.g. since='2026-12-04T13:00:00Z'."
+                ) from None
+            since = iso_time((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp())
+        log = self.change_log
+        found = log.changes(
+            unit_id=args.unit_id, source_id=args.source_id, since=since, before_id=before, limit=args.limit + 1
+        )
+        more = len(found) > args.limit
+        found = found[: args.limit]
+        cursor = _b64(f"before:{found[-1].id}") if more else None
+        return ChangesResult(
+            changes=[change_record(c) for c in found], next_cursor=cursor, latest_change_id=log.latest_id()
+        )
+
+    @takes(CheckpointArgs)
+    def checkpoint(self, args: CheckpointArgs) -> CheckpointResult:
+        checkpoint = self.change_log.checkpoint(args.label, _CALLER.get())
+        return CheckpointResult(
+            checkpoint_id=checkpoint.id,
+            time=checkpoint.time,
+            label=checkpoint.label,
+            after_change_id=checkpoint.after_change,
+        )
+
+    @takes(RollbackArgs)
+    def rollback(self, args: RollbackArgs) -> RollbackResult:
+        return self._logged("unit_rollback", args, lambda record: self._rollback(args, record))
+
+    def _rollback(self, args: RollbackArgs, record: _Record) -> RollbackResult:
+        """Every source changed since the checkpoint back to its bytes at the checkpoint; a source changed outside
+        the tools since then is a conflict, left alone unless `force` (and its bytes are known)."""
+        checkpoint = self.change_log.get_checkpoint(args.checkpoint_id)
+        if checkpoint is None:
+            raise UnknownCheckpoint(f"There is no checkpoint {args.checkpoint_id} in the change log.")
+        if not args.dry_run:
+            self._require_writable()
+        plan: dict[tuple[str, str], _Plan] = {}
+        for change in self.change_log.changes_after(checkpoint.after_change):
+            if change.outcome not in ("applied", "outside"):
+                continue
+            for s in change.sources:
+                entry = plan.setdefault(
+                    (s.unit_id, s.source_id), _Plan(s.action != "unknown", s.data_before, s.hash_before)
+                )
+                entry.expected = s.hash_after
+                entry.outside = entry.outside or change.outcome == "outside"
+        targets: list[_Target] = []
+        conflicts: list[RestoreConflict] = []
+        for (unit_id, source_id), entry in sorted(plan.items()):
+            try:
+                src = self._source(unit_id, source_id)
+                current = self._current_or_none(src)
+            except UnitError as exc:
+                conflicts.append(
+                    RestoreConflict(
+                        unit_id=unit_id,
+                        source_id=source_id,
+                        reason=exc.message,
+                        current_hash=None,
+                        expected_hash=entry.expected,
+                    )
+                )
+                continue
+            now = _hash(current)
+            if now == entry.hash:
+                continue  # as it was at the checkpoint already
+            reason = None
+            if entry.outside:
+                reason = "changed outside these tools since the checkpoint"
+            elif now != entry.expected:
+                reason = "changed outside these tools since the change log's last record of it"
+            if reason is not None and (not args.force or not entry.known):
+                if not entry.known:
+                    reason += "; its bytes at the checkpoint are unknown, so it cannot be put back"
+                conflicts.append(
+                    RestoreConflict(
+                        unit_id=unit_id,
+                        source_id=source_id,
+                        reason=reason,
+                        current_hash=now,
+                        expected_hash=entry.expected,
+                    )
+                )
+                continue
+            targets.append(_Target(src, current, entry.data))
+        reloaded = [] if args.dry_run or not targets else self._put_back(targets, record, "unit_rollback")
+        return RollbackResult(
+            checkpoint_id=checkpoint.id,
+            dry_run=args.dry_run,
+            sources=[t.shown(diff=args.dry_run) for t in targets],
+            conflicts=conflicts,
+            reloaded=reloaded,
+        )
+
+    @takes(RevertChangeArgs)
+    def revert_change(self, args: RevertChangeArgs) -> RevertChangeResult:
+        return self._logged("unit_revert_change", args, lambda record: self._revert_change(args, record))
+
+    def _revert_change(self, args: RevertChangeArgs, record: _Record) -> RevertChangeResult:
+        """Every source of one change back to its bytes before it, refused with `stale_hash` if one moved on."""
+        change = self.change_log.change(args.change_id)
+        if change is None:
+            raise UnknownChange(f"There is no change {args.change_id} in the change log.")
+        if change.outcome not in ("applied", "outside") or not change.sources:
+            raise NotSupported(
+                f"Change {change.id} ({change.outcome}) changed no source; there is nothing to revert.",
+                hint="Revert a change whose outcome is applied or outside (unit_changes).",
+            )
+        if not args.dry_run:
+            self._require_writable()
+        targets = []
+        for s in change.sources:
+            if s.action == "unknown":
+                raise NotSupported(
+                    f"Change {change.id} made outside these tools changed {s.source_id} of unit {s.unit_id}, whose "
+                    "bytes before it the change log never saw; nothing was reverted.",
+                    hint="Edit the source back with unit_apply_patch instead.",
+                )
+            src = self._source(s.unit_id, s.source_id)
+            current = self._current_or_none(src)
+            now = _hash(current)
+            if now != s.hash_after:
+                raise StaleHash(
+                    f"{s.source_id} of unit {s.unit_id} changed since change {change.id}: it hashes to {now}, the "
+                    f"change left {s.hash_after}; nothing was reverted.",
+                    expected_hash=s.hash_after,
+                    current_hash=now,
+                    hint="Revert the later changes first (unit_changes lists them), or edit the source directly.",
+                )
+            targets.append(_Target(src, current, s.data_before))
+        reloaded = [] if args.dry_run else self._put_back(targets, record, "unit_revert_change")
+        return RevertChangeResult(
+            reverted_change_id=change.id,
+            dry_run=args.dry_run,
+            sources=[t.shown(diff=args.dry_run) for t in targets],
+            reloaded=reloaded,
+        )
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _unb64(text: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
+    except ValueError:
+        return ""

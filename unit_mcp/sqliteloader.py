@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .changelog import Retention, SqliteChangeLog
 from .errors import InvalidSourceId
 from .loader import (
     SQLITE_PREFIX,
@@ -340,7 +341,8 @@ class SqliteLoader:
         rejected version from the history either way."""
         key = _key(written.source)
         with self._transaction() as conn:
-            conn.execute("DELETE FROM versions WHERE version = ?", (written.token,))
+            if written.token:  # a `Written` the service makes to remove a source has no version row
+                conn.execute("DELETE FROM versions WHERE version = ?", (written.token,))
             row = conn.execute("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", key).fetchone()
             current = None if row is None else hash_bytes(_blob(row[0]))
             superseded = current != hash_bytes(written.data)
@@ -380,6 +382,10 @@ class SqliteLoader:
         if not rows:
             raise UnknownVersion(version)
         return _blob(rows[0][0])
+
+    def change_log(self, retention: Retention) -> SqliteChangeLog | None:
+        """The change log in this database (every server on it sees every change); None when read-only."""
+        return None if self.read_only else SqliteChangeLog(self.path, retention)
 
     # -- watching and copying ---------------------------------------------------------------
 
@@ -422,20 +428,29 @@ class _Poller:
         self._stop.set()
         self._thread.join(5)
 
-    def _changed_units(self) -> set[str]:
+    def _changed_units(self) -> dict[str, set[str]]:
+        """Each unit another connection changed, with the sources changed by something other than a unit tool
+        (another server's tool call is in the shared change log already)."""
         version = self._conn.execute("PRAGMA data_version").fetchone()[0]
         if version == self._data_version:
-            return set()
+            return {}
         self._data_version = version
         rows = self._conn.execute(
-            "SELECT version, unit_id, writer FROM versions WHERE version > ? ORDER BY version", (self._seen,)
+            "SELECT version, unit_id, source_id, writer, tool_call FROM versions WHERE version > ? ORDER BY version",
+            (self._seen,),
         ).fetchall()
         if rows:
             self._seen = rows[-1][0]
-        return {unit_id for _, unit_id, writer in rows if writer != self._loader.writer}
+        changed: dict[str, set[str]] = {}
+        for _, unit_id, source_id, writer, tool_call in rows:
+            if writer != self._loader.writer:
+                outside = changed.setdefault(unit_id, set())
+                if tool_call is None and writer is None:
+                    outside.add(source_id)
+        return changed
 
     def _run(self) -> None:
-        pending: set[str] = set()
+        pending: dict[str, set[str]] = {}
         last_change = 0.0
         try:
             while not self._stop.wait(self._loader.poll_interval):
@@ -446,11 +461,12 @@ class _Poller:
                     continue
                 now = time.monotonic()
                 if changed:
-                    pending |= changed
+                    for unit_id, sources in changed.items():
+                        pending.setdefault(unit_id, set()).update(sources)
                     last_change = now
                 if pending and now - last_change >= self._debounce:
                     for unit_id in sorted(pending):
-                        self._target.reload_changed(unit_id)
+                        self._target.reload_changed(unit_id, pending[unit_id])
                     pending.clear()
         finally:
             self._conn.close()

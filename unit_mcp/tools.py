@@ -34,15 +34,16 @@ from pydantic_core import core_schema
 from ._version import __version__
 from .arguments import Args, Operation, RunTestsArgs, checked
 from .cancel import cancellation
+from .changelog import Caller
 from .errors import InvalidArgument, UnitError
-from .service import UnitService
+from .service import UnitService, call_as
 from .wire import ERROR_META_KEY, Risk, risk_meta
 from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
     r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
-    r"|history|revert)\b"
+    r"|history|revert|changes|checkpoint|rollback|revert_change)\b"
 )
 
 log = logging.getLogger("unit_mcp.tools")
@@ -67,6 +68,8 @@ unit_create_source adds a new file to a directory unit.
 6. unit_reload reloads a unit after a change made outside these tools; its evidence says whether the \
 active activity came back.
 7. unit_read_log reads the application log (filter with grep) to see what the units did.
+8. unit_checkpoint before a risky series of edits; unit_rollback puts every source back to it (dry_run first); \
+unit_changes lists what was written, refused or changed outside; unit_revert_change undoes one change.
 
 A refused call is an error result starting with a stable code in brackets, e.g. [stale_hash] or \
 [no_match], followed by a hint that says what to do next."""
@@ -95,7 +98,7 @@ def without_client_arguments(arguments: dict[str, Any], fields: Iterable[str]) -
 
 
 HISTORY_INSTRUCTIONS = """
-8. unit_history lists the accepted versions of a source (newest first); unit_revert puts one back, \
+9. unit_history lists the accepted versions of a source (newest first); unit_revert puts one back, \
 checked and reloaded like an edit."""
 
 
@@ -252,6 +255,57 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=True,
         destructive=False,
         idempotent=True,
+    ),
+    ToolSpec(
+        "unit_changes",
+        "List the change log",
+        "List the change log, newest first: every write a tool made or tried (applied, refused with its code, "
+        "rolled back after a failed reload, failed) and every change made outside these tools, with the client "
+        "that made it, the tool, unit, source, hashes before and after and the sources changed. Filter by "
+        "unit_id (and source_id) and since (ISO time); page with cursor=next_cursor.",
+        UnitService.changes,
+        "filesystem-read",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_checkpoint",
+        "Take a checkpoint",
+        "Mark the current state of every unit's sources (optionally with a label); unit_rollback with the "
+        "returned checkpoint_id puts back every source changed after it. Writes no source.",
+        UnitService.checkpoint,
+        "normal",
+        read_only=False,
+        destructive=False,
+        idempotent=False,
+    ),
+    ToolSpec(
+        "unit_rollback",
+        "Roll back to a checkpoint",
+        "Put every source changed since a checkpoint back to its bytes at the checkpoint, across units, and reload "
+        "those units, all or nothing: if one reload fails every source is put back and nothing changes. A source "
+        "changed outside these tools since then is reported in conflicts and left alone unless force. dry_run "
+        "returns each source's diff and the conflicts without writing. Risk destructive; a dry run only reads.",
+        UnitService.rollback,
+        "destructive",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+        dry_run_risk="filesystem-read",
+    ),
+    ToolSpec(
+        "unit_revert_change",
+        "Revert one change",
+        "Put every source of one change (change_id from unit_changes or a write's result) back to its bytes "
+        "before it and reload, all or nothing; refused with [stale_hash] when a source changed since. dry_run "
+        "shows the diff. Risk shell: the reload runs the reverted code; a dry run only reads.",
+        UnitService.revert_change,
+        "shell",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+        dry_run_risk="filesystem-read",
     ),
 )
 
@@ -439,7 +493,7 @@ class UnitTools:
             )
         except InvalidArgument as exc:
             return self._error(exc.code, exc.message, exc.hint, exc.details)
-        call = functools.partial(spec.handler, self.service, args)
+        call = functools.partial(call_as, _caller(ctx), functools.partial(spec.handler, self.service, args))
         target = " ".join(
             f"{key}={_shown(getattr(args, key))}" for key in _LOGGED_ARGS if key in spec.args.model_fields
         )
@@ -506,6 +560,24 @@ class UnitTools:
         if isinstance(outcome[0], Exception):
             raise outcome[0]
         return outcome[0]
+
+
+MAX_CLIENT_TEXT = 200
+
+
+def _caller(ctx: ServerRequestContext[Any]) -> Caller:
+    """Who makes a call, for the change log: the client's `clientInfo` and the MCP session id, where there is one."""
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    headers = getattr(ctx.request, "headers", None)
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    if session_id is None and (query := getattr(ctx.request, "query_params", None)) is not None:
+        session_id = query.get("session_id")  # the legacy SSE transport names the session in its message URL
+
+    def clipped(text: object) -> str | None:
+        return None if text is None else str(text)[:MAX_CLIENT_TEXT]
+
+    return Caller(clipped(info and info.name), clipped(info and info.version), clipped(session_id))
 
 
 CANCEL_GRACE = 5.0

@@ -8,7 +8,7 @@ module drives watchfiles' own `RustNotify` instead, created in `start()` itself.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import watchfiles
@@ -29,7 +29,7 @@ class UnitWatcher:
         self,
         units_root: Path,
         is_own_write: Callable[[Path, str | None], bool],
-        reload_changed: Callable[[str], None],
+        reload_changed: Callable[[str, Collection[str]], None],
         *,
         debounce_ms: int = 300,
     ) -> None:
@@ -66,7 +66,7 @@ class UnitWatcher:
                     self.handle(changes)
 
     def handle(self, changes: set[tuple[watchfiles.Change, str]]) -> None:
-        by_unit: dict[str, list[Path]] = {}
+        by_unit: dict[str, list[tuple[Path, str]]] = {}
         for _change, raw in changes:
             path = Path(raw)
             try:
@@ -76,15 +76,18 @@ class UnitWatcher:
             if not relative.parts:
                 continue
             first = relative.parts[0]
-            unit_id = first[:-3] if len(relative.parts) == 1 and first.endswith(".py") else first
-            by_unit.setdefault(unit_id, []).append(path)
+            file_unit = len(relative.parts) == 1 and first.endswith(".py")
+            unit_id = first[:-3] if file_unit else first
+            source_id = first if file_unit else "/".join(relative.parts[1:])
+            by_unit.setdefault(unit_id, []).append((path, source_id))
         for unit_id, changed in sorted(by_unit.items()):
-            if all(self.is_own_write(p, _digest(p)) for p in changed):
-                continue
-            self._reload(unit_id)
+            outside = {sid for path, sid in changed if sid and not self.is_own_write(path, _digest(path))}
+            if outside:
+                self._reload(unit_id, outside)
 
-    def _reload(self, unit_id: str) -> None:
-        self.reload_changed(unit_id)  # a failed reload keeps the old version running; the file is never touched
+    def _reload(self, unit_id: str, sources: Collection[str]) -> None:
+        # a failed reload keeps the old version running; the file is never touched
+        self.reload_changed(unit_id, sources)
 
 
 def _digest(path: Path) -> str | None:

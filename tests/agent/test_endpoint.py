@@ -74,6 +74,7 @@ NORMAL = [
     "get_nonce",
     "record_value",
     "slow_echo",
+    "unit_checkpoint",
     "unit_inspect",
     "unit_list",
     "unit_resolve",
@@ -194,8 +195,10 @@ async def test_policy_changes_reach_connected_clients_of_both_eras(unit_server: 
                 await notified.wait()
                 async for _event in subscription:
                     break
-        # unit_apply_patch too: its dry run needs only filesystem-read (a write is still refused per call)
-        expected = sorted([*NORMAL, "unit_apply_patch", "unit_read_log", "unit_read_source"])
+        # unit_apply_patch, unit_rollback and unit_revert_change too: their dry runs need only filesystem-read (a
+        # write is still refused per call)
+        dry_runs = ["unit_apply_patch", "unit_revert_change", "unit_rollback"]
+        expected = sorted([*NORMAL, *dry_runs, "unit_changes", "unit_read_log", "unit_read_source"])
         assert await names(legacy) == await names(modern) == expected
 
 

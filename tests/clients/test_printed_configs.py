@@ -62,4 +62,4 @@ def test_the_printed_inspector_line_lists_the_tools(server: dict[str, str], tmp_
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     names = [tool["name"] for tool in json.loads(done.stdout)["tools"]]
-    assert "unit_read_source" in names and len(names) == 10, names
+    assert "unit_read_source" in names and len(names) == 14, names

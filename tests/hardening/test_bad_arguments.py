@@ -38,6 +38,10 @@ VALID: dict[str, dict[str, Any]] = {
     "unit_reload": {"unit_id": "counter"},
     "unit_read_log": {"lines": 5},
     "unit_snapshot": {"unit_id": "counter"},
+    "unit_changes": {"unit_id": "counter", "limit": 5},
+    "unit_checkpoint": {"label": "bad arguments"},
+    "unit_rollback": {"checkpoint_id": 1, "dry_run": True},
+    "unit_revert_change": {"change_id": 1, "dry_run": True},
 }  # fmt: skip
 
 # What an argument that is wrong in each way must give, by argument name (default: invalid_argument).
@@ -55,6 +59,8 @@ EXPECTED: dict[tuple[str, str], str | set[str]] = {
     ("empty", "new"): OK,  # deletes `old`
     ("empty", "source"): OK,  # an empty file
     ("empty", "grep"): OK,  # no filter
+    ("empty", "label"): OK,  # a checkpoint's free-text label
+    ("binary", "label"): OK,
     ("binary", "unit_id"): "invalid_unit_id",
     ("binary", "source_id"): "invalid_source_id",
     ("binary", "description"): OK,
@@ -72,7 +78,8 @@ MISTYPED: dict[str, list[Any]] = {
 }
 KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "str", "old": "str", "new": "str",
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
-         "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float"}  # fmt: skip
+         "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float", "since": "str",
+         "cursor": "str", "label": "str", "checkpoint_id": "int", "change_id": "int", "force": "bool"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:

@@ -1,0 +1,487 @@
+"""The change log: one record per write a tool made or tried, and per change made outside the tools, kept with the
+bytes before and after each source it changed (so undo needs no git), and checkpoints to roll back to.
+
+`ChangeLog` is the interface a store implements; `SqliteChangeLog` keeps it in a SQLite file: the units database
+itself (every server on it sees every change) or a private `changes.db` in the data dir (the folder loader). WAL and
+one transaction per record, so a SIGKILL loses at most the record being written. Bounded by a `Retention`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+Outcome = Literal["applied", "refused", "rolled_back", "failed", "outside"]
+"""applied: written (and reloaded); refused: nothing written (with its code); rolled_back: written, the reload failed
+and the previous bytes were put back; failed: an unexpected error; outside: a change made outside the tools."""
+Action = Literal["modified", "created", "removed", "unknown"]
+"""What happened to one source; `unknown`: an outside change whose previous bytes the log never saw."""
+
+PRUNE_EVERY = 64
+"""Records between two retention passes (each pass is one indexed DELETE)."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much of the log is kept: records younger than `days`, at most `records` of them."""
+
+    days: float = 30.0
+    records: int = 10_000
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who made a tool call: the MCP client's `clientInfo` and its session, where there is one."""
+
+    name: str | None = None
+    version: str | None = None
+    session_id: str | None = None
+
+
+DEFAULT_RETENTION = Retention()
+NOBODY = Caller()
+"""The caller of a change made outside MCP (a Python caller of the service, a human's editor)."""
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """One source in a change set; `data_before`/`data_after` are None when absent (created, removed, not kept)."""
+
+    unit_id: str
+    source_id: str
+    action: Action
+    hash_before: str | None
+    hash_after: str | None
+    data_before: bytes | None = None
+    data_after: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """One record. `unit_id`/`source_id` name the call's target (None for a call across units, e.g. a rollback);
+    `sources` is the change set (without bytes unless asked for)."""
+
+    id: int
+    time: str
+    caller: Caller
+    tool: str | None
+    unit_id: str | None
+    source_id: str | None
+    outcome: Outcome
+    error_code: str | None
+    message: str | None
+    duration_ms: float
+    sources: tuple[SourceChange, ...] = field(default=())
+
+    @property
+    def hash_before(self) -> str | None:
+        return self.sources[0].hash_before if len(self.sources) == 1 else None
+
+    @property
+    def hash_after(self) -> str | None:
+        return self.sources[0].hash_after if len(self.sources) == 1 else None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: int
+    time: str
+    label: str | None
+    after_change: int
+    """The newest change id when the checkpoint was taken: a rollback undoes every change after it."""
+
+
+class ChangeLog(Protocol):
+    """What the service and the host need of a change log; a loader whose store is a database returns one from
+    `change_log(retention)` (see `SqliteChangeLog`), else the host keeps one in its data dir."""
+
+    def record(
+        self,
+        *,
+        caller: Caller,
+        tool: str | None,
+        unit_id: str | None,
+        source_id: str | None,
+        outcome: Outcome,
+        error_code: str | None = None,
+        message: str | None = None,
+        duration_ms: float = 0.0,
+        sources: Sequence[SourceChange] = (),
+    ) -> int:
+        """Write one record (one transaction) and return its change id."""
+        ...
+
+    def changes(
+        self,
+        *,
+        unit_id: str | None = None,
+        source_id: str | None = None,
+        client: str | None = None,
+        since: str | None = None,
+        after_id: int = 0,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[Change]:
+        """Records newest first (change sets without bytes): of a unit (and source), of a client name, at or after
+        the ISO time `since`, with ids in (after_id, before_id)."""
+        ...
+
+    def change(self, change_id: int) -> Change | None:
+        """One record with its change set and bytes."""
+        ...
+
+    def latest_id(self) -> int:
+        """The newest change id (0 when empty): a page follows the log by asking for anything newer."""
+        ...
+
+    def changes_after(self, change_id: int) -> list[Change]:
+        """Every record after `change_id`, oldest first, with bytes (what a rollback undoes)."""
+        ...
+
+    def last_state(self, unit_id: str, source_id: str) -> tuple[str | None, bytes | None] | None:
+        """The hash and bytes the newest record left a source with, or None if no record names it."""
+        ...
+
+    def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint: ...
+
+    def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
+
+    def prune(self) -> int:
+        """Apply the retention now; returns the records dropped."""
+        ...
+
+    def close(self) -> None: ...
+
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS changes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time TEXT NOT NULL,
+    client_name TEXT,
+    client_version TEXT,
+    session_id TEXT,
+    tool TEXT,
+    unit_id TEXT,
+    source_id TEXT,
+    outcome TEXT NOT NULL,
+    error_code TEXT,
+    message TEXT,
+    duration_ms REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS changes_by_time ON changes (time);
+CREATE INDEX IF NOT EXISTS changes_by_unit ON changes (unit_id, source_id, id);
+CREATE TABLE IF NOT EXISTS change_sources (
+    change_id INTEGER NOT NULL,
+    unit_id TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    action TEXT NOT NULL,
+    hash_before TEXT,
+    hash_after TEXT,
+    data_before BLOB,
+    data_after BLOB,
+    PRIMARY KEY (change_id, unit_id, source_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS change_sources_by_source ON change_sources (unit_id, source_id, change_id);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time TEXT NOT NULL,
+    label TEXT,
+    after_change INTEGER NOT NULL,
+    client_name TEXT,
+    session_id TEXT
+);
+"""
+TABLES = frozenset({"changes", "change_sources", "checkpoints"})
+
+
+def iso_time(seconds: float) -> str:
+    """UTC with milliseconds, e.g. 2026-12-04T13:02:07.123Z: sorts as text."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}Z"
+
+
+def open_private_file(path: Path) -> None:
+    """Create `path` 0600 if missing, refusing a symbolic link or a file that is not ours (another local user may
+    have pre-created it). SQLite gives its -wal and -shm files the database's mode."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise PermissionError(f"{path} cannot be opened as a private file ({exc.strerror}); remove it") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{path} is not a private file of this user (mode 0600); remove it")
+    finally:
+        os.close(fd)
+
+
+_COLUMNS = "id, time, client_name, client_version, session_id, tool, unit_id, source_id, outcome, error_code, message, "
+_COLUMNS += "duration_ms"
+_SOURCE_COLUMNS = "change_id, unit_id, source_id, action, hash_before, hash_after"
+
+
+class SqliteChangeLog:
+    """The change log in a SQLite file (created if missing; `private` files are checked as `open_private_file`)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        retention: Retention = DEFAULT_RETENTION,
+        *,
+        private: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.retention = retention
+        self.clock = clock
+        self._lock = threading.Lock()
+        if private:
+            open_private_file(self.path)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed
+            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn: sqlite3.Connection | None = conn
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._db()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("the change log is closed")
+        return self._conn
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        with self._lock:
+            return self._db().execute(sql, tuple(args)).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def record(
+        self,
+        *,
+        caller: Caller,
+        tool: str | None,
+        unit_id: str | None,
+        source_id: str | None,
+        outcome: Outcome,
+        error_code: str | None = None,
+        message: str | None = None,
+        duration_ms: float = 0.0,
+        sources: Sequence[SourceChange] = (),
+    ) -> int:
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO changes (time, client_name, client_version, session_id, tool, unit_id, source_id, "
+                "outcome, error_code, message, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    iso_time(self.clock()),
+                    caller.name,
+                    caller.version,
+                    caller.session_id,
+                    tool,
+                    unit_id,
+                    source_id,
+                    outcome,
+                    error_code,
+                    message,
+                    duration_ms,
+                ),
+            )
+            change_id = int(cursor.lastrowid or 0)
+            conn.executemany(
+                "INSERT OR REPLACE INTO change_sources (change_id, unit_id, source_id, action, hash_before, "
+                "hash_after, data_before, data_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        change_id,
+                        s.unit_id,
+                        s.source_id,
+                        s.action,
+                        s.hash_before,
+                        s.hash_after,
+                        s.data_before,
+                        s.data_after,
+                    )
+                    for s in sources
+                ],
+            )
+            if change_id % PRUNE_EVERY == 0:
+                self._prune(conn)
+        return change_id
+
+    def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint:
+        when = iso_time(self.clock())
+        with self._transaction() as conn:
+            after = int(conn.execute("SELECT coalesce(max(id), 0) FROM changes").fetchone()[0])
+            cursor = conn.execute(
+                "INSERT INTO checkpoints (time, label, after_change, client_name, session_id) VALUES (?, ?, ?, ?, ?)",
+                (when, label, after, caller.name, caller.session_id),
+            )
+        return Checkpoint(int(cursor.lastrowid or 0), when, label, after)
+
+    def prune(self) -> int:
+        with self._transaction() as conn:
+            return self._prune(conn)
+
+    def _prune(self, conn: sqlite3.Connection) -> int:
+        """Drop records past the retention (by count, then by age) and the checkpoints that would need them."""
+        newest = int(conn.execute("SELECT coalesce(max(id), 0) FROM changes").fetchone()[0])
+        upto = newest - self.retention.records
+        cutoff = iso_time(self.clock() - self.retention.days * 86400)
+        old = conn.execute("SELECT max(id) FROM changes WHERE time < ?", (cutoff,)).fetchone()[0]
+        if old is not None:
+            upto = max(upto, int(old))
+        if upto <= 0:
+            return 0
+        dropped = conn.execute("DELETE FROM changes WHERE id <= ?", (upto,)).rowcount
+        conn.execute("DELETE FROM change_sources WHERE change_id <= ?", (upto,))
+        conn.execute("DELETE FROM checkpoints WHERE after_change < ?", (upto,))
+        return int(dropped)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def latest_id(self) -> int:
+        return int(self._query("SELECT coalesce(max(id), 0) FROM changes")[0][0])
+
+    def changes(
+        self,
+        *,
+        unit_id: str | None = None,
+        source_id: str | None = None,
+        client: str | None = None,
+        since: str | None = None,
+        after_id: int = 0,
+        before_id: int | None = None,
+        limit: int = 50,
+    ) -> list[Change]:
+        where: list[str] = ["c.id > ?"]
+        args: list[object] = [after_id]
+        if before_id is not None:
+            where.append("c.id < ?")
+            args.append(before_id)
+        if since is not None:
+            where.append("c.time >= ?")
+            args.append(since)
+        if client is not None:
+            where.append("c.client_name = ?")
+            args.append(client)
+        if unit_id is not None:  # the call's target, or a source in its change set (a rollback's): two indexes
+            named = "unit_id = ?" + (" AND source_id = ?" if source_id is not None else "")
+            where.append(
+                f"c.id IN (SELECT id FROM changes WHERE {named} "
+                f"UNION SELECT change_id FROM change_sources WHERE {named})"
+            )
+            pair = [unit_id] + ([source_id] if source_id is not None else [])
+            args.extend(pair + pair)
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM changes c WHERE {' AND '.join(where)} ORDER BY c.id DESC LIMIT ?",
+            [*args, limit],
+        )
+        return self._with_sources(rows, data=False)
+
+    def change(self, change_id: int) -> Change | None:
+        rows = self._query(f"SELECT {_COLUMNS} FROM changes WHERE id = ?", (change_id,))
+        found = self._with_sources(rows, data=True)
+        return found[0] if found else None
+
+    def changes_after(self, change_id: int) -> list[Change]:
+        rows = self._query(f"SELECT {_COLUMNS} FROM changes WHERE id > ? ORDER BY id", (change_id,))
+        return self._with_sources(rows, data=True)
+
+    def last_state(self, unit_id: str, source_id: str) -> tuple[str | None, bytes | None] | None:
+        rows = self._query(
+            "SELECT s.hash_after, s.data_after FROM change_sources s JOIN changes c ON c.id = s.change_id "
+            "WHERE s.unit_id = ? AND s.source_id = ? AND c.outcome IN ('applied', 'outside') "
+            "ORDER BY s.change_id DESC LIMIT 1",
+            (unit_id, source_id),
+        )
+        if not rows:
+            return None
+        digest, data = rows[0]
+        return (None if digest is None else str(digest), None if data is None else bytes(data))
+
+    def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
+        rows = self._query("SELECT id, time, label, after_change FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        if not rows:
+            return None
+        id_, when, label, after = rows[0]
+        return Checkpoint(int(id_), str(when), None if label is None else str(label), int(after))
+
+    def _with_sources(self, rows: list[Any], *, data: bool) -> list[Change]:
+        if not rows:
+            return []
+        ids = [row[0] for row in rows]
+        columns = _SOURCE_COLUMNS + (", data_before, data_after" if data else "")
+        found: dict[object, list[SourceChange]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            for row in self._query(
+                f"SELECT {columns} FROM change_sources WHERE change_id IN ({','.join('?' * len(chunk))}) "
+                "ORDER BY change_id, unit_id, source_id",
+                chunk,
+            ):
+                found.setdefault(row[0], []).append(
+                    SourceChange(
+                        str(row[1]),
+                        str(row[2]),
+                        row[3],
+                        _text(row[4]),
+                        _text(row[5]),
+                        _bytes(row[6]) if data else None,
+                        _bytes(row[7]) if data else None,
+                    )
+                )
+        return [
+            Change(
+                id=int(r[0]),
+                time=str(r[1]),
+                caller=Caller(_text(r[2]), _text(r[3]), _text(r[4])),
+                tool=_text(r[5]),
+                unit_id=_text(r[6]),
+                source_id=_text(r[7]),
+                outcome=r[8],
+                error_code=_text(r[9]),
+                message=_text(r[10]),
+                duration_ms=float(r[11]),
+                sources=tuple(found.get(r[0], ())),
+            )
+            for r in rows
+        ]
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
