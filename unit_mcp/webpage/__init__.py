@@ -117,7 +117,8 @@ class PageApp:
     """A page's Starlette app behind the loopback guard (Host/Origin) and `PageAuth` (the page's credential).
 
     Subclasses pass `templates` (their folder), `routes` and `link` (the printed login URL's name, e.g.
-    `UNITS_UI_URL`); `port` is the port the page is reached on; `on_login` runs after each login.
+    `UNITS_UI_URL`); `port` is the port the page is reached on, for its own Host/Origin guard (None: whoever
+    serves `app` guards it, as the bridge does); `on_login` runs after each login.
     """
 
     def __init__(
@@ -126,7 +127,7 @@ class PageApp:
         templates: Path,
         routes: Sequence[BaseRoute],
         link: str,
-        port: int,
+        port: int | None,
         host: str = "127.0.0.1",
         on_login: Callable[[], None] | None = None,
         session_seconds: float = SESSION_SECONDS,
@@ -152,7 +153,9 @@ class PageApp:
             session_seconds=session_seconds,
             clock=clock,
         )
-        self.app: ASGIApp = Guard(self.auth, security=security_settings(host, port), token=None)
+        self.app: ASGIApp = self.auth
+        if port is not None:
+            self.app = Guard(self.auth, security=security_settings(host, port), token=None)
 
     def login_url(self, base_url: str) -> str:
         """A new URL to open once: `base_url` (where the app is served or mounted) with a new login token."""
