@@ -30,6 +30,7 @@ from unit_mcp.tools import UnitTools
 from unit_mcp.units import open_loader
 
 STORES = ["folder", "sqlite"]
+SHARED = ["sqlite"]  # the stores several servers share: their change log lives in the store
 EDITS = [  # five patches in three units
     ("counter", "__init__.py", "A click counter", "A counting counter"),
     ("greeter", "greeter.py", "Hello", "Howdy"),
@@ -73,6 +74,7 @@ def test_a_rollback_puts_five_patches_in_three_units_back_to_the_checkpoint(serv
     checkpoint = service.checkpoint(label="before the turn")
     ids = five_patches(service)
     assert ids == sorted(ids) and hashes(service) != before
+    assert [c.change_id for c in service.changes(limit=5).changes] == ids[::-1]
     assert service.host.module("greeter").greet("x") == "Good day, x!"  # type: ignore[union-attr]
 
     preview = service.rollback(checkpoint.checkpoint_id, dry_run=True)
@@ -207,12 +209,71 @@ def test_changes_pages_newest_first_and_filters_by_unit_source_and_time(service:
     refusal("unknown_checkpoint", service.rollback, 10**9)
 
 
-def test_every_server_on_a_units_database_sees_every_change(tmp_path: Path) -> None:
-    store = make_store("sqlite", tmp_path)
+def test_a_page_of_changes_stays_under_80_kb_and_pages_on(service: UnitService) -> None:
+    sources = [SourceChange("u", f"s{n}.py", "modified", "sha256:0", "sha256:1") for n in range(100)]
+    for _ in range(200):
+        service.change_log.record(
+            caller=NOBODY, tool="t", unit_id="u", source_id=None, outcome="refused", message="m" * 2000, sources=sources
+        )
+    page = service.changes(limit=200)
+    assert 0 < len(page.changes) < 200 and page.next_cursor is not None
+    assert len(page.model_dump_json()) < 80_000
+    assert page.changes[0].sources_total == 100 and len(page.changes[0].sources) == 20
+    rest = service.changes(limit=200, cursor=page.next_cursor)
+    assert rest.changes[0].change_id == page.changes[-1].change_id - 1
+
+
+def test_a_rollback_preview_stays_under_80_kb(service: UnitService) -> None:
+    checkpoint = service.checkpoint()
+    for n in range(12):  # created since the checkpoint: the rollback removes them, each diff about 7 KB
+        service.create_source("counter", f"big_{n}.py", "X = 1  # " + "x" * 7000 + "\n")
+    preview = service.rollback(checkpoint.checkpoint_id, dry_run=True)
+    assert [s.action for s in preview.sources] == ["removed"] * 12
+    assert len(preview.model_dump_json()) < 80_000
+    assert preview.sources[0].diff and "-X = 1" in preview.sources[0].diff
+    assert preview.sources[-1].diff and preview.sources[-1].diff.startswith("[diff left out")
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_every_server_on_a_units_database_sees_every_change(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
     with Host(store, tmp_path / "a") as one, Host(store, tmp_path / "b", namespace="units_b") as two:
         change = UnitService(one).apply_patch("greeter", "greeter.py", old="Hello", new="Hi").change_id
         assert [c.change_id for c in UnitService(two).changes().changes] == [change]
         assert not (tmp_path / "a" / "changes.db").exists()  # the log lives in the database, not the data dir
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_server_reloading_another_servers_tool_write_records_no_outside_change(kind: str, tmp_path: Path) -> None:
+    store = make_store(kind, tmp_path)
+    with Host(store, tmp_path / "a") as one, Host(store, tmp_path / "b", namespace="units_b") as two:
+        two.start_watching(debounce_ms=50)
+        UnitService(one).apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
+        wait_for(lambda: two.module("greeter").greet("x") == "Hi, x!")  # type: ignore[union-attr]
+        external_write(one, "greeter", "greeter.py", raw(UnitService(one), "greeter", "greeter.py") + b"\nX = 1\n")
+        wait_for(lambda: getattr(two.module("greeter"), "X", None) == 1)
+        wait_for(lambda: len(UnitService(two).changes().changes) == 2)
+        records = UnitService(two).changes().changes
+        assert [(r.tool, r.outcome) for r in records] == [(None, "outside"), ("unit_apply_patch", "applied")]
+
+
+def test_an_outside_change_is_recorded_once_whoever_notices_it(tmp_path: Path) -> None:
+    """Every server on a store notices the same outside change: the first records it, the others find it there."""
+    log = SqliteChangeLog(tmp_path / "changes.db", private=True)
+    first = log.record_outside("u", [("a.py", b"one"), ("gone.py", None)])
+    assert first is not None and log.record_outside("u", [("a.py", b"one"), ("gone.py", None)]) is None
+    second = log.record_outside("u", [("a.py", b"two")], "SyntaxError: x")
+    assert second is not None
+    change = log.change(second)
+    assert change is not None and change.outcome == "outside" and change.error_code == "reload_failed"
+    [source] = change.sources
+    assert (source.action, source.hash_before, source.data_before, source.data_after) == (
+        "modified",
+        hash_bytes(b"one"),
+        b"one",
+        b"two",
+    )
+    log.close()
 
 
 def test_retention_drops_old_records_and_the_checkpoints_that_need_them(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from .paths import hash_bytes
+
 Outcome = Literal["applied", "refused", "rolled_back", "failed", "outside"]
 """applied: written (and reloaded); refused: nothing written (with its code); rolled_back: written, the reload failed
 and the previous bytes were put back; failed: an unexpected error; outside: a change made outside the tools."""
@@ -146,8 +148,13 @@ class ChangeLog(Protocol):
         """Every record after `change_id`, oldest first, with bytes (what a rollback undoes)."""
         ...
 
-    def last_state(self, unit_id: str, source_id: str) -> tuple[str | None, bytes | None] | None:
-        """The hash and bytes the newest record left a source with, or None if no record names it."""
+    def record_outside(
+        self, unit_id: str, found: Sequence[tuple[str, bytes | None]], error: str | None = None
+    ) -> int | None:
+        """Record sources changed outside the tools, as (source id, bytes now or None when gone), each with the
+        bytes the log's newest record left it with as its bytes before. A source the log already shows with these
+        bytes (another server on the same store recorded it) is left out, in the same transaction; None when
+        nothing is left to record."""
         ...
 
     def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint: ...
@@ -227,8 +234,10 @@ def open_private_file(path: Path) -> None:
         os.close(fd)
 
 
-_COLUMNS = "id, time, client_name, client_version, session_id, tool, unit_id, source_id, outcome, error_code, message, "
-_COLUMNS += "duration_ms"
+_COLUMNS = (
+    "id, time, client_name, client_version, session_id, tool, unit_id, source_id, outcome, error_code, message, "
+    "duration_ms"
+)
 _SOURCE_COLUMNS = "change_id, unit_id, source_id, action, hash_before, hash_after"
 
 
@@ -302,43 +311,71 @@ class SqliteChangeLog:
         sources: Sequence[SourceChange] = (),
     ) -> int:
         with self._transaction() as conn:
-            cursor = conn.execute(
-                "INSERT INTO changes (time, client_name, client_version, session_id, tool, unit_id, source_id, "
-                "outcome, error_code, message, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            return self._insert(
+                conn,
+                caller=caller,
+                tool=tool,
+                unit_id=unit_id,
+                source_id=source_id,
+                outcome=outcome,
+                error_code=error_code,
+                message=message,
+                duration_ms=duration_ms,
+                sources=sources,
+            )
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        caller: Caller,
+        tool: str | None,
+        unit_id: str | None,
+        source_id: str | None,
+        outcome: Outcome,
+        error_code: str | None,
+        message: str | None,
+        duration_ms: float,
+        sources: Sequence[SourceChange],
+    ) -> int:
+        """One record, in the caller's transaction; every PRUNE_EVERY records the retention is applied too."""
+        cursor = conn.execute(
+            "INSERT INTO changes (time, client_name, client_version, session_id, tool, unit_id, source_id, "
+            "outcome, error_code, message, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                iso_time(self.clock()),
+                caller.name,
+                caller.version,
+                caller.session_id,
+                tool,
+                unit_id,
+                source_id,
+                outcome,
+                error_code,
+                message,
+                duration_ms,
+            ),
+        )
+        change_id = int(cursor.lastrowid or 0)
+        conn.executemany(
+            "INSERT OR REPLACE INTO change_sources (change_id, unit_id, source_id, action, hash_before, "
+            "hash_after, data_before, data_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
                 (
-                    iso_time(self.clock()),
-                    caller.name,
-                    caller.version,
-                    caller.session_id,
-                    tool,
-                    unit_id,
-                    source_id,
-                    outcome,
-                    error_code,
-                    message,
-                    duration_ms,
-                ),
-            )
-            change_id = int(cursor.lastrowid or 0)
-            conn.executemany(
-                "INSERT OR REPLACE INTO change_sources (change_id, unit_id, source_id, action, hash_before, "
-                "hash_after, data_before, data_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        change_id,
-                        s.unit_id,
-                        s.source_id,
-                        s.action,
-                        s.hash_before,
-                        s.hash_after,
-                        s.data_before,
-                        s.data_after,
-                    )
-                    for s in sources
-                ],
-            )
-            if change_id % PRUNE_EVERY == 0:
-                self._prune(conn)
+                    change_id,
+                    s.unit_id,
+                    s.source_id,
+                    s.action,
+                    s.hash_before,
+                    s.hash_after,
+                    s.data_before,
+                    s.data_after,
+                )
+                for s in sources
+            ],
+        )
+        if change_id % PRUNE_EVERY == 0:
+            self._prune(conn)
         return change_id
 
     def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint:
@@ -420,17 +457,38 @@ class SqliteChangeLog:
         rows = self._query(f"SELECT {_COLUMNS} FROM changes WHERE id > ? ORDER BY id", (change_id,))
         return self._with_sources(rows, data=True)
 
-    def last_state(self, unit_id: str, source_id: str) -> tuple[str | None, bytes | None] | None:
-        rows = self._query(
-            "SELECT s.hash_after, s.data_after FROM change_sources s JOIN changes c ON c.id = s.change_id "
-            "WHERE s.unit_id = ? AND s.source_id = ? AND c.outcome IN ('applied', 'outside') "
-            "ORDER BY s.change_id DESC LIMIT 1",
-            (unit_id, source_id),
-        )
-        if not rows:
-            return None
-        digest, data = rows[0]
-        return (None if digest is None else str(digest), None if data is None else bytes(data))
+    def record_outside(
+        self, unit_id: str, found: Sequence[tuple[str, bytes | None]], error: str | None = None
+    ) -> int | None:
+        with self._transaction() as conn:
+            sources = []
+            for source_id, data in found:
+                digest = None if data is None else hash_bytes(data)
+                row = conn.execute(
+                    "SELECT s.hash_after, s.data_after FROM change_sources s JOIN changes c ON c.id = s.change_id "
+                    "WHERE s.unit_id = ? AND s.source_id = ? AND c.outcome IN ('applied', 'outside') "
+                    "ORDER BY s.change_id DESC LIMIT 1",
+                    (unit_id, source_id),
+                ).fetchone()
+                if (row is None and data is None) or (row is not None and row[0] == digest):
+                    continue  # never seen and gone (a folder), or recorded already
+                action: Action = "removed" if data is None else "unknown" if row is None else "modified"
+                before, before_data = (None, None) if row is None else (_text(row[0]), _bytes(row[1]))
+                sources.append(SourceChange(unit_id, source_id, action, before, digest, before_data, data))
+            if not sources:
+                return None
+            return self._insert(
+                conn,
+                caller=NOBODY,
+                tool=None,
+                unit_id=unit_id,
+                source_id=sources[0].source_id if len(sources) == 1 else None,
+                outcome="outside",
+                error_code=None if error is None else "reload_failed",
+                message=error,
+                duration_ms=0.0,
+                sources=sources,
+            )
 
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
         rows = self._query("SELECT id, time, label, after_change FROM checkpoints WHERE id = ?", (checkpoint_id,))

@@ -22,10 +22,9 @@ from typing import Any
 
 from . import applog, cancel, paths
 from .activities import Activities
-from .changelog import DEFAULT_RETENTION, NOBODY, ChangeLog, Retention, SourceChange, SqliteChangeLog
+from .changelog import DEFAULT_RETENTION, ChangeLog, Retention, SqliteChangeLog
 from .importer import BytecodeCache, UnitFinder
 from .loader import Loader, LoaderError, Source, SourceTooLarge, UnitKind, Watch
-from .paths import hash_bytes
 from .redact import Redactor
 from .units import open_loader
 
@@ -680,14 +679,12 @@ class Host:
             return self._changes
 
     def _record_outside(self, unit_id: str, source_ids: Collection[str], error: str | None) -> None:
-        """Record the sources someone changed outside the tools, with the bytes before (the log's last record of
-        them) and after; a source the log already shows with its current hash (another server recorded it) is
-        left out."""
+        """Record the sources someone changed outside the tools with their bytes now (None: gone); one too large to
+        keep is left out."""
         kind = self.unit_kind(unit_id)
-        sources = []
+        found: list[tuple[str, bytes | None]] = []
         for source_id in sorted(source_ids):
-            data: bytes | None = None
-            digest: str | None = None
+            data = None
             if kind is not None:
                 try:
                     data = self.loader.read(Source(unit_id, kind, source_id), max_bytes=self.max_change_bytes)
@@ -695,27 +692,8 @@ class Host:
                     continue
                 except (LoaderError, OSError):
                     data = None
-            if data is not None:
-                digest = hash_bytes(data)
-            last = self.changes.last_state(unit_id, source_id)
-            if last is not None and last[0] == digest:
-                continue
-            if last is None and data is None:
-                continue  # not a source (a folder), or gone before the log ever saw it
-            action = "removed" if data is None else "unknown" if last is None else "modified"
-            before, before_data = last if last is not None else (None, None)
-            sources.append(SourceChange(unit_id, source_id, action, before, digest, before_data, data))  # type: ignore[arg-type]
-        if sources:
-            self.changes.record(
-                caller=NOBODY,
-                tool=None,
-                unit_id=unit_id,
-                source_id=sources[0].source_id if len(sources) == 1 else None,
-                outcome="outside",
-                error_code=None if error is None else "reload_failed",
-                message=error,
-                sources=sources,
-            )
+            found.append((source_id, data))
+        self.changes.record_outside(unit_id, found, error)
 
     # -- watching -------------------------------------------------------------------------
 

@@ -147,7 +147,9 @@ class Loader(Protocol):
     unit-level methods get the ids `discover` or `kind` found.
     A write is two-phase: `write`/`create` change the store at once (the reload that follows reads from it) and
     return a `Written`; the caller then calls `accept` when the reload succeeded or `rollback` when it did not.
-    History loaders record accepted versions only.
+    History loaders record accepted versions only. A loader whose store is a database shared by several servers
+    may also offer `change_log(retention) -> ChangeLog | None` (`changelog.py`), so that every server on it sees
+    every change; the host keeps the change log in its data dir otherwise.
     """
 
     name: str

@@ -216,7 +216,10 @@ class ChangeRecord(_Model):
     hash_before: str | None = Field(description="Of a one-source change; see sources for more.")
     hash_after: str | None
     duration_ms: float
-    sources: list[ChangedSource] = Field(description="The change set: every source the call changed or tried to.")
+    sources: list[ChangedSource] = Field(
+        description="The change set: the sources the call changed or tried to (the first 20; see sources_total)."
+    )
+    sources_total: int = Field(description="How many sources the change set has.")
 
 
 class ChangesResult(_Model):

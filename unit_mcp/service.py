@@ -125,6 +125,10 @@ def reload_result(reloaded: Reloaded) -> ReloadResult:
 
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("unit_mcp_caller", default=NOBODY)
 R = TypeVar("R")
+MAX_LISTED_SOURCES = 20
+"""Sources of one record's change set that unit_changes lists (a rollback's may have hundreds)."""
+MAX_PAGE_BYTES = 60_000
+"""A unit_changes page ends before its JSON passes this (results stay under 80 KB); next_cursor goes on."""
 MAX_SHOWN_DIFF = 8000
 """Characters of each source's diff a rollback's or a revert's dry run shows."""
 _CURSOR = re.compile(r"before:([1-9][0-9]{0,18})")
@@ -169,15 +173,29 @@ class _Target:
     def action(self) -> str:
         return "removed" if self.data is None else "recreated" if self.current is None else "restored"
 
-    def shown(self, *, diff: bool) -> RestoredSource:
+    def shown(self, diff: str | None) -> RestoredSource:
         return RestoredSource(
             unit_id=self.source.unit_id,
             source_id=self.source.source_id,
             action=self.action,  # type: ignore[arg-type]
             hash_before=_hash(self.current),
             hash=_hash(self.data),
-            diff=_shown_diff(self.source.source_id, self.current, self.data) if diff else None,
+            diff=diff,
         )
+
+
+def _shown_targets(targets: list[_Target], dry_run: bool) -> list[RestoredSource]:
+    """The targets as a result lists them; a dry run with each diff while the diffs fit in MAX_PAGE_BYTES."""
+    shown, budget = [], MAX_PAGE_BYTES
+    for target in targets:
+        diff = None
+        if dry_run:
+            diff = _shown_diff(target.source.source_id, target.current, target.data)
+            budget -= len(diff)
+            if budget < 0:
+                diff = "[diff left out: the result would pass 80 KB; unit_read_source shows the source now]"
+        shown.append(target.shown(diff))
+    return shown
 
 
 @dataclass
@@ -216,8 +234,9 @@ def change_record(change: Change) -> ChangeRecord:
                 hash_before=s.hash_before,
                 hash_after=s.hash_after,
             )
-            for s in change.sources
+            for s in change.sources[:MAX_LISTED_SOURCES]
         ],
+        sources_total=len(change.sources),
     )
 
 
@@ -1026,12 +1045,16 @@ class UnitService:
         found = log.changes(
             unit_id=args.unit_id, source_id=args.source_id, since=since, before_id=before, limit=args.limit + 1
         )
-        more = len(found) > args.limit
-        found = found[: args.limit]
-        cursor = _b64(f"before:{found[-1].id}") if more else None
-        return ChangesResult(
-            changes=[change_record(c) for c in found], next_cursor=cursor, latest_change_id=log.latest_id()
-        )
+        records: list[ChangeRecord] = []
+        size = 0
+        for change in found[: args.limit]:
+            record = change_record(change)
+            size += len(record.model_dump_json())
+            if records and size > MAX_PAGE_BYTES:
+                break
+            records.append(record)
+        cursor = _b64(f"before:{records[-1].change_id}") if len(found) > len(records) else None
+        return ChangesResult(changes=records, next_cursor=cursor, latest_change_id=log.latest_id())
 
     @takes(CheckpointArgs)
     def checkpoint(self, args: CheckpointArgs) -> CheckpointResult:
@@ -1108,7 +1131,7 @@ class UnitService:
         return RollbackResult(
             checkpoint_id=checkpoint.id,
             dry_run=args.dry_run,
-            sources=[t.shown(diff=args.dry_run) for t in targets],
+            sources=_shown_targets(targets, args.dry_run),
             conflicts=conflicts,
             reloaded=reloaded,
         )
@@ -1153,7 +1176,7 @@ class UnitService:
         return RevertChangeResult(
             reverted_change_id=change.id,
             dry_run=args.dry_run,
-            sources=[t.shown(diff=args.dry_run) for t in targets],
+            sources=_shown_targets(targets, args.dry_run),
             reloaded=reloaded,
         )
 

@@ -81,9 +81,9 @@ class UnitWatcher:
             source_id = first if file_unit else "/".join(relative.parts[1:])
             by_unit.setdefault(unit_id, []).append((path, source_id))
         for unit_id, changed in sorted(by_unit.items()):
-            outside = {sid for path, sid in changed if sid and not self.is_own_write(path, _digest(path))}
-            if outside:
-                self._reload(unit_id, outside)
+            outside = [sid for path, sid in changed if not self.is_own_write(path, _digest(path))]
+            if outside:  # a change to the unit's folder itself has no source id, and still reloads
+                self._reload(unit_id, {sid for sid in outside if sid})
 
     def _reload(self, unit_id: str, sources: Collection[str]) -> None:
         # a failed reload keeps the old version running; the file is never touched
