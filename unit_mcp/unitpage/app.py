@@ -46,6 +46,7 @@ POLL_SECONDS = 0.5  # how often an open page's event stream looks at the change 
 SHOWN_CHANGES = 100
 SHOWN_CHECKPOINTS = 20
 MAX_FILTER = 200
+LEFT_OUT = "Its diff is left out of this preview (the preview's size budget is spent); it is put back all the same."
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ class SourceDiff:
     unit_id: str
     source_id: str
     action: str
-    lines: list[DiffLine] | None  # None: the log kept no bytes to compare
+    lines: list[DiffLine] | None
+    missing: str = "The change log kept no bytes of this source to compare (an outside change it never saw before)."
+    """Shown instead of `lines` when they are None."""
 
 
 class UnitsUI(PageApp):
@@ -151,8 +154,9 @@ class UnitsUI(PageApp):
         log_ = self.service.change_log
         checkpoints = log_.checkpoints(1)
         digest = hashlib.sha256(f"{log_.latest_id()}:{checkpoints[0].id if checkpoints else 0}".encode())
-        for unit in self.service.list().units:
-            digest.update(f"\n{unit.unit_id}:{unit.loaded}:{unit.load_error}".encode())
+        host = self.service.host
+        for unit_id in sorted(host.unit_kinds()):  # cheap: no source is read (it runs twice a second per page)
+            digest.update(f"\n{unit_id}:{host.is_loaded(unit_id)}:{host.load_error(unit_id)}".encode())
         return digest.hexdigest()[:16]
 
     async def changes_page(self, request: Request) -> Response:
@@ -250,7 +254,10 @@ class UnitsUI(PageApp):
         if confirmed:
             target = f"/changes/{result.change_id}" if result.change_id else "/"
             return RedirectResponse(f"{self.root(request)}{target}", status_code=303)
-        diffs = [SourceDiff(s.unit_id, s.source_id, s.action, unified_lines(s.diff or "")) for s in result.sources]
+        diffs = [
+            SourceDiff(s.unit_id, s.source_id, s.action, None if s.diff is None else unified_lines(s.diff), LEFT_OUT)
+            for s in result.sources
+        ]
         conflicts = getattr(result, "conflicts", [])
         return self.page(request, "preview.html", what=what, action=action, diffs=diffs, conflicts=conflicts)
 
