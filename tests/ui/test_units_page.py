@@ -257,3 +257,22 @@ async def test_another_loopback_server_the_browser_visits_gets_nothing_it_can_re
         await expect(page.locator(".checkpoints .empty")).to_have_text("No checkpoints yet.")
     finally:
         await other.stop()
+
+
+async def test_a_unit_that_does_not_load_shows_its_error_as_text(tmp_path: Path, browser: Browser) -> None:
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "fine.py").write_text('"""A unit that loads."""\n')
+    (units / "broken.py").write_text(f"raise RuntimeError({SCRIPT!r})\n")
+    process = ServerProcess("--units", str(units), "--no-watch", tmp=tmp_path)
+    try:
+        served = Served(process, process.ready(60))
+        page = await browser.new_page()
+        await page.goto(await served.login_url())
+        await expect(page.locator("tr[data-unit='fine'] .badge")).to_have_text("loaded")
+        broken = page.locator("tr[data-unit='broken']")
+        await expect(broken.locator(".badge")).to_have_text("not loaded")
+        await expect(broken.locator(".note")).to_contain_text(SCRIPT)
+        await no_script_ran(page)
+    finally:
+        assert process.stop() == 0, process.stderr()
