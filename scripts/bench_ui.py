@@ -27,7 +27,7 @@ from starlette.testclient import TestClient
 from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, ApprovalRequest, SessionStore
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem
 from unit_mcp.agent.ui import AgentUI
-from unit_mcp.agent.ui.auth import SESSION_HEADER
+from unit_mcp.webpage.auth import SESSION_HEADER
 
 
 def fill(root: Path, sessions: int) -> str:

@@ -296,6 +296,13 @@ def test_retention_drops_old_records_and_the_checkpoints_that_need_them(tmp_path
     log.close()
 
 
+def test_checkpoints_are_listed_newest_first(tmp_path: Path) -> None:
+    log = SqliteChangeLog(tmp_path / "changes.db", private=True)
+    first, second = log.checkpoint("first", NOBODY), log.checkpoint(None, NOBODY)
+    assert log.checkpoints() == [second, first] and log.checkpoints(limit=1) == [second]
+    log.close()
+
+
 def test_a_private_change_log_refuses_a_link_or_a_file_that_is_not_private(tmp_path: Path) -> None:
     (tmp_path / "elsewhere.db").write_bytes(b"")
     (tmp_path / "linked.db").symlink_to(tmp_path / "elsewhere.db")

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 from mcp.server import Server
+from starlette.types import ASGIApp
 
 from .mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
 from .opencode_isolation import ConfigHome, IsolationRefused, opencode_config
@@ -68,9 +69,12 @@ class Bridge:
         config_extra: Mapping[str, Any] | None = None,
         config_prefix: str = "unit-mcp-opencode-",
         error: type[Exception] = BridgeError,
+        pages: Mapping[str, ASGIApp] | None = None,
     ) -> None:
         """`config_extra` goes into the OpenCode config beside the server entry (agent endpoints add their
-        permission rules); `error` is the exception type start and stop raise (agent endpoints raise their own)."""
+        permission rules); `error` is the exception type start and stop raise (agent endpoints raise their own);
+        `pages` are web pages served beside the MCP endpoints (path prefix -> app, e.g. the unit server's page
+        at /units), under the same Host/Origin guard and caps but with their own browser credential."""
         if not _SERVER_NAME.fullmatch(server_name):
             raise error(f"server name {server_name!r} must be 1-64 of A-Z a-z 0-9 _ - (starting alphanumeric)")
         self.server = server
@@ -80,7 +84,13 @@ class Bridge:
         self._error = error
         self._config = ConfigHome(config_root, prefix=config_prefix)
         self._http = McpHttpServer(
-            host=host, port=port, auth=auth, limits=limits, shutdown_timeout=shutdown_timeout, error=error
+            host=host,
+            port=port,
+            auth=auth,
+            limits=limits,
+            shutdown_timeout=shutdown_timeout,
+            error=error,
+            pages=pages,
         )
         self.host = self._http.host
         self._started = False
@@ -91,6 +101,11 @@ class Bridge:
     def token(self) -> str | None:
         """The bearer token of the current run (None before start or with auth off)."""
         return self._http.token
+
+    @property
+    def base_url(self) -> str | None:
+        """`http://host:port` while started: where `pages` are mounted."""
+        return self._http.base_url
 
     @property
     def url(self) -> str | None:

@@ -160,6 +160,10 @@ class ChangeLog(Protocol):
 
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
 
+    def checkpoints(self, limit: int = 50) -> list[Checkpoint]:
+        """The newest checkpoints first (the unit server's page lists them)."""
+        ...
+
     def prune(self) -> int:
         """Apply the retention now; returns the records dropped."""
         ...
@@ -491,6 +495,10 @@ class SqliteChangeLog:
             return None
         id_, when, label, after = rows[0]
         return Checkpoint(int(id_), str(when), None if label is None else str(label), int(after))
+
+    def checkpoints(self, limit: int = 50) -> list[Checkpoint]:
+        rows = self._query("SELECT id, time, label, after_change FROM checkpoints ORDER BY id DESC LIMIT ?", (limit,))
+        return [Checkpoint(int(i), str(t), None if label is None else str(label), int(a)) for i, t, label, a in rows]
 
     def _with_sources(self, rows: list[Any], *, data: bool) -> list[Change]:
         if not rows:

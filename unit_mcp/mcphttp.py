@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -262,9 +262,13 @@ class McpHttpServer:
         limits: Limits = DEFAULT_LIMITS,
         shutdown_timeout: int = 1,
         error: type[Exception] = RuntimeError,
+        pages: Mapping[str, ASGIApp] | None = None,
     ) -> None:
+        """`pages` are web pages mounted beside the MCP endpoints (path prefix -> app): behind the same Host/Origin
+        guard and caps, without the bearer token (a page checks its own browser credential)."""
         self.auth = auth
         self.limits = limits
+        self.pages = dict(pages or {})
         self._loopback = LoopbackServer(
             host=host,
             port=port,
@@ -280,6 +284,10 @@ class McpHttpServer:
     @property
     def port(self) -> int | None:
         return self._loopback.port
+
+    @property
+    def base_url(self) -> str | None:
+        return None if self.port is None else self._loopback.base_url
 
     @property
     def url(self) -> str | None:
@@ -322,7 +330,7 @@ class McpHttpServer:
             session_idle_timeout=limits.session_idle_timeout,
         )
         sse = SseServerTransport(MESSAGE_PATH, security_settings=security, max_request_body_size=limits.max_body_bytes)
-        return Starlette(
+        mcp = Starlette(
             routes=[
                 Route(MCP_PATH, endpoint=StreamableHTTPASGIApp(manager)),
                 Route(SSE_PATH, endpoint=_SseEndpoint(server, sse), methods=["GET"]),
@@ -332,5 +340,6 @@ class McpHttpServer:
                 Middleware(Guard, security=security, token=self.token),
                 Middleware(_StreamLimit, limit=limits.max_streams),
             ],
-            lifespan=lambda app: manager.run(),
         )
+        pages = [Mount(path, app=Guard(page, security=security, token=None)) for path, page in self.pages.items()]
+        return Starlette(routes=[*pages, Mount("", app=mcp)], lifespan=lambda app: manager.run())

@@ -3,7 +3,8 @@
 A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge`. Without --units it serves a private
 copy of the built-in example units, so a newcomer can connect at once. Once listening it prints, one per
 line, the URLs, the token, the isolated OpenCode launcher and a ready config or command for each other client
-(`--env-file` writes the same lines to a file). A failure a person can fix (a port in use, a folder it
+(`--env-file` writes the same lines to a file), then `UNITS_UI_URL`, the page's login link (it works once: a new
+one is printed after each login). A failure a person can fix (a port in use, a folder it
 cannot write) ends with one line on stderr saying what happened and what to do; `--debug` shows the
 traceback too.
 """
@@ -37,9 +38,12 @@ from .sqliteloader import units_database_problem
 from .stdio import stdio_streams
 from .testrun import WARM, passed_env_name
 from .tools import UnitTools, check_prefix
+from .unitpage import UnitsUI
 from .units import POSTGRES_PREFIXES, UnusableStore, postgres_problem, shown_address
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
+UNITS_PAGE = "/units"
+"""Where the bridge serves the unit server's page (`UNITS_UI_URL`)."""
 
 
 _DATA_FOLDERS = ("logs", "bytecode", "clients", "opencode-config", "example-units")
@@ -229,6 +233,7 @@ def _cannot_write(option: str, path: Path, remedy: str) -> Iterator[None]:
 
 
 async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:
+    page = UnitsUI(tools.service)
     bridge = Bridge(
         tools.server(),
         host=args.host,
@@ -236,6 +241,7 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
         server_name=args.server_name,
         config_root=data_dir / "opencode-config",
         auth=not args.no_auth,
+        pages={UNITS_PAGE: page.app},
     )
     try:
         await stack.enter_async_context(bridge)
@@ -259,6 +265,13 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
     for line in lines:
         _say(line)
     _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
+
+    def announce() -> None:  # each link works once: a new one after each login
+        _say(f"UNITS_UI_URL={page.login_url(f'{bridge.base_url}{UNITS_PAGE}')}")
+
+    page.on_login = announce
+    stack.callback(page.close_streams)
+    announce()
     await anyio.sleep_forever()
 
 

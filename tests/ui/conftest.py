@@ -34,8 +34,8 @@ from unit_mcp.agent import (
     PendingApprovals,
 )
 from unit_mcp.agent.ui import AgentUI
-from unit_mcp.agent.ui.auth import SESSION_HEADER
 from unit_mcp.loopback import LoopbackServer
+from unit_mcp.webpage.auth import SESSION_HEADER
 
 __all__ = ["unit_server"]  # the real unit server fixture, shared with the agent tests
 

@@ -15,8 +15,8 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from unit_mcp.agent import AgentError
-from unit_mcp.agent.ui.auth import SESSION_HEADER
 from unit_mcp.loopback import LoopbackServer
+from unit_mcp.webpage.auth import SESSION_HEADER
 
 from .conftest import Shoot, embedded, page_client, session_secret
 from .hostile import paused_session

@@ -54,7 +54,10 @@ async def test_a_waiting_call_appears_live_and_approving_runs_it_exactly_once(
         await expect(request.locator(".badge")).to_have_text("shell")
         await expect(request.locator(".where")).to_contain_text(session.id)
         await expect(request.locator(".where")).to_contain_text(handle.id)
-        await expect(request.locator(".arguments")).to_contain_text("Howdy, {name}!")
+        await expect(request.locator(".arguments")).to_contain_text("greeter.py")
+        await expect(request.locator(".arguments")).not_to_contain_text("Howdy")  # the edit is the diff, not JSON
+        await expect(request.locator("tr.diff-del td.code")).to_have_text(["Hello, {name}!"])  # rendered as a diff
+        await expect(request.locator("tr.diff-add td.code")).to_have_text(["Howdy, {name}!"])
         assert unit_server.calls == []  # nothing ran before the answer
         await shoot(page, "approval-page", readme=True)
 

@@ -18,6 +18,7 @@ from playwright.async_api import Browser, expect
 
 from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.ui.folding import SHOW_CHARS, fold_arguments
+from unit_mcp.agent.ui.pending import proposed_diff
 
 from .conftest import Shoot, page_client, serving
 
@@ -114,3 +115,24 @@ def test_folded_arguments_are_bounded_whatever_the_model_sent(arguments: dict | 
         assert len(entry.text) <= SHOW_CHARS
         assert len(entry.preview) <= 101
         assert entry.folded or (len(entry.text) <= 240 and entry.omitted == 0)
+
+
+def test_a_patch_request_is_shown_as_its_diff_with_line_numbers() -> None:
+    patch = "--- a/greeter.py\n+++ b/greeter.py\n@@ -7,2 +7,2 @@\n def greet(name):\n-    return 1\n"
+    patch += "+    return '<script>'\n"
+    shown = proposed_diff("space_unit_apply_patch", {"unit_id": "greeter", "source_id": "greeter.py", "patch": patch})
+    assert shown is not None and shown.target == "greeter/greeter.py"
+    rows = [(line.kind, line.old, line.new, line.text) for line in shown.lines]
+    assert rows[3:] == [
+        ("ctx", 7, 7, "def greet(name):"),
+        ("del", 8, None, "    return 1"),
+        ("add", None, 8, "    return '<script>'"),
+    ]
+    edit = proposed_diff("unit_apply_patch", {"unit_id": "u", "source_id": "s.py", "old": "a\nb", "new": "a\nc"})
+    assert edit is not None and [(line.kind, line.text) for line in edit.lines][1:] == [
+        ("ctx", "a"),
+        ("del", "b"),
+        ("add", "c"),
+    ]
+    assert proposed_diff("unit_read_source", {"unit_id": "u", "source_id": "s.py"}) is None
+    assert proposed_diff("unit_apply_patch", {"unit_id": "u", "source_id": "s.py", "patch": "x" * 300_000}) is None

@@ -10,7 +10,7 @@ on disk over server-sent events, so turns running in another process show up liv
     print(ui.login_url("http://127.0.0.1:8000/agents"))        # a new link on each call; each works once
 
 The browser holds no cookie: a login spends its link and leaves the page's script a session secret in
-sessionStorage, sent as a header on every request (see `auth.py`); a page navigation gets the shell, whose
+sessionStorage, sent as a header on every request (see `webpage/auth.py`); a page navigation gets the shell, whose
 script fetches the page itself.
 
 Answering a turn that runs in this process needs a `PendingApprovals` approver on the runner; a turn running
@@ -20,7 +20,6 @@ in another process is answered there.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -28,30 +27,23 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
-import jinja2
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
 
-from ...loopback import Guard, security_settings
+from ...webpage import HEARTBEAT_SECONDS, SESSION_SECONDS, PageApp, event_stream, sse
 from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
-from .auth import SESSION_SECONDS, PageAuth
 from .follow import Position, read_from
 from .pending import PendingEntry, PendingIndex, journal_writers
 from .transcript import Change, Transcript
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Scope
-
     from .._runner import AgentRunner
     from ..turns import TurnHandle
 
@@ -60,30 +52,11 @@ HERE = Path(__file__).parent
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 DECISIONS = {"approve": (True, False), "always": (True, True), "deny": (False, False)}
 POLL_SECONDS = 0.25  # how often an open page's event stream looks at the journals (a stat each)
-HEARTBEAT_SECONDS = 15.0
 NOTICES_KEPT = 64
 
 
-def when(timestamp: float | None) -> str:
-    if not timestamp:
-        return ""
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
-
-
-def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
-    """One server-sent event; the data is one line of JSON (JSON escapes every newline)."""
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
-class AgentUI:
-    """The page's Starlette app (`app`, wrapped in the loopback guard and the token check) for `runner`'s store.
+class AgentUI(PageApp):
+    """The page's Starlette app (`app`, wrapped in the loopback guard and the page's credential) for `runner`'s store.
 
     `port` is the port the page is reached on (Host and Origin are checked against it); `on_login` is called
     after each login (`serve` prints the next link); `session_seconds` is how long an unused page session lives.
@@ -100,22 +73,13 @@ class AgentUI:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runner = runner
-        self.root = runner.store.root
-        self.on_login = on_login
-        self.browse = SessionStore(self.root, read_only=True)
-        self.pending = PendingIndex(self.root, self._live_turn)
+        self.store_root = runner.store.root
+        self.browse = SessionStore(self.store_root, read_only=True)
+        self.pending = PendingIndex(self.store_root, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.closing = False
-        self.templates = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(HERE / "templates"),
-            autoescape=True,
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        self.templates.filters.update(when=when, duration=duration)
-        self.templates.tests["session_id"] = lambda value: isinstance(value, str) and bool(SESSION_ID.fullmatch(value))
-        self.starlette = Starlette(
+        super().__init__(
+            templates=HERE / "templates",
             routes=[
                 Route("/", self.pending_page, name="pending"),
                 Route("/fragments/pending", self.pending_fragment),
@@ -126,28 +90,26 @@ class AgentUI:
                 Route("/sessions/{session_id}/retire", self.retire, methods=["POST"]),
                 Route("/sessions/{session_id}/events", self.session_events),
                 Route("/events", self.store_events),
-                Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
-            ]
+            ],
+            link="AGENT_UI_URL",
+            port=port,
+            host=host,
+            on_login=on_login,
+            session_seconds=session_seconds,
+            clock=clock,
         )
-        self.auth = PageAuth(
-            self.starlette, shell=self._shell, on_login=self._logged_in, session_seconds=session_seconds, clock=clock
-        )
-        self.app: ASGIApp = Guard(self.auth, security=security_settings(host, port), token=None)
+        self.templates.tests["session_id"] = lambda value: isinstance(value, str) and bool(SESSION_ID.fullmatch(value))
 
     def close_streams(self) -> None:
         """End the open event streams (within POLL_SECONDS), e.g. before the server stops; pages reconnect."""
         self.closing = True
-
-    def login_url(self, base_url: str) -> str:
-        """A new URL to open once: `base_url` (where the app is served or mounted) with a new login token."""
-        return f"{base_url.rstrip('/')}/?token={self.auth.new_login()}"
 
     # -- pages ------------------------------------------------------------------------------------
 
     async def pending_page(self, request: Request) -> Response:
         notice = self.notices.pop(request.query_params.get("notice", ""), None)
         entries = await anyio.to_thread.run_sync(self.pending.pending)
-        return self._page(
+        return self.page(
             request,
             "pending.html",
             entries=entries,
@@ -157,15 +119,15 @@ class AgentUI:
 
     async def pending_fragment(self, request: Request) -> Response:
         entries = await anyio.to_thread.run_sync(self.pending.pending)
-        return self._page(request, "_pending_list.html", entries=entries)
+        return self.page(request, "_pending_list.html", entries=entries)
 
     async def sessions_page(self, request: Request) -> Response:
         metas = await anyio.to_thread.run_sync(self.browse.list)
-        return self._page(request, "sessions.html", metas=metas, state=await anyio.to_thread.run_sync(self.store_state))
+        return self.page(request, "sessions.html", metas=metas, state=await anyio.to_thread.run_sync(self.store_state))
 
     async def sessions_fragment(self, request: Request) -> Response:
         metas = await anyio.to_thread.run_sync(self.browse.list)
-        return self._page(request, "_sessions_table.html", metas=metas)
+        return self.page(request, "_sessions_table.html", metas=metas)
 
     async def session_page(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -186,7 +148,7 @@ class AgentUI:
         if found is None or not found[0].meta:
             return PlainTextResponse(f"No session {session_id} in this store.", status_code=404)
         transcript, position, children = found
-        return self._page(
+        return self.page(
             request,
             "session.html",
             transcript=transcript,
@@ -266,7 +228,7 @@ class AgentUI:
         digest = hashlib.sha256()
         writers = journal_writers() or {}
         try:
-            entries = sorted(os.scandir(self.root), key=lambda entry: entry.name)
+            entries = sorted(os.scandir(self.store_root), key=lambda entry: entry.name)
         except OSError:
             entries = []
         for entry in entries:
@@ -302,7 +264,7 @@ class AgentUI:
                 await anyio.sleep(POLL_SECONDS)
                 quiet += POLL_SECONDS
 
-        return self._stream(stream())
+        return event_stream(stream())
 
     async def session_events(self, request: Request) -> Response:
         """`item` and `status` events for the records appended to one journal since the position the client
@@ -314,7 +276,7 @@ class AgentUI:
         path = self.browse.journal_path(session_id)
         start = Position.parse(request.headers.get("last-event-id")) or Position.parse(request.query_params.get("from"))
         render = self.templates.get_template("_item.html").module.item  # type: ignore[attr-defined]
-        root = self._root(request)
+        root = self.root(request)
 
         async def stream() -> AsyncIterator[bytes]:
             yield b"retry: 1000\n\n"
@@ -350,7 +312,7 @@ class AgentUI:
             except OSError as exc:  # unreadable now: end the stream, the page retries in a second
                 log.warning("session %s: cannot follow its journal: %s", session_id, exc)
 
-        return self._stream(stream())
+        return event_stream(stream())
 
     # -- internals --------------------------------------------------------------------------------
 
@@ -360,18 +322,13 @@ class AgentUI:
             return sse("item", {"id": change.item.id, "html": html}, event_id)
         return sse("status", {"status": change.status}, event_id)
 
-    def _stream(self, body: AsyncIterator[bytes]) -> Response:
-        return StreamingResponse(
-            body, media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        )
-
     def _notify(self, request: Request, notice: tuple[str, str]) -> Response:
         """Back to the approvals page, which shows `notice` once."""
         key = secrets.token_urlsafe(12)
         self.notices[key] = notice
         while len(self.notices) > NOTICES_KEPT:
             self.notices.popitem(last=False)
-        return RedirectResponse(f"{self._root(request)}/?notice={key}", status_code=303)
+        return RedirectResponse(f"{self.root(request)}/?notice={key}", status_code=303)
 
     def _release(self, session_id: str) -> None:
         """Close the journal answering opened here unless a turn of this process runs in it, so that a terminal
@@ -382,25 +339,6 @@ class AgentUI:
     def _live_turn(self, session_id: str) -> str | None:
         handle = self.runner.active_turn(session_id)
         return None if handle is None else handle.id
-
-    def _root(self, request: Request) -> str:
-        return str(request.scope.get("root_path", "")).rstrip("/")
-
-    def _page(self, request: Request, template: str, **context: Any) -> HTMLResponse:
-        html = self.templates.get_template(template).render(root=self._root(request), now=time.time(), **context)
-        return HTMLResponse(html)
-
-    def _shell(self, scope: Scope, status: int, session: str | None, message: str) -> Response:
-        """The page without its data: its script fetches the page with its session secret, or shows `message`."""
-        root = str(scope.get("root_path", "")).rstrip("/")
-        html = self.templates.get_template("shell.html").render(
-            root=root, status=status, session=session, message=message
-        )
-        return HTMLResponse(html, status_code=status)
-
-    def _logged_in(self) -> None:
-        if self.on_login is not None:
-            self.on_login()
 
 
 __all__ = ["AgentUI", "PendingEntry"]

@@ -19,7 +19,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ...webpage import DiffLine, diff_lines, unified_lines
 from .._paused import REQUESTED, paused_calls, pending_requests
 from ..approvals import ApprovalRequest
 from ..errors import AgentError
@@ -34,6 +36,37 @@ LiveTurn = Callable[[str], "str | None"]  # the turn this process runs in a sess
 
 
 LOCKS = Path("/proc/locks")
+MAX_DIFF_CHARS = 200_000  # a proposed patch larger than this is shown folded, as arguments only
+
+
+@dataclass(frozen=True)
+class ProposedDiff:
+    """A unit_apply_patch request's edit as a diff: its patch, or its old text against its new."""
+
+    target: str
+    what: str
+    lines: list[DiffLine]
+
+
+def proposed_diff(tool: str | None, arguments: dict[str, Any] | None) -> ProposedDiff | None:
+    """The diff a `unit_apply_patch` request asks for (the tool name may carry a prefix), or None."""
+    if not tool or not tool.endswith("unit_apply_patch") or not isinstance(arguments, dict):
+        return None
+    target = f"{arguments.get('unit_id', '?')}/{arguments.get('source_id', '?')}"
+    patch, old, new = arguments.get("patch"), arguments.get("old"), arguments.get("new")
+    if isinstance(patch, str) and len(patch) <= MAX_DIFF_CHARS:
+        return ProposedDiff(target, "the patch asked for", unified_lines(patch))
+    if isinstance(old, str) and isinstance(new, str) and len(old) + len(new) <= MAX_DIFF_CHARS:
+        every = " (every occurrence)" if arguments.get("replace_all") is True else ""
+        return ProposedDiff(target, f"old → new{every}, lines numbered within the edit", diff_lines(old, new))
+    return None
+
+
+def shown_arguments(arguments: dict[str, Any] | None, diff: ProposedDiff | None) -> dict[str, Any] | None:
+    """The arguments to show beside `diff`: those it does not show already."""
+    if diff is None or arguments is None:
+        return arguments
+    return {key: value for key, value in arguments.items() if key not in ("patch", "old", "new")}
 
 
 @dataclass(frozen=True)
@@ -47,6 +80,7 @@ class PendingEntry:
     state: str
     arguments: list[Folded]
     writer_pid: int | None = None
+    diff: ProposedDiff | None = None
 
 
 def journal_writers() -> dict[tuple[int, int, int], int] | None:
@@ -111,6 +145,7 @@ def session_pending(session: Session, live_turn: str | None, writer_pid: int | N
         seen.add(request.id)
         live = running == request.turn_id and request.id not in paused
         state = ("elsewhere" if elsewhere else "waiting") if live else "paused"
+        diff = proposed_diff(request.tool, request.arguments)
         entries.append(
             PendingEntry(
                 request,
@@ -118,8 +153,9 @@ def session_pending(session: Session, live_turn: str | None, writer_pid: int | N
                 session.agent_id,
                 session.title,
                 state,
-                fold_arguments(request.arguments),
+                fold_arguments(shown_arguments(request.arguments, diff)),
                 writer_pid if elsewhere else None,
+                diff,
             )
         )
     return entries

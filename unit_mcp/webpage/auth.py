@@ -1,4 +1,5 @@
-"""Who may use the page: the page's own script, holding a session secret that no other server ever sees.
+"""Who may use a page (the agent runner's, the unit server's): the page's own script, holding a session secret
+that no other server ever sees.
 
 Browsers send a 127.0.0.1 cookie to every port, so any loopback server the browser visits would receive a
 cookie credential and could replay it. The page therefore keeps no cookie. Behind the project's Host/Origin
@@ -48,11 +49,19 @@ SESSION_HEADER = "x-page-session"
 SESSION_SECONDS = 15 * 60.0  # a page session's idle lifetime
 KEPT = 64  # outstanding login tokens, live sessions, and spent tokens remembered (the oldest go first)
 MAX_FORM_BYTES = 64 * 1024
-UNAUTHORIZED = "Unauthorized: open the AGENT_UI_URL this page's server printed (it carries the token once)."
-SPENT = (
-    "Gone: this login link was used already (each AGENT_UI_URL works once). Open the newest AGENT_UI_URL the "
-    "page's server printed: it prints a new one after each login."
-)
+
+
+def unauthorized(link: str) -> str:
+    """What a request without a live session is told; `link` names the printed login URL (`AGENT_UI_URL`)."""
+    return f"Unauthorized: open the {link} this page's server printed (it carries the token once)."
+
+
+def spent(link: str) -> str:
+    return (
+        f"Gone: this login link was used already (each {link} works once). Open the newest {link} the "
+        "page's server printed: it prints a new one after each login."
+    )
+
 
 # shell(scope, status, session secret or None, message shown when the script cannot do better) -> the page
 Shell = Callable[[Scope, int, "str | None", str], Response]
@@ -75,12 +84,15 @@ class PageAuth:
         app: ASGIApp,
         *,
         shell: Shell,
+        link: str,
         on_login: Callable[[], None] | None = None,
         session_seconds: float = SESSION_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
         self.shell = shell
+        self.unauthorized = unauthorized(link)
+        self.spent_message = spent(link)
         self.on_login = on_login
         self.session_seconds = session_seconds
         self.clock = clock
@@ -127,7 +139,8 @@ class PageAuth:
         if reading and scope["path"][len(scope.get("root_path", "")) :].startswith("/static/"):
             return None
         if session is None:
-            return self.shell(scope, 401, None, UNAUTHORIZED) if reading else PlainTextResponse(UNAUTHORIZED, 401)
+            refused = self.unauthorized
+            return self.shell(scope, 401, None, refused) if reading else PlainTextResponse(refused, 401)
         if method == "POST":
             headers = Headers(scope=scope)
             origin = headers.get("origin")
@@ -144,8 +157,8 @@ class PageAuth:
         digest = _digest(token)
         if self.logins.pop(digest, None) is None:
             if digest in self.spent:
-                return self.shell(scope, 410, None, SPENT)
-            return self.shell(scope, 401, None, UNAUTHORIZED)
+                return self.shell(scope, 410, None, self.spent_message)
+            return self.shell(scope, 401, None, self.unauthorized)
         _remember(self.spent, digest, self.clock())
         secret = secrets.token_urlsafe(32)
         self._renew(_digest(secret))

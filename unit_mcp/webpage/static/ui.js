@@ -1,4 +1,4 @@
-// The approval page's script: keeps the page session's secret (sessionStorage: this origin, this tab), sends it
+// The pages' script (the approval page, the unit server's page): keeps the page session's secret (sessionStorage: this origin, this tab), sends it
 // as a header on every request, fetches the page the shell stands for, posts the forms, and follows the
 // server-sent events of the page's store or session, swapping in HTML the server rendered (and escaped).
 // No inline script, no external code, no cookie.
@@ -248,12 +248,18 @@
     if (!(form instanceof HTMLFormElement)) {
       return;
     }
-    event.preventDefault(); // a form cannot send the header: post it from here
+    event.preventDefault(); // a form cannot send the header: send it from here
     const data = new URLSearchParams(new FormData(form));
     if (event.submitter && event.submitter.name) {
       data.append(event.submitter.name, event.submitter.value);
     }
-    load(form.action, { method: "POST", body: data }, true);
+    if (form.method === "get") {
+      const url = new URL(form.action);
+      url.search = data.toString();
+      load(url.href, {}, true);
+    } else {
+      load(form.action, { method: "POST", body: data }, true);
+    }
   });
   window.addEventListener("popstate", () => load(window.location.href, {}, false));
 

@@ -1,0 +1,196 @@
+"""The parts every page of the project shares (the agent runner's approval page, the unit server's page): the
+browser credential and CSRF/Origin rules (`auth.py`), the security headers, the base templates, the page script
+and style (`static/`), server-sent events, and rendering a diff. Below both wings: it imports neither.
+
+A page subclasses `PageApp`, giving its templates folder (whose `base.html` extends `page.html`), its routes and
+the name of its printed login URL; `app` is then the ASGI app to serve or mount.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Scope
+
+from ..loopback import Guard, security_settings
+from .auth import SESSION_HEADER, SESSION_SECONDS, PageAuth
+
+HERE = Path(__file__).parent
+HEARTBEAT_SECONDS = 15.0
+
+
+def when(timestamp: float | None) -> str:
+    if not timestamp:
+        return ""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
+    """One server-sent event; the data is one line of JSON (JSON escapes every newline)."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def event_stream(body: AsyncIterator[bytes]) -> Response:
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    """One row of a rendered diff: `kind` is add, del, ctx or hunk; a line number is None where it has none."""
+
+    kind: str
+    old: int | None
+    new: int | None
+    text: str
+
+
+def diff_lines(before: str, after: str, *, context: int = 3) -> list[DiffLine]:
+    """The rows of a unified diff of two texts, with the line numbers on either side (templates escape the text)."""
+    rows: list[DiffLine] = []
+    old_lines, new_lines = before.splitlines(), after.splitlines()
+    for group in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_grouped_opcodes(context):
+        first, last = group[0], group[-1]
+        rows.append(
+            DiffLine(
+                "hunk", None, None, f"@@ -{first[1] + 1},{last[2] - first[1]} +{first[3] + 1},{last[4] - first[3]} @@"
+            )
+        )
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                rows.extend(DiffLine("ctx", i + 1, j1 + k + 1, old_lines[i]) for k, i in enumerate(range(i1, i2)))
+                continue
+            rows.extend(DiffLine("del", i + 1, None, old_lines[i]) for i in range(i1, i2))
+            rows.extend(DiffLine("add", None, j + 1, new_lines[j]) for j in range(j1, j2))
+    return rows
+
+
+def unified_lines(diff: str) -> list[DiffLine]:
+    """The rows of a unified diff given as text (a patch, a dry run's diff), numbered from its hunk headers."""
+    rows: list[DiffLine] = []
+    old = new = 0
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            parts = line.split()
+            try:
+                old = int(parts[1][1:].split(",")[0])
+                new = int(parts[2][1:].split(",")[0])
+            except (IndexError, ValueError):
+                old = new = 0
+            rows.append(DiffLine("hunk", None, None, line))
+        elif line.startswith(("---", "+++")):
+            rows.append(DiffLine("hunk", None, None, line))
+        elif line.startswith("+"):
+            rows.append(DiffLine("add", None, new, line[1:]))
+            new += 1
+        elif line.startswith("-"):
+            rows.append(DiffLine("del", old, None, line[1:]))
+            old += 1
+        else:
+            rows.append(DiffLine("ctx", old, new, line[1:] if line.startswith(" ") else line))
+            old, new = old + 1, new + 1
+    return rows
+
+
+class PageApp:
+    """A page's Starlette app behind the loopback guard (Host/Origin) and `PageAuth` (the page's credential).
+
+    Subclasses pass `templates` (their folder), `routes` and `link` (the printed login URL's name, e.g.
+    `UNITS_UI_URL`); `port` is the port the page is reached on, for its own Host/Origin guard (None: whoever
+    serves `app` guards it, as the bridge does); `on_login` runs after each login.
+    """
+
+    def __init__(
+        self,
+        *,
+        templates: Path,
+        routes: Sequence[BaseRoute],
+        link: str,
+        port: int | None,
+        host: str = "127.0.0.1",
+        on_login: Callable[[], None] | None = None,
+        session_seconds: float = SESSION_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.on_login = on_login
+        self.templates = jinja2.Environment(
+            loader=jinja2.ChoiceLoader(
+                [jinja2.FileSystemLoader(templates), jinja2.FileSystemLoader(HERE / "templates")]
+            ),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters.update(when=when, duration=duration)
+        self.starlette = Starlette(routes=[*routes, Mount("/static", StaticFiles(directory=HERE / "static"))])
+        self.auth = PageAuth(
+            self.starlette,
+            shell=self.shell,
+            link=link,
+            on_login=self._logged_in,
+            session_seconds=session_seconds,
+            clock=clock,
+        )
+        self.app: ASGIApp = self.auth
+        if port is not None:
+            self.app = Guard(self.auth, security=security_settings(host, port), token=None)
+
+    def login_url(self, base_url: str) -> str:
+        """A new URL to open once: `base_url` (where the app is served or mounted) with a new login token."""
+        return f"{base_url.rstrip('/')}/?token={self.auth.new_login()}"
+
+    def root(self, request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def page(self, request: Request, template: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
+        html = self.templates.get_template(template).render(root=self.root(request), now=time.time(), **context)
+        return HTMLResponse(html, status_code=status_code)
+
+    def shell(self, scope: Scope, status: int, session: str | None, message: str) -> Response:
+        """The page without its data: its script fetches the page with its session secret, or shows `message`."""
+        root = str(scope.get("root_path", "")).rstrip("/")
+        html = self.templates.get_template("shell.html").render(
+            root=root, status=status, session=session, message=message
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def _logged_in(self) -> None:
+        if self.on_login is not None:
+            self.on_login()
+
+
+__all__ = [
+    "HEARTBEAT_SECONDS",
+    "SESSION_HEADER",
+    "SESSION_SECONDS",
+    "DiffLine",
+    "PageApp",
+    "diff_lines",
+    "duration",
+    "event_stream",
+    "sse",
+    "unified_lines",
+    "when",
+]
