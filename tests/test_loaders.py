@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import LOADERS, copy_units, store_of
+from conftest import LOADERS, copy_units, sqlite_copy, store_of
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
@@ -33,9 +33,11 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost", "-c", "init.d
 
 
 def make_store(kind: str, tmp_path: Path) -> str:
-    """A copy of the example and fixture units as a units folder or a git work tree."""
+    """A copy of the example and fixture units as a units folder, a git work tree or a SQLite database."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     folder = copy_units(tmp_path / "units")
+    if kind == "sqlite":
+        return sqlite_copy(folder, tmp_path / "units.db")
     if kind == "git":
         subprocess.run([*GIT, "init", "-q", str(folder)], check=True)
         subprocess.run([*GIT, "-C", str(folder), "add", "-A"], check=True)

@@ -38,11 +38,11 @@ NAMES = [
     "unit_reload",
     "unit_read_log",
     "unit_snapshot",
+    "unit_restore_snapshot",
     "unit_changes",
     "unit_checkpoint",
     "unit_rollback",
     "unit_revert_change",
-    "unit_restore_snapshot",
 ]
 RISKS = {
     "unit_list": "normal",
@@ -136,7 +136,7 @@ def sha(path: Path) -> str:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_lists_fourteen_tools_with_schemas_annotations_and_risks(folder_tools: UnitTools, mode: str) -> None:
+async def test_lists_every_tool_with_schemas_annotations_and_risks(folder_tools: UnitTools, mode: str) -> None:
     tools = folder_tools
     async with connect(tools, mode) as client:
         listed = (await client.list_tools()).tools

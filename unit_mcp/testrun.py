@@ -169,6 +169,12 @@ def run_test_process(
 
 PASSED_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHOME", "PYTHONUTF8"})
 """The server's variables a test sees (and every `LC_*`); others only when the operator names them (--test-env)."""
+LIBPQ_ENV = frozenset({
+    "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGSERVICE",
+    "PGSERVICEFILE", "PGSSLMODE", "PGSSLCERT", "PGSSLKEY", "PGSSLROOTCERT", "PGCONNECT_TIMEOUT", "PGOPTIONS",
+    "PGTARGETSESSIONATTRS",
+})  # fmt: skip
+"""What libpq reads to connect: the test host loads the unit from the same store, a PostgreSQL one included."""
 SCRATCH_ENV = ("HOME", "TMPDIR")
 """Set per run, to its scratch folder."""
 
@@ -185,8 +191,11 @@ def passed_env_name(name: str) -> str:
 def sandbox_env(scratch: str | None = None, passed: Iterable[str] = ()) -> dict[str, str]:
     """The environment of a test: the allowed variables of the server's (never its tokens and keys) and what the
     test host needs to import `unit_mcp` and the units."""
-    allowed = PASSED_ENV.union(passed).difference(SCRATCH_ENV)
+    allowed = PASSED_ENV.union(LIBPQ_ENV, passed).difference(SCRATCH_ENV)
     env = {name: value for name, value in os.environ.items() if name in allowed or name.startswith("LC_")}
+    pgpass = Path.home() / ".pgpass"
+    if "PGPASSFILE" not in env and "PGPASSWORD" not in env and pgpass.is_file():
+        env["PGPASSFILE"] = str(pgpass)  # libpq's default, which the scratch HOME would hide
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p)
     if site.ENABLE_USER_SITE:
         env["PYTHONUSERBASE"] = site.getuserbase()  # packages installed with --user, though HOME moves
