@@ -16,7 +16,7 @@ from pathlib import Path
 
 from unit_mcp.agent import SessionStore
 from unit_mcp.agent.items import MessageItem
-from unit_mcp.agent.journal import Durability
+from unit_mcp.agent.sessions import Durability
 
 SIZES = (10, 10_000)
 CONTENT = "a typical message of a few dozen words " * 4

@@ -24,14 +24,14 @@ import anyio.abc
 
 from ._context import TurnApprovals, TurnContext
 from ._inbox import Inbox
-from ._paused import AFTER_END, DECIDED, paused_calls, pending_requests
+from ._paused import AFTER_END, DECIDED, paused_calls
 from ._protocol import Agent
 from ._registry import AgentRegistry
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
 from .errors import AgentError, TurnClosed
 from .events import DEFAULT_BUFFER, EventHub, Subscription
 from .items import EventItem, MessageItem, Session, SessionMeta
-from .sessions import SessionStore
+from .sessions import Pending, SessionStore
 from .toolsurface import AgentToolSurface
 from .turns import Turn, TurnCallbacks, TurnHandle, TurnStatus, describe
 
@@ -159,9 +159,8 @@ class AgentRunner:
     async def pending_approvals(self, session_id: str) -> list[ApprovalRequest]:
         """Approval requests nobody has answered: the running turn's, and those of a turn that ended with the
         process while it waited (answer them with `answer_approval` to resume that turn)."""
-        session = await anyio.to_thread.run_sync(self.store.require, session_id)
-        active = self.active_turn(session_id)
-        return pending_requests(session, active.id if active is not None else None)
+        await anyio.to_thread.run_sync(self.store.require, session_id)
+        return [entry.request for entry in await anyio.to_thread.run_sync(self._pending, session_id)]
 
     async def answer_approval(
         self,
@@ -186,7 +185,9 @@ class AgentRunner:
         async with lock:
             session = await anyio.to_thread.run_sync(self.store.require, session_id)
             active = self.active_turn(session_id)
-            pending = {request.id: request for request in pending_requests(session, active.id if active else None)}
+            pending = {
+                entry.request.id: entry.request for entry in await anyio.to_thread.run_sync(self._pending, session_id)
+            }
             request = pending.get(request_id)
             if request is None:
                 waiting = ", ".join(pending) or "none"
@@ -254,6 +255,19 @@ class AgentRunner:
                 f"{session_id!r}, {turn_id!r}) after it ends"
             )
         return handle
+
+    def _pending(self, session_id: str) -> list[Pending]:
+        """What waits in a session, by the store's one rule (the page and the CLI ask the same)."""
+        return self.store.pending(session_id, self.live_turn)
+
+    def live_turns(self) -> dict[str, str]:
+        """Session id -> the id of the turn this runner runs in it."""
+        return {sid: turn.handle.id for sid, turn in list(self._active.items()) if not turn.done}
+
+    def live_turn(self, session_id: str) -> str | None:
+        """The id of the turn this runner runs in the session, if any."""
+        handle = self.active_turn(session_id)
+        return None if handle is None else handle.id
 
     def _require_resumable(self, session: Session) -> None:
         agent = self.registry.require(session.agent_id)

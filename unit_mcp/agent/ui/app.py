@@ -1,8 +1,8 @@
 """AgentUI: the approval and audit page of one session store, a Starlette app served on loopback.
 
 Pages: the approvals waiting across all sessions (answered through `AgentRunner.answer_approval`, so a turn
-whose process ended resumes in this one), the sessions, and a session's transcript. Pages follow the journals
-on disk over server-sent events, so turns running in another process show up live too.
+whose process ended resumes in this one), the sessions, and a session's transcript. Pages follow the store's
+`changes()` over server-sent events, so turns running in another process show up live too.
 
     ui = AgentUI(runner, port=port)          # the port the page is served on (checked against Host)
     app = Starlette(routes=[Mount("/agents", app=ui.app)])     # or serve `ui.app` alone (see `server.py`)
@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import secrets
 import time
@@ -40,8 +39,7 @@ from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import SessionStore
 from .auth import PageAuth
-from .follow import Position, read_from
-from .pending import PendingEntry, PendingIndex, journal_writers
+from .pending import PendingEntry, pending_entries
 from .transcript import Change, Transcript
 
 if TYPE_CHECKING:
@@ -54,7 +52,7 @@ log = logging.getLogger("unit_mcp.agent.ui")
 HERE = Path(__file__).parent
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 DECISIONS = {"approve": (True, False), "always": (True, True), "deny": (False, False)}
-POLL_SECONDS = 0.25  # how often an open page's event stream looks at the journals (a stat each)
+POLL_SECONDS = 0.25  # how often an open page's event stream asks the store what changed
 HEARTBEAT_SECONDS = 15.0
 NOTICES_KEPT = 64
 
@@ -69,6 +67,11 @@ def duration(seconds: float | None) -> str:
     if seconds is None:
         return ""
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def _cursor(token: str | None) -> int | None:
+    """A page's event id: the store's change counter it has shown."""
+    return int(token) if token is not None and token.isdigit() and len(token) < 19 else None
 
 
 def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
@@ -90,7 +93,6 @@ class AgentUI:
         self.token = token or secrets.token_urlsafe(32)
         self.csrf = secrets.token_urlsafe(32)
         self.browse = SessionStore(self.root, read_only=True)
-        self.pending = PendingIndex(self.root, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.closing = False
         self.templates = jinja2.Environment(
@@ -130,7 +132,7 @@ class AgentUI:
 
     async def pending_page(self, request: Request) -> Response:
         notice = self.notices.pop(request.query_params.get("notice", ""), None)
-        entries = await anyio.to_thread.run_sync(self.pending.pending)
+        entries = await anyio.to_thread.run_sync(self.pending)
         return self._page(
             request,
             "pending.html",
@@ -140,7 +142,7 @@ class AgentUI:
         )
 
     async def pending_fragment(self, request: Request) -> Response:
-        entries = await anyio.to_thread.run_sync(self.pending.pending)
+        entries = await anyio.to_thread.run_sync(self.pending)
         return self._page(request, "_pending_list.html", entries=entries)
 
     async def sessions_page(self, request: Request) -> Response:
@@ -156,15 +158,14 @@ class AgentUI:
         if not SESSION_ID.fullmatch(session_id):
             return PlainTextResponse("No such session.", status_code=404)
 
-        def read() -> tuple[Transcript, Position, list[SessionMeta]] | None:
-            try:
-                chunk = read_from(self.browse.journal_path(session_id))
-            except FileNotFoundError:
+        def read() -> tuple[Transcript, int, list[SessionMeta]] | None:
+            changes = self.browse.changes(session_id)
+            if changes is None:
                 return None
             transcript = Transcript(session_id)
-            transcript.apply_all(chunk.records)
+            transcript.apply_all(changes.records)
             children = [meta for meta in self.browse.list() if meta.parent_id == session_id]
-            return transcript, chunk.position, children
+            return transcript, changes.cursor, children
 
         found = await anyio.to_thread.run_sync(read)
         if found is None or not found[0].meta:
@@ -175,7 +176,7 @@ class AgentUI:
             "session.html",
             transcript=transcript,
             meta=transcript.meta,
-            position=position.token,
+            position=position,
             children=children,
         )
 
@@ -192,7 +193,7 @@ class AgentUI:
         if not isinstance(decision, str) or decision not in DECISIONS:
             return PlainTextResponse("decision must be approve, deny or always.", status_code=400)
         approved, remember = DECISIONS[decision]
-        known = {entry.request.id: entry for entry in await anyio.to_thread.run_sync(self.pending.pending)}
+        known = {entry.request.id: entry for entry in await anyio.to_thread.run_sync(self.pending)}
         entry = known.get(request_id)
         what = f"{entry.request.tool or 'the call'} ({request_id})" if entry else request_id
         verdict = "Denied" if not approved else "Approved (always, this session)" if remember else "Approved"
@@ -231,26 +232,14 @@ class AgentUI:
 
     # -- live updates -----------------------------------------------------------------------------
 
+    def pending(self) -> list[PendingEntry]:
+        return pending_entries(self.browse, self._live_turn)
+
     def store_state(self) -> str:
-        """A short digest of every journal's (inode, size, mtime), the process writing it and this process's live
-        turns: it changes whenever anything a page shows may have changed (also when a writer dies)."""
-        digest = hashlib.sha256()
-        writers = journal_writers() or {}
-        try:
-            entries = sorted(os.scandir(self.root), key=lambda entry: entry.name)
-        except OSError:
-            entries = []
-        for entry in entries:
-            if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
-                try:
-                    stat = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                live = self._live_turn(entry.name[: -len(".jsonl")])
-                writer = writers.get((os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino))
-                digest.update(
-                    f"{entry.name}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{writer}:{live}\n".encode()
-                )
+        """A short digest of the store's version (every write, and writers that ended) and this process's live
+        turns: it changes whenever anything a page shows may have changed."""
+        live = ",".join(f"{sid}={turn}" for sid, turn in sorted(self.runner.live_turns().items()))
+        digest = hashlib.sha256(f"{self.browse.version()}\n{live}".encode())
         return digest.hexdigest()[:16]
 
     async def store_events(self, request: Request) -> Response:
@@ -276,50 +265,44 @@ class AgentUI:
         return self._stream(stream())
 
     async def session_events(self, request: Request) -> Response:
-        """`item` and `status` events for the records appended to one journal since the position the client
-        last saw (`Last-Event-ID`, or `from` on the first connection); `reset` when the journal was compacted
-        and the page must be reloaded."""
+        """`item` and `status` events for what changed in one session since the store's change counter the client
+        last saw (`Last-Event-ID`, or `from` on the first connection); `reset` when the session was deleted or
+        replaced and the page must be reloaded."""
         session_id = request.path_params["session_id"]
         if not SESSION_ID.fullmatch(session_id):
             return PlainTextResponse("No such session.", status_code=404)
-        path = self.browse.journal_path(session_id)
-        start = Position.parse(request.headers.get("last-event-id")) or Position.parse(request.query_params.get("from"))
+        start = _cursor(request.headers.get("last-event-id")) or _cursor(request.query_params.get("from"))
         render = self.templates.get_template("_item.html").module.item  # type: ignore[attr-defined]
         root = self._root(request)
 
         async def stream() -> AsyncIterator[bytes]:
             yield b"retry: 1000\n\n"
             transcript = Transcript(session_id)
-            position = start
-            try:
-                if start is not None:  # what the page showed: so results to come know when their call began
-                    shown = await anyio.to_thread.run_sync(lambda: read_from(path, until=start.offset))
-                    if shown.position != start:  # compacted since
-                        yield sse("reset", {})
-                        return
-                    transcript.apply_all(shown.records)
-                quiet = 0.0
-                while not self.closing:
-                    chunk = await anyio.to_thread.run_sync(read_from, path, position)
-                    if chunk.restarted:
-                        yield sse("reset", {})
-                        return
-                    changes = transcript.apply_all(chunk.records)
-                    for number, change in enumerate(changes):
-                        last = number == len(changes) - 1
-                        yield self._change_event(change, render, root, chunk.position.token if last else None)
-                    position = chunk.position
-                    if changes:
-                        quiet = 0.0
-                    elif quiet >= HEARTBEAT_SECONDS:
-                        quiet = 0.0
-                        yield b": still here\n\n"
-                    await anyio.sleep(POLL_SECONDS)
-                    quiet += POLL_SECONDS
-            except FileNotFoundError:  # deleted: the reloaded page says so
-                yield sse("reset", {})
-            except OSError as exc:  # unreadable now: end the stream, the page retries in a second
-                log.warning("session %s: cannot follow its journal: %s", session_id, exc)
+            cursor = start or 0
+            if start is not None:  # what the page showed: so results to come know when their call began
+                shown = await anyio.to_thread.run_sync(self.browse.changes, session_id)
+                if shown is None or shown.reset or shown.cursor < start:  # replaced since
+                    yield sse("reset", {})
+                    return
+                transcript.apply_all([record for record in shown.records if record["seq"] <= start])
+            quiet = 0.0
+            while not self.closing:
+                changes = await anyio.to_thread.run_sync(self.browse.changes, session_id, cursor)
+                if changes is None or changes.reset:  # deleted or replaced: the reloaded page says so
+                    yield sse("reset", {})
+                    return
+                shown_changes = transcript.apply_all(changes.records)
+                for number, change in enumerate(shown_changes):
+                    last = number == len(shown_changes) - 1
+                    yield self._change_event(change, render, root, str(changes.cursor) if last else None)
+                cursor = changes.cursor
+                if shown_changes:
+                    quiet = 0.0
+                elif quiet >= HEARTBEAT_SECONDS:
+                    quiet = 0.0
+                    yield b": still here\n\n"
+                await anyio.sleep(POLL_SECONDS)
+                quiet += POLL_SECONDS
 
         return self._stream(stream())
 
