@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import unit_mcp.agent
 from unit_mcp.agent import AgentError, SessionStore
 from unit_mcp.agent._cli import main
 from unit_mcp.agent._projections import chat_messages, display_messages
@@ -297,3 +299,17 @@ def test_sessions_import_brings_old_journals_in_and_refuses_a_damaged_one_by_nam
     store.close()
     assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 1
     assert "already holds ses-a, ses-b; nothing was imported" in capsys.readouterr().err
+
+
+def test_only_the_importer_knows_the_old_files_and_the_page_reads_through_the_store() -> None:
+    agent = Path(unit_mcp.agent.__file__).parent
+    sources = [path for path in agent.rglob("*") if path.suffix in (".py", ".html", ".js")]
+    knowing = sorted(
+        str(path.relative_to(agent)) for path in sources if re.search(r"jsonl|/proc/locks", path.read_text())
+    )
+    assert knowing == ["_import.py"]
+    for path in (agent / "ui").glob("*.py"):  # no file reading, no SQL, no process table: only SessionStore calls
+        found = re.findall(
+            r"sqlite3|read_bytes|read_text|os\.(?:scandir|stat|open)|\.glob\(|SELECT |/proc", path.read_text()
+        )
+        assert found == [], f"ui/{path.name} reads the store behind its back: {found}"

@@ -146,7 +146,7 @@ def parser() -> argparse.ArgumentParser:
     pending = which.add_parser("pending", help="approvals a turn waited for when its process ended")
     pending.add_argument("session_id")
     pending.add_argument("--json", action="store_true", help="print JSON")
-    imports = which.add_parser("import", help="bring in the journals (*.jsonl) of the old file store")
+    imports = which.add_parser("import", help="bring in the sessions of the old file store (one journal file each)")
     imports.add_argument("folder", type=Path, help="the folder holding them")
     return top
 

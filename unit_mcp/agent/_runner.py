@@ -38,7 +38,7 @@ from .turns import Turn, TurnCallbacks, TurnHandle, TurnStatus, describe
 log = logging.getLogger("unit_mcp.agent.runner")
 
 
-PARKING_WAIT = 2.0  # seconds an answer waits for a journaled request to reach the PendingApprovals approver
+PARKING_WAIT = 2.0  # seconds an answer waits for a recorded request to reach the PendingApprovals approver
 
 
 def _new_turn_id() -> str:
@@ -196,7 +196,7 @@ class AgentRunner:
                 if request.turn_id != active.id:
                     raise AgentError(f"turn {active.id} is running in session {session_id}; answer after it ends")
                 if isinstance(approver, PendingApprovals):
-                    # The request is journaled just before the approver gets it: give it a moment to arrive.
+                    # The request is recorded just before the approver gets it: give it a moment to arrive.
                     with anyio.move_on_after(PARKING_WAIT):
                         while approver.waiting_for(request_id) is None:
                             await anyio.sleep(0.005)

@@ -58,7 +58,7 @@ SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, title TEXT, status TEXT NOT NULL, parent_id TEXT,
     created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL, item_count INTEGER NOT NULL,
-    asks INTEGER NOT NULL DEFAULT 0, created_seq INTEGER NOT NULL, seq INTEGER NOT NULL);
+    asks INTEGER NOT NULL DEFAULT 0, created_seq INTEGER NOT NULL, head_seq INTEGER NOT NULL, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated_at);
 CREATE TABLE IF NOT EXISTS items (
     session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE, position INTEGER NOT NULL,
@@ -109,8 +109,9 @@ class Pending:
 
 @dataclass(frozen=True)
 class Changes:
-    """What changed in one session after clock value `after`: change records (`{"op": "session" | "item" |
-    "update_item", ..., "seq": n}`) in order, and the cursor to ask from next. `reset`: the session was
+    """What changed in one session after clock value `after`: change records in order (`{"op": "session"}` when
+    its title, status, data or parent changed; `"item"` for a new item, `"update_item"` for one changed since it
+    was added; each with its clock value `"seq"`), and the cursor to ask from next. `reset`: the session was
     replaced since, so a view built from before must start over."""
 
     cursor: int
@@ -296,9 +297,9 @@ class SessionStore:
             probe = Session.model_validate({**opened.session.model_dump(exclude={"items"}), **changes})
             with self._write(probe.id) as (conn, seq):
                 conn.execute(
-                    "UPDATE sessions SET title = ?, status = ?, data = ?, parent_id = ?, updated_at = ?, seq = ? "
-                    "WHERE id = ?",
-                    (probe.title, probe.status, _data(probe), probe.parent_id, probe.updated_at, seq, probe.id),
+                    "UPDATE sessions SET title = ?, status = ?, data = ?, parent_id = ?, updated_at = ?, head_seq = ?, "
+                    "seq = ? WHERE id = ?",
+                    (probe.title, probe.status, _data(probe), probe.parent_id, probe.updated_at, seq, seq, probe.id),
                 )
             for key in changes:
                 setattr(opened.session, key, getattr(probe, key))
@@ -346,7 +347,7 @@ class SessionStore:
             try:
                 cursor = conn.execute("SELECT seq FROM clock").fetchone()[0]
                 row = conn.execute(
-                    f"SELECT {HEAD}, data, created_seq, seq FROM sessions WHERE id = ?", (session_id,)
+                    f"SELECT {HEAD}, data, created_seq, head_seq FROM sessions WHERE id = ?", (session_id,)
                 ).fetchone()
                 if row is None:
                     return None
@@ -394,7 +395,7 @@ class SessionStore:
             if self.durability == "flush":  # a FULL commit syncs the write-ahead log, with every commit before it
                 self._conn.execute("PRAGMA synchronous = FULL")
                 try:
-                    with self._write() as (conn, _):
+                    with self._write(tick=False) as (conn, _):
                         conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
                 finally:
                     self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -407,7 +408,7 @@ class SessionStore:
             if not sids:
                 return
             self.flush(session_id)
-            with self._write() as (conn, _):
+            with self._write(tick=False) as (conn, _):
                 conn.executemany(
                     "DELETE FROM writers WHERE session_id = ? AND token = ?", [(sid, self._token) for sid in sids]
                 )
@@ -448,8 +449,9 @@ class SessionStore:
         return self._conn
 
     @contextlib.contextmanager
-    def _write(self, session_id: str | None = None) -> Iterator[tuple[sqlite3.Connection, int]]:
-        """One write transaction with the next clock value; for `session_id` only while this store holds it."""
+    def _write(self, session_id: str | None = None, *, tick: bool = True) -> Iterator[tuple[sqlite3.Connection, int]]:
+        """One write transaction with the next clock value (`tick`; claims and heartbeats change no data and
+        take none); for `session_id` only while this store holds it."""
         conn = self._conn
         if conn is None:
             raise AgentError("this session store is closed")
@@ -460,7 +462,7 @@ class SessionStore:
                 if row is None or row[0] != self._token:
                     self._open.pop(session_id, None)
                     raise SessionLocked(f"{session_id} is no longer held by this store (another writer took it over)")
-            seq = conn.execute("UPDATE clock SET seq = seq + 1 RETURNING seq").fetchone()[0]
+            seq = conn.execute("UPDATE clock SET seq = seq + 1 RETURNING seq").fetchone()[0] if tick else 0
             yield conn, seq
         except BaseException:
             conn.execute("ROLLBACK")
@@ -505,7 +507,7 @@ class SessionStore:
         while not self._closed.wait(HEARTBEAT_SECONDS):
             with self._lock, contextlib.suppress(sqlite3.Error, AgentError):
                 if self._open:
-                    with self._write() as (conn, _):
+                    with self._write(tick=False) as (conn, _):
                         conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
 
     def _writable(self) -> None:
@@ -518,7 +520,7 @@ class SessionStore:
 
     def _insert_session(self, conn: sqlite3.Connection, session: Session, seq: int, created_seq: int = 0) -> None:
         conn.execute(
-            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 session.id,
                 session.agent_id,
@@ -531,6 +533,7 @@ class SessionStore:
                 len(session.items),
                 sum(_asks(item) for item in session.items),
                 created_seq or seq,
+                seq,
                 seq,
             ),
         )
@@ -580,7 +583,7 @@ class SessionStore:
         conn = self._conn
         if conn is None:
             raise AgentError("this session store is closed")
-        with self._write() as (conn, _):
+        with self._write(tick=False) as (conn, _):
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
                 return None
             self._claim(conn, session_id)

@@ -320,7 +320,7 @@ class AgentUI:
         )
 
     def _release(self, session_id: str) -> None:
-        """Close the journal answering opened here unless a turn of this process runs in it, so that a terminal
+        """Release the session answering opened here unless a turn of this process runs in it, so that a terminal
         or another process can open the session again (one writer per session)."""
         if self.runner.active_turn(session_id) is None:
             self.runner.store.invalidate(session_id)
