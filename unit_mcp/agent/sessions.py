@@ -31,6 +31,7 @@ import socket
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +53,8 @@ UPDATABLE = frozenset({"title", "status", "data", "parent_id"})
 HEARTBEAT_SECONDS = 5.0  # how often a writer refreshes its claims
 STALE_SECONDS = 30.0  # a claim whose heartbeat is older is dead even if its pid exists (reused, or another host)
 HOST = socket.gethostname()
-_HELD: set[str] = set()  # tokens of the writable stores open in this process
+# the writable stores of this process by token: a store closed or garbage-collected holds nothing any more
+_HELD: weakref.WeakValueDictionary[str, SessionStore] = weakref.WeakValueDictionary()
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS sessions (
@@ -420,7 +422,7 @@ class SessionStore:
             if self._conn is not None and not self.read_only:
                 self.invalidate()
             self._closed.set()
-            _HELD.discard(self._token)
+            _HELD.pop(self._token, None)
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -478,9 +480,10 @@ class SessionStore:
             "INSERT OR REPLACE INTO writers VALUES (?, ?, ?, ?, ?)",
             (session_id, HOST, os.getpid(), self._token, time.time()),
         )
-        _HELD.add(self._token)
+        _HELD[self._token] = self
         if self._beat is None:
-            self._beat = threading.Thread(target=self._heartbeat, name="session-store-heartbeat", daemon=True)
+            args = (weakref.ref(self), self._closed)
+            self._beat = threading.Thread(target=_heartbeat, args=args, name="session-store-heartbeat", daemon=True)
             self._beat.start()
 
     def _writer_pid(self, conn: sqlite3.Connection, session_id: str) -> int:
@@ -504,11 +507,10 @@ class SessionStore:
         return int(pid)
 
     def _heartbeat(self) -> None:
-        while not self._closed.wait(HEARTBEAT_SECONDS):
-            with self._lock, contextlib.suppress(sqlite3.Error, AgentError):
-                if self._open:
-                    with self._write(tick=False) as (conn, _):
-                        conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
+        with self._lock, contextlib.suppress(sqlite3.Error, AgentError):
+            if self._open:
+                with self._write(tick=False) as (conn, _):
+                    conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
 
     def _writable(self) -> None:
         if self.read_only:
@@ -614,3 +616,13 @@ class SessionStore:
             Pending(request, meta, state, writer if state == "elsewhere" else None)
             for request, state in waiting(session, live, writer)
         ]
+
+
+def _heartbeat(ref: weakref.ref[SessionStore], closed: threading.Event) -> None:
+    """Refresh a store's claims until it is closed or gone (the thread does not keep it alive)."""
+    while not closed.wait(HEARTBEAT_SECONDS):
+        store = ref()
+        if store is None:
+            return
+        store._heartbeat()
+        del store
