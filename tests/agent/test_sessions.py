@@ -313,3 +313,42 @@ def test_only_the_importer_knows_the_old_files_and_the_page_reads_through_the_st
             r"sqlite3|read_bytes|read_text|os\.(?:scandir|stat|open)|\.glob\(|SELECT |/proc", path.read_text()
         )
         assert found == [], f"ui/{path.name} reads the store behind its back: {found}"
+
+
+def test_retire_archives_or_deletes_an_idle_session_and_records_it(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "s")
+    kept, gone = store.create("a", title="kept"), store.create("a", title="gone")
+    store.append_item(kept, MessageItem(role="user", content="hello"))
+    archived = store.retire(kept.id, "archive", via="cli")
+    assert archived.id == kept.id and archived.item_count == 1
+    assert store.retire(gone.id, "delete", via="page").title == "gone"
+    assert store.list() == [] and store.load(kept.id) is None and store.load(gone.id) is None
+    archive = SessionStore(tmp_path / "s" / "archive", read_only=True)
+    (shown,) = archive.list()
+    assert shown.id == kept.id and shown.title == "kept"
+    events = [item for item in archive.require(kept.id).items if isinstance(item, EventItem)]
+    assert [(event.kind, event.data) for event in events] == [("session-archived", {"via": "cli"})]
+    audit = store.audit()
+    assert [(r["action"], r["via"], r["session"]["id"], r["session"]["title"]) for r in audit] == [
+        ("archive", "cli", kept.id, "kept"),
+        ("delete", "page", gone.id, "gone"),
+    ]
+    with pytest.raises(SessionNotFound):
+        store.retire(gone.id, "delete", via="cli")
+    store.close()
+
+
+def test_retire_is_refused_while_a_turn_runs_here_or_another_store_holds_the_session(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "s")
+    busy = store.create("a")
+    store.update(busy, status="running")
+    with pytest.raises(AgentError, match="has a running turn; cancel it or wait for it to end first"):
+        store.retire(busy.id, "delete", via="cli")
+    other = SessionStore(tmp_path / "s")  # a second writer (another process, as far as the lock goes)
+    with pytest.raises(AgentError, match="is open in another process"):
+        other.retire(busy.id, "archive", via="cli")
+    assert [meta.id for meta in store.list()] == [busy.id] and store.audit() == []
+    store.update(busy, status="idle")
+    store.close()  # the writer lets it go: now it can be removed
+    assert other.retire(busy.id, "delete", via="cli").id == busy.id
+    other.close()

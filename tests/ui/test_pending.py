@@ -42,7 +42,7 @@ async def test_a_request_of_a_live_process_is_its_own_and_becomes_answerable_her
         runner, _ = module.build(tmp_path, 1)  # the same app, second life: this process serves the page
         async with runner, serving(runner) as (ui, base), httpx.AsyncClient() as client:
             await client.get(ui.login_url(base))
-            (entry,) = ui.pending()
+            (entry,) = ui.pending.pending()
             assert (entry.request.id, entry.state, entry.writer_pid) == (line[1], "elsewhere", process.pid)
             page = await client.get(f"{base}/")
             assert f"another process (pid {process.pid})" in page.text and "Approve</button>" not in page.text
@@ -54,7 +54,7 @@ async def test_a_request_of_a_live_process_is_its_own_and_becomes_answerable_her
 
             process.send_signal(signal.SIGKILL)
             process.wait(10)
-            (entry,) = ui.pending()
+            (entry,) = ui.pending.pending()
             assert (entry.state, entry.writer_pid) == ("paused", None)
             answered = await client.post(answer, data=form, headers={"Origin": base}, follow_redirects=True)
             assert "Approved: deploy" in answered.text and "the turn resumed as turn-" in answered.text
@@ -62,7 +62,7 @@ async def test_a_request_of_a_live_process_is_its_own_and_becomes_answerable_her
             if handle is not None:
                 await handle.wait(20)
                 assert handle.status is TurnStatus.COMPLETED
-            assert ui.pending() == []
+            assert ui.pending.pending() == []
             again = await client.post(answer, data=form, headers={"Origin": base}, follow_redirects=True)
             assert f"Already answered or withdrawn: session {SESSION} has no pending approval" in again.text
     finally:
@@ -120,7 +120,7 @@ async def test_the_page_the_cli_and_the_runner_answer_what_is_pending_alike(
         return [request["id"] for request in json.loads(capsys.readouterr().out)]
 
     def page() -> list[tuple[str, str, str]]:
-        return [(entry.session_id, entry.request.id, entry.state) for entry in reversed(ui.pending())]
+        return [(entry.session_id, entry.request.id, entry.state) for entry in reversed(ui.pending.pending())]
 
     before = page()
     assert len(before) == 2 and {state for _, _, state in before} == {"paused"}

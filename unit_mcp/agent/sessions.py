@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import TypeAdapter
+
 from ..paths import private_dir
 from ._paused import REQUESTED, State, repair, waiting
 from .approvals import ApprovalRequest
@@ -50,6 +52,8 @@ SYNCHRONOUS = {"always": "FULL", "flush": "NORMAL", "never": "OFF"}
 DATABASE = "sessions.db"
 SCHEMA_VERSION = 1
 UPDATABLE = frozenset({"title", "status", "data", "parent_id"})
+ARCHIVE = "archive"  # the folder of the store archived sessions move to, a store of its own
+Retirement = Literal["delete", "archive"]
 HEARTBEAT_SECONDS = 5.0  # how often a writer refreshes its claims
 STALE_SECONDS = 30.0  # a claim whose heartbeat is older is dead even if its pid exists (reused, or another host)
 HOST = socket.gethostname()
@@ -70,11 +74,14 @@ CREATE INDEX IF NOT EXISTS items_by_seq ON items (session_id, seq);
 CREATE TABLE IF NOT EXISTS writers (
     session_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, token TEXT NOT NULL,
     heartbeat REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    at REAL NOT NULL, action TEXT NOT NULL, via TEXT NOT NULL, session TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS clock (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL);
 INSERT OR IGNORE INTO clock VALUES (1, 0);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 HEAD = "id, agent_id, title, status, parent_id, created_at, updated_at, item_count"
+METAS = TypeAdapter(list[SessionMeta])
 
 
 def new_session_id() -> str:
@@ -225,7 +232,47 @@ class SessionStore:
                 conn.execute("DELETE FROM writers WHERE session_id = ?", (session_id,))
                 return conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
 
-    def list(self) -> list[SessionMeta]:
+    def retire(self, session_id: str, action: Retirement, *, via: str) -> SessionMeta:
+        """Delete or archive a session on someone's request (`via`: the CLI, the page): refused (AgentError)
+        while a turn runs in it, here or in another process holding it, and recorded in the store's audit. An
+        archived session moves to the store in `ARCHIVE` with a `session-archived` event of its own."""
+        with self._lock:
+            try:
+                opened = self._require_open(session_id)
+            except SessionLocked:
+                raise AgentError(
+                    f"session {session_id} is open in another process (a turn may run there); stop that turn, or "
+                    "retry once the process has let the session go"
+                ) from None
+            if opened.session.status == "running":
+                raise AgentError(f"session {session_id} has a running turn; cancel it or wait for it to end first")
+            meta = opened.session.meta()
+            if action == "archive":  # copied first: a crash in between leaves it in both stores, never in none
+                self.append_item(opened.session, EventItem(kind="session-archived", data={"via": via}))
+                archive = SessionStore(self.root / ARCHIVE, durability=self.durability)
+                try:
+                    archive.save(opened.session)
+                finally:
+                    archive.close()
+            self.invalidate(session_id)
+            with self._write() as (conn, _):
+                conn.execute("DELETE FROM writers WHERE session_id = ?", (session_id,))
+                conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+                record = (time.time(), action, via, meta.model_dump_json())
+                conn.execute("INSERT INTO audit VALUES (?, ?, ?, ?)", record)
+            return meta
+
+    def audit(self) -> builtins.list[dict[str, Any]]:
+        """The store's audit trail, oldest first: every session deleted or archived, when and from where."""
+        with self._lock:
+            conn = self._reader()
+            rows = [] if conn is None else conn.execute("SELECT at, action, via, session FROM audit ORDER BY rowid")
+            return [
+                {"at": at, "action": action, "via": via, "session": json.loads(session)}
+                for at, action, via, session in rows
+            ]
+
+    def list(self) -> builtins.list[SessionMeta]:
         """Metadata of every session, newest first, never the items."""
         with self._lock:
             conn = self._reader()
@@ -233,7 +280,7 @@ class SessionStore:
                 return []
             rows = conn.execute(f"SELECT {HEAD} FROM sessions ORDER BY updated_at DESC, id").fetchall()
         names = HEAD.split(", ")
-        return [SessionMeta.model_validate(dict(zip(names, row, strict=True))) for row in rows]
+        return METAS.validate_python([dict(zip(names, row, strict=True)) for row in rows])  # validated at once
 
     def meta(self, session_id: str) -> SessionMeta | None:
         """One session's metadata, or None if there is none."""
@@ -566,9 +613,8 @@ class SessionStore:
         *head, data = row
         fields = dict(zip(HEAD.split(", "), head, strict=True))
         del fields["item_count"]
-        return Session.model_validate(
-            {**fields, "data": json.loads(data), "items": [json.loads(body) for (body,) in bodies]}
-        )
+        items = ",".join(body for (body,) in bodies)  # one JSON document validated at once: long sessions load fast
+        return Session.model_validate_json(f'{json.dumps(fields)[:-1]}, "data": {data}, "items": [{items}]}}')
 
     def _require_open(self, session: Session | str) -> _Open:
         self._writable()

@@ -39,7 +39,7 @@ from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import SessionStore
 from .auth import PageAuth
-from .pending import PendingEntry, pending_entries
+from .pending import PendingEntry, PendingIndex
 from .transcript import Change, Transcript
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class AgentUI:
         self.token = token or secrets.token_urlsafe(32)
         self.csrf = secrets.token_urlsafe(32)
         self.browse = SessionStore(self.root, read_only=True)
+        self.pending = PendingIndex(self.browse, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.closing = False
         self.templates = jinja2.Environment(
@@ -132,7 +133,7 @@ class AgentUI:
 
     async def pending_page(self, request: Request) -> Response:
         notice = self.notices.pop(request.query_params.get("notice", ""), None)
-        entries = await anyio.to_thread.run_sync(self.pending)
+        entries = await anyio.to_thread.run_sync(self.pending.pending)
         return self._page(
             request,
             "pending.html",
@@ -142,7 +143,7 @@ class AgentUI:
         )
 
     async def pending_fragment(self, request: Request) -> Response:
-        entries = await anyio.to_thread.run_sync(self.pending)
+        entries = await anyio.to_thread.run_sync(self.pending.pending)
         return self._page(request, "_pending_list.html", entries=entries)
 
     async def sessions_page(self, request: Request) -> Response:
@@ -193,7 +194,7 @@ class AgentUI:
         if not isinstance(decision, str) or decision not in DECISIONS:
             return PlainTextResponse("decision must be approve, deny or always.", status_code=400)
         approved, remember = DECISIONS[decision]
-        known = {entry.request.id: entry for entry in await anyio.to_thread.run_sync(self.pending)}
+        known = {entry.request.id: entry for entry in await anyio.to_thread.run_sync(self.pending.pending)}
         entry = known.get(request_id)
         what = f"{entry.request.tool or 'the call'} ({request_id})" if entry else request_id
         verdict = "Denied" if not approved else "Approved (always, this session)" if remember else "Approved"
@@ -231,9 +232,6 @@ class AgentUI:
         return RedirectResponse(f"{self._root(request)}/?notice={key}", status_code=303)
 
     # -- live updates -----------------------------------------------------------------------------
-
-    def pending(self) -> list[PendingEntry]:
-        return pending_entries(self.browse, self._live_turn)
 
     def store_state(self) -> str:
         """A short digest of the store's version (every write, and writers that ended) and this process's live

@@ -29,17 +29,24 @@ class PendingEntry:
     writer_pid: int | None = None
 
 
-def pending_entries(store: SessionStore, live_turn: LiveTurn) -> list[PendingEntry]:
-    """Every waiting request, newest first. Blocking (call it off the loop)."""
-    return [
-        PendingEntry(
-            entry.request,
-            entry.session.id,
-            entry.session.agent_id,
-            entry.session.title,
-            entry.state,
-            fold_arguments(entry.request.arguments),
-            entry.writer_pid,
-        )
-        for entry in reversed(store.pending(live_turn=live_turn))
-    ]
+class PendingIndex:
+    """The page's view of `SessionStore.pending()` for `store`, with this process's live turns."""
+
+    def __init__(self, store: SessionStore, live_turn: LiveTurn) -> None:
+        self.store = store
+        self.live_turn = live_turn
+
+    def pending(self) -> list[PendingEntry]:
+        """Every waiting request, newest first. Blocking (call it off the loop)."""
+        return [
+            PendingEntry(
+                entry.request,
+                entry.session.id,
+                entry.session.agent_id,
+                entry.session.title,
+                entry.state,
+                fold_arguments(entry.request.arguments),
+                entry.writer_pid,
+            )
+            for entry in reversed(self.store.pending(live_turn=self.live_turn))
+        ]
