@@ -13,6 +13,9 @@ pid, a heartbeat and a token) and every write checks the claim, so a second writ
 Loading repairs what a dead turn left (`_paused.repair`: the one function; the writer stores its result),
 readers only read. `read_only=True` gives a store that never claims, repairs or writes.
 
+`retire` deletes a session or moves it to the store in `archive/`, refused while a turn runs in it and recorded in
+the store's audit (`audit()`).
+
 A store-wide counter (`clock`) numbers every write: `changes(session_id, after)` returns what changed since a
 number (the approval page follows sessions with it) and `version()` changes whenever anything a page shows may.
 
