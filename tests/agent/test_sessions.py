@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,7 @@ def test_a_second_writer_in_this_process_is_refused_until_the_first_lets_go(stor
 
 HOLDER = """
 import sys
+import time
 from unit_mcp.agent.sessions import SessionStore
 store = SessionStore(sys.argv[1])
 store.require(sys.argv[2])
@@ -352,3 +354,53 @@ def test_retire_is_refused_while_a_turn_runs_here_or_another_store_holds_the_ses
     store.close()  # the writer lets it go: now it can be removed
     assert other.retire(busy.id, "delete", via="cli").id == busy.id
     other.close()
+
+
+STOPPED_WRITER = """
+import sys
+import time
+from unit_mcp.agent.errors import SessionLocked
+from unit_mcp.agent.items import MessageItem
+from unit_mcp.agent.sessions import SessionStore
+store = SessionStore(sys.argv[1])
+store.require(sys.argv[2])
+print("holding", flush=True)
+sys.stdin.readline()
+try:
+    store.append_item(sys.argv[2], MessageItem(role="user", content="too late"))
+    print("wrote", flush=True)
+except SessionLocked as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+def test_a_writer_whose_heartbeat_went_stale_loses_the_session_and_its_next_write_is_refused(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live pid is not enough (a stopped process, a pid reused, another host): the heartbeat must be fresh."""
+    session = store.create("a")
+    store.close()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_WRITER, str(store.root), session.id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        assert writer.stdout.readline().strip() == "holding"
+        writer.send_signal(signal.SIGSTOP)
+        monkeypatch.setattr("unit_mcp.agent.sessions.STALE_SECONDS", 0.5)
+        time.sleep(1.0)  # longer than the patched staleness: the stopped writer cannot have beaten since
+        second = SessionStore(store.root)
+        second.append_item(session.id, MessageItem(role="user", content="taken over"))
+        writer.send_signal(signal.SIGCONT)
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().startswith(f"refused: {session.id} is no longer held by this store")
+        contents = [item.content for item in second.require(session.id).items if isinstance(item, MessageItem)]
+        assert contents == ["taken over"]
+        second.close()
+    finally:
+        writer.kill()
+        writer.wait(30)
