@@ -345,10 +345,9 @@ class AgentRunner:
             self._active[session_id] = turn
             try:
                 started = {"turn_id": turn_id, "agent_id": agent.id} | ({"resumes": resume} if resume else {})
-                await turn.append(EventItem(kind="turn-started", data=started))
+                await turn.append(EventItem(kind="turn-started", data=started), status="running")
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))
-                await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
             except Exception as exc:
                 await turn.end(
                     TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"

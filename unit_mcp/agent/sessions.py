@@ -46,7 +46,7 @@ from ..paths import private_dir
 from ._paused import REQUESTED, State, repair, waiting
 from .approvals import ApprovalRequest
 from .errors import AgentError, SessionLocked, SessionNotFound
-from .items import ITEM, SESSION_ID, EventItem, Item, Session, SessionMeta
+from .items import ITEM, SESSION_ID, EventItem, Item, Session, SessionMeta, SessionStatus
 
 log = logging.getLogger("unit_mcp.agent.sessions")
 
@@ -295,8 +295,9 @@ class SessionStore:
 
     # -- items and updates ----------------------------------------------------------------------
 
-    def append_item(self, session: Session | str, item: Item) -> Item:
-        """Persist `item` at the end of the stream; the store assigns its `id` and `created_at`."""
+    def append_item(self, session: Session | str, item: Item, *, status: SessionStatus | None = None) -> Item:
+        """Persist `item` at the end of the stream; the store assigns its `id` and `created_at`. `status` sets the
+        session's status in the same transaction (a turn's start and end: one commit instead of two)."""
         with self._lock:
             opened = self._require_open(session)
             current = opened.session
@@ -311,9 +312,13 @@ class SessionStore:
                     "UPDATE sessions SET item_count = ?, updated_at = ?, asks = asks + ?, seq = ? WHERE id = ?",
                     (position + 1, updated_at, _asks(stored), seq, current.id),
                 )
+                if status is not None and status != current.status:
+                    conn.execute("UPDATE sessions SET status = ?, head_seq = ? WHERE id = ?", (status, seq, current.id))
             opened.index[stored.id] = position
             current.items.append(stored)
             current.updated_at = updated_at
+            if status is not None:
+                current.status = status
             return stored
 
     def update_item(
