@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Benchmark: the median cost of appending one item to an agent session with 10 and with 10,000 items.
+"""Benchmark: the median cost of appending one item to an agent session with 10 and with 10,000 items, of
+loading a 10,000-item session, and of listing a store of 10,000 sessions against one of 10.
 
-The session journal is append-only, so the cost should not depend on the history length (a ratio near 1).
-Measured for each durability policy (`always` fsyncs every record; `flush` only at flush points).
+An append is one SQLite transaction, so its cost should not depend on the history length (a ratio near 1).
+Measured for each durability policy (`always`: synchronous FULL; `flush`: NORMAL, FULL at flush points).
 Printed, not asserted:  .venv/bin/python scripts/bench_sessions.py [--appends N] [--dir DIR]
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from unit_mcp.agent import SessionStore
 from unit_mcp.agent.items import MessageItem
-from unit_mcp.agent.journal import Durability
+from unit_mcp.agent.sessions import Durability
 
 SIZES = (10, 10_000)
 CONTENT = "a typical message of a few dozen words " * 4
@@ -42,6 +43,39 @@ def median_append_us(root: Path, history: int, durability: Durability, appends: 
     return statistics.median(costs), statistics.quantiles(costs, n=10)[-1]
 
 
+def load_ms(root: Path, history: int, repeats: int = 5) -> float:
+    """Median time (ms) a fresh store takes to load a session of `history` items."""
+    filler = SessionStore(root, durability="never")
+    session = filler.create("bench")
+    for n in range(history):
+        filler.append_item(session, MessageItem(role="user", content=f"{n} {CONTENT}"))
+    filler.close()
+    costs = []
+    for _ in range(repeats):
+        store = SessionStore(root)
+        started = time.perf_counter_ns()
+        store.require(session.id)
+        costs.append((time.perf_counter_ns() - started) / 1e6)
+        store.close()
+    return statistics.median(costs)
+
+
+def list_ms(root: Path, sessions: int, repeats: int = 5) -> float:
+    """Median time (ms) of `list()` on a store holding `sessions` sessions."""
+    store = SessionStore(root, durability="never")
+    for n in range(sessions):
+        store.create("bench", title=f"session {n}")
+    store.close()
+    reader = SessionStore(root, read_only=True)
+    costs = []
+    for _ in range(repeats):
+        started = time.perf_counter_ns()
+        reader.list()
+        costs.append((time.perf_counter_ns() - started) / 1e6)
+    reader.close()
+    return statistics.median(costs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--appends", type=int, default=300, help="appends measured per size (default 300)")
@@ -58,6 +92,11 @@ def main() -> None:
             print(f"{durability:<10} {size:>7} {median:>10.1f} {p90:>9.1f}")
         ratio = medians[SIZES[-1]] / medians[SIZES[0]]
         print(f"{durability:<10} ratio {SIZES[-1]:,} / {SIZES[0]} items: {ratio:.2f}")
+    with tempfile.TemporaryDirectory(dir=args.dir) as root:
+        print(f"load a 10,000-item session: {load_ms(Path(root), 10_000):.1f} ms")
+    with tempfile.TemporaryDirectory(dir=args.dir) as small, tempfile.TemporaryDirectory(dir=args.dir) as big:
+        few, many = list_ms(Path(small), 10), list_ms(Path(big), 10_000)
+    print(f"list 10 sessions: {few:.2f} ms, 10,000 sessions: {many:.1f} ms (ratio {many / few:.0f})")
 
 
 if __name__ == "__main__":

@@ -1,23 +1,32 @@
-"""SessionStore against real files: CRUD, item order and metadata, crash repair, compaction, listing."""
+"""SessionStore on its SQLite database: CRUD, item order and metadata, crash repair, one writer per session (in
+this process and across processes, without /proc), live changes, the private folder, and the journal importer."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import unit_mcp.agent
 from unit_mcp.agent import AgentError, SessionStore
+from unit_mcp.agent._cli import main
 from unit_mcp.agent._projections import chat_messages, display_messages
-from unit_mcp.agent.errors import SessionCorrupt, SessionNotFound
+from unit_mcp.agent.errors import SessionLocked, SessionNotFound
 from unit_mcp.agent.items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
+from unit_mcp.paths import UntrustedFolder
 
 
 def test_create_load_save_list_delete(store: SessionStore) -> None:
     session = store.create("unit-agent", title="first", data={"k": 1})
     assert session.id.startswith("ses-") and session.status == "idle"
-    assert store.journal_path(session.id).exists()
 
     store.invalidate()
     loaded = store.load(session.id)
@@ -28,6 +37,7 @@ def test_create_load_save_list_delete(store: SessionStore) -> None:
 
     other = store.create("helper", session_id="my-session")
     assert [meta.id for meta in store.list()] == [other.id, session.id]
+    assert store.meta(session.id) == session.meta() and store.meta("ses-nope") is None
 
     loaded.title = "renamed"
     store.save(loaded)
@@ -38,25 +48,34 @@ def test_create_load_save_list_delete(store: SessionStore) -> None:
     assert store.delete(session.id) is False
     assert store.load(session.id) is None
     assert [meta.id for meta in store.list()] == [other.id]
-    assert sorted(p.name for p in store.root.iterdir()) == ["my-session.jsonl", "my-session.meta.json"]
 
 
-def test_session_ids_are_never_paths(store: SessionStore) -> None:
+def test_the_store_is_one_private_database_in_a_private_folder(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "sessions")
+    session = store.create("a")
+    store.append_item(session, MessageItem(role="user", content="secret"))
+    assert stat.S_IMODE(os.stat(store.root).st_mode) == 0o700
+    names = sorted(path.name for path in store.root.iterdir())
+    assert names[0] == "sessions.db" and set(names) <= {"sessions.db", "sessions.db-wal", "sessions.db-shm"}
+    assert {stat.S_IMODE(os.stat(store.root / name).st_mode) for name in names} == {0o600}
+
+
+def test_a_folder_another_user_made_is_refused(tmp_path: Path) -> None:
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 65534, 65534)
+    with pytest.raises(UntrustedFolder, match="belongs to uid 65534"):
+        SessionStore(planted)
+    assert list(planted.iterdir()) == []  # nothing was written into it
+
+
+def test_session_ids_are_checked(store: SessionStore) -> None:
     for bad in ("../x", "a/b", "", ".hidden", "x" * 200):
         with pytest.raises(AgentError):
             store.create("a", session_id=bad)
     store.create("a", session_id="taken")
     with pytest.raises(AgentError, match="already exists"):
         store.create("a", session_id="taken")
-
-
-def test_writes_are_atomic_no_temporary_files_left(store: SessionStore) -> None:
-    session = store.create("a")
-    for n in range(5):
-        store.append_item(session, MessageItem(role="user", content=f"m{n}"))
-    store.update(session, title="t")
-    store.save(store.require(session.id))
-    assert not [p for p in store.root.iterdir() if p.name.startswith(".")]
 
 
 def test_items_keep_order_ids_and_metadata_across_reload(store: SessionStore) -> None:
@@ -87,13 +106,9 @@ def test_items_keep_order_ids_and_metadata_across_reload(store: SessionStore) ->
     assert [item.model_dump() for item in reloaded.items] == [
         item.model_dump() for item in (user, call, result, answer)
     ]
-    last = reloaded.items[-1]
-    assert (
-        isinstance(last, MessageItem)
-        and last.model == "scripted"
-        and last.usage == Usage(input_tokens=12, output_tokens=3)
-    )
     assert [m.role for m in display_messages(reloaded.items)] == ["user", "assistant"]
+    (meta,) = store.list()
+    assert (meta.item_count, meta.updated_at) == (4, answer.created_at)
 
 
 def test_update_item_and_session_updates_persist(store: SessionStore) -> None:
@@ -114,13 +129,15 @@ def test_update_item_and_session_updates_persist(store: SessionStore) -> None:
     assert reloaded.items[0].model_dump(include={"content", "partial"}) == {"content": "Hello, world", "partial": False}
 
 
-def test_partial_updates_are_flushed_at_invalidate(store: SessionStore) -> None:
+def test_partial_updates_stay_in_memory_until_a_flush(store: SessionStore) -> None:
     session = store.create("a")
     item = store.append_item(session, MessageItem(role="assistant", content="", partial=True))
+    reader = SessionStore(store.root, read_only=True)
+    before = reader.changes(session.id)
     store.update_item(session, item.id, {"content": "streamed so far"}, persist=False)
+    assert reader.changes(session.id) == before  # nothing was written
     store.invalidate()
-    reloaded = store.require(session.id).items[0]
-    assert isinstance(reloaded, MessageItem) and reloaded.content == "streamed so far"
+    assert reader.require(session.id).items[0].content == "streamed so far"  # type: ignore[union-attr]
 
 
 def test_session_serialises_to_one_json_document(store: SessionStore) -> None:
@@ -129,56 +146,6 @@ def test_session_serialises_to_one_json_document(store: SessionStore) -> None:
     document = store.require(session.id).model_dump_json()
     again = Session.model_validate_json(document)
     assert again.items[0].content == "hi" and again.data == {"x": [1, 2]}  # type: ignore[union-attr]
-
-
-def test_list_reads_metadata_without_item_histories(store: SessionStore) -> None:
-    session = store.create("a", title="big")
-    for n in range(20):
-        store.append_item(session, MessageItem(role="user", content=f"message {n}"))
-    store.flush()
-    store.invalidate()
-    path = store.journal_path(session.id)
-    lines = path.read_bytes().splitlines(keepends=True)
-    # damage every item record: listing must not notice, loading must
-    path.write_bytes(lines[0] + b"".join(b"#" + line[1:] for line in lines[1:]))
-    (meta,) = store.list()
-    assert (meta.id, meta.title, meta.item_count) == (session.id, "big", 20)
-    with pytest.raises(SessionCorrupt, match="record 2 is damaged"):
-        store.load(session.id)
-
-
-def test_list_falls_back_to_the_journal_header_without_a_sidecar(store: SessionStore) -> None:
-    session = store.create("a", title="no sidecar")
-    store.invalidate()
-    (store.root / f"{session.id}.meta.json").unlink()
-    assert [(m.id, m.title) for m in store.list()] == [(session.id, "no sidecar")]
-
-
-def test_a_torn_last_write_loses_only_that_item(store: SessionStore) -> None:
-    session = store.create("a")
-    for n in range(3):
-        store.append_item(session, MessageItem(role="user", content=f"m{n}"))
-    store.invalidate()
-    path = store.journal_path(session.id)
-    path.write_bytes(path.read_bytes()[:-7])  # the crash cut the last record short
-    reloaded = store.require(session.id)
-    assert [item.content for item in reloaded.items] == ["m0", "m1"]  # type: ignore[union-attr]
-    store.append_item(reloaded, MessageItem(role="user", content="after the crash"))
-    store.invalidate()
-    assert [item.content for item in store.require(session.id).items] == ["m0", "m1", "after the crash"]  # type: ignore[union-attr]
-
-
-def test_damage_before_the_last_line_is_reported_not_skipped(store: SessionStore) -> None:
-    session = store.create("a")
-    for n in range(3):
-        store.append_item(session, MessageItem(role="user", content=f"m{n}"))
-    store.invalidate()
-    path = store.journal_path(session.id)
-    lines = path.read_bytes().splitlines(keepends=True)
-    lines[2] = b"{garbage\n"
-    path.write_bytes(b"".join(lines))
-    with pytest.raises(SessionCorrupt):
-        store.load(session.id)
 
 
 def test_orphaned_tool_calls_are_closed_on_load(store: SessionStore) -> None:
@@ -190,32 +157,22 @@ def test_orphaned_tool_calls_are_closed_on_load(store: SessionStore) -> None:
     store.update(session, status="running")
     store.invalidate()  # the process "died" here
 
+    as_stored = SessionStore(store.root, read_only=True).require(session.id)
+    assert as_stored.status == "running" and as_stored.open_tool_calls()  # readers only read
+
     repaired = store.require(session.id)
     assert repaired.status == "idle" and repaired.open_tool_calls() == []
     result = next(item for item in repaired.items if isinstance(item, ToolResultItem))
     assert result.call_id == "c1" and result.is_error and result.synthetic
     assert any(isinstance(i, EventItem) and i.kind == "turn-interrupted" for i in repaired.items)
     assert not any(isinstance(i, MessageItem) and i.partial for i in repaired.items)
-    messages = chat_messages(repaired.items)
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert [m["role"] for m in chat_messages(repaired.items)] == ["user", "assistant", "tool"]
 
-    store.invalidate()  # the repair itself was persisted: a second load changes nothing
+    store.invalidate()  # the repair itself was stored: a second load changes nothing
     assert store.require(session.id).model_dump() == repaired.model_dump()
 
 
-def test_updates_are_compacted_so_appends_stay_cheap(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path, compact_after=8)
-    session = store.create("a")
-    item = store.append_item(session, MessageItem(role="assistant", content=""))
-    for n in range(100):
-        store.update_item(session, item.id, {"content": "x" * n})
-    records = store.journal_path(session.id).read_text().splitlines()
-    assert len(records) <= 2 + 10  # header + item + at most the garbage allowance
-    store.invalidate()
-    assert store.require(session.id).items[0].content == "x" * 99  # type: ignore[union-attr]
-
-
-def test_durability_policies_all_replay(tmp_path: Path) -> None:
+def test_durability_policies_all_reload(tmp_path: Path) -> None:
     for durability in ("always", "flush", "never"):
         store = SessionStore(tmp_path / durability, durability=durability)
         session = store.create("a")
@@ -225,12 +182,139 @@ def test_durability_policies_all_replay(tmp_path: Path) -> None:
         assert SessionStore(tmp_path / durability).require(session.id).items[0].content == durability  # type: ignore[union-attr]
 
 
-def test_journal_lines_are_plain_json(store: SessionStore) -> None:
+def test_a_second_writer_in_this_process_is_refused_until_the_first_lets_go(store: SessionStore) -> None:
     session = store.create("a")
-    store.append_item(session, MessageItem(role="user", content="line\nbreak ü"))
-    lines = store.journal_path(session.id).read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line)["op"] for line in lines] == ["session", "item"]
-    assert oct(os.stat(store.root).st_mode & 0o777) == "0o700"
+    other = SessionStore(store.root)
+    with pytest.raises(SessionLocked, match="open for writing elsewhere"):
+        other.load(session.id)
+    assert SessionStore(store.root, read_only=True).require(session.id).id == session.id  # readers never wait
+    store.invalidate(session.id)
+    other.append_item(session.id, MessageItem(role="user", content="mine now"))
+    with pytest.raises(SessionLocked):
+        store.append_item(session.id, MessageItem(role="user", content="not yours"))
+    store.close()  # closing a store releases what it holds; a closed store writes nothing
+    with pytest.raises(AgentError, match="closed"):
+        store.create("a")
+
+
+HOLDER = """
+import sys
+import time
+from unit_mcp.agent.sessions import SessionStore
+store = SessionStore(sys.argv[1])
+store.require(sys.argv[2])
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_writer_in_another_process_is_refused_and_its_death_is_seen_without_proc(store: SessionStore) -> None:
+    session = store.create("a")
+    store.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(store.root), session.id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        reader = SessionStore(store.root, read_only=True)
+        alive = reader.version()
+        assert f"{session.id}={holder.pid}" in alive
+        second = SessionStore(store.root)
+        with pytest.raises(SessionLocked, match="open for writing elsewhere"):
+            second.load(session.id)
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+        assert reader.version() != alive and f"{session.id}=0" in reader.version()  # no heartbeat wait needed
+        second.append_item(session.id, MessageItem(role="user", content="taken over"))
+        second.close()
+    finally:
+        holder.kill()
+        holder.wait(30)
+
+
+def test_changes_give_what_changed_after_a_cursor(store: SessionStore) -> None:
+    session = store.create("a", session_id="ses-live")
+    first = store.append_item(session, MessageItem(role="user", content="first"))
+    reader = SessionStore(store.root, read_only=True)
+    everything = reader.changes(session.id)
+    assert everything is not None and not everything.reset
+    assert [record["op"] for record in everything.records] == ["session", "item"]
+
+    store.append_item(session, MessageItem(role="assistant", content="second"))
+    store.update_item(session, first.id, {"content": "first, edited"})
+    later = reader.changes(session.id, everything.cursor)
+    assert later is not None and later.cursor > everything.cursor
+    assert [(r["op"], r["item"]["content"]) for r in later.records if r["op"] != "session"] == [
+        ("item", "second"),
+        ("update_item", "first, edited"),
+    ]
+    assert reader.changes(session.id, later.cursor).records == []  # type: ignore[union-attr]
+
+    store.delete(session.id)
+    assert reader.changes(session.id, later.cursor) is None
+    store.create("a", session_id="ses-live")  # a new session under the old id: a view must start over
+    assert reader.changes(session.id, later.cursor).reset  # type: ignore[union-attr]
+
+
+def journal(folder: Path, session_id: str, records: list[dict], tail: bytes = b"") -> Path:
+    """A journal of the old file store, written the way it wrote them (one JSON object a line)."""
+    path = folder / f"{session_id}.jsonl"
+    path.write_bytes(b"".join(json.dumps(record).encode() + b"\n" for record in records) + tail)
+    return path
+
+
+def old_session(session_id: str, status: str = "idle") -> dict:
+    head = {"id": session_id, "agent_id": "unit-agent", "title": "old", "status": status}
+    return {"op": "session", "v": 1, "session": {**head, "created_at": 1.0, "updated_at": 1.0, "data": {}}}
+
+
+def item(number: int, content: str) -> dict:
+    return {"id": f"itm-{number}", "created_at": 1.0 + number, "type": "message", "role": "user", "content": content}
+
+
+def test_sessions_import_brings_old_journals_in_and_refuses_a_damaged_one_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old = tmp_path / "old"
+    old.mkdir()
+    journal(old, "ses-a", [old_session("ses-a"), {"op": "item", "item": item(1, "one")}])
+    running = [old_session("ses-b", "running"), {"op": "item", "item": item(1, "two")}]
+    running.append({"op": "update_item", "item": item(1, "two, edited")})
+    journal(old, "ses-b", running, tail=b'{"op": "item", "item": {"id": "itm-2"')  # a crash tore the last line
+    bad = journal(old, "ses-c", [old_session("ses-c"), *({"op": "item", "item": item(n, "x")} for n in (1, 2))])
+    bad.write_bytes(bad.read_bytes().replace(b'"op": "item"', b'"op": "item"}}', 1))
+    data = tmp_path / "data"
+
+    assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {bad}: record 2 is damaged (Extra data")
+    assert SessionStore(data, read_only=True).list() == []  # all or nothing
+
+    bad.unlink()
+    assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 0
+    store = SessionStore(data)
+    assert sorted(meta.id for meta in store.list()) == ["ses-a", "ses-b"]
+    assert [i.content for i in store.require("ses-b").items if isinstance(i, MessageItem)] == ["two, edited"]
+    assert store.require("ses-b").status == "idle"  # repaired on its first load for writing
+    store.close()
+    assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 1
+    assert "already holds ses-a, ses-b; nothing was imported" in capsys.readouterr().err
+
+
+def test_only_the_importer_knows_the_old_files_and_the_page_reads_through_the_store() -> None:
+    agent = Path(unit_mcp.agent.__file__).parent
+    sources = [path for path in agent.rglob("*") if path.suffix in (".py", ".html", ".js")]
+    knowing = sorted(
+        str(path.relative_to(agent)) for path in sources if re.search(r"jsonl|/proc/locks", path.read_text())
+    )
+    assert knowing == ["_import.py"]
+    for path in (agent / "ui").glob("*.py"):  # no file reading, no SQL, no process table: only SessionStore calls
+        found = re.findall(
+            r"sqlite3|read_bytes|read_text|os\.(?:scandir|stat|open)|\.glob\(|SELECT |/proc", path.read_text()
+        )
+        assert found == [], f"ui/{path.name} reads the store behind its back: {found}"
 
 
 def test_retire_archives_or_deletes_an_idle_session_and_records_it(tmp_path: Path) -> None:
@@ -270,3 +354,53 @@ def test_retire_is_refused_while_a_turn_runs_here_or_another_store_holds_the_ses
     store.close()  # the writer lets it go: now it can be removed
     assert other.retire(busy.id, "delete", via="cli").id == busy.id
     other.close()
+
+
+STOPPED_WRITER = """
+import sys
+import time
+from unit_mcp.agent.errors import SessionLocked
+from unit_mcp.agent.items import MessageItem
+from unit_mcp.agent.sessions import SessionStore
+store = SessionStore(sys.argv[1])
+store.require(sys.argv[2])
+print("holding", flush=True)
+sys.stdin.readline()
+try:
+    store.append_item(sys.argv[2], MessageItem(role="user", content="too late"))
+    print("wrote", flush=True)
+except SessionLocked as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+def test_a_writer_whose_heartbeat_went_stale_loses_the_session_and_its_next_write_is_refused(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live pid is not enough (a stopped process, a pid reused, another host): the heartbeat must be fresh."""
+    session = store.create("a")
+    store.close()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_WRITER, str(store.root), session.id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        assert writer.stdout.readline().strip() == "holding"
+        writer.send_signal(signal.SIGSTOP)
+        monkeypatch.setattr("unit_mcp.agent.sessions.STALE_SECONDS", 0.5)
+        time.sleep(1.0)  # longer than the patched staleness: the stopped writer cannot have beaten since
+        second = SessionStore(store.root)
+        second.append_item(session.id, MessageItem(role="user", content="taken over"))
+        writer.send_signal(signal.SIGCONT)
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().startswith(f"refused: {session.id} is no longer held by this store")
+        contents = [item.content for item in second.require(session.id).items if isinstance(item, MessageItem)]
+        assert contents == ["taken over"]
+        second.close()
+    finally:
+        writer.kill()
+        writer.wait(30)

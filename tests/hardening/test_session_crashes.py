@@ -1,10 +1,11 @@
-"""A process appending to agent sessions (`unit_mcp.agent.SessionStore`) is killed with SIGKILL at random
-moments, many times: afterwards every session loads, its messages are the acknowledged ones in order (the one
-being written may be lost, nothing before it), and what a dead turn left open is repaired.
+"""Several processes appending to agent sessions in one store (`unit_mcp.agent.SessionStore`, one SQLite
+database) are killed with SIGKILL at random moments, many times: afterwards the database is whole, every session
+loads, its messages are the acknowledged ones in order (the one being written may be lost, nothing before it),
+what a dead turn left open is repaired, and while the writers live a second writer of their sessions is refused.
 
-The writer is forked from a zygote that has already imported the store, so that a kill costs milliseconds
-rather than an interpreter start-up; it appends messages, opens and closes tool calls, marks sessions running,
-rewrites items (which compacts journals) and now and then creates a session - all of it under the kills.
+The writers are forked from a zygote that has already imported the store, so that a kill costs milliseconds
+rather than an interpreter start-up; each appends messages, opens and closes tool calls, marks sessions running,
+rewrites items and now and then creates a session - all of it under the kills.
 """
 
 from __future__ import annotations
@@ -14,55 +15,53 @@ import contextlib
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
 
+from unit_mcp.agent.errors import SessionLocked
 from unit_mcp.agent.items import MessageItem
-from unit_mcp.agent.journal import read
-from unit_mcp.agent.sessions import SessionStore
+from unit_mcp.agent.sessions import DATABASE, SessionStore
 
 from .report import Report
 
 KILLS = 30
+WRITERS = 3  # processes appending at once, each to sessions of its own
 WAIT_SECONDS = 60  # for a killed writer to be reported; it takes milliseconds
 
 ZYGOTE = r"""
-import os, sys
-from pathlib import Path
+import os, random, sys
 from unit_mcp.agent.items import MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.agent.sessions import SessionStore
 
 def say(line):  # one write(2) of less than PIPE_BUF bytes: a kill cannot leave half a line (print can)
     os.write(1, (line + "\n").encode())
 
-def write_forever(root, seed):
-    store = SessionStore(root, compact_after=4)
-    ids = sorted(path.name.removesuffix(".jsonl") for path in Path(root).glob("*.jsonl"))
+def write_forever(root, seed, k):
+    store = SessionStore(root)
+    ids = sorted(meta.id for meta in store.list() if meta.id.startswith(f"ses-{k}-"))
     counts = {}
     for sid in ids:
-        session = store.require(sid)  # replays and repairs what the last kill left
+        session = store.require(sid)  # claims it, and repairs what the last kill left
         numbers = [int(i.content[2:]) for i in session.items if i.type == "message" and i.content.startswith("n=")]
         counts[sid] = max(numbers, default=0)
-    say("ready")
-    step = seed
+    say(f"ready {k}")
+    rng = random.Random(seed)
     while True:
-        step += 1
-        if len(ids) < 6 and step % 40 == 0:
-            sid = f"ses-{len(ids)}"
+        if len(ids) < 3 and rng.random() < 0.02:
+            sid = f"ses-{k}-{len(ids)}"
             store.create("hardening", session_id=sid, title="crash test")
             say(f"created {sid}")
             ids.append(sid)
             counts[sid] = 0
-        if not ids:
-            continue
-        sid = ids[step % len(ids)]
+        sid = rng.choice(ids)
         counts[sid] += 1
         n = counts[sid]
         first = store.append_item(sid, MessageItem(role="user", content=f"n={n}"))
@@ -77,22 +76,28 @@ def write_forever(root, seed):
             store.update_item(sid, first.id, {"content": f"n={n}", "kind": "rewritten"})
 
 for line in sys.stdin:
-    root, seed = line.split()
-    go_read, go_write = os.pipe()  # the writer starts once "child <pid>" is out, so that line always comes first
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(go_write)
-            os.read(go_read, 1)
-            write_forever(root, int(seed))
-        finally:
-            os._exit(1)
-    os.close(go_read)
-    say(f"child {pid}")
-    os.write(go_write, b"g")
-    os.close(go_write)
-    _, status = os.waitpid(pid, 0)
-    say(f"exited {status}")
+    root, seed, writers = line.split()
+    children = []
+    for k in range(int(writers)):
+        go_read, go_write = os.pipe()  # a writer starts once "child <pid>" is out, so that line comes first
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(go_write)
+                os.read(go_read, 1)
+                write_forever(root, int(seed) * 10 + k, k)
+            finally:
+                os._exit(1)
+        os.close(go_read)
+        say(f"child {pid}")
+        children.append((pid, go_write))
+    for pid, go_write in children:
+        os.write(go_write, b"g")
+        os.close(go_write)
+    for pid, _ in children:
+        _, status = os.waitpid(pid, 0)
+        say(f"exited {status}")
+    say("done")
 """
 
 
@@ -101,7 +106,7 @@ class Zygote:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
-        self.child: int | None = None  # the writer alive right now, if any
+        self.children: list[int] = []  # the writers alive right now
         self.stuck: list[str] = []  # what the watchdog found the processes doing
         self.seen = collections.deque[str](maxlen=4)  # the last lines read, for the failure message
 
@@ -115,57 +120,65 @@ class Zygote:
         assert self.proc.stdout is not None
         return self.proc.stdout
 
-    def run_and_kill(self, root: Path, seed: int, after: float) -> list[str]:
-        """Fork a writer, let it write for `after` seconds once ready, SIGKILL it; every line it printed.
+    def run_and_kill(self, root: Path, seed: int, after: float, probe: Callable[[], None]) -> list[str]:
+        """Fork WRITERS writers, run `probe` once all are ready, let them write for `after` seconds more, SIGKILL
+        them one by one; every line they printed.
 
-        Every wait is bounded: if no report arrives within WAIT_SECONDS the writer and the zygote are killed, the
+        Every wait is bounded: if no report arrives within WAIT_SECONDS the writers and the zygote are killed, the
         pipe ends and the test fails with what was read so far instead of hanging until pytest-timeout.
         """
         watchdog = threading.Timer(WAIT_SECONDS, self.kill)
         watchdog.start()
+        lines = []
         try:
-            self.stdin.write(f"{root} {seed}\n")
+            self.stdin.write(f"{root} {seed} {WRITERS}\n")
             self.stdin.flush()
-            child = self.child = int(self._line().split()[1])
-            ready = self._line()
-            assert ready == "ready", f"the writer did not start: {ready!r}"
+            self.children = [int(self._line().split()[1]) for _ in range(WRITERS)]
+            ready = 0
+            while ready < WRITERS:
+                line = self._line()
+                assert line.split()[0] in ("ready", "ack", "created"), f"a writer did not start: {line!r}"
+                ready += line.startswith("ready")
+                lines.append(line)
+            probe()
             time.sleep(after)
-            os.kill(child, signal.SIGKILL)
-            lines = []
-            while not (line := self._line()).startswith("exited"):
+            for child in self.children:
+                os.kill(child, signal.SIGKILL)
+            while (line := self._line()) != "done":
                 lines.append(line)
         finally:
             watchdog.cancel()
-        assert line == f"exited {signal.SIGKILL}", line
-        self.child = None
-        return lines
+        exits = [line for line in lines if line.startswith("exited")]
+        assert exits == [f"exited {signal.SIGKILL}"] * WRITERS, exits
+        self.children = []
+        return [line for line in lines if not line.startswith(("exited", "ready"))]
 
     def _line(self) -> str:
         raw = self.stdout.readline()
         self.seen.append(raw)
         assert raw, (
-            f"the zygote's output ended (zygote exit code {self.proc.poll()}, writer {self.child}); "
+            f"the zygote's output ended (zygote exit code {self.proc.poll()}, writers {self.children}); "
             f"{self.stuck}; last lines {list(self.seen)}"
         )
         return raw.strip()
 
     def kill(self) -> None:
         """The watchdog's way out: note what the writer and the zygote are blocked in, then kill both."""
-        for pid in (self.child, self.proc.pid):
+        for pid in (*self.children, self.proc.pid):
             with contextlib.suppress(OSError):
                 stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
                 wchan = Path(f"/proc/{pid}/wchan").read_text()
                 syscall = Path(f"/proc/{pid}/syscall").read_text().split()[0]
                 self.stuck.append(f"{pid}: state {stat} wchan {wchan} syscall {syscall}")
-        if self.child is not None:
+        for child in self.children:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child, signal.SIGKILL)
+                os.kill(child, signal.SIGKILL)
         self.proc.kill()
 
     def close(self) -> None:
-        if self.child is not None:  # a failed test must not leave a writer running
+        for child in self.children:  # a failed test must not leave a writer running
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.child, signal.SIGKILL)
+                os.kill(child, signal.SIGKILL)
         self.stdin.close()
         try:
             self.proc.wait(10)
@@ -181,60 +194,66 @@ def zygote() -> Iterator[Zygote]:
     started.close()
 
 
-def test_sigkill_while_appending_to_sessions_loses_at_most_the_last_item(
+def test_sigkill_while_several_processes_append_loses_at_most_the_last_item(
     tmp_path: Path, zygote: Zygote, figures: Report
 ) -> None:
     root = tmp_path / "sessions"
     first = SessionStore(root)
-    first.create("hardening", session_id="ses-0", title="crash test")
-    first.close()  # a store holds its journals locked while open
+    for k in range(WRITERS):
+        first.create("hardening", session_id=f"ses-{k}-0", title="crash test")
+    first.close()  # a store holds what it created until it lets go
     rng = random.Random(11)
     acked: dict[str, int] = collections.defaultdict(int)
-    figures_seen = collections.Counter[str]()
+    seen = collections.Counter[str]()
+
+    def second_writer_is_refused() -> None:
+        intruder = SessionStore(root)
+        try:
+            with pytest.raises(SessionLocked, match="open for writing elsewhere"):
+                intruder.load(f"ses-{rng.randrange(WRITERS)}-0")
+            seen["second writers refused"] += 1
+        finally:
+            intruder.close()
+
     started = time.perf_counter()
     for kill in range(1, KILLS + 1):
-        for line in zygote.run_and_kill(root, seed=kill * 7, after=rng.uniform(0.0, 0.15)):
+        for line in zygote.run_and_kill(root, kill, rng.uniform(0.0, 0.15), second_writer_is_refused):
             word, sid, *rest = line.split()
             if word == "ack":
                 acked[sid] = int(rest[0])
-            figures_seen[word] += 1
-        for journal in root.glob("*.jsonl"):  # a kill mid-line leaves a torn tail that the next load cuts off
-            figures_seen["torn tails"] += read(journal)[1] != journal.stat().st_size
+            seen[word] += 1
+        with sqlite3.connect(root / DATABASE) as db:  # whatever the kills hit, the database is whole
+            assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         store = SessionStore(root)
         try:
-            metas = {meta.id for meta in store.list()}
-            for journal in sorted(root.glob("*.jsonl")):
-                sid = journal.name.removesuffix(".jsonl")
-                session = store.require(sid)  # every session loads (and is repaired)
+            for meta in store.list():
+                session = store.require(meta.id)  # every session loads, its dead writer's claim taken over
                 numbers = [
                     int(item.content[2:])
                     for item in session.items
                     if isinstance(item, MessageItem) and item.content.startswith("n=")
                 ]
-                assert numbers == list(range(1, len(numbers) + 1)), f"kill {kill}: {sid} holds {numbers[-5:]}"
-                assert acked[sid] <= len(numbers) <= acked[sid] + 1, (
-                    f"kill {kill}: {sid} acknowledged {acked[sid]} messages but holds {len(numbers)}"
+                assert numbers == list(range(1, len(numbers) + 1)), f"kill {kill}: {meta.id} holds {numbers[-5:]}"
+                assert acked[meta.id] <= len(numbers) <= acked[meta.id] + 1, (
+                    f"kill {kill}: {meta.id} acknowledged {acked[meta.id]} messages but holds {len(numbers)}"
                 )
-                figures_seen["unacknowledged last message kept"] += len(numbers) == acked[sid] + 1
-                acked[sid] = len(numbers)  # the next writer goes on from what the store holds
+                seen["unacknowledged last message kept"] += len(numbers) == acked[meta.id] + 1
+                acked[meta.id] = len(numbers)  # the next writer goes on from what the store holds
                 assert session.open_tool_calls() == [] and session.status == "idle", "the dead turn was repaired"
-                assert sid in metas, f"{sid} is listed"
+            assert set(acked) <= {meta.id for meta in store.list()}, "every acknowledged session is listed"
         finally:
             store.close()
-    elapsed = time.perf_counter() - started
-    leftovers = sorted(path.name for path in root.iterdir() if path.name.startswith("."))
     figures.record(
         "session_crashes",
         kills=KILLS,
-        sessions=len(list(root.glob("*.jsonl"))),
-        sessions_created_under_fire=figures_seen["created"],
-        acknowledged_messages=figures_seen["ack"],
+        writers_per_kill=WRITERS,
+        sessions=len(acked),
+        sessions_created_under_fire=seen["created"],
+        acknowledged_messages=seen["ack"],
         lost_acknowledged_messages=0,
-        unacknowledged_last_message_kept=figures_seen["unacknowledged last message kept"],
-        torn_tails_cut_on_load=figures_seen["torn tails"],
+        unacknowledged_last_message_kept=seen["unacknowledged last message kept"],
+        second_writers_refused=seen["second writers refused"],
         sessions_that_failed_to_load=0,
-        temporary_files_left_by_kills=len(leftovers),
-        seconds=round(elapsed, 1),
+        seconds=round(time.perf_counter() - started, 1),
     )
-    assert figures_seen["created"] >= 1 and figures_seen["ack"] >= KILLS
-    assert leftovers == [], "the next writer of a journal removes what a killed rewrite left behind"
+    assert seen["created"] >= 1 and seen["ack"] >= KILLS and seen["second writers refused"] == KILLS

@@ -158,14 +158,18 @@ class Stack:
         return await self.runner.create_session(agent_id or self.node.agent_id, title="e2e")
 
     def reload(self, session_id: str) -> Session:
-        """The session as a fresh store loads it from disk (with its load-time repair)."""
-        store = SessionStore(self.tmp / "sessions-copy")
-        shutil.rmtree(store.root, ignore_errors=True)
-        shutil.copytree(self.tmp / "sessions", store.root)
+        """The session as a fresh store loads it (with its load-time repair): a copy of it as stored, loaded by a
+        store of its own while the runner's store still holds the original."""
+        copy = self.tmp / "sessions-copy"
+        shutil.rmtree(copy, ignore_errors=True)
+        reader, store = SessionStore(self.tmp / "sessions", read_only=True), SessionStore(copy)
         try:
+            store.save(reader.require(session_id))
+            store.invalidate(session_id)
             return store.require(session_id)
         finally:
             store.close()
+            reader.close()
 
 
 @asynccontextmanager

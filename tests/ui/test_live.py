@@ -1,5 +1,6 @@
-"""The page's event streams follow the journals on disk: a reconnect with `Last-Event-ID` gets exactly what it
-missed, a compacted journal asks the page to reload, and the store stream speaks only when something changed."""
+"""The page's event streams follow the store's `changes()`: a reconnect with `Last-Event-ID` gets exactly what it
+missed, a session replaced under its id asks the page to reload, and the store stream speaks only when something
+changed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import httpx
 import pytest
 
 from unit_mcp.agent.items import MessageItem
-from unit_mcp.agent.ui.follow import read_from
 
 from .conftest import embedded, page_client
 
@@ -34,13 +34,14 @@ async def next_event(client: httpx.AsyncClient, url: str, **headers: str) -> tup
     raise AssertionError("the stream ended without an event")
 
 
-async def test_a_reconnect_gets_what_it_missed_and_a_compacted_journal_resets_the_page(tmp_path: Path) -> None:
+async def test_a_reconnect_gets_what_it_missed_and_a_replaced_session_resets_the_page(tmp_path: Path) -> None:
     async with embedded(tmp_path, None, NO_MODEL) as app, page_client(app.login_url) as client:
         store = app.runner.store
         session = store.create("unit-agent", session_id="ses-live")
         store.append_item(session.id, MessageItem(role="user", content="first"))
         url = f"{app.base}/sessions/ses-live/events"
-        shown = read_from(store.journal_path("ses-live")).position.token  # what the page rendered
+        page = (await client.get(f"{app.base}/sessions/ses-live")).text
+        shown = page.split('data-from="')[1].split('"')[0]  # what the page rendered
 
         async def later(text: str) -> None:
             await anyio.sleep(0.5)
@@ -56,7 +57,8 @@ async def test_a_reconnect_gets_what_it_missed_and_a_compacted_journal_resets_th
         assert name == "item" and data["id"] == "itm-3"  # not itm-2 again: Last-Event-ID wins over `from`
         assert "third &lt;b&gt;" in data["html"] and "<b>" not in data["html"]
 
-        store.save(store.require(session.id))  # compaction: a new file
+        store.delete(session.id)
+        store.create("unit-agent", session_id="ses-live")  # another session under the same id
         assert (await next_event(client, url, **{"Last-Event-ID": missed_id}))[1] == "reset"
 
 

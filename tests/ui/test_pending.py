@@ -1,9 +1,10 @@
-"""What the page lists as waiting, read from journals without locking them: a request whose turn is alive in
+"""What the page lists as waiting, read from the store without claiming sessions: a request whose turn is alive in
 another process is shown as that process's to answer (and answering it here is refused with a clear message);
 once that process is killed the same request is paused, and answering it here resumes the turn."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -12,11 +13,14 @@ from pathlib import Path
 import anyio
 import pytest
 from agent.test_paused_approvals import SESSION, app, deployed
+from agent.test_paused_properties import first_life
 from hypothesis import given
 from hypothesis import strategies as st
 from playwright.async_api import Browser, expect
 
-from unit_mcp.agent import TurnStatus
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, TurnStatus
+from unit_mcp.agent._cli import main
+from unit_mcp.agent.ui import AgentUI
 from unit_mcp.agent.ui.folding import SHOW_CHARS, fold_arguments
 from unit_mcp.agent.ui.pending import proposed_diff
 
@@ -98,6 +102,32 @@ async def test_in_the_browser_a_turn_of_another_process_shows_up_live_and_so_doe
         if handle is not None:
             await handle.wait(20)
     assert deployed(tmp_path) == ["t0"]
+
+
+async def test_the_page_the_cli_and_the_runner_answer_what_is_pending_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One store, three readers, one rule (`SessionStore.pending`): before the runner holds the session and after."""
+    root = tmp_path / "sessions"
+    paused = first_life(root, ["policy", "waiting", "answered-running", "waiting"])
+    settled = first_life(root, ["answered-ran"])
+    runner = AgentRunner(store=root, registry=AgentRegistry(), tools=AgentToolSurface(AgentApprovals()))
+    ui = AgentUI(runner, port=1)  # the page's reads, without serving it
+
+    def cli(session_id: str) -> list[str]:
+        assert main(["--data-dir", str(root), "sessions", "pending", session_id, "--json"]) == 0
+        return [request["id"] for request in json.loads(capsys.readouterr().out)]
+
+    def page() -> list[tuple[str, str, str]]:
+        return [(entry.session_id, entry.request.id, entry.state) for entry in reversed(ui.pending.pending())]
+
+    before = page()
+    assert len(before) == 2 and {state for _, _, state in before} == {"paused"}
+    assert [request for _, request, _ in before] == cli(paused) and cli(settled) == []
+    async with runner:
+        asked = [request.id for request in await runner.pending_approvals(paused)]  # the runner now holds it
+        assert asked == [request for _, request, _ in before] == cli(paused)
+        assert page() == before and await runner.pending_approvals(settled) == []
 
 
 json_values = st.recursive(

@@ -7,6 +7,7 @@ that a turn was waiting for when its process ended.
     python -m unit_mcp.agent sessions show SESSION_ID
     python -m unit_mcp.agent sessions pending SESSION_ID
     python -m unit_mcp.agent sessions delete|archive SESSION_ID     (sessions audit lists what was removed)
+    python -m unit_mcp.agent sessions import DIR        # the journals of the old file store
     python -m unit_mcp.agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
     python -m unit_mcp.agent ui [--port P] --mcp-url URL ... --model M
 
@@ -168,6 +169,8 @@ def parser() -> argparse.ArgumentParser:
         retire.add_argument("session_id")
     audit = which.add_parser("audit", help="the sessions deleted or archived: when, from where, what they were")
     audit.add_argument("--json", action="store_true", help="print JSON")
+    imports = which.add_parser("import", help="bring in the sessions of the old file store (one journal file each)")
+    imports.add_argument("folder", type=Path, help="the folder holding them")
     return top
 
 
@@ -443,14 +446,15 @@ async def follow(handle: TurnHandle, terminal: Terminal, args: argparse.Namespac
 
 
 def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
-    if args.action == "pending":
-        return pending_command(args, data_dir)
+    from .errors import AgentError
+
     if args.action in ("delete", "archive"):
         return retire_command(args, data_dir)
     if args.action == "list" and args.archived:
         data_dir = data_dir / ARCHIVE
+    read_only = args.action in ("list", "show")  # browsing a missing store shows it empty, and creates nothing
     with _store_error(data_dir):
-        store = SessionStore(data_dir, read_only=True)
+        store = SessionStore(data_dir, read_only=read_only)
     try:
         if args.action == "audit":
             records = store.audit()
@@ -470,6 +474,14 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
                 counts = f"{meta.status:<7} {meta.item_count:>5} items"
                 print(f"{meta.id}  {meta.agent_id:<14} {counts}  {when}  {meta.title or ''}")
             return 0
+        if args.action == "import":
+            from ._import import import_journals
+
+            imported = import_journals(store, args.folder)
+            print(f"imported {len(imported)} session(s) from {args.folder} into {data_dir}", file=sys.stderr)
+            return 0
+        if args.action == "pending":
+            return pending_command(args, store, data_dir)
         session = store.load(args.session_id)
         if session is None:
             raise _unknown_session(args.session_id, data_dir)
@@ -480,6 +492,8 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
             for item in session.items:
                 print(f"  {item.id:>8}  {transcript_line(item)}")
         return 0
+    except AgentError as exc:
+        raise CliError(str(exc)) from exc
     finally:
         store.close()
 
@@ -502,23 +516,12 @@ def retire_command(args: argparse.Namespace, data_dir: Path) -> int:
     return 0
 
 
-def pending_command(args: argparse.Namespace, data_dir: Path) -> int:
-    """Open the session for writing (its load-time repair closes what a dead turn left open) and list the
-    approvals nobody answered. A session a live process holds is refused: that process asks its own questions."""
-    from ._paused import pending_requests
-    from .errors import AgentError
-
-    with _store_error(data_dir):
-        store = SessionStore(data_dir)
-    try:
-        session = store.load(args.session_id)
-        if session is None:
-            raise _unknown_session(args.session_id, data_dir)
-        pending = pending_requests(session)
-    except AgentError as exc:
-        raise CliError(str(exc)) from exc
-    finally:
-        store.close()
+def pending_command(args: argparse.Namespace, store: SessionStore, data_dir: Path) -> int:
+    """The approvals nobody answered, by the store's one rule (a session a live process holds included: that
+    process asks its own questions)."""
+    if store.meta(args.session_id) is None:
+        raise _unknown_session(args.session_id, data_dir)
+    pending = [entry.request for entry in store.pending(args.session_id)]
     if args.json:
         print(json.dumps([request.model_dump(mode="json") for request in pending], indent=2))
     for request in [] if args.json else pending:

@@ -2,34 +2,80 @@
 
 A turn that asks for approval records `approval-requested` (with the model's tool call id) before it waits.
 If the process ends meanwhile, loading the session closes that call with the synthetic `[interrupted]` result
-and marks the turn interrupted; the request stays unanswered in the journal. `AgentRunner.answer_approval`
+and marks the turn interrupted; the request stays unanswered in the session. `AgentRunner.answer_approval`
 records the answer (`approval-decided`) and, once every such request of that turn is answered, starts a turn
 that resumes it (`LoopAgent.resume`): an approved call runs then, a denied one is answered with the denial,
 the result takes the synthetic one's place, and the model goes on from there.
 
 It fails closed: nothing runs without an answer, a request whose turn was cancelled or that has no tool call
-to resume is not pending, and every answer is in the journal.
+to resume is not pending, and every answer is in the session.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import ValidationError
 
 from .approvals import ApprovalDecision, ApprovalRequest
-from .items import EventItem, Session, ToolCallItem, ToolResultItem
-from .sessions import INTERRUPTED_OUTPUT
+from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
 
 log = logging.getLogger("unit_mcp.agent.paused")
 
 REQUESTED = "approval-requested"
 DECIDED = "approval-decided"
+INTERRUPTED_OUTPUT = "[interrupted] The turn ended before this tool returned a result; it may or may not have run."
 AFTER_END = "after_turn_ended"  # in the data of a decision given after the asking turn ended with the process
 RESUMED_OUTPUT = (  # a resumed turn's claim on a call before it runs it; what stays if that turn ends too
     "[interrupted] The turn resumed after the approval and ended before this tool returned; it may or may not have run."
 )
+
+
+def interrupted_result(call: ToolCallItem) -> ToolResultItem:
+    """The synthetic result that closes a tool call its turn left open (the call may or may not have run)."""
+    return ToolResultItem(
+        name=call.name,
+        call_id=call.call_id,
+        output=INTERRUPTED_OUTPUT,
+        is_error=True,
+        synthetic=True,
+        parent_id=call.id,
+        turn_id=call.turn_id,
+    )
+
+
+@dataclass
+class Repair:
+    """What a dead turn left and the writer that loads the session stores: partial messages made final,
+    synthetic results for open tool calls, and (for a session left running) a `turn-interrupted` event."""
+
+    finals: list[str] = field(default_factory=list)
+    appended: list[Item] = field(default_factory=list)
+    idle: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.finals or self.appended or self.idle)
+
+
+def repair(session: Session) -> Repair:
+    """The one load-time repair: the writer stores it, readers apply it in memory (`repaired`)."""
+    fix = Repair(finals=[item.id for item in session.items if isinstance(item, MessageItem) and item.partial])
+    fix.appended = [interrupted_result(call) for call in session.open_tool_calls()]
+    if session.status == "running":
+        reason = {"reason": "the process ended while a turn was running"}
+        fix.appended.append(EventItem(kind="turn-interrupted", data=reason))
+        fix.idle = True
+    return fix
+
+
+def repaired(session: Session) -> Session:
+    """The session as a writer would load it (memory only)."""
+    fix = repair(session)
+    items = [item.model_copy(update={"partial": False}) if item.id in fix.finals else item for item in session.items]
+    return session.model_copy(update={"items": items + fix.appended, "status": "idle" if fix.idle else session.status})
 
 
 @dataclass(frozen=True)
@@ -96,3 +142,37 @@ def pending_requests(session: Session, live_turn_id: str | None = None) -> list[
             continue  # paused_calls logs it
     live = [r for r in asked if live_turn_id is not None and r.turn_id == live_turn_id and r.id not in answered]
     return live + [paused.request for paused in paused_calls(session) if paused.decision is None]
+
+
+State = Literal["waiting", "elsewhere", "paused"]
+
+
+def running_turn(session: Session) -> str | None:
+    """The turn a session marked running was running when it was last written."""
+    if session.status != "running":
+        return None
+    for item in reversed(session.items):
+        if isinstance(item, EventItem) and item.kind == "turn-started":
+            return str(item.data.get("turn_id") or item.turn_id or "") or None
+    return None
+
+
+def waiting(session: Session, live_turn: str | None, writer_pid: int) -> list[tuple[ApprovalRequest, State]]:
+    """The one rule for what waits for an answer (runner, page and CLI all ask it through the store):
+    `live_turn` is the turn this process runs in the session, `writer_pid` the live process holding the session
+    for writing (0: none, so a turn marked running ended with its process). "waiting": asked by a turn of this
+    process; "elsewhere": by a turn of another process, which asks its own approver; "paused": its turn ended
+    with its process, and an answer resumes it."""
+    elsewhere = bool(writer_pid) and writer_pid != os.getpid() and live_turn is None
+    running = live_turn or (running_turn(session) if writer_pid else None)
+    view = session if writer_pid else repaired(session)
+    paused = {call.request.id for call in paused_calls(view)}
+    seen: set[str] = set()
+    found: list[tuple[ApprovalRequest, State]] = []
+    for request in pending_requests(view, running):
+        if request.id in seen:
+            continue
+        seen.add(request.id)
+        live = running == request.turn_id and request.id not in paused
+        found.append((request, ("elsewhere" if elsewhere else "waiting") if live else "paused"))
+    return found

@@ -26,21 +26,21 @@ import anyio.abc
 
 from ._context import TurnApprovals, TurnContext
 from ._inbox import Inbox
-from ._paused import AFTER_END, DECIDED, paused_calls, pending_requests
+from ._paused import AFTER_END, DECIDED, paused_calls
 from ._protocol import Agent
 from ._registry import AgentRegistry
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
 from .errors import AgentError, TurnClosed
 from .events import DEFAULT_BUFFER, AgentState, EventHub, Subscription
 from .items import EventItem, MessageItem, Session, SessionMeta
-from .sessions import SessionStore
+from .sessions import Pending, SessionStore
 from .toolsurface import AgentToolSurface
 from .turns import Turn, TurnCallbacks, TurnHandle, TurnStatus, describe
 
 log = logging.getLogger("unit_mcp.agent.runner")
 
 
-PARKING_WAIT = 2.0  # seconds an answer waits for a journaled request to reach the PendingApprovals approver
+PARKING_WAIT = 2.0  # seconds an answer waits for a recorded request to reach the PendingApprovals approver
 
 
 def _new_turn_id() -> str:
@@ -162,9 +162,8 @@ class AgentRunner:
     async def pending_approvals(self, session_id: str) -> list[ApprovalRequest]:
         """Approval requests nobody has answered: the running turn's, and those of a turn that ended with the
         process while it waited (answer them with `answer_approval` to resume that turn)."""
-        session = await anyio.to_thread.run_sync(self.store.require, session_id)
-        active = self.active_turn(session_id)
-        return pending_requests(session, active.id if active is not None else None)
+        await anyio.to_thread.run_sync(self.store.require, session_id)
+        return [entry.request for entry in await anyio.to_thread.run_sync(self._pending, session_id)]
 
     async def answer_approval(
         self,
@@ -189,7 +188,9 @@ class AgentRunner:
         async with lock:
             session = await anyio.to_thread.run_sync(self.store.require, session_id)
             active = self.active_turn(session_id)
-            pending = {request.id: request for request in pending_requests(session, active.id if active else None)}
+            pending = {
+                entry.request.id: entry.request for entry in await anyio.to_thread.run_sync(self._pending, session_id)
+            }
             request = pending.get(request_id)
             if request is None:
                 waiting = ", ".join(pending) or "none"
@@ -198,7 +199,7 @@ class AgentRunner:
                 if request.turn_id != active.id:
                     raise AgentError(f"turn {active.id} is running in session {session_id}; answer after it ends")
                 if isinstance(approver, PendingApprovals):
-                    # The request is journaled just before the approver gets it: give it a moment to arrive.
+                    # The request is recorded just before the approver gets it: give it a moment to arrive.
                     with anyio.move_on_after(PARKING_WAIT):
                         while approver.waiting_for(request_id) is None:
                             await anyio.sleep(0.005)
@@ -257,6 +258,19 @@ class AgentRunner:
                 f"{session_id!r}, {turn_id!r}) after it ends"
             )
         return handle
+
+    def _pending(self, session_id: str) -> list[Pending]:
+        """What waits in a session, by the store's one rule (the page and the CLI ask the same)."""
+        return self.store.pending(session_id, self.live_turn)
+
+    def live_turns(self) -> dict[str, str]:
+        """Session id -> the id of the turn this runner runs in it."""
+        return {sid: turn.handle.id for sid, turn in list(self._active.items()) if not turn.done}
+
+    def live_turn(self, session_id: str) -> str | None:
+        """The id of the turn this runner runs in the session, if any."""
+        handle = self.active_turn(session_id)
+        return None if handle is None else handle.id
 
     def _require_resumable(self, session: Session) -> None:
         agent = self.registry.require(session.agent_id)
@@ -360,10 +374,9 @@ class AgentRunner:
                 started = {"turn_id": turn_id, "agent_id": agent.id} | ({"resumes": resume} if resume else {})
                 if self.tools.presets is not None and self.tools.presets.context is not None:
                     started["context"] = self.tools.presets.context
-                await turn.append(EventItem(kind="turn-started", data=started))
+                await turn.append(EventItem(kind="turn-started", data=started), status="running")
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))
-                await anyio.to_thread.run_sync(lambda: self.store.update(session_id, status="running"))
             except Exception as exc:
                 await turn.end(
                     TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"

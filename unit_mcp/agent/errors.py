@@ -12,7 +12,8 @@ class SessionNotFound(AgentError):
 
 
 class SessionCorrupt(AgentError):
-    """A session journal is damaged somewhere other than its last line (a crash only ever tears the tail)."""
+    """An old session journal (`sessions import`) is damaged somewhere other than its last line (a crash only ever
+    tears the tail)."""
 
 
 class SessionLocked(AgentError):

@@ -1,68 +1,90 @@
-"""SessionStore: agent sessions persisted as one append-only journal per session under a data dir.
+"""SessionStore: agent sessions in one SQLite database per store (`<root>/sessions.db`, WAL), read through this
+module only: the runner, the approval page and the CLI ask it, none of them knows the tables.
 
-Files: `<id>.jsonl` is the journal (a header record with the session's metadata and data, then one record
-per appended item, item update or session update; see `journal.py` for crash safety and the durability
-policy) and `<id>.meta.json` is a small metadata sidecar rewritten atomically on `update()`, `flush()` and
-compaction, so `list()` never reads item histories (its `item_count` may lag by the running turn's items).
+Every append, item update and session update is one `BEGIN IMMEDIATE` transaction, so a killed process loses
+at most the write it had not acknowledged and never leaves a torn store. Durability maps onto `PRAGMA
+synchronous`: `"always"` (FULL: every acknowledged write survives a power loss), `"flush"` (NORMAL: a power loss
+may lose writes since the last `flush()`, which commits with FULL; a process crash loses nothing acknowledged),
+`"never"` (OFF). Streaming partial updates (`persist=False`) stay in memory until a persisted update or `flush()`.
 
-Appending costs one line whatever the history length. Updates leave superseded records behind; once they
-outnumber the live items the journal is compacted (rewritten whole, atomically) before the next record, so
-the amortised cost stays O(1) and the last line of the file is always the newest record.
+One writer per session: a writable store claims a session when it loads it (a row in `writers` with its host,
+pid, a heartbeat and a token) and every write checks the claim, so a second writer is refused with
+`SessionLocked`. A claim is dead when its process is gone (same host) or its heartbeat is stale; no `/proc`.
+Loading repairs what a dead turn left (`_paused.repair`: the one function; the writer stores its result),
+readers only read. `read_only=True` gives a store that never claims, repairs or writes.
 
-Loading repairs what a dead turn left: a tool call without a result gets a synthetic error result, a
-half-streamed message is marked complete, and a session still marked running is set idle with a
-`turn-interrupted` event. The repair is written to the journal, so the session can be sent to a model again.
+`retire` deletes a session or moves it to the store in `archive/`, refused while a turn runs in it and recorded in
+the store's audit (`audit()`).
 
-Housekeeping (`retire`: delete, or archive into `archive/`, a store of its own) is refused while a turn runs
-in the session and recorded in the store's audit trail, `audit.log` (one JSON line per action); an archived
-session also keeps a `session-archived` event of its own.
-
-One writer per session: a store holds an exclusive lock on every journal it has open (`SessionLocked` for
-a second writer, in this process or another). `read_only=True` gives a store that replays journals without
-locking or repairing them, to browse sessions that may be live.
+A store-wide counter (`clock`) numbers every write: `changes(session_id, after)` returns what changed since a
+number (the approval page follows sessions with it) and `version()` changes whenever anything a page shows may.
 
 All methods are blocking and thread-safe; async callers run them in a worker thread.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import logging
 import os
 import secrets
+import socket
+import sqlite3
 import threading
 import time
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..paths import write_file
-from .errors import AgentError, SessionCorrupt, SessionLocked, SessionNotFound
-from .items import ITEM, SESSION_ID, EventItem, Item, MessageItem, Session, SessionMeta, ToolCallItem, ToolResultItem
-from .journal import Durability, Journal, fsync_dir, read
+from pydantic import TypeAdapter
+
+from ..paths import private_dir
+from ._paused import REQUESTED, State, repair, waiting
+from .approvals import ApprovalRequest
+from .errors import AgentError, SessionLocked, SessionNotFound
+from .items import ITEM, SESSION_ID, EventItem, Item, Session, SessionMeta, SessionStatus
 
 log = logging.getLogger("unit_mcp.agent.sessions")
 
-FORMAT_VERSION = 1
+Durability = Literal["always", "flush", "never"]
+SYNCHRONOUS = {"always": "FULL", "flush": "NORMAL", "never": "OFF"}
+DATABASE = "sessions.db"
+SCHEMA_VERSION = 1
 UPDATABLE = frozenset({"title", "status", "data", "parent_id"})
-INTERRUPTED_OUTPUT = "[interrupted] The turn ended before this tool returned a result; it may or may not have run."
-ARCHIVE = "archive"
-AUDIT_LOG = "audit.log"
+ARCHIVE = "archive"  # the folder of the store archived sessions move to, a store of its own
 Retirement = Literal["delete", "archive"]
+HEARTBEAT_SECONDS = 5.0  # how often a writer refreshes its claims
+STALE_SECONDS = 30.0  # a claim whose heartbeat is older is dead even if its pid exists (reused, or another host)
+HOST = socket.gethostname()
+# the writable stores of this process by token: a store closed or garbage-collected holds nothing any more
+_HELD: weakref.WeakValueDictionary[str, SessionStore] = weakref.WeakValueDictionary()
 
-
-def interrupted_result(call: ToolCallItem) -> ToolResultItem:
-    """The synthetic result that closes a tool call its turn left open (the call may or may not have run)."""
-    return ToolResultItem(
-        name=call.name,
-        call_id=call.call_id,
-        output=INTERRUPTED_OUTPUT,
-        is_error=True,
-        synthetic=True,
-        parent_id=call.id,
-        turn_id=call.turn_id,
-    )
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, title TEXT, status TEXT NOT NULL, parent_id TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL, item_count INTEGER NOT NULL,
+    asks INTEGER NOT NULL DEFAULT 0, created_seq INTEGER NOT NULL, head_seq INTEGER NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated_at);
+CREATE TABLE IF NOT EXISTS items (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE, position INTEGER NOT NULL,
+    body TEXT NOT NULL, created_seq INTEGER NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (session_id, position)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS items_by_seq ON items (session_id, seq);
+CREATE TABLE IF NOT EXISTS writers (
+    session_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, token TEXT NOT NULL,
+    heartbeat REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS audit (
+    at REAL NOT NULL, action TEXT NOT NULL, via TEXT NOT NULL, session TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS clock (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL);
+INSERT OR IGNORE INTO clock VALUES (1, 0);
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+HEAD = "id, agent_id, title, status, parent_id, created_at, updated_at, item_count"
+METAS = TypeAdapter(list[SessionMeta])
 
 
 def new_session_id() -> str:
@@ -70,85 +92,74 @@ def new_session_id() -> str:
 
 
 def _check_id(session_id: str) -> str:
-    """Session ids become file names: only a plain identifier is accepted, never a path."""
     if not SESSION_ID.fullmatch(session_id):
         raise AgentError(f"invalid session id {session_id!r}: use letters, digits, '-' and '_' (max 128)")
     return session_id
 
 
-def _header(session: Session) -> dict[str, Any]:
-    return {"op": "session", "v": FORMAT_VERSION, "session": session.model_dump(mode="json", exclude={"items"})}
+def _dump(item: Item) -> str:
+    return json.dumps(item.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
 
 
-def replay(session_id: str, records: list[dict[str, Any]]) -> Session:
-    """The session a journal's records describe (read-only readers, like the approval page, use it too)."""
-    if not records or records[0].get("op") != "session":
-        raise SessionCorrupt(f"{session_id}: the journal has no session header")
-    if records[0].get("v") != FORMAT_VERSION:
-        raise SessionCorrupt(f"{session_id}: journal format {records[0].get('v')!r} is not {FORMAT_VERSION}")
-    try:
-        session = Session.model_validate(records[0]["session"])
-        positions: dict[str, int] = {}
-        for number, record in enumerate(records[1:], start=2):
-            op = record.get("op")
-            if op == "item":
-                item = ITEM.validate_python(record["item"])
-                positions[item.id] = len(session.items)
-                session.items.append(item)
-                session.updated_at = max(session.updated_at, item.created_at)
-            elif op == "update_item":
-                item = ITEM.validate_python(record["item"])
-                session.items[positions[item.id]] = item
-            elif op == "update":
-                changes = record["changes"]
-                probe = Session.model_validate({**session.model_dump(exclude={"items"}), **changes})
-                for key in changes:
-                    setattr(session, key, getattr(probe, key))
-            else:
-                raise SessionCorrupt(f"{session_id}: record {number} has an unknown op {op!r}")
-    except (KeyError, ValueError) as exc:
-        raise SessionCorrupt(f"{session_id}: the journal does not replay ({exc})") from None
-    return session
+def _data(session: Session) -> str:
+    return json.dumps(session.model_dump(mode="json", include={"data"})["data"], ensure_ascii=False)
+
+
+def _asks(item: Item) -> int:
+    return int(isinstance(item, EventItem) and item.kind == REQUESTED)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An approval request that waits for an answer, with the session it waits in (see `_paused.waiting`)."""
+
+    request: ApprovalRequest
+    session: SessionMeta
+    state: State
+    writer_pid: int | None  # the other process whose turn asks it ("elsewhere"), else None
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What changed in one session after clock value `after`: change records in order (`{"op": "session"}` when
+    its title, status, data or parent changed; `"item"` for a new item, `"update_item"` for one changed since it
+    was added; each with its clock value `"seq"`), and the cursor to ask from next. `reset`: the session was
+    replaced since, so a view built from before must start over."""
+
+    cursor: int
+    records: list[dict[str, Any]]
+    reset: bool = False
 
 
 @dataclass
 class _Open:
-    """A loaded session with its journal writer, its item index and the count of superseded records."""
+    """A session this store holds for writing: its state, its item index and the partials not yet stored."""
 
     session: Session
-    journal: Journal
     index: dict[str, int] = field(default_factory=dict)
-    garbage: int = 0
     unpersisted: set[str] = field(default_factory=set)
 
 
 class SessionStore:
-    """Create, load, update and list sessions under `root`; loaded sessions are cached until `invalidate()`."""
+    """Create, load, update and list sessions under `root`; loaded sessions are held (claimed and cached) until
+    `invalidate()` or `close()`."""
 
     def __init__(
-        self,
-        root: str | os.PathLike[str],
-        *,
-        durability: Durability = "always",
-        compact_after: int = 64,
-        read_only: bool = False,
+        self, root: str | os.PathLike[str], *, durability: Durability = "always", read_only: bool = False
     ) -> None:
         self.root = Path(root)
         self.read_only = read_only
-        if not read_only:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.durability: Durability = durability
-        self.compact_after = compact_after
         self._lock = threading.RLock()
         self._open: dict[str, _Open] = {}
-
-    # -- paths ----------------------------------------------------------------------------------
-
-    def journal_path(self, session_id: str) -> Path:
-        return self.root / f"{_check_id(session_id)}.jsonl"
-
-    def _meta_path(self, session_id: str) -> Path:
-        return self.root / f"{_check_id(session_id)}.meta.json"
+        self._token = secrets.token_hex(16)
+        self._conn: sqlite3.Connection | None = None
+        self._beat: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._pending: dict[str, tuple[object, builtins.list[Pending]]] = {}
+        if not read_only:
+            self.root = private_dir(self.root)
+            self._connect()
 
     # -- CRUD -----------------------------------------------------------------------------------
 
@@ -164,9 +175,6 @@ class SessionStore:
         with self._lock:
             self._writable()
             sid = _check_id(new_session_id() if session_id is None else session_id)
-            path = self.journal_path(sid)
-            if sid in self._open or path.exists():
-                raise AgentError(f"session {sid} already exists")
             now = time.time()
             session = Session(
                 id=sid,
@@ -177,16 +185,20 @@ class SessionStore:
                 updated_at=now,
                 data=dict(data or {}),
             )
-            journal = Journal.create(path, [_header(session)], durability=self.durability)
-            self._open[sid] = _Open(session, journal)
-            self._write_meta(session)
+            with self._write() as (conn, seq):
+                if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
+                    raise AgentError(f"session {sid} already exists")
+                self._insert_session(conn, session, seq)
+                self._claim(conn, sid)
+            self._hold(_Open(session))
             return session
 
     def load(self, session_id: str) -> Session | None:
-        """The session (from the cache, or replayed from its journal and repaired), or None if there is none."""
+        """The session (held: from the cache, or read, claimed and repaired), or None if there is none."""
         with self._lock:
+            _check_id(session_id)
             if self.read_only:
-                return self._peek(session_id)
+                return self._read(session_id)
             opened = self._load(session_id)
             return None if opened is None else opened.session
 
@@ -197,43 +209,36 @@ class SessionStore:
         return session
 
     def save(self, session: Session) -> Session:
-        """Write `session` as the whole new state of its journal (also the way to compact one explicitly)."""
+        """Store `session` whole as the new state of its id (also how `sessions import` brings journals in)."""
         with self._lock:
             self._writable()
-            opened = self._open.get(session.id)
-            path = self.journal_path(session.id)
-            records = [
-                _header(session),
-                *({"op": "item", "item": item.model_dump(mode="json")} for item in session.items),
-            ]
-            if opened is None:
-                journal = Journal.create(path, records, durability=self.durability)
-                opened = self._open[session.id] = _Open(session, journal)
-            else:
-                opened.journal.rewrite(records)
-                opened.session = session
-            opened.index = {item.id: position for position, item in enumerate(session.items)}
-            opened.garbage = 0
-            opened.unpersisted.clear()
-            self._write_meta(session)
+            _check_id(session.id)
+            with self._write() as (conn, seq):
+                self._claim(conn, session.id)
+                row = conn.execute("SELECT created_seq FROM sessions WHERE id = ?", (session.id,)).fetchone()
+                conn.execute("DELETE FROM items WHERE session_id = ?", (session.id,))
+                conn.execute("DELETE FROM sessions WHERE id = ?", (session.id,))
+                self._insert_session(conn, session, seq, created_seq=row[0] if row else seq)
+                conn.executemany(
+                    "INSERT INTO items VALUES (?, ?, ?, ?, ?)",
+                    [(session.id, n, _dump(item), seq, seq) for n, item in enumerate(session.items)],
+                )
+            self._hold(_Open(session))
             return session
 
     def delete(self, session_id: str) -> bool:
         with self._lock:
             self._writable()
+            _check_id(session_id)
             self.invalidate(session_id)
-            existed = False
-            for path in (self.journal_path(session_id), self._meta_path(session_id)):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    existed = True
-            if existed and self.durability != "never":
-                fsync_dir(self.root)
-            return existed
+            with self._write() as (conn, _):
+                conn.execute("DELETE FROM writers WHERE session_id = ?", (session_id,))
+                return conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount > 0
 
     def retire(self, session_id: str, action: Retirement, *, via: str) -> SessionMeta:
         """Delete or archive a session on someone's request (`via`: the CLI, the page): refused (AgentError)
-        while a turn runs in it, here or in another process holding it, and recorded in `audit.log`."""
+        while a turn runs in it, here or in another process holding it, and recorded in the store's audit. An
+        archived session moves to the store in `ARCHIVE` with a `session-archived` event of its own."""
         with self._lock:
             try:
                 opened = self._require_open(session_id)
@@ -245,57 +250,75 @@ class SessionStore:
             if opened.session.status == "running":
                 raise AgentError(f"session {session_id} has a running turn; cancel it or wait for it to end first")
             meta = opened.session.meta()
-            if action == "archive":
+            if action == "archive":  # copied first: a crash in between leaves it in both stores, never in none
                 self.append_item(opened.session, EventItem(kind="session-archived", data={"via": via}))
-                self.invalidate(session_id)
-                archive = self.root / ARCHIVE
-                archive.mkdir(exist_ok=True, mode=0o700)
-                for path in (self.journal_path(session_id), self._meta_path(session_id)):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.rename(archive / path.name)
-                if self.durability != "never":
-                    fsync_dir(archive)
-                    fsync_dir(self.root)
-            else:
-                self.delete(session_id)
-            record = {"at": time.time(), "action": action, "via": via, "session": meta.model_dump(mode="json")}
-            with (self.root / AUDIT_LOG).open("a", encoding="utf-8") as log_file:
-                log_file.write(json.dumps(record) + "\n")
-                if self.durability != "never":
-                    log_file.flush()
-                    os.fsync(log_file.fileno())
+                archive = SessionStore(self.root / ARCHIVE, durability=self.durability)
+                try:
+                    archive.save(opened.session)
+                finally:
+                    archive.close()
+            self.invalidate(session_id)
+            with self._write() as (conn, _):
+                conn.execute("DELETE FROM writers WHERE session_id = ?", (session_id,))
+                conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+                record = (time.time(), action, via, meta.model_dump_json())
+                conn.execute("INSERT INTO audit VALUES (?, ?, ?, ?)", record)
             return meta
 
-    def audit(self) -> list[dict[str, Any]]:
+    def audit(self) -> builtins.list[dict[str, Any]]:
         """The store's audit trail, oldest first: every session deleted or archived, when and from where."""
-        try:
-            lines = (self.root / AUDIT_LOG).read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        return [json.loads(line) for line in lines if line.strip()]
-
-    def list(self) -> list[SessionMeta]:
-        """Metadata of every session, newest first, from the sidecars (or journal headers), never the items."""
         with self._lock:
-            if not self.root.is_dir():
+            conn = self._reader()
+            rows = [] if conn is None else conn.execute("SELECT at, action, via, session FROM audit ORDER BY rowid")
+            return [
+                {"at": at, "action": action, "via": via, "session": json.loads(session)}
+                for at, action, via, session in rows
+            ]
+
+    def list(self) -> builtins.list[SessionMeta]:
+        """Metadata of every session, newest first, never the items."""
+        with self._lock:
+            conn = self._reader()
+            if conn is None:
                 return []
-            metas = [self._read_meta(path) for path in self.root.glob("*.jsonl")]
-            return sorted((meta for meta in metas if meta is not None), key=lambda m: m.updated_at, reverse=True)
+            rows = conn.execute(f"SELECT {HEAD} FROM sessions ORDER BY updated_at DESC, id").fetchall()
+        names = HEAD.split(", ")
+        return METAS.validate_python([dict(zip(names, row, strict=True)) for row in rows])  # validated at once
+
+    def meta(self, session_id: str) -> SessionMeta | None:
+        """One session's metadata, or None if there is none."""
+        with self._lock:
+            conn = self._reader()
+            row = None if conn is None else conn.execute(f"SELECT {HEAD} FROM sessions WHERE id = ?", (session_id,))
+            found = None if row is None else row.fetchone()
+        return None if found is None else SessionMeta.model_validate(dict(zip(HEAD.split(", "), found, strict=True)))
 
     # -- items and updates ----------------------------------------------------------------------
 
-    def append_item(self, session: Session | str, item: Item) -> Item:
-        """Persist `item` at the end of the stream; the store assigns its `id` and `created_at`."""
+    def append_item(self, session: Session | str, item: Item, *, status: SessionStatus | None = None) -> Item:
+        """Persist `item` at the end of the stream; the store assigns its `id` and `created_at`. `status` sets the
+        session's status in the same transaction (a turn's start and end: one commit instead of two)."""
         with self._lock:
             opened = self._require_open(session)
             current = opened.session
-            stored = item.model_copy(
-                update={"id": f"itm-{len(current.items) + 1}", "created_at": item.created_at or time.time()}
-            )
-            self._write(opened, {"op": "item", "item": stored.model_dump(mode="json")})
-            opened.index[stored.id] = len(current.items)
+            position = len(current.items)
+            stored = item.model_copy(update={"id": f"itm-{position + 1}", "created_at": item.created_at or time.time()})
+            updated_at = max(current.updated_at, stored.created_at)
+            with self._write(current.id) as (conn, seq):
+                conn.execute(
+                    "INSERT INTO items VALUES (?, ?, ?, ?, ?)", (current.id, position, _dump(stored), seq, seq)
+                )
+                conn.execute(
+                    "UPDATE sessions SET item_count = ?, updated_at = ?, asks = asks + ?, seq = ? WHERE id = ?",
+                    (position + 1, updated_at, _asks(stored), seq, current.id),
+                )
+                if status is not None and status != current.status:
+                    conn.execute("UPDATE sessions SET status = ?, head_seq = ? WHERE id = ?", (status, seq, current.id))
+            opened.index[stored.id] = position
             current.items.append(stored)
-            current.updated_at = max(current.updated_at, stored.created_at)
+            current.updated_at = updated_at
+            if status is not None:
+                current.status = status
             return stored
 
     def update_item(
@@ -311,11 +334,9 @@ class SessionStore:
             frozen = {"id", "type", "created_at"} & changes.keys()
             if frozen:
                 raise AgentError(f"item fields {sorted(frozen)} cannot be changed")
-            old = opened.session.items[position]
-            new = ITEM.validate_python({**old.model_dump(), **changes})
+            new = ITEM.validate_python({**opened.session.items[position].model_dump(), **changes})
             if persist:
-                self._write(opened, {"op": "update_item", "item": new.model_dump(mode="json")})
-                opened.garbage += 1
+                self._store_item(opened.session.id, position, new)
                 opened.unpersisted.discard(item_id)
             else:
                 opened.unpersisted.add(item_id)
@@ -331,55 +352,277 @@ class SessionStore:
             opened = self._require_open(session)
             changes["updated_at"] = time.time()
             probe = Session.model_validate({**opened.session.model_dump(exclude={"items"}), **changes})
-            changes = {key: getattr(probe, key) for key in changes}
-            self._write(opened, {"op": "update", "changes": probe.model_dump(mode="json", include=set(changes))})
-            opened.garbage += 1
-            for key, value in changes.items():
-                setattr(opened.session, key, value)
-            self._write_meta(opened.session)
+            with self._write(probe.id) as (conn, seq):
+                conn.execute(
+                    "UPDATE sessions SET title = ?, status = ?, data = ?, parent_id = ?, updated_at = ?, head_seq = ?, "
+                    "seq = ? WHERE id = ?",
+                    (probe.title, probe.status, _data(probe), probe.parent_id, probe.updated_at, seq, seq, probe.id),
+                )
+            for key in changes:
+                setattr(opened.session, key, getattr(probe, key))
             return opened.session
+
+    # -- readers ----------------------------------------------------------------------------------
+
+    def pending(
+        self, session_id: str | None = None, live_turn: Callable[[str], str | None] = lambda _: None
+    ) -> builtins.list[Pending]:
+        """Approval requests that wait for an answer (in one session, or all), oldest first, by the one rule
+        (`_paused.waiting`); `live_turn` names the turn this process runs in a session. A session is read again
+        only when it or its writer changed."""
+        with self._lock:
+            conn = self._reader()
+            if conn is None:
+                return []
+            query = "SELECT id, seq FROM sessions WHERE asks > 0" + (" AND id = ?" if session_id else "")
+            rows = conn.execute(query, (session_id,) if session_id else ()).fetchall()
+            found: dict[str, tuple[object, builtins.list[Pending]]] = {}
+            for sid, seq in rows:
+                live, writer = live_turn(sid), self._writer_pid(conn, sid)
+                key = (seq, live, writer, sid in self._open)
+                cached = self._pending.get(sid)
+                if cached is None or cached[0] != key:
+                    opened = self._open.get(sid)
+                    session = opened.session if opened is not None else self._read(sid)
+                    entries = [] if session is None else self._waiting(session, live, writer)
+                    cached = (key, entries)
+                found[sid] = cached
+            if session_id is None:
+                self._pending = found
+            else:
+                self._pending.update(found)
+        entries = [entry for _, listed in found.values() for entry in listed]
+        return sorted(entries, key=lambda entry: entry.request.created_at)
+
+    def changes(self, session_id: str, after: int = 0) -> Changes | None:
+        """What changed in a session after clock value `after` (everything with 0), or None if there is none."""
+        with self._lock:
+            conn = self._reader()
+            if conn is None:
+                return None
+            conn.execute("BEGIN")
+            try:
+                cursor = conn.execute("SELECT seq FROM clock").fetchone()[0]
+                row = conn.execute(
+                    f"SELECT {HEAD}, data, created_seq, head_seq FROM sessions WHERE id = ?", (session_id,)
+                ).fetchone()
+                if row is None:
+                    return None
+                items = conn.execute(
+                    "SELECT body, created_seq, seq FROM items WHERE session_id = ? AND seq > ? ORDER BY seq, position",
+                    (session_id, after),
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+        *head, data, created_seq, seq = row
+        records: builtins.list[dict[str, Any]] = []
+        if seq > after:
+            meta = dict(zip(HEAD.split(", "), head, strict=True))
+            records.append({"op": "session", "session": {**meta, "data": json.loads(data)}, "seq": seq})
+        for body, made, changed in items:
+            op = "item" if made == changed else "update_item"
+            records.append({"op": op, "item": json.loads(body), "seq": changed})
+        records.sort(key=lambda record: record["seq"])
+        return Changes(cursor, records, reset=0 < after < created_seq)
+
+    def version(self) -> str:
+        """Changes whenever anything in the store changed, and when a writer's process ended."""
+        with self._lock:
+            conn = self._reader()
+            if conn is None:
+                return "empty"
+            clock = conn.execute("SELECT seq FROM clock").fetchone()[0]
+            sids = [row[0] for row in conn.execute("SELECT session_id FROM writers ORDER BY session_id")]
+            alive = ",".join(f"{sid}={self._writer_pid(conn, sid)}" for sid in sids)
+        return f"{clock}:{alive}"
 
     # -- cache and durability ---------------------------------------------------------------------
 
     def flush(self, session_id: str | None = None) -> None:
-        """A flush point: persist pending partial updates, fsync journals, refresh metadata sidecars."""
+        """A flush point: store pending partial updates and make every write durable (unless "never")."""
         with self._lock:
-            if session_id is None:
-                targets = list(self._open.values())
-            else:
-                targets = [self._open[session_id]] if session_id in self._open else []
-            for opened in targets:
+            if self._conn is None:
+                return
+            sids = list(self._open) if session_id is None else [session_id]
+            for opened in (self._open[sid] for sid in sids if sid in self._open):
                 for item_id in sorted(opened.unpersisted):
-                    item = opened.session.items[opened.index[item_id]]
-                    self._write(opened, {"op": "update_item", "item": item.model_dump(mode="json")})
-                    opened.garbage += 1
+                    position = opened.index[item_id]
+                    self._store_item(opened.session.id, position, opened.session.items[position])
                 opened.unpersisted.clear()
-                opened.journal.sync()
-                self._write_meta(opened.session)
+            if self.durability == "flush":  # a FULL commit syncs the write-ahead log, with every commit before it
+                self._conn.execute("PRAGMA synchronous = FULL")
+                try:
+                    with self._write(tick=False) as (conn, _):
+                        conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
+                finally:
+                    self._conn.execute("PRAGMA synchronous = NORMAL")
 
     def invalidate(self, session_id: str | None = None) -> None:
-        """Forget cached sessions (all, or one) so the next load reads the disk; pending partials are flushed."""
+        """Release held sessions (all, or one) so that others may write them; pending partials are stored."""
         with self._lock:
-            for sid in [session_id] if session_id is not None else list(self._open):
-                if sid in self._open:
-                    self.flush(sid)
-                    self._open.pop(sid).journal.close()
+            sids = [session_id] if session_id is not None else list(self._open)
+            sids = [sid for sid in sids if sid in self._open]
+            if not sids:
+                return
+            self.flush(session_id)
+            with self._write(tick=False) as (conn, _):
+                conn.executemany(
+                    "DELETE FROM writers WHERE session_id = ? AND token = ?", [(sid, self._token) for sid in sids]
+                )
+            for sid in sids:
+                self._open.pop(sid)
 
     def close(self) -> None:
-        self.invalidate()
+        with self._lock:
+            if self._conn is not None and not self.read_only:
+                self.invalidate()
+            self._closed.set()
+            _HELD.pop(self._token, None)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        path = self.root / DATABASE
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, flags, 0o600))
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
+        if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
+            raise AgentError(f"{path}: the session store needs SQLite's WAL mode, which this file system refuses")
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+        self._conn = conn
+        return conn
+
+    def _reader(self) -> sqlite3.Connection | None:
+        """The connection, opened on first use by a read-only store (None while there is no database)."""
+        if self._conn is None and self.read_only and not self._closed.is_set() and (self.root / DATABASE).exists():
+            self._connect()
+        return self._conn
+
+    @contextlib.contextmanager
+    def _write(self, session_id: str | None = None, *, tick: bool = True) -> Iterator[tuple[sqlite3.Connection, int]]:
+        """One write transaction with the next clock value (`tick`; claims and heartbeats change no data and
+        take none); for `session_id` only while this store holds it."""
+        conn = self._conn
+        if conn is None:
+            raise AgentError("this session store is closed")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if session_id is not None:
+                row = conn.execute("SELECT token FROM writers WHERE session_id = ?", (session_id,)).fetchone()
+                if row is None or row[0] != self._token:
+                    self._open.pop(session_id, None)
+                    raise SessionLocked(f"{session_id} is no longer held by this store (another writer took it over)")
+            seq = conn.execute("UPDATE clock SET seq = seq + 1 RETURNING seq").fetchone()[0] if tick else 0
+            yield conn, seq
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _claim(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """Make this store the session's writer (inside a write transaction), unless a live one holds it."""
+        row = conn.execute("SELECT token FROM writers WHERE session_id = ?", (session_id,)).fetchone()
+        if row is not None and row[0] != self._token and self._writer_pid(conn, session_id):
+            raise SessionLocked(f"{session_id} is open for writing elsewhere (another store or process)")
+        conn.execute(
+            "INSERT OR REPLACE INTO writers VALUES (?, ?, ?, ?, ?)",
+            (session_id, HOST, os.getpid(), self._token, time.time()),
+        )
+        _HELD[self._token] = self
+        if self._beat is None:
+            args = (weakref.ref(self), self._closed)
+            self._beat = threading.Thread(target=_heartbeat, args=args, name="session-store-heartbeat", daemon=True)
+            self._beat.start()
+
+    def _writer_pid(self, conn: sqlite3.Connection, session_id: str) -> int:
+        """The pid of the live writer holding the session (this store's included), 0 when none does."""
+        row = conn.execute("SELECT host, pid, token, heartbeat FROM writers WHERE session_id = ?", (session_id,))
+        found = row.fetchone()
+        if found is None:
+            return 0
+        host, pid, token, heartbeat = found
+        if host == HOST and pid == os.getpid():
+            return pid if token in _HELD else 0
+        if time.time() - heartbeat > STALE_SECONDS:
+            return 0
+        if host == HOST:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return 0
+            except PermissionError:
+                pass
+        return int(pid)
+
+    def _heartbeat(self) -> None:
+        with self._lock, contextlib.suppress(sqlite3.Error, AgentError):
+            if self._open:
+                with self._write(tick=False) as (conn, _):
+                    conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
 
     def _writable(self) -> None:
         if self.read_only:
             raise AgentError("this session store is read-only")
 
-    def _peek(self, session_id: str) -> Session | None:
-        try:
-            records, _ = read(self.journal_path(session_id))
-        except FileNotFoundError:
+    def _hold(self, opened: _Open) -> None:
+        opened.index = {item.id: position for position, item in enumerate(opened.session.items)}
+        self._open[opened.session.id] = opened
+
+    def _insert_session(self, conn: sqlite3.Connection, session: Session, seq: int, created_seq: int = 0) -> None:
+        conn.execute(
+            "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session.id,
+                session.agent_id,
+                session.title,
+                session.status,
+                session.parent_id,
+                session.created_at,
+                session.updated_at,
+                _data(session),
+                len(session.items),
+                sum(_asks(item) for item in session.items),
+                created_seq or seq,
+                seq,
+                seq,
+            ),
+        )
+
+    def _store_item(self, session_id: str, position: int, item: Item) -> None:
+        with self._write(session_id) as (conn, seq):
+            conn.execute(
+                "UPDATE items SET body = ?, seq = ? WHERE session_id = ? AND position = ?",
+                (_dump(item), seq, session_id, position),
+            )
+            conn.execute("UPDATE sessions SET seq = ? WHERE id = ?", (seq, session_id))
+
+    def _read(self, session_id: str) -> Session | None:
+        """The session as stored (one read transaction), without claiming or repairing it."""
+        conn = self._reader()
+        if conn is None:
             return None
-        return replay(session_id, records)
+        conn.execute("BEGIN")
+        try:
+            row = conn.execute(f"SELECT {HEAD}, data FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            bodies = conn.execute(
+                "SELECT body FROM items WHERE session_id = ? ORDER BY position", (session_id,)
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        if row is None:
+            return None
+        *head, data = row
+        fields = dict(zip(HEAD.split(", "), head, strict=True))
+        del fields["item_count"]
+        items = ",".join(body for (body,) in bodies)  # one JSON document validated at once: long sessions load fast
+        return Session.model_validate_json(f'{json.dumps(fields)[:-1]}, "data": {data}, "items": [{items}]}}')
 
     def _require_open(self, session: Session | str) -> _Open:
         self._writable()
@@ -389,81 +632,51 @@ class SessionStore:
             raise SessionNotFound(f"no session {session_id}")
         return opened
 
-    def _write(self, opened: _Open, record: dict[str, Any]) -> None:
-        if opened.garbage > max(self.compact_after, len(opened.session.items)):
-            self._compact(opened)
-        opened.journal.append(record)
-
-    def _compact(self, opened: _Open) -> None:
-        session = opened.session
-        opened.journal.rewrite(
-            [_header(session), *({"op": "item", "item": item.model_dump(mode="json")} for item in session.items)]
-        )
-        opened.garbage = 0
-        opened.unpersisted.clear()
-        self._write_meta(session)
-
     def _load(self, session_id: str) -> _Open | None:
         opened = self._open.get(session_id)
         if opened is not None:
             return opened
-        path = self.journal_path(session_id)
-        try:
-            records, valid_size = read(path)
-        except FileNotFoundError:
+        conn = self._conn
+        if conn is None:
+            raise AgentError("this session store is closed")
+        with self._write(tick=False) as (conn, _):
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+                return None
+            self._claim(conn, session_id)
+        session = self._read(session_id)
+        if session is None:  # deleted between the claim and the read
             return None
-        opened = _Open(replay(session_id, records), Journal.open(path, valid_size, durability=self.durability))
-        self._sweep_temporaries(session_id)
-        opened.index = {item.id: position for position, item in enumerate(opened.session.items)}
-        opened.garbage = len(records) - 1 - len(opened.session.items)
-        self._open[session_id] = opened
+        opened = _Open(session)
+        self._hold(opened)
         self._repair(opened)
         return opened
 
     def _repair(self, opened: _Open) -> None:
+        """Store what `_paused.repair` finds a dead turn left."""
         session = opened.session
-        for item in list(session.items):
-            if isinstance(item, MessageItem) and item.partial:
-                self.update_item(session, item.id, {"partial": False})
-        orphans = session.open_tool_calls()
-        for call in orphans:
-            self.append_item(session, interrupted_result(call))
-        if session.status == "running":
-            self.append_item(
-                session,
-                EventItem(kind="turn-interrupted", data={"reason": "the process ended while a turn was running"}),
-            )
+        fix = repair(session)
+        for item_id in fix.finals:
+            self.update_item(session, item_id, {"partial": False})
+        for item in fix.appended:
+            self.append_item(session, item)
+        if fix.idle:
             self.update(session, status="idle")
-        elif orphans:
-            self._write_meta(session)
-        if orphans or session.status == "running":
-            log.info("session %s: repaired %d unfinished tool call(s)", session.id, len(orphans))
+        if fix:
+            log.info("session %s: repaired what its last turn left open", session.id)
 
-    def _sweep_temporaries(self, session_id: str) -> None:
-        """Remove what a writer killed mid-rewrite left (hidden `.<id>.jsonl.*` and `.<id>.meta.json.*` files).
-        Called holding the journal's writer lock, and only a writer makes them, so none is in use."""
-        for name in (self.journal_path(session_id).name, self._meta_path(session_id).name):
-            for leftover in self.root.glob(f".{name}.*"):
-                with contextlib.suppress(OSError):
-                    leftover.unlink()
+    def _waiting(self, session: Session, live: str | None, writer: int) -> builtins.list[Pending]:
+        meta = session.meta()
+        return [
+            Pending(request, meta, state, writer if state == "elsewhere" else None)
+            for request, state in waiting(session, live, writer)
+        ]
 
-    def _write_meta(self, session: Session) -> None:
-        meta = session.meta().model_dump_json().encode()
-        write_file(self.root, self._meta_path(session.id).name, meta, durable=self.durability == "always")
 
-    def _read_meta(self, journal: Path) -> SessionMeta | None:
-        session_id = journal.name.removesuffix(".jsonl")
-        if not SESSION_ID.fullmatch(session_id):
-            return None
-        opened = self._open.get(session_id)
-        if opened is not None:
-            return opened.session.meta()
-        with contextlib.suppress(OSError, ValueError):
-            return SessionMeta.model_validate_json(self._meta_path(session_id).read_bytes())
-        try:
-            with journal.open("rb") as handle:
-                header = json.loads(handle.readline())
-            return Session.model_validate(header["session"]).meta()
-        except (OSError, ValueError, KeyError):
-            log.warning("session journal %s has no readable header; left out of the list", journal.name)
-            return None
+def _heartbeat(ref: weakref.ref[SessionStore], closed: threading.Event) -> None:
+    """Refresh a store's claims until it is closed or gone (the thread does not keep it alive)."""
+    while not closed.wait(HEARTBEAT_SECONDS):
+        store = ref()
+        if store is None:
+            return
+        store._heartbeat()
+        del store

@@ -22,7 +22,7 @@ import anyio
 from ._paused import RESUMED_OUTPUT
 from .errors import TurnClosed
 from .events import EventHub
-from .items import ErrorItem, EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from .items import ErrorItem, EventItem, Item, MessageItem, SessionStatus, ToolCallItem, ToolResultItem
 from .sessions import SessionStore
 
 log = logging.getLogger("unit_mcp.agent.turns")
@@ -117,11 +117,12 @@ class Turn:
 
     # -- items ------------------------------------------------------------------------------------
 
-    async def append(self, item: Item, *, closing: bool = False) -> Item:
+    async def append(self, item: Item, *, closing: bool = False, status: SessionStatus | None = None) -> Item:
+        """Record an item of this turn (`status`: the session's, set in the same write)."""
         if self._ending and not closing:
             raise TurnClosed(f"turn {self.id} has ended ({self.status}); the item was not recorded")
         item = item.model_copy(update={"turn_id": self.id, "parent_id": item.parent_id or self._last_item_id})
-        stored = await anyio.to_thread.run_sync(self.store.append_item, self.session_id, item)
+        stored = await anyio.to_thread.run_sync(lambda: self.store.append_item(self.session_id, item, status=status))
         if isinstance(stored, ToolCallItem):
             self._open_calls[stored.call_id] = stored
         elif isinstance(stored, ToolResultItem):
@@ -306,8 +307,7 @@ class Turn:
             data["result"] = result
         if error is not None:
             data["error"] = error
-        await self.append(EventItem(kind=f"turn-{status}", data=data), closing=True)
-        await anyio.to_thread.run_sync(lambda: self.store.update(self.session_id, status="idle"))
+        await self.append(EventItem(kind=f"turn-{status}", data=data), closing=True, status="idle")
         await anyio.to_thread.run_sync(self.store.flush, self.session_id)
 
     def on(self, statuses: frozenset[TurnStatus], callback: HandleCallback) -> None:

@@ -2,8 +2,8 @@
 
 Pages: the approvals waiting across all sessions (answered through `AgentRunner.answer_approval`, so a turn
 whose process ended resumes in this one), the sessions (each can be archived or deleted: `SessionStore.retire`),
-and a session's transcript. Pages follow the journals
-on disk over server-sent events, so turns running in another process show up live too.
+and a session's transcript. Pages follow the store's `changes()` over server-sent events, so turns running in
+another process show up live too.
 
     ui = AgentUI(runner, port=port)          # the port the page is served on (checked against Host)
     app = Starlette(routes=[Mount("/agents", app=ui.app)])     # or serve `ui.app` alone (see `server.py`)
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import secrets
 import time
@@ -39,8 +38,7 @@ from ...webpage import HEARTBEAT_SECONDS, SESSION_SECONDS, PageApp, event_stream
 from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
-from .follow import Position, read_from
-from .pending import PendingEntry, PendingIndex, journal_writers
+from .pending import PendingEntry, PendingIndex
 from .transcript import Change, Transcript
 
 if TYPE_CHECKING:
@@ -51,8 +49,13 @@ log = logging.getLogger("unit_mcp.agent.ui")
 HERE = Path(__file__).parent
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 DECISIONS = {"approve": (True, False), "always": (True, True), "deny": (False, False)}
-POLL_SECONDS = 0.25  # how often an open page's event stream looks at the journals (a stat each)
+POLL_SECONDS = 0.25  # how often an open page's event stream asks the store what changed
 NOTICES_KEPT = 64
+
+
+def _cursor(token: str | None) -> int | None:
+    """A page's event id: the store's change counter it has shown."""
+    return int(token) if token is not None and token.isdigit() and len(token) < 19 else None
 
 
 class AgentUI(PageApp):
@@ -75,7 +78,7 @@ class AgentUI(PageApp):
         self.runner = runner
         self.store_root = runner.store.root
         self.browse = SessionStore(self.store_root, read_only=True)
-        self.pending = PendingIndex(self.store_root, self._live_turn)
+        self.pending = PendingIndex(self.browse, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self.closing = False
         super().__init__(
@@ -134,15 +137,14 @@ class AgentUI(PageApp):
         if not SESSION_ID.fullmatch(session_id):
             return PlainTextResponse("No such session.", status_code=404)
 
-        def read() -> tuple[Transcript, Position, list[SessionMeta]] | None:
-            try:
-                chunk = read_from(self.browse.journal_path(session_id))
-            except FileNotFoundError:
+        def read() -> tuple[Transcript, int, list[SessionMeta]] | None:
+            changes = self.browse.changes(session_id)
+            if changes is None:
                 return None
             transcript = Transcript(session_id)
-            transcript.apply_all(chunk.records)
+            transcript.apply_all(changes.records)
             children = [meta for meta in self.browse.list() if meta.parent_id == session_id]
-            return transcript, chunk.position, children
+            return transcript, changes.cursor, children
 
         found = await anyio.to_thread.run_sync(read)
         if found is None or not found[0].meta:
@@ -153,7 +155,7 @@ class AgentUI(PageApp):
             "session.html",
             transcript=transcript,
             meta=transcript.meta,
-            position=position.token,
+            position=position,
             children=children,
         )
 
@@ -223,25 +225,10 @@ class AgentUI(PageApp):
     # -- live updates -----------------------------------------------------------------------------
 
     def store_state(self) -> str:
-        """A short digest of every journal's (inode, size, mtime), the process writing it and this process's live
-        turns: it changes whenever anything a page shows may have changed (also when a writer dies)."""
-        digest = hashlib.sha256()
-        writers = journal_writers() or {}
-        try:
-            entries = sorted(os.scandir(self.store_root), key=lambda entry: entry.name)
-        except OSError:
-            entries = []
-        for entry in entries:
-            if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
-                try:
-                    stat = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                live = self._live_turn(entry.name[: -len(".jsonl")])
-                writer = writers.get((os.major(stat.st_dev), os.minor(stat.st_dev), stat.st_ino))
-                digest.update(
-                    f"{entry.name}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{writer}:{live}\n".encode()
-                )
+        """A short digest of the store's version (every write, and writers that ended) and this process's live
+        turns: it changes whenever anything a page shows may have changed."""
+        live = ",".join(f"{sid}={turn}" for sid, turn in sorted(self.runner.live_turns().items()))
+        digest = hashlib.sha256(f"{self.browse.version()}\n{live}".encode())
         return digest.hexdigest()[:16]
 
     async def store_events(self, request: Request) -> Response:
@@ -267,50 +254,44 @@ class AgentUI(PageApp):
         return event_stream(stream())
 
     async def session_events(self, request: Request) -> Response:
-        """`item` and `status` events for the records appended to one journal since the position the client
-        last saw (`Last-Event-ID`, or `from` on the first connection); `reset` when the journal was compacted
-        and the page must be reloaded."""
+        """`item` and `status` events for what changed in one session since the store's change counter the client
+        last saw (`Last-Event-ID`, or `from` on the first connection); `reset` when the session was deleted or
+        replaced and the page must be reloaded."""
         session_id = request.path_params["session_id"]
         if not SESSION_ID.fullmatch(session_id):
             return PlainTextResponse("No such session.", status_code=404)
-        path = self.browse.journal_path(session_id)
-        start = Position.parse(request.headers.get("last-event-id")) or Position.parse(request.query_params.get("from"))
+        start = _cursor(request.headers.get("last-event-id")) or _cursor(request.query_params.get("from"))
         render = self.templates.get_template("_item.html").module.item  # type: ignore[attr-defined]
         root = self.root(request)
 
         async def stream() -> AsyncIterator[bytes]:
             yield b"retry: 1000\n\n"
             transcript = Transcript(session_id)
-            position = start
-            try:
-                if start is not None:  # what the page showed: so results to come know when their call began
-                    shown = await anyio.to_thread.run_sync(lambda: read_from(path, until=start.offset))
-                    if shown.position != start:  # compacted since
-                        yield sse("reset", {})
-                        return
-                    transcript.apply_all(shown.records)
-                quiet = 0.0
-                while not self.closing:
-                    chunk = await anyio.to_thread.run_sync(read_from, path, position)
-                    if chunk.restarted:
-                        yield sse("reset", {})
-                        return
-                    changes = transcript.apply_all(chunk.records)
-                    for number, change in enumerate(changes):
-                        last = number == len(changes) - 1
-                        yield self._change_event(change, render, root, chunk.position.token if last else None)
-                    position = chunk.position
-                    if changes:
-                        quiet = 0.0
-                    elif quiet >= HEARTBEAT_SECONDS:
-                        quiet = 0.0
-                        yield b": still here\n\n"
-                    await anyio.sleep(POLL_SECONDS)
-                    quiet += POLL_SECONDS
-            except FileNotFoundError:  # deleted: the reloaded page says so
-                yield sse("reset", {})
-            except OSError as exc:  # unreadable now: end the stream, the page retries in a second
-                log.warning("session %s: cannot follow its journal: %s", session_id, exc)
+            cursor = start or 0
+            if start is not None:  # what the page showed: so results to come know when their call began
+                shown = await anyio.to_thread.run_sync(self.browse.changes, session_id)
+                if shown is None or shown.reset or shown.cursor < start:  # replaced since
+                    yield sse("reset", {})
+                    return
+                transcript.apply_all([record for record in shown.records if record["seq"] <= start])
+            quiet = 0.0
+            while not self.closing:
+                changes = await anyio.to_thread.run_sync(self.browse.changes, session_id, cursor)
+                if changes is None or changes.reset:  # deleted or replaced: the reloaded page says so
+                    yield sse("reset", {})
+                    return
+                shown_changes = transcript.apply_all(changes.records)
+                for number, change in enumerate(shown_changes):
+                    last = number == len(shown_changes) - 1
+                    yield self._change_event(change, render, root, str(changes.cursor) if last else None)
+                cursor = changes.cursor
+                if shown_changes:
+                    quiet = 0.0
+                elif quiet >= HEARTBEAT_SECONDS:
+                    quiet = 0.0
+                    yield b": still here\n\n"
+                await anyio.sleep(POLL_SECONDS)
+                quiet += POLL_SECONDS
 
         return event_stream(stream())
 
@@ -331,7 +312,7 @@ class AgentUI(PageApp):
         return RedirectResponse(f"{self.root(request)}/?notice={key}", status_code=303)
 
     def _release(self, session_id: str) -> None:
-        """Close the journal answering opened here unless a turn of this process runs in it, so that a terminal
+        """Release the session answering opened here unless a turn of this process runs in it, so that a terminal
         or another process can open the session again (one writer per session)."""
         if self.runner.active_turn(session_id) is None:
             self.runner.store.invalidate(session_id)

@@ -1,9 +1,8 @@
-"""A session's journal records folded into what its page shows: one view per item, the session's metadata, and
-the durations only the stream knows (a tool call's start, a turn's start).
+"""A session's change records (`SessionStore.changes`) folded into what its page shows: one view per item, the
+session's metadata, and the durations only the stream knows (a tool call's start, a turn's start).
 
-The page renders a `Transcript` of the whole journal; its live stream feeds the same class the records
-appended since, so both show an item the same way. A record that does not validate is shown as damaged,
-never trusted.
+The page renders a `Transcript` of every change; its live stream feeds the same class the changes since, so
+both show an item the same way. A record that does not validate is shown as damaged, never trusted.
 """
 
 from __future__ import annotations
@@ -77,11 +76,8 @@ class Transcript:
     def apply(self, record: dict[str, Any]) -> list[Change]:
         op = record.get("op")
         if op == "session" and isinstance(record.get("session"), dict):
+            before = self.status if self.meta else None
             self.meta = {key: value for key, value in record["session"].items() if key != "items"}
-            return [Change(status=self.status)]
-        if op == "update" and isinstance(record.get("changes"), dict):
-            before = self.status
-            self.meta.update(record["changes"])
             return [Change(status=self.status)] if self.status != before else []
         if op in ("item", "update_item"):
             view = self._view(record.get("item"), replaced=op == "update_item")
