@@ -343,7 +343,7 @@ async def test_entry_point_with_options_keeps_its_data_dir_on_sigint(
     assert "MCP_TOKEN" not in printed
     async with Client(sse_client(printed["MCP_SSE_URL"]), mode="legacy") as client:
         names = [tool.name for tool in (await client.list_tools()).tools]
-    assert names[0] == "space_unit_list" and len(names) == 10
+    assert names[0] == "space_unit_list" and len(names) == 12
     config = json.loads((data / "opencode-config" / "opencode" / "opencode.json").read_text())
     assert list(config["mcp"]) == ["space-unit-dev"] and "space-unit-dev_*" in config["permission"]
     assert process.stop(signal.SIGINT) == 0

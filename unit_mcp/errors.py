@@ -133,6 +133,13 @@ class Cancelled(UnitError):
     default_hint = "The caller cancelled the call; nothing more was done."
 
 
+class UnknownRun(UnitError):
+    code = "unknown_run"
+    default_hint = (
+        "Runs are kept for a while after they end, then forgotten: start the tests again with unit_run_tests."
+    )
+
+
 class TooLarge(UnitError):
     code = "too_large"
     default_hint = "Send a smaller argument."

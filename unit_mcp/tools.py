@@ -32,9 +32,10 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from ._version import __version__
-from .arguments import Args, Operation, RunTestsArgs, checked
+from .arguments import Args, Operation, RunTestsArgs, TestStatusArgs, checked
 from .cancel import cancellation
 from .errors import InvalidArgument, UnitError
+from .paging import clip
 from .service import UnitService
 from .wire import ERROR_META_KEY, Risk, risk_meta
 from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
@@ -42,7 +43,7 @@ from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
     r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
-    r"|history|revert)\b"
+    r"|history|revert|test_status|cancel_test)\b"
 )
 
 log = logging.getLogger("unit_mcp.tools")
@@ -209,8 +210,31 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Run the unit's test module test_<test_name>.py in a separate process with the unit loaded: its "
         "main() if it has one (None, 0 or True passes), pytest otherwise. Returns passed, exit_code, stdout, "
         "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
-        "Sends progress notifications while it runs.",
+        "Sends progress notifications while it runs. wait=false, or a run longer than the server's longest "
+        "call, answers state 'running' with a run_id: follow it with unit_test_status.",
         UnitService.run_tests,
+        "shell",
+        read_only=False,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_test_status",
+        "Status of a test run",
+        "The result of a run started by unit_run_tests (by its run_id), exactly as unit_run_tests would have "
+        "returned it, or state 'running' with the time so far. wait_s waits up to that many seconds for the end.",
+        UnitService.test_status,
+        "normal",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_cancel_test",
+        "Cancel a test run",
+        "Stop a run started by unit_run_tests: its processes are killed. Its status then answers [cancelled]. "
+        "Risk shell, like the run: it kills processes (normal stays for calls that only read).",
+        UnitService.cancel_test,
         "shell",
         read_only=False,
         destructive=False,
@@ -350,6 +374,18 @@ def _shown_message(text: str) -> str:
     return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in _clip(text))
 
 
+def _clipped(value: Any) -> Any:
+    """A refusal's details with every text clipped: they are sent twice (text and `_meta`) and a timed-out test's
+    output could otherwise fill a result."""
+    if isinstance(value, str):
+        return clip(value, MAX_ERROR_TEXT)
+    if isinstance(value, dict):
+        return {key: _clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clipped(item) for item in value]
+    return value
+
+
 def _error_text(code: str, message: str, hint: str, details: dict[str, Any] | None) -> str:
     text = f"[{code}] {message}"
     if hint:
@@ -447,6 +483,8 @@ class UnitTools:
         try:
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
+            elif isinstance(args, TestStatusArgs) and args.wait_s > 0:
+                result = await self._with_progress(ctx, call, f"test run {args.run_id}")
             else:
                 result = await _in_thread(call)
         except UnitError as exc:
@@ -473,7 +511,7 @@ class UnitTools:
         message, hint = _clip(redact(message)), _clip(self._prefixed(redact(hint)))
         error: dict[str, Any] = {"code": code, "message": message, "hint": hint}
         if details:
-            error["details"] = json.loads(redact(json.dumps(details, ensure_ascii=False, default=str)))
+            error["details"] = _clipped(json.loads(redact(json.dumps(details, ensure_ascii=False, default=str))))
         text = _error_text(error["code"], error["message"], error["hint"], error.get("details"))
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=True, _meta={ERROR_META_KEY: error}
@@ -486,14 +524,14 @@ class UnitTools:
 
         async def report() -> None:
             started = anyio.current_time()
-            while True:
-                await anyio.sleep(self.progress_interval)
+            while True:  # once at the start: a run shorter than the interval is reported too
                 elapsed = anyio.current_time() - started
                 try:
                     await ctx.session.report_progress(elapsed, None, f"running {label}: {elapsed:.0f} s")
                 except Exception:
                     log.debug("progress for %s could not be sent", label, exc_info=True)
                     return
+                await anyio.sleep(self.progress_interval)
 
         outcome: list[BaseModel | Exception] = []
         async with anyio.create_task_group() as tg:

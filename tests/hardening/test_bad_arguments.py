@@ -38,6 +38,8 @@ VALID: dict[str, dict[str, Any]] = {
     "unit_reload": {"unit_id": "counter"},
     "unit_read_log": {"lines": 5},
     "unit_snapshot": {"unit_id": "counter"},
+    "unit_test_status": {"run_id": "nosuch", "wait_s": 0},
+    "unit_cancel_test": {"run_id": "nosuch"},
 }  # fmt: skip
 
 # What an argument that is wrong in each way must give, by argument name (default: invalid_argument).
