@@ -65,16 +65,20 @@ EXPECTED: dict[tuple[str, str], str | set[str]] = {
     ("binary", "new"): "binary_source",  # a source cannot hold NUL
     ("binary", "source"): "binary_source",
     ("binary", "patch"): "invalid_patch",
+    ("empty", "run_id"): "unknown_run",
+    ("binary", "run_id"): "unknown_run",
 }
 MISTYPED: dict[str, list[Any]] = {
     "str": [5, 1.5, True, [], {"a": 1}],
     "int": ["ten", 1.5, [], {}, 10**30, -1],
     "bool": ["maybe", 2, [], {}],
     "float": ["fast", [], {}, -1, 0, 1e12],
+    "seconds": ["fast", [], {}, -1, 1e12],  # 0 is a valid wait
 }
 KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "str", "old": "str", "new": "str",
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
-         "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float"}  # fmt: skip
+         "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float",
+         "cursor": "str", "wait": "bool", "run_id": "str", "wait_s": "seconds"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:
