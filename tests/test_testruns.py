@@ -115,6 +115,18 @@ async def test_a_quick_run_reports_progress_once_at_least(folder_host: Host) -> 
     assert progress and all(message and "test_init of unit counter" in message for message in progress)
 
 
+def test_runs_at_once_are_bounded_and_a_refused_one_starts_nothing(units_root: Path, folder_host: Host) -> None:
+    add_test(units_root, "hang", "    time.sleep(300)\n")
+    service = UnitService(folder_host, max_running_tests=1)
+    first = service.run_tests("counter", "hang", wait=False)
+    assert first.state == "running" and first.run_id
+    with pytest.raises(UnitError) as caught:
+        service.run_tests("counter", "init", wait=False)
+    assert caught.value.code == "too_many_runs" and "unit_cancel_test" in caught.value.hint
+    assert service.cancel_test(first.run_id).cancelled
+    assert service.run_tests("counter", "init").passed
+
+
 def test_ended_runs_are_forgotten_after_the_retention(folder_host: Host) -> None:
     service = UnitService(folder_host, run_retention_s=0)
     run_id = service.run_tests("counter").run_id
@@ -130,9 +142,12 @@ def test_ended_runs_are_forgotten_after_the_retention(folder_host: Host) -> None
 
 def test_the_registry_keeps_a_bounded_number_of_ended_runs() -> None:
     runs = TestRuns(retention=600, keep=2)
-    started = [runs.start(f"run {n}", lambda n=n: n) for n in range(3)]
+    started = [runs.start(f"run {n}", lambda n=n: n, limit=8) for n in range(3)]
     for run in started:
-        assert run.done.wait(10)
-    runs.start("one more", lambda: None).done.wait(10)
-    assert runs.get(started[0].run_id) is None and runs.get(started[2].run_id) is not None
-    assert runs.get(started[2].run_id).outcome == 2  # type: ignore[union-attr]
+        assert run is not None and run.done.wait(10)
+    last = runs.start("one more", lambda: None, limit=8)
+    assert last is not None and last.done.wait(10)
+    assert all(run is not None for run in started)
+    first, _, third = (run for run in started if run is not None)
+    assert runs.get(first.run_id) is None and runs.get(third.run_id) is not None
+    assert runs.get(third.run_id).outcome == 2  # type: ignore[union-attr]

@@ -140,6 +140,11 @@ class UnknownRun(UnitError):
     )
 
 
+class TooManyRuns(UnitError):
+    code = "too_many_runs"
+    default_hint = "Wait for a run to end (unit_test_status with wait_s) or stop one with unit_cancel_test."
+
+
 class TooLarge(UnitError):
     code = "too_large"
     default_hint = "Send a smaller argument."

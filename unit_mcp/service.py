@@ -48,6 +48,7 @@ from .errors import (
     StaleHash,
     TestTimeout,
     TooLarge,
+    TooManyRuns,
     UnitError,
     UnitNotLoaded,
     UnknownRun,
@@ -147,6 +148,7 @@ class UnitService:
         max_test_output: int = RESULT_BYTES // 2 - PAGE_OVERHEAD - 1000,  # fits one result with its marker
         max_call_s: float = 240.0,
         run_retention_s: float = 600.0,
+        max_running_tests: int = 8,
     ) -> None:
         self.host = host
         self.loader = host.loader
@@ -159,6 +161,8 @@ class UnitService:
         self.max_call_s = max_call_s
         """A call waiting for tests answers 'running' with the run_id after this long (clients time out calls)."""
         self.runs = TestRuns(retention=run_retention_s)
+        self.max_running_tests = max_running_tests
+        """Runs at once: wait=false no longer ties a run to a worker thread, so this bounds the test processes."""
         self._index: ResolveIndex | None = None
         self._stale: set[str] = set()
         self._index_lock = threading.Lock()
@@ -806,7 +810,11 @@ class UnitService:
             timed_out=False,
             state="running",
         )
-        run = self.runs.start(f"test_{test_name} of unit {unit_id}", work, running)
+        run = self.runs.start(f"test_{test_name} of unit {unit_id}", work, running, limit=self.max_running_tests)
+        if run is None:
+            raise TooManyRuns(
+                f"{self.max_running_tests} test runs are still running; test_{test_name} was not started."
+            )
         return self._outcome(run, self.max_call_s if args.wait else 0.0, stop_if_cancelled=True)
 
     def _run(self, run_id: str) -> TestRun:

@@ -478,8 +478,9 @@ class TestRuns:
         self._lock = threading.Lock()
         self._runs: dict[str, TestRun] = {}
 
-    def start(self, label: str, work: Callable[[], object], subject: object = None) -> TestRun:
-        """Run `work` in a thread of its own, cancellable through the run (`cancel.requested()` inside it)."""
+    def start(self, label: str, work: Callable[[], object], subject: object = None, *, limit: int) -> TestRun | None:
+        """Run `work` in a thread of its own, cancellable through the run (`cancel.requested()` inside it); None
+        when `limit` runs are running already."""
         run = TestRun(secrets.token_urlsafe(12), label, subject)
 
         def target() -> None:
@@ -501,6 +502,8 @@ class TestRuns:
 
         with self._lock:
             self._forget()
+            if sum(not other.done.is_set() for other in self._runs.values()) >= limit:
+                return None
             self._runs[run.run_id] = run
         threading.Thread(target=target, name=f"test run {label}", daemon=True).start()
         return run

@@ -64,10 +64,13 @@ Workflow:
 4. unit_apply_patch with expected_hash set to that hash: either `old`+`new` (exact text, matched once) or \
 `patch` (a unified diff). The unit is reloaded at once; if the reload fails the old source is put back. \
 unit_create_source adds a new file to a directory unit.
-5. unit_run_tests runs the unit's test_<name>.py in a separate process.
+5. unit_run_tests runs the unit's test_<name>.py in a separate process; a long run answers state 'running' \
+with a run_id: follow it with unit_test_status (wait_s), stop it with unit_cancel_test.
 6. unit_reload reloads a unit after a change made outside these tools; its evidence says whether the \
 active activity came back.
 7. unit_read_log reads the application log (filter with grep) to see what the units did.
+
+A long answer is cut to fit: truncated is true and next_cursor, passed back as cursor, reads on.
 
 A refused call is an error result starting with a stable code in brackets, e.g. [stale_hash] or \
 [no_match], followed by a hint that says what to do next."""
