@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from unit_mcp import Host, UnitService
 from unit_mcp.models import Candidate, Evidence
-from unit_mcp.resolve import FIELD_WEIGHTS, ResolveIndex, UnitFacts, tokens
+from unit_mcp.resolve import FALLBACK_CEILING, FIELD_WEIGHTS, ResolveIndex, UnitFacts, tokens
 
 DATA = Path(__file__).resolve().parent / "data" / "resolve"
 TOP1_FLOOR = 0.9
@@ -54,11 +54,22 @@ def reference_rank(description: str, units: list[UnitFacts], limit: int) -> list
         if whole == unit.unit_id.lower():
             confidence = 1.0
         if confidence > 0:
+            doc = next((value for field, value in unit.fields if field == "docstring"), "").strip().split("\n")[0]
             candidates.append(
-                Candidate(unit_id=unit.unit_id, confidence=round(min(confidence, 1.0), 3), evidence=evidence)
+                Candidate(
+                    unit_id=unit.unit_id,
+                    confidence=round(min(confidence, 1.0), 3),
+                    evidence=evidence,
+                    summary=(doc if len(doc) <= 200 else doc[:200] + "…") or None,
+                )
             )
     candidates.sort(key=lambda c: (-c.confidence, c.unit_id))
     return candidates[:limit]
+
+
+def matched(service: UnitService, description: str) -> list[str]:
+    """The units whose words matched (the fallback ranks every unit, with no evidence)."""
+    return [c.unit_id for c in service.resolve(description).candidates if c.evidence]
 
 
 def test_paraphrased_descriptions_find_the_unit_meant(tmp_path: Path) -> None:
@@ -113,7 +124,13 @@ def test_the_index_ranks_exactly_as_scoring_every_unit(
             index.update(change.unit_id, change)
             current[change.unit_id] = change
     for description in queries:
-        assert index.query(description, limit) == reference_rank(description, list(current.values()), limit)
+        expected = reference_rank(description, list(current.values()), limit)
+        found = index.query(description, limit)
+        if expected or not current:
+            assert found == expected
+        else:  # no word matched: every unit is ranked by the fallback, without evidence, never nothing
+            assert len(found) == min(limit, len(current)) and {c.unit_id for c in found} <= set(current)
+            assert all(not c.evidence and c.confidence <= FALLBACK_CEILING for c in found)
 
 
 def test_the_index_follows_reloads_and_unloads(tmp_path: Path) -> None:
@@ -123,12 +140,12 @@ def test_the_index_follows_reloads_and_unloads(tmp_path: Path) -> None:
     with Host(root, tmp_path / "data", namespace="resolve_follows") as host:
         service = UnitService(host)
         assert [c.unit_id for c in service.resolve("rings bell").candidates] == ["bell"]
-        assert service.resolve("chimes").candidates == []
+        assert matched(service, "chimes") == []
 
         (root / "bell.py").write_text('"""Chimes on the hour."""\n\ndef strike():\n    pass\n')
         host.reload("bell")
         assert [c.unit_id for c in service.resolve("chimes strike").candidates] == ["bell"]
-        assert service.resolve("rings").candidates == []
+        assert matched(service, "rings") == []
 
         (root / "gong").mkdir()
         (root / "gong" / "__init__.py").write_text('"""Chimes loudly."""\n')
@@ -141,7 +158,7 @@ def test_the_index_follows_reloads_and_unloads(tmp_path: Path) -> None:
 
 
 def test_an_edit_through_the_service_is_resolved_at_once(service: UnitService) -> None:
-    assert service.resolve("barometric pressure").candidates == []
+    assert matched(service, "barometric pressure") == []
     source = service.read_source("weather", "__init__.py")
     service.apply_patch(
         "weather",
@@ -171,3 +188,20 @@ def test_the_index_stops_early_but_never_drops_a_better_or_tied_unit() -> None:
     for facts in tie:
         index.update(facts.unit_id, facts)
     assert [c.unit_id for c in index.query("zeta counter", 1)] == ["a_c"]
+
+
+def test_held_out_paraphrases_share_no_word_with_the_units_and_always_get_candidates(tmp_path: Path) -> None:
+    """The held-out set (scripts/bench_resolve.py reports its top-1 and top-3) is what it claims: at least 40
+    queries over at least 25 units, none sharing a word with any unit's facts; each answer still lists units."""
+    queries = json.loads((DATA / "heldout.json").read_text())["queries"]
+    root = shutil.copytree(DATA / "units", tmp_path / "units")
+    with Host(root, tmp_path / "data", namespace="resolve_heldout") as host:
+        service = UnitService(host)
+        facts = [service._facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
+        words = {word for unit in facts for _, value in unit.fields for word in tokens(value)}
+        assert len(queries) >= 40 and len({meant for _, meant in queries}) >= 25
+        assert {meant for _, meant in queries} <= set(host.unit_kinds())
+        for description, _ in queries:
+            assert not set(tokens(description)) & words, description
+            candidates = service.resolve(description, limit=3).candidates
+            assert candidates and all(c.summary for c in candidates), description

@@ -111,3 +111,11 @@ def test_an_env_file_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
         f"unit-mcp: error: cannot use --env-file {target}: No such file or directory; "
         "give a file in a folder you can write"
     )
+
+
+def test_max_call_s_must_be_seconds_above_zero(tmp_path: Path) -> None:
+    for value in ("0", "-5", "soon", "inf"):
+        done = server_cli(tmp_path, "--max-call-s", value)
+        assert done.returncode == 2 and done.stdout == ""
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.endswith(f"{value!r} is not a number of seconds above 0, e.g. 240"), last

@@ -35,6 +35,8 @@ NAMES = [
     "unit_apply_patch",
     "unit_create_source",
     "unit_run_tests",
+    "unit_test_status",
+    "unit_cancel_test",
     "unit_reload",
     "unit_read_log",
     "unit_snapshot",
@@ -49,6 +51,8 @@ RISKS = {
     "unit_resolve": "normal",
     "unit_inspect": "normal",
     "unit_snapshot": "normal",
+    "unit_test_status": "normal",
+    "unit_cancel_test": "shell",
     "unit_read_source": "filesystem-read",
     "unit_read_log": "filesystem-read",
     "unit_apply_patch": "shell",
@@ -229,7 +233,7 @@ async def test_read_only_tools(tools: UnitTools, mode: str) -> None:
         assert "def greet" in read["content"] and read["hash"].startswith("sha256:")
         snap = await s.ok("unit_snapshot", {"unit_id": "counter"})
         assert snap.pop("snapshot_id").startswith("snap-")
-        assert snap == {"unit_id": "counter", "supported": True, "state": {"count": 0}}
+        assert snap == {"unit_id": "counter", "supported": True, "state": {"count": 0}, "truncated": False}
         log = await s.ok("unit_read_log", {"grep": "counter ready", "lines": 5})
         assert log["returned"] >= 1 and all("counter ready" in line for line in log["lines"])
 

@@ -20,6 +20,7 @@ from .errors import InvalidArgument
 MAX_LOG_LINES = 1000
 MAX_LOG_OFFSET = 10**9
 MAX_HISTORY = 1000
+MAX_WAIT_S = 240
 MAX_VERSION = 2**63 - 1  # the largest integer a store keeps (SQLite's INTEGER)
 MAX_CHANGES = 200
 
@@ -115,6 +116,15 @@ class NoArgs(Args):
     pass
 
 
+_CURSOR = Field(
+    None, max_length=1000, description="next_cursor of the previous page, to read on; leave out for the first page."
+)
+
+
+class ListArgs(Args):
+    cursor: str | None = _CURSOR
+
+
 class UnitArgs(Args):
     unit_id: str = _UNIT_ID
 
@@ -122,11 +132,13 @@ class UnitArgs(Args):
 class ResolveArgs(Args):
     description: str = Field(description="What the unit does or is called, in a few words, e.g. 'click counter'.")
     limit: int = Field(20, ge=1, le=100, description="The most candidates to return (1-100).")
+    cursor: str | None = _CURSOR
 
 
 class ReadSourceArgs(Args):
     unit_id: str = _UNIT_ID
     source_id: str = _SOURCE_ID
+    cursor: str | None = _CURSOR
 
 
 class ApplyPatchArgs(Args):
@@ -165,6 +177,29 @@ class RunTestsArgs(Args):
     timeout: float | None = Field(
         None, gt=0, description="Seconds before the run is killed; the server's default if unset."
     )
+    wait: bool = Field(
+        True,
+        description="Wait for the result (up to the server's longest call, then state 'running'); false answers "
+        "at once with a run_id for unit_test_status.",
+    )
+
+
+_RUN_ID = Field(max_length=64, description="The run_id unit_run_tests returned.")
+
+
+class TestStatusArgs(Args):
+    __test__ = False
+
+    run_id: str = _RUN_ID
+    wait_s: float = Field(
+        0, ge=0, le=MAX_WAIT_S, description="Seconds to wait for the run to end (0-240; the server may cap it)."
+    )
+
+
+class CancelTestArgs(Args):
+    __test__ = False
+
+    run_id: str = _RUN_ID
 
 
 class ReadLogArgs(Args):
@@ -189,12 +224,14 @@ class ReadLogArgs(Args):
         le=MAX_LOG_OFFSET,
         description="Page back: the newest matching lines numbered below this (the first of line_numbers).",
     )
+    cursor: str | None = _CURSOR
 
 
 class HistoryArgs(Args):
     unit_id: str = _UNIT_ID
     source_id: str = _SOURCE_ID
     limit: int = Field(20, ge=1, le=MAX_HISTORY, description="The most versions to return, newest first (1-1000).")
+    cursor: str | None = _CURSOR
 
 
 class RevertArgs(Args):

@@ -133,6 +133,18 @@ class Cancelled(UnitError):
     default_hint = "The caller cancelled the call; nothing more was done."
 
 
+class UnknownRun(UnitError):
+    code = "unknown_run"
+    default_hint = (
+        "Runs are kept for a while after they end, then forgotten: start the tests again with unit_run_tests."
+    )
+
+
+class TooManyRuns(UnitError):
+    code = "too_many_runs"
+    default_hint = "Wait for a run to end (unit_test_status with wait_s) or stop one with unit_cancel_test."
+
+
 class TooLarge(UnitError):
     code = "too_large"
     default_hint = "Send a smaller argument."

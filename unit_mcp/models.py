@@ -56,8 +56,16 @@ class UnitSummary(_Model):
     replica: Replica | None = _REPLICA
 
 
+_TRUNCATED = Field(default=False, description="The answer was cut to fit one result; next_cursor continues it.")
+_NEXT_CURSOR = Field(
+    default=None, description="Pass it as cursor (with the same other arguments) for the next page; null at the end."
+)
+
+
 class UnitListResult(_Model):
     units: list[UnitSummary]
+    truncated: bool = _TRUNCATED
+    next_cursor: str | None = _NEXT_CURSOR
 
 
 class Evidence(_Model):
@@ -70,11 +78,14 @@ class Candidate(_Model):
     unit_id: str
     confidence: float = Field(ge=0.0, le=1.0)
     evidence: list[Evidence]
+    summary: str | None = Field(default=None, description="The first line of the unit's docstring.")
 
 
 class ResolveResult(_Model):
     description: str
     candidates: list[Candidate]
+    truncated: bool = _TRUNCATED
+    next_cursor: str | None = _NEXT_CURSOR
 
 
 class Lifecycle(_Model):
@@ -99,6 +110,9 @@ class InspectResult(_Model):
     test_capabilities: list[str]
     source_artifacts: list[SourceArtifact]
     replica: Replica | None = _REPLICA
+    truncated: bool = Field(
+        default=False, description="Lists or texts were cut to fit one result (a unit of thousands of files)."
+    )
 
 
 class ReadSourceResult(_Model):
@@ -108,6 +122,11 @@ class ReadSourceResult(_Model):
     hash: str
     size: int
     line_ending: Literal["lf", "crlf", "mixed", "none"]
+    offset: int = Field(default=0, description="Byte offset of content in the source (0 unless paged).")
+    truncated: bool = Field(
+        default=False, description="content is one page of the source; next_cursor reads on. hash covers the whole."
+    )
+    next_cursor: str | None = _NEXT_CURSOR
 
 
 class ActivityEvidence(_Model):
@@ -161,6 +180,20 @@ class RunTestsResult(_Model):
     truncated: bool
     duration_ms: float
     timed_out: bool
+    run_id: str | None = Field(
+        default=None, description="The run's id: unit_test_status and unit_cancel_test take it (kept for a while)."
+    )
+    state: Literal["finished", "running"] = Field(
+        default="finished",
+        description="'running': the tests have not ended yet (wait=false, or past the server's longest call); "
+        "ask unit_test_status with run_id. Until then passed is false and the output empty.",
+    )
+
+
+class CancelTestResult(_Model):
+    run_id: str
+    cancelled: bool = Field(description="The run was still running and its processes were killed.")
+    state: Literal["finished", "running"]
 
 
 class ReadLogResult(_Model):
@@ -176,6 +209,8 @@ class ReadLogResult(_Model):
     )
     total_lines: int = Field(description="Lines in the kept log: the number of its newest line.")
     grep: str | None = None
+    truncated: bool = _TRUNCATED
+    next_cursor: str | None = _NEXT_CURSOR
 
 
 class SnapshotResult(_Model):
@@ -190,6 +225,7 @@ class SnapshotResult(_Model):
         description="Pass it to unit_restore_snapshot to put this state back later; null without snapshot() or when "
         "the state is too large to keep.",
     )
+    truncated: bool = Field(default=False, description="The state was too large for one result and is left out.")
 
 
 class RestoreSnapshotResult(_Model):
@@ -210,6 +246,8 @@ class HistoryResult(_Model):
     unit_id: str
     source_id: str
     versions: list[HistoryVersion] = Field(description="Newest first.")
+    truncated: bool = _TRUNCATED
+    next_cursor: str | None = _NEXT_CURSOR
 
 
 class ChangeClient(_Model):

@@ -59,6 +59,10 @@ STOPWORDS = frozenset(
     ]
 )
 FIELD_WEIGHTS = {"unit_id": 1.0, "module": 0.9, "symbol": 0.75, "file": 0.6, "docstring": 0.5}
+FALLBACK_CEILING = 0.2
+"""The highest confidence of a unit ranked by the fallback (no word of the description matched)."""
+MAX_EVIDENCE = 12
+"""Evidence a candidate shows at most (a unit of thousands of matching symbols would fill a result)."""
 _SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -105,14 +109,23 @@ def _token_score(term: str, token: str) -> float:
     return 0.0
 
 
+def _trigrams(text: str) -> set[str]:
+    letters = " ".join(_SPLIT.split(_CAMEL.sub(" ", text).lower()))
+    return {letters[i : i + 3] for i in range(len(letters) - 2)}
+
+
 class _Entry:
     """One indexed unit: its facts with each value's tokens, and the best field weight of each of its tokens."""
 
-    __slots__ = ("facts", "fields", "weights")
+    __slots__ = ("facts", "fields", "summary", "trigrams", "weights")
 
     def __init__(self, facts: UnitFacts) -> None:
         self.facts = facts
         self.fields = tuple((field, value, frozenset(tokens(value))) for field, value in facts.fields)
+        docstring = next((value for field, value in facts.fields if field == "docstring"), "")
+        first = docstring.strip().split("\n", 1)[0]
+        self.summary = (first if len(first) <= 200 else first[:200] + "…") or None
+        self.trigrams = _trigrams(" ".join(value for _, value in facts.fields))
         self.weights: dict[str, float] = {}
         for field, _, value_tokens in self.fields:
             for token in value_tokens:
@@ -144,7 +157,13 @@ class _Entry:
             if matched:
                 shown = value if len(value) <= 200 else value[:200] + "…"
                 evidence.append(Evidence(field=field, value=shown, matched=matched))
-        return Candidate(unit_id=self.facts.unit_id, confidence=confidence, evidence=evidence)
+                if len(evidence) == MAX_EVIDENCE:
+                    break
+        return Candidate(unit_id=self.facts.unit_id, confidence=confidence, evidence=evidence, summary=self.summary)
+
+    def likeness(self, grams: set[str]) -> float:
+        """How much of a description's letter trigrams the unit's facts share: the fallback when no word matches."""
+        return len(grams & self.trigrams) / len(grams) if grams else 0.0
 
 
 class ResolveIndex:
@@ -245,6 +264,22 @@ class ResolveIndex:
         return max(FIELD_WEIGHTS[field] for field in self._field_counts[token])
 
     def query(self, description: str, limit: int) -> list[Candidate]:
+        """The best `limit` units by their matching words; when no word matches any unit, every unit ranked by
+        shared letter trigrams (a misspelling, another word form) with a confidence of at most FALLBACK_CEILING,
+        so that the answer is never empty while units exist and the summaries let the caller choose."""
+        found = self._query(description, limit)
+        if found or not self._units:
+            return found
+        grams = _trigrams(description)
+        with self._lock:
+            ranked = heapq.nsmallest(
+                limit, ((-entry.likeness(grams), unit_id) for unit_id, entry in self._units.items())
+            )
+            return [
+                self._units[unit_id].candidate([], [], round(-score * FALLBACK_CEILING, 3)) for score, unit_id in ranked
+            ]
+
+    def _query(self, description: str, limit: int) -> list[Candidate]:
         terms = list(dict.fromkeys(tokens(description)))
         if not terms:
             return []

@@ -104,6 +104,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-watch", action="store_true", help="do not reload units when their files change on disk")
     parser.add_argument(
+        "--max-call-s",
+        type=_positive_seconds,
+        default=240.0,
+        help="seconds a unit_run_tests call waits before it answers 'running' with a run_id (default 240; "
+        "clients kill longer calls)",
+    )
+    parser.add_argument(
         "--no-auth",
         action="store_true",
         help="serve without the bearer token, for clients that cannot send headers (loopback is still enforced)",
@@ -200,7 +207,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         host.start_watching()
     WARM.start(args.test_env)  # the first unit_run_tests finds its test host ready
     stack.callback(WARM.stop)
-    return UnitTools(UnitService(host), prefix=args.tool_prefix), data_dir
+    return UnitTools(UnitService(host, max_call_s=args.max_call_s), prefix=args.tool_prefix), data_dir
 
 
 def _copy_private(source: Path, target: Path) -> None:
@@ -281,6 +288,17 @@ def write_env_file(path: Path, lines: Sequence[str]) -> None:
     target = path.absolute()
     with _cannot_write("--env-file", path, "give a file in a folder you can write"):
         paths.write_file(target.parent, target.name, text.encode(), mode=0o600)
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0, e.g. 240")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,21 +15,25 @@ import json
 import re
 import threading
 import time
+import typing
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from . import applog, paths
+from . import applog, cancel, paths
 from .arguments import (
+    MAX_LOG_LINES,
+    MAX_VERSION,
     ApplyPatchArgs,
     Args,
+    CancelTestArgs,
     ChangesArgs,
     CheckpointArgs,
     CreateSourceArgs,
     HistoryArgs,
-    NoArgs,
+    ListArgs,
     ReadLogArgs,
     ReadSourceArgs,
     ResolveArgs,
@@ -38,6 +42,7 @@ from .arguments import (
     RevertChangeArgs,
     RollbackArgs,
     RunTestsArgs,
+    TestStatusArgs,
     UnitArgs,
     takes,
 )
@@ -56,10 +61,12 @@ from .errors import (
     StaleHash,
     TestTimeout,
     TooLarge,
+    TooManyRuns,
     UnitError,
     UnitNotLoaded,
     UnknownChange,
     UnknownCheckpoint,
+    UnknownRun,
     UnknownSnapshot,
     UnknownSource,
     UnknownUnit,
@@ -84,6 +91,7 @@ from .loader import UnknownVersion as MissingVersion
 from .models import (
     ActivityEvidence,
     ApplyPatchResult,
+    CancelTestResult,
     ChangeClient,
     ChangedSource,
     ChangeRecord,
@@ -111,10 +119,23 @@ from .models import (
     UnitListResult,
     UnitSummary,
 )
+from .paging import (
+    MAX_FIELD_BYTES,
+    PAGE_OVERHEAD,
+    RESULT_BYTES,
+    binding,
+    clip,
+    decode_cursor,
+    encode_cursor,
+    fitting,
+    json_size,
+    size_of,
+    text_page,
+)
 from .patching import apply_unified_diff, line_ending_kind, replace_exact, unified_diff
 from .resolve import ResolveIndex, UnitFacts, python_facts
 from .syntax import SyntaxCache
-from .testrun import run_test_process
+from .testrun import TestRun, TestRuns, run_test_process
 
 
 def reload_result(reloaded: Reloaded) -> ReloadResult:
@@ -123,9 +144,23 @@ def reload_result(reloaded: Reloaded) -> ReloadResult:
         unit_id=reloaded.unit_id,
         reloaded=True,
         restored_state=reloaded.restored_state,
-        activity=ActivityEvidence(**reloaded.activity),
+        activity=ActivityEvidence.model_validate(
+            {key: clip(v, MAX_FIELD_BYTES) if isinstance(v, str) else v for key, v in reloaded.activity.items()}
+        ),
         duration_ms=reloaded.duration_ms,
     )
+
+
+def _fitting_names(names: list[str]) -> list[str]:
+    """Test names within one field's share of a listed unit (unit_inspect lists more)."""
+    return [*fitting(names, MAX_FIELD_BYTES, json_size)]
+
+
+LINE_ENDINGS = typing.get_args(ReadSourceResult.model_fields["line_ending"].annotation)
+
+
+CANCEL_GRACE = 5.0
+"""Seconds a cancel waits for a run to end (its processes die within a poll, 0.1 s)."""
 
 
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("unit_mcp_caller", default=NOBODY)
@@ -253,14 +288,25 @@ class UnitService:
         test_timeout: float = 60.0,
         max_test_timeout: float = 600.0,
         max_source_bytes: int = 2 * 1024 * 1024,
-        max_test_output: int = 64 * 1024,
+        max_read_bytes: int = 16 * 1024 * 1024,
+        max_test_output: int = RESULT_BYTES // 2 - PAGE_OVERHEAD - 1000,  # fits one result with its marker
+        max_call_s: float = 240.0,
+        run_retention_s: float = 600.0,
+        max_running_tests: int = 8,
     ) -> None:
         self.host = host
         self.loader = host.loader
         self.test_timeout = test_timeout
         self.max_test_timeout = max_test_timeout
         self.max_source_bytes = max_source_bytes
+        self.max_read_bytes = max(max_read_bytes, max_source_bytes)
+        """unit_read_source pages through sources up to this size; edits stop at max_source_bytes."""
         self.max_test_output = max_test_output
+        self.max_call_s = max_call_s
+        """A call waiting for tests answers 'running' with the run_id after this long (clients time out calls)."""
+        self.runs = TestRuns(retention=run_retention_s)
+        self.max_running_tests = max_running_tests
+        """Runs at once: wait=false no longer ties a run to a worker thread, so this bounds the test processes."""
         self._index: ResolveIndex | None = None
         self._stale: set[str] = set()
         self._index_lock = threading.Lock()
@@ -288,19 +334,21 @@ class UnitService:
             )
         return Source(unit_id, kind, source_id)
 
-    def _read(self, src: Source) -> bytes:
-        """The bytes of a source a tool reads or edits, refused without reading it when over `max_source_bytes`."""
+    def _read(self, src: Source, limit: int | None = None) -> bytes:
+        """The bytes of a source a tool reads or edits, refused without reading it when over `limit` (by default
+        `max_source_bytes`, the edit limit)."""
+        limit = self.max_source_bytes if limit is None else limit
         try:
             with self._storage(src, "read"):
-                return self.loader.read(src, max_bytes=self.max_source_bytes)
+                return self.loader.read(src, max_bytes=limit)
         except SourceTooLarge as exc:
             size = "more than that" if exc.size is None else f"{exc.size} bytes"
             raise TooLarge(
-                f"{src.source_id!r} of unit {src.unit_id!r} is {size}; these tools read and edit sources of up to "
-                f"{self.max_source_bytes} bytes.",
+                f"{src.source_id!r} of unit {src.unit_id!r} is {size}; these tools read sources of up to "
+                f"{self.max_read_bytes} bytes and edit sources of up to {self.max_source_bytes} bytes.",
                 hint="Split it into smaller sources to read or edit it here; unit_inspect shows every source's size.",
                 size=exc.size,
-                limit=self.max_source_bytes,
+                limit=limit,
             ) from None
 
     def _text(self, src: Source, data: bytes) -> str:
@@ -617,7 +665,37 @@ class UnitService:
 
     # -- operations -------------------------------------------------------------------------
 
-    def _replicas(self, unit_ids: list[str]) -> dict[str, Replica]:
+    @takes(ListArgs)
+    def list(self, args: ListArgs) -> UnitListResult:
+        """Units sorted by unit_id, as many as fit one result; the cursor names the last unit shown."""
+        after = "" if args.cursor is None else decode_cursor(args.cursor, "unit_list", {"after": str})["after"]
+        kinds = self.host.unit_kinds()
+        ids = sorted(unit_id for unit_id in kinds if unit_id > after)
+        replicas = self._replicas(ids)
+        summaries = (self._summary(unit_id, kinds[unit_id], replicas.get(unit_id)) for unit_id in ids)
+        units = [*fitting(summaries, RESULT_BYTES - PAGE_OVERHEAD, size_of)]
+        if len(units) == len(ids):
+            return UnitListResult(units=units)
+        return UnitListResult(
+            units=units, truncated=True, next_cursor=encode_cursor("unit_list", after=units[-1].unit_id)
+        )
+
+    def _summary(self, unit_id: str, kind: UnitKind, replica: Replica | None) -> UnitSummary:
+        error = self.host.load_error(unit_id)
+        return UnitSummary(
+            unit_id=unit_id,
+            loader=self.loader.name,
+            source_handle=SourceHandle(kind=kind, source_id=primary_source_id(unit_id, kind)),
+            edit_capabilities=self._edit_capabilities(kind),
+            test_capabilities=_fitting_names(self._test_names(unit_id, kind)),
+            commit_capability=self.loader.capabilities.history,
+            loader_capabilities=self.loader.capabilities.names(),
+            loaded=self.host.is_loaded(unit_id),
+            load_error=None if error is None else clip(error, MAX_FIELD_BYTES),
+            replica=replica,
+        )
+
+    def _replicas(self, unit_ids: Sequence[str]) -> dict[str, Replica]:
         """What this server serves against the store, for loaders shared by several servers (`unit_versions`)."""
         versions = getattr(self.loader, "unit_versions", None)
         if versions is None:
@@ -626,28 +704,6 @@ class UnitService:
             unit_id: Replica(served_version=v.served, stored_version=v.stored, behind=v.behind, reload_error=v.error)
             for unit_id, v in versions(unit_ids).items()
         }
-
-    @takes(NoArgs)
-    def list(self, args: NoArgs) -> UnitListResult:
-        units = []
-        kinds = self.host.unit_kinds()
-        replicas = self._replicas(list(kinds))
-        for unit_id, kind in kinds.items():
-            units.append(
-                UnitSummary(
-                    unit_id=unit_id,
-                    loader=self.loader.name,
-                    source_handle=SourceHandle(kind=kind, source_id=primary_source_id(unit_id, kind)),
-                    edit_capabilities=self._edit_capabilities(kind),
-                    test_capabilities=self._test_names(unit_id, kind),
-                    commit_capability=self.loader.capabilities.history,
-                    loader_capabilities=self.loader.capabilities.names(),
-                    loaded=self.host.is_loaded(unit_id),
-                    load_error=self.host.load_error(unit_id),
-                    replica=replicas.get(unit_id),
-                )
-            )
-        return UnitListResult(units=units)
 
     def _facts(self, unit_id: str, kind: UnitKind) -> UnitFacts:
         source_ids = self.loader.source_ids(unit_id, kind)
@@ -691,8 +747,30 @@ class UnitService:
             raise InvalidArgument(
                 "description is empty.", hint="Describe the unit in a few words, e.g. 'click counter'."
             )
-        candidates = self._current_index().query(args.description[:2000], args.limit)
-        return ResolveResult(description=args.description, candidates=candidates)
+        description = args.description[:2000]
+        start = 0
+        if args.cursor is not None:
+            state = decode_cursor(args.cursor, "unit_resolve", {"start": int, "description": str})
+            if state["description"] != binding(description) or state["start"] < 0:
+                raise InvalidArgument(
+                    "cursor belongs to another description.",
+                    hint="Pass the same description as the page that gave the cursor, or leave cursor out.",
+                )
+            start = state["start"]
+        ranked = self._current_index().query(description, start + args.limit + 1)
+        page = ranked[start : start + args.limit]
+        more = len(ranked) > start + args.limit
+        budget = RESULT_BYTES - PAGE_OVERHEAD - json_size(args.description)
+        candidates = [*fitting(page, budget, size_of)]
+        if not more and len(candidates) == len(page):
+            return ResolveResult(description=args.description, candidates=candidates)
+        cursor = encode_cursor("unit_resolve", start=start + len(candidates), description=binding(description))
+        return ResolveResult(
+            description=args.description,
+            candidates=candidates,
+            truncated=len(candidates) < len(page),
+            next_cursor=cursor,
+        )
 
     @takes(UnitArgs)
     def inspect(self, args: UnitArgs) -> InspectResult:
@@ -716,7 +794,15 @@ class UnitService:
             for s in self.loader.sources(unit_id, kind)
         ]
         main = next((a for a in artifacts if a.primary), None)
+        tests, activities = self._test_names(unit_id, kind), self.host.activities(unit_id)
+        error = self.host.load_error(unit_id)
+        # Lists get a share each; the texts one field's bound (only a unit of thousands of files comes near).
+        shown = [*fitting(artifacts, RESULT_BYTES // 2, size_of)]
+        shown_tests = [*fitting(tests, RESULT_BYTES // 8, json_size)]
+        shown_activities = [*fitting(activities, RESULT_BYTES // 8, json_size)]
+        cut = (len(shown), len(shown_tests), len(shown_activities)) != (len(artifacts), len(tests), len(activities))
         return InspectResult(
+            truncated=cut,
             unit_id=unit_id,
             loader=self.loader.name,
             loader_capabilities=self.loader.capabilities.names(),
@@ -728,29 +814,62 @@ class UnitService:
                 hash=main.hash if main else None,
             ),
             loaded=module is not None,
-            load_error=self.host.load_error(unit_id),
-            docstring=docstring.strip() if docstring else None,
+            load_error=None if error is None else clip(error, MAX_FIELD_BYTES),
+            docstring=clip(docstring.strip(), MAX_FIELD_BYTES) if docstring else None,
             lifecycle=Lifecycle(**lifecycle),
             replica=self._replicas([unit_id]).get(unit_id),
-            activities=self.host.activities(unit_id),
+            activities=shown_activities,
             edit_capabilities=self._edit_capabilities(kind),
-            test_capabilities=self._test_names(unit_id, kind),
-            source_artifacts=artifacts,
+            test_capabilities=shown_tests,
+            source_artifacts=shown,
         )
 
     @takes(ReadSourceArgs)
     def read_source(self, args: ReadSourceArgs) -> ReadSourceResult:
+        """The source's text, or one page of it cut after a line when the whole would not fit one result; every
+        page carries the hash of the whole source, and a cursor of a source changed since is refused."""
         src = self._source(args.unit_id, args.source_id)
         self._require("read", src.unit_id)
-        data = self._read(src)
-        text = self._text(src, data)
+        data = self._read(src, self.max_read_bytes)
+        digest = paths.hash_bytes(data)
+        bound = binding(src.unit_id, src.source_id)
+        if args.cursor is None:
+            start, text = 0, self._text(src, data)
+            line_ending = line_ending_kind(text)
+        else:  # the hash of the first page vouches for the text: not decoded again, page after page
+            fields: dict[str, type] = {"offset": int, "hash": str, "source": str, "le": str}
+            state = decode_cursor(args.cursor, "unit_read_source", fields)
+            if state["source"] != bound:
+                raise InvalidArgument(
+                    "cursor belongs to another source.", hint="Pass the unit_id and source_id the cursor was read with."
+                )
+            if state["hash"] != digest:
+                raise StaleHash(
+                    f"{src.source_id} of unit {src.unit_id} changed since its first page was read: expected "
+                    f"{state['hash']}, found {digest}.",
+                    hint="Read it again from the start (leave cursor out).",
+                    expected_hash=state["hash"],
+                    current_hash=digest,
+                )
+            start, line_ending = state["offset"], state["le"]
+            if not 0 < start < len(data) or data[start] & 0xC0 == 0x80 or line_ending not in LINE_ENDINGS:
+                raise InvalidArgument(
+                    "cursor is not one that unit_read_source handed out.", hint="Leave cursor out to start again."
+                )
+        end = text_page(data, start, RESULT_BYTES - PAGE_OVERHEAD)
+        more = end < len(data)
         return ReadSourceResult(
             unit_id=src.unit_id,
             source_id=src.source_id,
-            content=text,
-            hash=paths.hash_bytes(data),
+            content=text if start == 0 and not more else data[start:end].decode(),
+            hash=digest,
             size=len(data),
-            line_ending=line_ending_kind(text),  # type: ignore[arg-type]
+            line_ending=line_ending,  # type: ignore[arg-type]
+            offset=start,
+            truncated=more,
+            next_cursor=encode_cursor("unit_read_source", offset=end, hash=digest, source=bound, le=line_ending)
+            if more
+            else None,
         )
 
     @takes(ApplyPatchArgs)
@@ -842,7 +961,7 @@ class UnitService:
             replacements=count,
             hash_before=current,
             hash=new_hash,
-            diff=unified_diff(text, new_text, source_id),
+            diff=clip(unified_diff(text, new_text, source_id), RESULT_BYTES // 2),
         )
         if dry_run or not changed:
             return result
@@ -893,19 +1012,35 @@ class UnitService:
 
     @takes(HistoryArgs)
     def history(self, args: HistoryArgs) -> HistoryResult:
+        """Versions newest first, `limit` a page and as many as fit one result; the cursor names the version
+        below which the next page starts (versions written meanwhile do not shift it)."""
         src = self._source(args.unit_id, args.source_id)
         self._require_history(src.unit_id)
-        versions = self.loader.history(src, args.limit)
-        if not versions:  # refuse a source that does not exist, without reading it
+        below = MAX_VERSION + 1
+        if args.cursor is not None:
+            below = decode_cursor(args.cursor, "unit_history", {"below": int})["below"]
+        wanted = args.limit + 1  # one more tells whether another page follows
+        while True:
+            fetched = self.loader.history(src, wanted)
+            older = [v for v in fetched if v.version < below]
+            if len(older) > args.limit or len(fetched) < wanted:
+                break
+            wanted *= 2
+        if not fetched:  # refuse a source that does not exist, without reading it
             with contextlib.suppress(SourceTooLarge), self._storage(src, "read"):
                 self.loader.read(src, max_bytes=0)
+        page = [
+            HistoryVersion(version=v.version, hash=v.hash, size=v.size, time=v.time, tool_call=v.tool_call)
+            for v in older[: args.limit]
+        ]
+        versions = [*fitting(page, RESULT_BYTES - PAGE_OVERHEAD, size_of)]
+        more = len(older) > len(versions)
         return HistoryResult(
             unit_id=src.unit_id,
             source_id=src.source_id,
-            versions=[
-                HistoryVersion(version=v.version, hash=v.hash, size=v.size, time=v.time, tool_call=v.tool_call)
-                for v in versions
-            ],
+            versions=versions,
+            truncated=len(versions) < len(page),
+            next_cursor=encode_cursor("unit_history", below=versions[-1].version) if more and versions else None,
         )
 
     @takes(RevertArgs)
@@ -954,34 +1089,98 @@ class UnitService:
             )
         except (SyntaxError, ValueError):
             has_main = False
-        run = run_test_process(
-            self.loader.address,
-            self.host.namespace,
-            unit_id,
-            test_name,
-            timeout=float(timeout),
-            max_output=self.max_test_output,
-        )
-        result = RunTestsResult(
+        runner: Literal["main", "pytest"] = "main" if has_main else "pytest"
+
+        def work() -> RunTestsResult:
+            run = run_test_process(
+                self.loader.address,
+                self.host.namespace,
+                unit_id,
+                test_name,
+                timeout=float(timeout),
+                max_output=self.max_test_output,
+            )
+            stdout, stderr = self.host.redact(run.stdout), self.host.redact(run.stderr)
+            result = RunTestsResult(
+                unit_id=unit_id,
+                test_name=test_name,
+                runner=runner,
+                passed=run.exit_code == 0 and not run.timed_out,
+                exit_code=run.exit_code,
+                stdout=clip(stdout, RESULT_BYTES // 2 - PAGE_OVERHEAD),
+                stderr=clip(stderr, RESULT_BYTES // 2 - PAGE_OVERHEAD),
+                truncated=run.truncated or (stdout, stderr) != (run.stdout, run.stderr),
+                duration_ms=run.duration_ms,
+                timed_out=run.timed_out,
+            )
+            if run.cancelled:
+                raise Cancelled(
+                    f"Tests test_{test_name} of unit {unit_id!r} were cancelled and their processes killed."
+                )
+            if run.timed_out:
+                raise TestTimeout(
+                    f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.",
+                    **result.model_dump(),
+                )
+            return result
+
+        running = RunTestsResult(
             unit_id=unit_id,
             test_name=test_name,
-            runner="main" if has_main else "pytest",
-            passed=run.exit_code == 0 and not run.timed_out,
-            exit_code=run.exit_code,
-            stdout=self.host.redact(run.stdout),
-            stderr=self.host.redact(run.stderr),
-            truncated=run.truncated,
-            duration_ms=run.duration_ms,
-            timed_out=run.timed_out,
+            runner=runner,
+            passed=False,
+            exit_code=None,
+            stdout="",
+            stderr="",
+            truncated=False,
+            duration_ms=0.0,
+            timed_out=False,
+            state="running",
         )
-        if run.cancelled:
-            raise Cancelled(f"Tests test_{test_name} of unit {unit_id!r} were cancelled and their processes killed.")
-        if run.timed_out:
-            raise TestTimeout(
-                f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.",
-                **result.model_dump(),
+        run = self.runs.start(f"test_{test_name} of unit {unit_id}", work, running, limit=self.max_running_tests)
+        if run is None:
+            raise TooManyRuns(
+                f"{self.max_running_tests} test runs are still running; test_{test_name} was not started."
             )
-        return result
+        return self._outcome(run, self.max_call_s if args.wait else 0.0, stop_if_cancelled=True)
+
+    def _run(self, run_id: str) -> TestRun:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise UnknownRun(f"There is no test run {run_id!r} (never started, or forgotten since it ended).")
+        return run
+
+    def _outcome(self, run: TestRun, wait: float, *, stop_if_cancelled: bool = False) -> RunTestsResult:
+        """The run's result (or its refusal) once it ends within `wait` seconds, else its state so far. A caller
+        that cancels a call waiting on its own run (`stop_if_cancelled`) stops the run, as a cancelled call did."""
+        if not cancel.wait(run.done, wait) and cancel.requested() and stop_if_cancelled:
+            run.cancel.set()
+            run.done.wait(CANCEL_GRACE)
+        if not run.done.is_set():
+            assert isinstance(run.subject, RunTestsResult)
+            return run.subject.model_copy(update={"run_id": run.run_id, "duration_ms": run.elapsed() * 1000})
+        if isinstance(run.outcome, UnitError):
+            raise run.outcome.with_traceback(None)
+        if isinstance(run.outcome, Exception):
+            raise RuntimeError(f"test run {run.label} failed") from run.outcome
+        assert isinstance(run.outcome, RunTestsResult)
+        return run.outcome.model_copy(update={"run_id": run.run_id})
+
+    @takes(TestStatusArgs)
+    def test_status(self, args: TestStatusArgs) -> RunTestsResult:
+        """A run's result, or its state while it runs, waiting up to wait_s (at most the longest call) to end."""
+        return self._outcome(self._run(args.run_id), min(args.wait_s, self.max_call_s))
+
+    @takes(CancelTestArgs)
+    def cancel_test(self, args: CancelTestArgs) -> CancelTestResult:
+        """Stop a run: its process group is killed within a poll; its status then answers [cancelled]."""
+        run = self._run(args.run_id)
+        running = not run.done.is_set()
+        run.cancel.set()
+        run.done.wait(CANCEL_GRACE)
+        return CancelTestResult(
+            run_id=run.run_id, cancelled=running, state="finished" if run.done.is_set() else "running"
+        )
 
     @takes(UnitArgs)
     def reload(self, args: UnitArgs) -> ReloadResult:
@@ -1001,19 +1200,47 @@ class UnitService:
                 hint="offset=N reads from line N on; before=N reads the newest lines numbered below N.",
             )
         count = limit if limit is not None else lines
+        if args.cursor is not None:
+            state = decode_cursor(args.cursor, "unit_read_log", {"at": int, "count": int, "forward": int, "grep": str})
+            if state["grep"] != binding(grep or None) or state["at"] < 1:  # the position counts only matching lines
+                raise InvalidArgument(
+                    "cursor continues the page it came from: give it with that page's grep.",
+                    hint="Pass next_cursor unchanged with the same grep, or leave cursor out to start again.",
+                )
+            offset, before = (state["at"], None) if state["forward"] else (None, state["at"])
+            count = min(state["count"], MAX_LOG_LINES)
         files = applog.log_files(self.host.log_path, self.host.log_backups)
         if offset is not None:
             page = applog.forward(files, grep=grep or None, count=count, start=offset)
         else:
             page = applog.newest(files, grep=grep or None, count=count, before=before)
-        shown = [self.host.redact(text) for _, text in page.lines]
+        numbered = [(number, self.host.redact(text)) for number, text in page.lines]
+        budget = RESULT_BYTES - PAGE_OVERHEAD - json_size(grep or "")
+
+        def size(line: tuple[int, str]) -> int:
+            return json_size(line[1]) + len(str(line[0])) + 1
+
+        if offset is not None:  # forward: the oldest lines that fit
+            kept = [*fitting(numbered, budget, size)]
+        else:  # newest first: the newest lines that fit
+            kept = [*fitting(reversed(numbered), budget, size)][::-1]
+        truncated = len(kept) < len(numbered)
+        has_more = page.has_more or truncated
+        cursor = None
+        if has_more and kept:
+            at = kept[-1][0] + 1 if offset is not None else kept[0][0]
+            cursor = encode_cursor(
+                "unit_read_log", at=at, count=count, forward=int(offset is not None), grep=binding(grep or None)
+            )
         return ReadLogResult(
-            lines=shown,
-            line_numbers=[number for number, _ in page.lines],
-            returned=len(shown),
-            has_more=page.has_more,
+            lines=[text for _, text in kept],
+            line_numbers=[number for number, _ in kept],
+            returned=len(kept),
+            has_more=has_more,
             total_lines=page.total,
             grep=grep or None,
+            truncated=truncated,
+            next_cursor=cursor,
         )
 
     @takes(UnitArgs)
@@ -1031,9 +1258,10 @@ class UnitService:
         except (TypeError, ValueError) as exc:
             raise SnapshotFailed(f"snapshot() of unit {unit_id!r} returned a value that is not JSON: {exc}.") from None
         snapshot_id = self.host.keep_snapshot(unit_id, kept) if supported else None
-        return SnapshotResult(
-            unit_id=unit_id, supported=supported, state=self._redacted(json.loads(kept)), snapshot_id=snapshot_id
-        )
+        shown = self._redacted(json.loads(kept))
+        if json_size(shown) > RESULT_BYTES - PAGE_OVERHEAD:
+            return SnapshotResult(unit_id=unit_id, supported=supported, truncated=True, snapshot_id=snapshot_id)
+        return SnapshotResult(unit_id=unit_id, supported=supported, state=shown, snapshot_id=snapshot_id)
 
     def _redacted(self, value: Any) -> Any:
         """A JSON value with host paths redacted in every string, keys included (restore gets the kept original)."""

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import select
 import selectors
 import site
@@ -450,3 +451,80 @@ RETRY_AFTER = 60.0
 WARM = WarmTestHost()
 """The one warm test host of this process, shared by every service (the same environment serves them all)."""
 atexit.register(WARM.stop)  # a warm host that a test stopped would not see our end and outlive us
+
+
+class TestRun:
+    """One test run started through `TestRuns`: its worker thread, the cancellation it watches and its outcome
+    (the value or the exception the work ended with)."""
+
+    __test__ = False
+
+    def __init__(self, run_id: str, label: str, subject: object) -> None:
+        self.run_id = run_id
+        self.label = label
+        self.subject = subject
+        """What the starter keeps with the run (the service: its result while running)."""
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.done = threading.Event()
+        self.cancel = threading.Event()
+        self.outcome: object = None
+
+    def elapsed(self) -> float:
+        return (self.ended if self.ended is not None else time.monotonic()) - self.started
+
+
+class TestRuns:
+    """The runs of one server, each under a server-minted id, kept `retention` seconds after they end (and at most
+    `keep` ended runs) so that a client whose call timed out can pick the result up. Shaped like the MCP Tasks
+    extension: a handle, a status, a cancel."""
+
+    __test__ = False
+
+    def __init__(self, *, retention: float = 600.0, keep: int = 100) -> None:
+        self.retention = retention
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._runs: dict[str, TestRun] = {}
+
+    def start(self, label: str, work: Callable[[], object], subject: object = None, *, limit: int) -> TestRun | None:
+        """Run `work` in a thread of its own, cancellable through the run (`cancel.requested()` inside it); None
+        when `limit` runs are running already."""
+        run = TestRun(secrets.token_urlsafe(12), label, subject)
+
+        def target() -> None:
+            with cancel.cancellation() as event:
+
+                def watch() -> None:
+                    run.cancel.wait()
+                    event.set()
+
+                threading.Thread(target=watch, daemon=True).start()
+                try:
+                    run.outcome = work()
+                except Exception as exc:
+                    run.outcome = exc
+                finally:
+                    run.ended = time.monotonic()
+                    run.done.set()
+                    run.cancel.set()  # ends the watcher
+
+        with self._lock:
+            self._forget()
+            if sum(not other.done.is_set() for other in self._runs.values()) >= limit:
+                return None
+            self._runs[run.run_id] = run
+        threading.Thread(target=target, name=f"test run {label}", daemon=True).start()
+        return run
+
+    def get(self, run_id: str) -> TestRun | None:
+        with self._lock:
+            self._forget()
+            return self._runs.get(run_id)
+
+    def _forget(self) -> None:
+        now = time.monotonic()
+        ended = sorted((run.ended, run.run_id) for run in self._runs.values() if run.ended is not None)
+        for position, (end, run_id) in enumerate(ended):
+            if now - end > self.retention or position < len(ended) - self.keep:
+                del self._runs[run_id]

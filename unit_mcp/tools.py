@@ -32,10 +32,11 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaV
 from pydantic_core import core_schema
 
 from ._version import __version__
-from .arguments import Args, Operation, RunTestsArgs, checked
+from .arguments import Args, Operation, RunTestsArgs, TestStatusArgs, checked
 from .cancel import cancellation
 from .changelog import Caller
 from .errors import InvalidArgument, UnitError
+from .paging import clip
 from .service import UnitService, call_as
 from .wire import ERROR_META_KEY, Risk, risk_meta
 from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
@@ -43,7 +44,7 @@ from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
     r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
-    r"|restore_snapshot|history|revert|changes|checkpoint|rollback|revert_change)\b"
+    r"|restore_snapshot|history|revert|changes|checkpoint|rollback|revert_change|test_status|cancel_test)\b"
 )
 
 log = logging.getLogger("unit_mcp.tools")
@@ -64,12 +65,15 @@ Workflow:
 4. unit_apply_patch with expected_hash set to that hash: either `old`+`new` (exact text, matched once) or \
 `patch` (a unified diff). The unit is reloaded at once; if the reload fails the old source is put back. \
 unit_create_source adds a new file to a directory unit.
-5. unit_run_tests runs the unit's test_<name>.py in a separate process.
+5. unit_run_tests runs the unit's test_<name>.py in a separate process; a long run answers state 'running' \
+with a run_id: follow it with unit_test_status (wait_s), stop it with unit_cancel_test.
 6. unit_reload reloads a unit after a change made outside these tools; its evidence says whether the \
 active activity came back.
 7. unit_read_log reads the application log (filter with grep) to see what the units did.
 8. unit_checkpoint before a risky series of edits; unit_rollback puts every source back to it (dry_run first); \
 unit_changes lists what was written, refused or changed outside; unit_revert_change undoes one change.
+
+A long answer is cut to fit: truncated is true and next_cursor, passed back as cursor, reads on.
 
 A refused call is an error result starting with a stable code in brackets, e.g. [stale_hash] or \
 [no_match], followed by a hint that says what to do next."""
@@ -212,8 +216,31 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Run the unit's test module test_<test_name>.py in a separate process with the unit loaded: its "
         "main() if it has one (None, 0 or True passes), pytest otherwise. Returns passed, exit_code, stdout, "
         "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
-        "Sends progress notifications while it runs.",
+        "Sends progress notifications while it runs. wait=false, or a run longer than the server's longest "
+        "call, answers state 'running' with a run_id: follow it with unit_test_status.",
         UnitService.run_tests,
+        "shell",
+        read_only=False,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_test_status",
+        "Status of a test run",
+        "The result of a run started by unit_run_tests (by its run_id), exactly as unit_run_tests would have "
+        "returned it, or state 'running' with the time so far. wait_s waits up to that many seconds for the end.",
+        UnitService.test_status,
+        "normal",
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        "unit_cancel_test",
+        "Cancel a test run",
+        "Stop a run started by unit_run_tests: its processes are killed. Its status then answers [cancelled]. "
+        "Risk shell, like the run: it kills processes (normal stays for calls that only read).",
+        UnitService.cancel_test,
         "shell",
         read_only=False,
         destructive=False,
@@ -417,6 +444,18 @@ def _shown_message(text: str) -> str:
     return "".join(c if c.isprintable() or c == " " else ascii(c)[1:-1] for c in _clip(text))
 
 
+def _clipped(value: Any) -> Any:
+    """A refusal's details with every text clipped: they are sent twice (text and `_meta`) and a timed-out test's
+    output could otherwise fill a result."""
+    if isinstance(value, str):
+        return clip(value, MAX_ERROR_TEXT)
+    if isinstance(value, dict):
+        return {key: _clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clipped(item) for item in value]
+    return value
+
+
 def _error_text(code: str, message: str, hint: str, details: dict[str, Any] | None) -> str:
     text = f"[{code}] {message}"
     if hint:
@@ -514,6 +553,8 @@ class UnitTools:
         try:
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
+            elif isinstance(args, TestStatusArgs) and args.wait_s > 0:
+                result = await self._with_progress(ctx, call, f"test run {args.run_id}")
             else:
                 result = await _in_thread(call)
         except UnitError as exc:
@@ -540,7 +581,7 @@ class UnitTools:
         message, hint = _clip(redact(message)), _clip(self._prefixed(redact(hint)))
         error: dict[str, Any] = {"code": code, "message": message, "hint": hint}
         if details:
-            error["details"] = json.loads(redact(json.dumps(details, ensure_ascii=False, default=str)))
+            error["details"] = _clipped(json.loads(redact(json.dumps(details, ensure_ascii=False, default=str))))
         text = _error_text(error["code"], error["message"], error["hint"], error.get("details"))
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=True, _meta={ERROR_META_KEY: error}
@@ -553,14 +594,14 @@ class UnitTools:
 
         async def report() -> None:
             started = anyio.current_time()
-            while True:
-                await anyio.sleep(self.progress_interval)
+            while True:  # once at the start: a run shorter than the interval is reported too
                 elapsed = anyio.current_time() - started
                 try:
                     await ctx.session.report_progress(elapsed, None, f"running {label}: {elapsed:.0f} s")
                 except Exception:
                     log.debug("progress for %s could not be sent", label, exc_info=True)
                     return
+                await anyio.sleep(self.progress_interval)
 
         outcome: list[BaseModel | Exception] = []
         async with anyio.create_task_group() as tg:

@@ -79,6 +79,7 @@ NORMAL = [
     "unit_list",
     "unit_resolve",
     "unit_snapshot",
+    "unit_test_status",
 ]
 
 

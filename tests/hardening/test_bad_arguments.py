@@ -43,6 +43,8 @@ VALID: dict[str, dict[str, Any]] = {
     "unit_rollback": {"checkpoint_id": 1, "dry_run": True},
     "unit_revert_change": {"change_id": 1, "dry_run": True},
     "unit_restore_snapshot": {"unit_id": "counter", "snapshot_id": "snap-000000000000"},
+    "unit_test_status": {"run_id": "nosuch", "wait_s": 0},
+    "unit_cancel_test": {"run_id": "nosuch"},
 }  # fmt: skip
 
 # What an argument that is wrong in each way must give, by argument name (default: invalid_argument).
@@ -70,18 +72,21 @@ EXPECTED: dict[tuple[str, str], str | set[str]] = {
     ("binary", "new"): "binary_source",  # a source cannot hold NUL
     ("binary", "source"): "binary_source",
     ("binary", "patch"): "invalid_patch",
+    ("empty", "run_id"): "unknown_run",
+    ("binary", "run_id"): "unknown_run",
 }
 MISTYPED: dict[str, list[Any]] = {
     "str": [5, 1.5, True, [], {"a": 1}],
     "int": ["ten", 1.5, [], {}, 10**30, -1],
     "bool": ["maybe", 2, [], {}],
     "float": ["fast", [], {}, -1, 0, 1e12],
+    "seconds": ["fast", [], {}, -1, 1e12],  # 0 is a valid wait
 }
 KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "str", "old": "str", "new": "str",
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
          "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float", "since": "str",
          "cursor": "str", "label": "str", "checkpoint_id": "int", "change_id": "int", "force": "bool",
-         "snapshot_id": "str"}  # fmt: skip
+         "snapshot_id": "str", "wait": "bool", "run_id": "str", "wait_s": "seconds"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:
