@@ -15,7 +15,8 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from item_kinds import item_kinds
 
-from unit_mcp.agent import SessionStore
+from unit_mcp.agent import AgentApprovals, AgentError, AgentRegistry, AgentToolSurface, OpenAIAgent, SessionStore
+from unit_mcp.agent._durable import DurableWorker
 from unit_mcp.agent.items import EventItem, MessageItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
@@ -150,3 +151,18 @@ def test_loading_a_session_leaves_a_running_durable_turn_open(tmp_path: Path) ->
     session = reload(tmp_path, SESSION)
     assert item_kinds(session.items) == ["turn-started"]
     assert session.status == "running"
+
+
+async def test_a_streaming_agent_is_refused_a_durable_turn_in_one_line(tmp_path: Path) -> None:
+    registry = AgentRegistry()
+    registry.register("streamer", lambda deps: OpenAIAgent(id="streamer", model="m", base_url="http://127.0.0.1:9/v1"))
+    store = SessionStore(tmp_path / "sessions")
+    try:
+        store.create("streamer", session_id=SESSION)
+        surface = AgentToolSurface(AgentApprovals())
+        async with DurableWorker(store=store, registry=registry, tools=surface, data_dir=tmp_path) as worker:
+            with pytest.raises(AgentError, match=r"agent streamer streams or compacts: give it stream=False"):
+                await worker.submit(SESSION, "hello")
+        assert store.require(SESSION).items == []
+    finally:
+        store.close()

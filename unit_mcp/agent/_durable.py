@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
-from dbos import DBOS, DBOSConfig, SetWorkflowID, WorkflowHandleAsync
+
+try:
+    from dbos import DBOS, DBOSConfig, SetWorkflowID, WorkflowHandleAsync
+except ImportError as exc:  # pragma: no cover - the test extra installs it
+    raise ImportError("durable turns need DBOS: pip install 'unit-mcp[durable]'") from exc
 
 from ._context import TurnContext
 from ._inbox import Inbox
