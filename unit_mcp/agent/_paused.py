@@ -29,6 +29,7 @@ REQUESTED = "approval-requested"
 DECIDED = "approval-decided"
 INTERRUPTED_OUTPUT = "[interrupted] The turn ended before this tool returned a result; it may or may not have run."
 AFTER_END = "after_turn_ended"  # in the data of a decision given after the asking turn ended with the process
+DURABLE = "durable"  # in a turn-started's data: a durable workflow resumes that turn, so loading never closes it
 RESUMED_OUTPUT = (  # a resumed turn's claim on a call before it runs it; what stays if that turn ends too
     "[interrupted] The turn resumed after the approval and ended before this tool returned; it may or may not have run."
 )
@@ -61,7 +62,10 @@ class Repair:
 
 
 def repair(session: Session) -> Repair:
-    """The one load-time repair: the writer stores it, readers apply it in memory (`repaired`)."""
+    """The one load-time repair: the writer stores it, readers apply it in memory (`repaired`). A running durable
+    turn is left as it is: its workflow resumes it (`_durable.py`)."""
+    if durable_turn(session):
+        return Repair()
     fix = Repair(finals=[item.id for item in session.items if isinstance(item, MessageItem) and item.partial])
     fix.appended = [interrupted_result(call) for call in session.open_tool_calls()]
     if session.status == "running":
@@ -155,6 +159,16 @@ def running_turn(session: Session) -> str | None:
         if isinstance(item, EventItem) and item.kind == "turn-started":
             return str(item.data.get("turn_id") or item.turn_id or "") or None
     return None
+
+
+def durable_turn(session: Session) -> bool:
+    """Whether the turn a session marked running is durable."""
+    if session.status != "running":
+        return False
+    for item in reversed(session.items):
+        if isinstance(item, EventItem) and item.kind == "turn-started":
+            return item.data.get(DURABLE) is True
+    return False
 
 
 def waiting(session: Session, live_turn: str | None, writer_pid: int) -> list[tuple[ApprovalRequest, State]]:
