@@ -295,8 +295,14 @@ class PostgresLoader:
             yield conn
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
-        with self._connections.connection() as conn:
-            return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
+        """A read; one that failed on a connection the server dropped since it was last used (a restart closes
+        every connection, and the idle check skips those used within IDLE_CHECK) is tried once more on a new one."""
+        try:
+            with self._connections.connection() as conn:
+                return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
+        except StoreUnavailable:
+            with self._connections.connection() as conn:  # the failure emptied the idle list: a new connection
+                return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
 
     def close(self) -> None:
         self._connections.close()
