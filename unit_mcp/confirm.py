@@ -60,6 +60,8 @@ class Confirmations:
         self.risks = frozenset(risks)
         self.timeout = timeout
         self.clock = clock
+        self.on_page = False
+        """Whether a page lists the questions (`UnitsUI` sets it); without one, only the client can answer."""
         self.version = 0
         """Bumped on every change of the questions or grants (the page redraws on it)."""
         self._ids = itertools.count(1)
@@ -92,6 +94,12 @@ class Confirmations:
     ) -> None:
         """Wait for a yes (returns), a no ([declined]) or the timeout ([confirmation_timeout]); cancelled (the
         client went away), the question is withdrawn."""
+        if elicit is None and not self.on_page:
+            raise Declined(
+                f"{tool} needs a person's yes, and nobody can be asked: this client shows no questions (MCP "
+                "elicitation) and this server has no page (--stdio).",
+                hint="Use a client with elicitation, or serve over HTTP and answer on the page at UNITS_UI_URL.",
+            )
         question = Question(next(self._ids), caller, tool, risk, summary, diff, self.clock())
         self._questions[question.id] = question
         self._changed()
@@ -125,6 +133,8 @@ class Confirmations:
             yes = await elicit(f"Allow this call? {question.summary}{diff}")
         except Exception as exc:  # the client could not ask: the page still can
             log.info("question %d could not be asked through the client (%s); waiting for the page", question.id, exc)
+            if not self.on_page:
+                self.answer(question.id, False, by="nobody (the client could not ask, and there is no page)")
             return
         self.answer(question.id, yes, by="the client")
 

@@ -20,7 +20,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from unit_mcp.bridge import Bridge
+from unit_mcp.changelog import Caller
 from unit_mcp.confirm import Confirmations
+from unit_mcp.errors import Declined
 from unit_mcp.host import Host
 from unit_mcp.server import parse_args
 from unit_mcp.service import UnitService
@@ -137,8 +139,10 @@ async def test_a_client_without_elicitation_waits_for_the_page_and_a_second_call
             async def call(tool: str, arguments: dict[str, Any]) -> None:
                 results[tool] = await c.call_tool(tool, arguments)
 
+            before = server.page.state()
             tasks.start_soon(call, "unit_apply_patch", PATCH)
             await waiting(server)
+            assert server.page.state() != before  # an open page's event stream redraws it
             tasks.start_soon(call, "unit_reload", {"unit_id": "greeter"})
             await waiting(server, 2)  # a second call waits beside the first
             assert not server.greeting_changed()
@@ -245,3 +249,16 @@ def test_the_confirm_options() -> None:
     for wrong in (["--confirm", "sometimes"], ["--confirm", "none", "--confirm", "shell"], ["--confirm-timeout", "0"]):
         with pytest.raises(SystemExit):
             parse_args(wrong)
+
+
+async def test_without_a_page_a_client_that_cannot_ask_is_declined_at_once() -> None:
+    confirmations = Confirmations(["shell"])  # --stdio: no page
+    with pytest.raises(Declined, match="nobody can be asked"):
+        await confirmations.ask(Caller("c", None, None), "unit_reload", "shell", "unit_reload of greeter", None, None)
+
+    async def cannot(message: str) -> bool:
+        raise RuntimeError("no back-channel")
+
+    with pytest.raises(Declined, match="nobody"):
+        await confirmations.ask(Caller("c", None, None), "unit_reload", "shell", "unit_reload of greeter", None, cannot)
+    assert confirmations.questions() == []

@@ -86,6 +86,8 @@ class UnitsUI(PageApp):
     ) -> None:
         self.service = service
         self.confirmations = confirmations
+        if confirmations is not None:
+            confirmations.on_page = True
         self.closing = False
         super().__init__(
             templates=HERE / "templates",
