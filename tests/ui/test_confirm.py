@@ -160,6 +160,11 @@ async def test_a_client_without_elicitation_waits_for_the_page_and_a_second_call
             assert late.status_code == 409  # answered already: no second answer
         assert not results["unit_apply_patch"].is_error, results["unit_apply_patch"]
         assert refusal(results["unit_reload"]) == "declined"
+        logged = await c.call_tool("unit_read_log", {"grep": "unit_mcp.confirm"})
+        lines = "\n".join((logged.structured_content or {}).get("lines", []))
+        assert "unit_apply_patch (risk shell) from client 'confirm-test'" in lines and "waits for a yes" in lines
+        assert f"question {patch.id} answered yes by the page" in lines
+        assert f"question {reload.id} answered no by the page" in lines
         assert server.greeting_changed()
 
 
