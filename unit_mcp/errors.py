@@ -193,3 +193,13 @@ class UnknownSnapshot(UnitError):
 class RestoreFailed(UnitError):
     code = "restore_failed"
     default_hint = "The unit's restore() raised on the snapshot's state: read the error and fix restore()."
+
+
+class Declined(UnitError):
+    code = "declined"
+    default_hint = "A person said no to this call: do not repeat it unchanged; ask them what they want instead."
+
+
+class ConfirmationTimeout(UnitError):
+    code = "confirmation_timeout"
+    default_hint = "Nobody answered in time: ask the person to watch the unit server's page (UNITS_UI_URL), then retry."

@@ -29,6 +29,7 @@ from . import paths
 from .bridge import Bridge, BridgeError, serve_until_stopped
 from .changelog import Retention
 from .clients import Endpoint, write_client_configs
+from .confirm import DEFAULT_TIMEOUT, Confirmations
 from .githistory import GIT_MODES
 from .host import Host
 from .loader import SQLITE_PREFIX
@@ -40,6 +41,7 @@ from .testrun import WARM, passed_env_name
 from .tools import UnitTools, check_prefix
 from .unitpage import UnitsUI
 from .units import POSTGRES_PREFIXES, UnusableStore, postgres_problem, shown_address
+from .wire import RISKS
 
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
 UNITS_PAGE = "/units"
@@ -123,8 +125,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="NAME",
         help="pass this variable of the server's environment to unit tests too (repeatable; see README: Tests)",
     )
+    parser.add_argument(
+        "--confirm",
+        action="append",
+        choices=[*RISKS, "none"],
+        metavar="RISK",
+        help="a call of this risk waits for a person's yes, asked through the client (MCP elicitation) or on the "
+        f"page at UNITS_UI_URL (repeatable; one of {', '.join(RISKS)}; default destructive; none: never ask)",
+    )
+    parser.add_argument(
+        "--confirm-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_TIMEOUT,
+        help="seconds a call waits for that yes before it is refused [confirmation_timeout] (default %(default)g)",
+    )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
     args = parser.parse_args(argv)
+    args.confirm = args.confirm or ["destructive"]
+    if "none" in args.confirm and len(args.confirm) > 1:
+        parser.error("--confirm none turns the questions off; leave out the other --confirm options")
+    args.confirm = [risk for risk in args.confirm if risk != "none"]
     if not is_loopback(args.host):
         parser.error(f"--host {args.host} is not a loopback address; unit-mcp serves on loopback only")
     if args.stdio and (args.port is not None or args.env_file is not None):
@@ -207,7 +227,9 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         host.start_watching()
     WARM.start(args.test_env)  # the first unit_run_tests finds its test host ready
     stack.callback(WARM.stop)
-    return UnitTools(UnitService(host, max_call_s=args.max_call_s), prefix=args.tool_prefix), data_dir
+    confirmations = Confirmations(args.confirm, timeout=args.confirm_timeout) if args.confirm else None
+    service = UnitService(host, max_call_s=args.max_call_s)
+    return UnitTools(service, prefix=args.tool_prefix, confirmations=confirmations), data_dir
 
 
 def _copy_private(source: Path, target: Path) -> None:
@@ -240,7 +262,7 @@ def _cannot_write(option: str, path: Path, remedy: str) -> Iterator[None]:
 
 
 async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:
-    page = UnitsUI(tools.service)
+    page = UnitsUI(tools.service, confirmations=tools.confirmations)
     bridge = Bridge(
         tools.server(),
         host=args.host,

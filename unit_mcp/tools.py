@@ -35,10 +35,11 @@ from ._version import __version__
 from .arguments import Args, Operation, RunTestsArgs, TestStatusArgs, checked
 from .cancel import cancellation
 from .changelog import Caller
+from .confirm import Confirmations, Elicit
 from .errors import InvalidArgument, UnitError
 from .paging import clip
 from .service import UnitService, call_as
-from .wire import ERROR_META_KEY, Risk, risk_meta
+from .wire import ERROR_META_KEY, Risk, call_risk, risk_meta
 from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
@@ -468,8 +469,16 @@ def _error_text(code: str, message: str, hint: str, details: dict[str, Any] | No
 class UnitTools:
     """The tool surface over one `UnitService`: lists the tools and runs calls off the event loop."""
 
-    def __init__(self, service: UnitService, *, prefix: str = "", progress_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        service: UnitService,
+        *,
+        prefix: str = "",
+        progress_interval: float = 1.0,
+        confirmations: Confirmations | None = None,
+    ) -> None:
         self.service = service
+        self.confirmations = confirmations
         self.prefix = check_prefix(prefix)
         self.progress_interval = progress_interval
         # The history tools are always callable (a loader without history refuses with [not_supported]) but
@@ -545,12 +554,18 @@ class UnitTools:
             )
         except InvalidArgument as exc:
             return self._error(exc.code, exc.message, exc.hint, exc.details)
-        call = functools.partial(call_as, _caller(ctx), functools.partial(spec.handler, self.service, args))
+        caller = _caller(ctx)
+        call = functools.partial(call_as, caller, functools.partial(spec.handler, self.service, args))
         target = " ".join(
             f"{key}={_shown(getattr(args, key))}" for key in _LOGGED_ARGS if key in spec.args.model_fields
         )
         started = time.perf_counter()
         try:
+            risk = call_risk(spec.risk, spec.dry_run_risk, params.arguments)
+            if self.confirmations is not None and self.confirmations.needed(risk, caller):
+                diff = await self._dry_run(spec, args, caller)
+                summary = f"{params.name} (risk {risk}) from client {caller.name or '(unnamed)'}: {target or 'no unit'}"
+                await self.confirmations.ask(caller, params.name, risk, summary, diff, _elicitor(ctx))
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
             elif isinstance(args, TestStatusArgs) and args.wait_s > 0:
@@ -574,6 +589,18 @@ class UnitTools:
             content=[types.TextContent(type="text", text=result.model_dump_json())],
             structured_content=result.model_dump(mode="json"),
         )
+
+    async def _dry_run(self, spec: ToolSpec, args: Args, caller: Caller) -> str | None:
+        """The diff a write would make, for the person asked (a tool with a dry run only); a refusal ends the call."""
+        if spec.dry_run_risk is None or getattr(args, "dry_run", None) is not False:
+            return None
+        dry = args.model_copy(update={"dry_run": True})
+        run = functools.partial(spec.handler, self.service, dry)
+        result = await _in_thread(functools.partial(call_as, caller, run))
+        diff = getattr(result, "diff", None)
+        if diff is None:
+            diff = "\n".join(s.diff for s in getattr(result, "sources", []) if getattr(s, "diff", None)) or None
+        return clip(diff, MAX_ERROR_TEXT) if diff else None
 
     def _error(self, code: str, message: str, hint: str, details: dict[str, Any] | None) -> types.CallToolResult:
         """The one place a refusal becomes a wire result: redacted text for the model, the fields in `_meta`."""
@@ -632,6 +659,29 @@ def _caller(ctx: ServerRequestContext[Any]) -> Caller:
         return None if text is None else str(text)[:MAX_CLIENT_TEXT]
 
     return Caller(clipped(info and info.name), clipped(info and info.version), clipped(session_id))
+
+
+def _elicitor(ctx: ServerRequestContext[Any]) -> Elicit | None:
+    """Asks through the client when it declared elicitation (a form with one yes/no field), else None. Sent on
+    the session's channel, not the call's: a call without a progress token is answered as one JSON body here
+    (`mcphttp`), which has no room for a request; a connection with no channel at all leaves it to the page."""
+    capabilities = ctx.session.client_capabilities
+    if capabilities is None or capabilities.elicitation is None:
+        return None
+
+    async def elicit(message: str) -> bool:
+        related = ctx.request_id if ctx.session.can_send_request else None
+        result = await ctx.session.elicit_form(message, _YES_NO, related_request_id=related)
+        return result.action == "accept" and bool((result.content or {}).get("approve"))
+
+    return elicit
+
+
+_YES_NO: Any = {
+    "type": "object",
+    "properties": {"approve": {"type": "boolean", "title": "Run this call", "default": False}},
+    "required": ["approve"],
+}
 
 
 CANCEL_GRACE = 5.0

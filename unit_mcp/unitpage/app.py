@@ -25,6 +25,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..changelog import Caller, Change
+from ..confirm import Confirmations
 from ..errors import UnitError
 from ..paths import validate_unit_id
 from ..service import UnitService, call_as
@@ -81,8 +82,12 @@ class UnitsUI(PageApp):
         on_login: Callable[[], None] | None = None,
         session_seconds: float = SESSION_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        confirmations: Confirmations | None = None,
     ) -> None:
         self.service = service
+        self.confirmations = confirmations
+        if confirmations is not None:
+            confirmations.on_page = True
         self.closing = False
         super().__init__(
             templates=HERE / "templates",
@@ -94,6 +99,9 @@ class UnitsUI(PageApp):
                 Route("/changes/{change_id:int}/revert", self.revert, methods=["POST"]),
                 Route("/checkpoints", self.checkpoint, methods=["POST"]),
                 Route("/checkpoints/{checkpoint_id:int}/rollback", self.rollback, methods=["POST"]),
+                Route("/questions/{question_id:int}/{answer:str}", self.answer, methods=["POST"]),
+                Route("/grants", self.grant, methods=["POST"]),
+                Route("/grants/{grant_id:int}/revoke", self.revoke_grant, methods=["POST"]),
             ],
             link="UNITS_UI_URL",
             port=port,
@@ -140,7 +148,11 @@ class UnitsUI(PageApp):
                 UnitRow(summary.unit_id, summary.loaded, summary.load_error, digest, newest[0].id if newest else None)
             )
         clients = sorted({c.caller.name for c in log_.changes(limit=SHOWN_CHANGES) if c.caller.name})
+        confirmations = self.confirmations
         return {
+            "confirming": sorted(confirmations.risks) if confirmations else [],
+            "questions": confirmations.questions() if confirmations else [],
+            "grants": confirmations.grants() if confirmations else [],
             "units": units,
             "changes": changes,
             "checkpoints": log_.checkpoints(SHOWN_CHECKPOINTS),
@@ -153,7 +165,8 @@ class UnitsUI(PageApp):
         """Changes whenever what the page shows may have: the newest change, checkpoint, and the units' states."""
         log_ = self.service.change_log
         checkpoints = log_.checkpoints(1)
-        digest = hashlib.sha256(f"{log_.latest_id()}:{checkpoints[0].id if checkpoints else 0}".encode())
+        asked = self.confirmations.version if self.confirmations else 0
+        digest = hashlib.sha256(f"{log_.latest_id()}:{checkpoints[0].id if checkpoints else 0}:{asked}".encode())
         host = self.service.host
         for unit_id in sorted(host.unit_kinds()):  # cheap: no source is read (it runs twice a second per page)
             digest.update(f"\n{unit_id}:{host.is_loaded(unit_id)}:{host.load_error(unit_id)}".encode())
@@ -207,6 +220,33 @@ class UnitsUI(PageApp):
                 quiet += POLL_SECONDS
 
         return event_stream(stream())
+
+    # -- answering the calls that wait for a yes (`--confirm`) -------------------------------------
+
+    async def answer(self, request: Request) -> Response:
+        answer = request.path_params["answer"]
+        if self.confirmations is None or answer not in ("approve", "deny"):
+            return PlainTextResponse("Nothing to answer: this server asks no questions (start it with --confirm).", 404)
+        if not self.confirmations.answer(request.path_params["question_id"], answer == "approve", by="the page"):
+            return PlainTextResponse("That call is no longer waiting (answered, timed out or withdrawn).", 409)
+        return RedirectResponse(f"{self.root(request)}/", status_code=303)
+
+    async def grant(self, request: Request) -> Response:
+        if self.confirmations is None:
+            return PlainTextResponse("Nothing to allow: this server asks no questions (start it with --confirm).", 404)
+        async with request.form(max_files=0, max_fields=4) as form:
+            client, risk = str(form.get("client") or "")[:200], str(form.get("risk") or "")
+            minutes = str(form.get("minutes") or "")
+        try:
+            self.confirmations.grant(client, risk, _minutes(minutes))
+        except ValueError as exc:
+            return PlainTextResponse(f"Not allowed: {exc}; go back and correct it.", 400)
+        return RedirectResponse(f"{self.root(request)}/", status_code=303)
+
+    async def revoke_grant(self, request: Request) -> Response:
+        if self.confirmations is None or not self.confirmations.revoke(request.path_params["grant_id"]):
+            return PlainTextResponse("No such grant (it expired or was revoked).", 404)
+        return RedirectResponse(f"{self.root(request)}/", status_code=303)
 
     # -- writing: a preview first, then the confirmed call ----------------------------------------
 
@@ -265,6 +305,13 @@ class UnitsUI(PageApp):
 async def _confirmation(request: Request) -> tuple[bool, bool]:
     async with request.form(max_files=0, max_fields=4) as form:
         return form.get("confirm") == "yes", form.get("force") == "yes"
+
+
+def _minutes(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"minutes {text[:20]!r} is not a number; give whole minutes, e.g. 15") from None
 
 
 def _text(data: bytes | None) -> str:
