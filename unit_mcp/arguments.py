@@ -16,6 +16,7 @@ from typing import Annotated, Any, Protocol, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InvalidArgument
+from .wire import validation_problems
 
 MAX_LOG_LINES = 1000
 MAX_LOG_OFFSET = 10**9
@@ -47,7 +48,7 @@ class Operation(Protocol[R_co]):
 
 def problems(exc: ValidationError) -> str:
     """What a validation error found, argument by argument."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
+    return validation_problems(exc.errors())
 
 
 def checked(model: type[A], tool: str, arguments: Mapping[str, Any]) -> A:

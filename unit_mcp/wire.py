@@ -3,8 +3,8 @@ what a tool's and a refusal's `_meta` carry, and where the HTTP transports are s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal, get_args
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, get_args
 
 Risk = Literal["normal", "filesystem-read", "filesystem-write", "shell", "destructive"]
 """A tool's risk label, lowest first; approval policies are keyed on it."""
@@ -36,3 +36,8 @@ def call_risk(risk: str, dry_run_risk: str | None, arguments: Mapping[str, objec
 def risk_meta(risk: str, dry_run_risk: str | None) -> dict[str, str]:
     """A listed tool's `_meta`: its risk, and its dry-run risk if it has one."""
     return {RISK_META_KEY: risk} if dry_run_risk is None else {RISK_META_KEY: risk, DRY_RUN_RISK_META_KEY: dry_run_risk}
+
+
+def validation_problems(errors: Iterable[Mapping[str, Any]], whole: str = "arguments") -> str:
+    """A validation error's findings (pydantic's `exc.errors()`), field by field, as every refusal words them."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or whole}: {err['msg']}" for err in errors)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..wire import validation_problems
 from ._registry import AgentRegistry
 from .errors import AgentError, UnknownAgent
 from .presets import PresetError, read_config_file
@@ -70,7 +71,7 @@ def parse_agents(data: Any, *, origin: str = "agents") -> list[AgentSpec]:
         try:
             spec = AgentSpec.model_validate(entry)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'agent'}: {e['msg']}" for e in exc.errors())
+            problems = validation_problems(exc.errors(), "agent")
             raise AgentFileError(f"{origin}: agent #{index + 1} is invalid: {problems}") from None
         specs.append(spec)
     ids = [spec.id for spec in specs]

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..paths import write_file
+from ..wire import validation_problems
 from ._listeners import ChangeListener, Listeners
 from .approvals import RISKS, Risk, normalise_risk
 from .errors import AgentError
@@ -243,7 +244,7 @@ def parse_presets(data: Any, *, origin: str = "presets") -> list[Preset]:
         try:
             presets.append(Preset.model_validate(entry))
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'preset'}: {e['msg']}" for e in exc.errors())
+            problems = validation_problems(exc.errors(), "preset")
             raise PresetError(f"{origin}: preset #{index + 1} is invalid: {problems}") from None
     names = [preset.name for preset in presets]
     duplicates = sorted({name for name in names if names.count(name) > 1})

@@ -28,7 +28,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from ..wire import DRY_RUN_RISK_META_KEY, RISK_META_KEY, RISKS, call_risk, risk_meta
+from ..wire import DRY_RUN_RISK_META_KEY, RISK_META_KEY, RISKS, call_risk, risk_meta, validation_problems
 from ._listeners import ChangeListener, Listeners
 from ._mcpsource import McpToolSource
 from ._toolnames import openai_tool_name
@@ -405,7 +405,7 @@ class AgentToolSurface:
         try:
             args = tool.args.model_validate(arguments)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            problems = validation_problems(exc.errors())
             return ToolOutput(text=f"[invalid_arguments] {tool.name}: {problems}", is_error=True)
         call_args: tuple[Any, ...] = () if tool.spread else (args,)
         kwargs: dict[str, Any] = {k: getattr(args, k) for k in type(args).model_fields} if tool.spread else {}

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .._version import __version__
 from ..agent.opencode import OpenCodeError
 from ..agent.toolsurface import ToolOutput
-from ..wire import ERROR_META_KEY, RISK_META_KEY, Risk
+from ..wire import ERROR_META_KEY, RISK_META_KEY, Risk, validation_problems
 from .nodes import (
     Dispatched,
     Fleet,
@@ -261,7 +261,7 @@ class FleetTools:
         try:
             args = tool.args.model_validate(arguments)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            problems = validation_problems(exc.errors())
             return _error("invalid_arguments", f"{name}: {problems}")
         try:
             outcome = tool.handler(self.fleet, args)
