@@ -36,7 +36,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params, progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types import ErrorData, JSONRPCError, JSONRPCResponse
+from mcp_types import ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCResponse, RequestId
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -121,6 +121,18 @@ def wants_progress(body: bytes) -> bool:
     return isinstance(params, dict) and progress_token_from_params(params) is not None
 
 
+def _request_id(body: bytes) -> RequestId | None:
+    """The id of a posted JSON-RPC request (None for a notification, a response, or anything unparsable)."""
+    try:
+        message = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    request_id = message.get("id")
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
 class _PerRequestTransport(StreamableHTTPServerTransport):
     """The SDK's handshake-era transport, in JSON-response mode for each POST that asks for no progress and in
     SSE mode for the others.
@@ -155,9 +167,31 @@ class _PerRequestTransport(StreamableHTTPServerTransport):
             self._answer_cancelled(body)
         mode = _json_reply.set(not wants_progress(body))
         try:
-            await super()._handle_post_request(scope, request, receive, send)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._cancel_on_disconnect, receive, body)
+                await super()._handle_post_request(scope, request, receive, send)
+                tasks.cancel_scope.cancel()
         finally:
             _json_reply.reset(mode)
+
+    async def _cancel_on_disconnect(self, receive: Receive, body: bytes) -> None:
+        """A client whose connection drops while its request runs cannot get the answer (no event store keeps it):
+        the request is cancelled as if the client had sent `notifications/cancelled`, so what it waits for (a
+        person's yes) is withdrawn at once. The 2026-era transport does this itself."""
+        while (await receive()).get("type") != "http.disconnect":
+            pass
+        writer = self._read_stream_writer
+        request_id = _request_id(body)  # parsed only now: most requests end without a disconnect
+        if request_id is None or str(request_id) not in self._request_streams or writer is None:
+            return  # answered already: the disconnect is the connection's end after the answer
+        log.info("the client's connection dropped while request %s ran: cancelling it", request_id)
+        cancel = JSONRPCNotification(
+            jsonrpc="2.0",
+            method="notifications/cancelled",
+            params={"requestId": request_id, "reason": "the client's connection dropped"},
+        )
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await writer.send(SessionMessage(cancel))
 
     def _answer_cancelled(self, body: bytes) -> None:
         """The client cancelled a request that waits for one JSON body: answer it now with the `REQUEST_CANCELLED`

@@ -218,32 +218,54 @@ async def test_a_client_that_gives_up_while_waiting_leaves_nothing_pending(tmp_p
         assert not server.greeting_changed()
 
 
-async def test_the_page_allows_a_risk_for_a_client_for_some_minutes_and_revokes_it(tmp_path: Path) -> None:
+async def test_the_page_allows_a_risk_for_the_session_for_some_minutes_and_revokes_it(tmp_path: Path) -> None:
     async with (
-        served(tmp_path, ["shell"], timeout=0.5) as server,
+        served(tmp_path, ["shell"], timeout=WAIT) as server,
         client(server, "legacy") as c,
+        client(server, "legacy") as same_name,  # another session of a client that calls itself the same
         page_client(server.page.login_url(server.base)) as page,
+        anyio.create_task_group() as tasks,
     ):
         origin = {"Origin": server.bridge.base_url}
-        refused = await page.post(
-            "/grants", data={"client": "confirm-test", "risk": "shell", "minutes": "x"}, headers=origin
-        )
+        results: list[types.CallToolResult] = []
+
+        async def call(on: Client, arguments: dict[str, Any]) -> None:
+            results.append(await on.call_tool("unit_apply_patch", arguments))
+
+        tasks.start_soon(call, c, PATCH)
+        await waiting(server)
+        question = server.confirmations.questions()[0]
+        assert question.caller.session_id is not None
+        shown = (await page.get("/")).text
+        assert f"/questions/{question.id}/allow" in shown and "for this client" in shown
+        refused = await page.post(f"/questions/{question.id}/allow", data={"minutes": "x"}, headers=origin)
         assert refused.status_code == 400 and "minutes" in refused.text
-        granted = await page.post(
-            "/grants", data={"client": "confirm-test", "risk": "shell", "minutes": "5"}, headers=origin
-        )
-        assert granted.status_code in (200, 303), granted.text
+        allowed = await page.post(f"/questions/{question.id}/allow", data={"minutes": "5"}, headers=origin)
+        assert allowed.status_code in (200, 303), allowed.text
+        with anyio.fail_after(WAIT):
+            while not results:
+                await anyio.sleep(0.05)
+        assert not results[0].is_error, results[0]  # the allow answered the waiting call yes
         grant = server.confirmations.grants()[0]
+        assert grant.session == question.caller.session_id
         assert 4 * 60 < grant.until - server.confirmations.clock() <= 5 * 60
         shown = (await page.get("/")).text
         assert "Allowed without asking" in shown and f"/grants/{grant.id}/revoke" in shown
-        done = await c.call_tool("unit_apply_patch", PATCH)
-        assert not done.is_error, done  # no question: the grant covers it
+        done = await c.call_tool("unit_apply_patch", {**PATCH, "old": "Howdy", "new": "Hi"})
+        assert not done.is_error, done  # no question: the grant covers this session
+        assert server.confirmations.questions() == []
+        tasks.start_soon(call, same_name, {**PATCH, "old": "Hi", "new": "Hey"})
+        await waiting(server)  # the same client name in another session is asked: the grant is the session's
+        other = server.confirmations.questions()[0]
+        assert server.confirmations.answer(other.id, False, by="the test")
         revoked = await page.post(f"/grants/{grant.id}/revoke", headers=origin)
         assert revoked.status_code in (200, 303), revoked.text
         assert server.confirmations.grants() == []
-        again = await c.call_tool("unit_apply_patch", {**PATCH, "old": "Howdy", "new": "Hi"})
-        assert refusal(again) == "confirmation_timeout"  # asked again, and nobody answered
+        tasks.start_soon(call, c, {**PATCH, "old": "Hi", "new": "Hey"})
+        await waiting(server)  # asked again after the revoke
+        again = server.confirmations.questions()[0]
+        assert server.confirmations.answer(again.id, False, by="the test")
+    assert [refusal(r) for r in results[1:]] == ["declined", "declined"]
 
 
 def test_the_confirm_options() -> None:
