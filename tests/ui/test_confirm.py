@@ -88,6 +88,22 @@ async def waiting(server: Served, count: int = 1) -> None:
             await anyio.sleep(0.05)
 
 
+CONFIRM_OUTCOMES = ("asked", "approved", "declined", "unanswered", "withdrawn")
+
+
+def questions_logged(server: Served) -> list[tuple[str, str | None]]:
+    """The change log's question and answer records, oldest first, as (outcome, error code)."""
+    changes = server.page.service.change_log.changes(limit=50)
+    return [(c.outcome, c.error_code) for c in reversed(changes) if c.outcome in CONFIRM_OUTCOMES]
+
+
+async def withdrawn(server: Served) -> None:
+    """Waits until the change log records the question withdrawn (the server notices a client leave on its own)."""
+    with anyio.fail_after(WAIT):
+        while questions_logged(server) != [("asked", None), ("withdrawn", None)]:
+            await anyio.sleep(0.05)
+
+
 def refusal(result: types.CallToolResult) -> str:
     assert result.is_error, result
     assert result.meta is not None
@@ -102,9 +118,12 @@ def answering(action: str, approve: bool, asked: list[str]) -> Any:
     return elicit
 
 
-async def test_a_client_that_elicits_is_asked_with_the_diff_and_its_yes_runs_the_call(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_that_elicits_is_asked_with_the_diff_and_its_yes_runs_the_call(
+    tmp_path: Path, mode: str
+) -> None:
     asked: list[str] = []
-    async with served(tmp_path, ["shell"]) as server, client(server, "legacy", answering("accept", True, asked)) as c:
+    async with served(tmp_path, ["shell"]) as server, client(server, mode, answering("accept", True, asked)) as c:
         done = await c.call_tool("unit_apply_patch", PATCH)
         assert not done.is_error, done
         assert server.greeting_changed()
@@ -115,17 +134,20 @@ async def test_a_client_that_elicits_is_asked_with_the_diff_and_its_yes_runs_the
         dry = await c.call_tool("unit_apply_patch", {**PATCH, "old": "Howdy", "new": "Hi", "dry_run": True})
         assert not dry.is_error and len(asked) == 1  # a dry run's risk is filesystem-read: not asked
         assert server.confirmations.questions() == []
+        assert questions_logged(server) == [("asked", None), ("approved", None)]
 
 
-async def test_a_no_from_the_client_is_declined_and_writes_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_no_from_the_client_is_declined_and_writes_nothing(tmp_path: Path, mode: str) -> None:
     for action in ("decline", "accept"):  # a declined form, and a form sent back with the box unticked
         asked: list[str] = []
         async with (
             served(tmp_path / action, ["shell"]) as server,
-            client(server, "legacy", answering(action, False, asked)) as c,
+            client(server, mode, answering(action, False, asked)) as c,
         ):
             assert refusal(await c.call_tool("unit_apply_patch", PATCH)) == "declined"
             assert not server.greeting_changed() and len(asked) == 1
+            assert questions_logged(server) == [("asked", None), ("declined", "declined")]
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -168,15 +190,19 @@ async def test_a_client_without_elicitation_waits_for_the_page_and_a_second_call
         assert server.greeting_changed()
 
 
-async def test_where_the_page_answers_first_the_elicitation_is_withdrawn(tmp_path: Path) -> None:
-    asked = anyio.Event()
+@pytest.mark.parametrize("mode", ERAS)
+async def test_where_the_page_answers_first_its_answer_stands(tmp_path: Path, mode: str) -> None:
+    """Handshake era: the client's question is withdrawn (its handler is cancelled); 2026-07-28: the client's
+    later answer (a no here) does not override the page's yes."""
+    asked, answered = anyio.Event(), anyio.Event()
 
-    async def never(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def slow(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         asked.set()
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
+        with anyio.fail_after(WAIT):
+            await answered.wait()
+        return types.ElicitResult(action="decline")
 
-    async with served(tmp_path, ["shell"]) as server, client(server, "legacy", never) as c:
+    async with served(tmp_path, ["shell"]) as server, client(server, mode, slow) as c:
         async with page_client(server.page.login_url(server.base)) as page, anyio.create_task_group() as tasks:
             results: list[types.CallToolResult] = []
 
@@ -189,9 +215,13 @@ async def test_where_the_page_answers_first_the_elicitation_is_withdrawn(tmp_pat
             question = server.confirmations.questions()[0]
             post = await page.post(f"/questions/{question.id}/approve", headers={"Origin": server.bridge.base_url})
             assert post.status_code in (200, 303), post.text
+            answered.set()
         assert not results[0].is_error, results[0]
         assert server.greeting_changed()
         assert server.confirmations.questions() == []
+        assert questions_logged(server) == [("asked", None), ("approved", None)]
+        approved = [c for c in server.page.service.change_log.changes() if c.outcome == "approved"]
+        assert "yes from the page" in (approved[0].message or "")
         # the client is still usable: a read runs without a question
         assert not (await c.call_tool("unit_list", {})).is_error
 
@@ -204,18 +234,35 @@ async def test_no_answer_in_time_is_a_confirmation_timeout(tmp_path: Path) -> No
         rollback = {"checkpoint_id": checkpoint.structured_content["checkpoint_id"]}
         assert refusal(await c.call_tool("unit_rollback", rollback)) == "confirmation_timeout"
         assert server.confirmations.questions() == []
+        assert questions_logged(server) == [("asked", None), ("unanswered", "confirmation_timeout")]
 
 
-async def test_a_client_that_gives_up_while_waiting_leaves_nothing_pending(tmp_path: Path) -> None:
+async def test_a_2026_client_that_answers_after_the_timeout_gets_a_confirmation_timeout(tmp_path: Path) -> None:
+    async def late(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        with anyio.fail_after(WAIT):
+            while server.confirmations.questions():  # looking expires the question once its time is up
+                await anyio.sleep(0.05)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async with served(tmp_path, ["shell"], timeout=0.5) as server, client(server, "auto", late) as c:
+        assert refusal(await c.call_tool("unit_apply_patch", PATCH)) == "confirmation_timeout"
+        assert not server.greeting_changed()
+        assert questions_logged(server) == [("asked", None), ("unanswered", "confirmation_timeout")]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_client_that_gives_up_while_waiting_leaves_nothing_pending(tmp_path: Path, mode: str) -> None:
+    """Handshake era: the client sends notifications/cancelled; 2026-07-28: it closes the call's response."""
     async with served(tmp_path, ["shell"]) as server:
-        async with client(server, "legacy") as c:
+        async with client(server, mode) as c:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(c.call_tool, "unit_apply_patch", PATCH)
                 await waiting(server)
-                tasks.cancel_scope.cancel()  # the client cancels its call (notifications/cancelled)
+                tasks.cancel_scope.cancel()
             await waiting(server, 0)
             assert not (await c.call_tool("unit_list", {})).is_error  # the session goes on
         assert not server.greeting_changed()
+        await withdrawn(server)
 
 
 async def test_the_page_allows_a_risk_for_the_session_for_some_minutes_and_revokes_it(tmp_path: Path) -> None:
