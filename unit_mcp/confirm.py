@@ -24,7 +24,9 @@ DEFAULT_TIMEOUT = 300.0
 MAX_GRANT_MINUTES = 24 * 60
 
 Elicit = Callable[[str], Awaitable[bool]]
-"""Asks the client's person `message`; True for yes, False for no (raises when the client cannot ask)."""
+"""Asks the client's person `message`; True for yes, False for no (raises when the client cannot ask, or when its
+person dismissed the question without a choice: a headless client does so at once)."""
+NOBODY_ASKED = "nobody (the client could not ask, and there is no page)"
 
 
 @dataclass
@@ -163,14 +165,28 @@ class Confirmations:
         return question
 
     async def resume(self, token: str, yes: bool | None) -> None:
-        """The client's retry of a parked question with its person's answer (None: it sent none): returns on a
-        yes, raises [declined] or [confirmation_timeout]. The page's answer, when it came first, stands."""
+        """The client's retry of a parked question with its person's answer (None: the question was dismissed or
+        not shown, so the page decides within the timeout): returns on a yes, raises [declined] or
+        [confirmation_timeout]. The page's answer, when it came first, stands."""
         self._expire_parked()
         question = next((q for q in self._questions.values() if q.token == token), None)
         if question is None:
             raise ConfirmationTimeout("This question is no longer waiting (it timed out); the call did not run.")
-        if question.answer is None:
-            self.answer(question.id, bool(yes), by="the client" if yes is not None else "the client (no answer sent)")
+        if question.answer is None and yes is not None:
+            self.answer(question.id, yes, by="the client")
+        elif question.answer is None and not self.on_page:
+            self.answer(question.id, False, by=NOBODY_ASKED)
+        elif question.answer is None:
+            log.info("question %d was not answered through the client; waiting for the page", question.id)
+            answered = False
+            try:
+                with anyio.move_on_after(question.asked + self.timeout - self.clock()):
+                    await question.done.wait()
+                answered = True
+            finally:
+                if not answered:
+                    with anyio.CancelScope(shield=True):
+                        await self._close(question, withdrawn=True)
         await self._close(question)
 
     def message(self, question: Question) -> str:
@@ -241,10 +257,10 @@ class Confirmations:
     async def _elicit(self, question: Question, elicit: Elicit) -> None:
         try:
             yes = await elicit(self.message(question))
-        except Exception as exc:  # the client could not ask: the page still can
-            log.info("question %d could not be asked through the client (%s); waiting for the page", question.id, exc)
+        except Exception as exc:  # the client could not ask, or its person made no choice: the page still can
+            log.info("question %d was not answered through the client (%s); waiting for the page", question.id, exc)
             if not self.on_page:
-                self.answer(question.id, False, by="nobody (the client could not ask, and there is no page)")
+                self.answer(question.id, False, by=NOBODY_ASKED)
             return
         self.answer(question.id, yes, by="the client")
 

@@ -685,9 +685,20 @@ def _elicitor(ctx: ServerRequestContext[Any]) -> Elicit | None:
     async def elicit(message: str) -> bool:
         related = ctx.request_id if ctx.session.can_send_request else None
         result = await ctx.session.elicit_form(message, _YES_NO, related_request_id=related)
-        return result.action == "accept" and bool((result.content or {}).get("approve"))
+        yes = _yes(result)
+        if yes is None:
+            raise RuntimeError("the client dismissed the question without a choice (cancel)")
+        return yes
 
     return elicit
+
+
+def _yes(result: types.ElicitResult) -> bool | None:
+    """accept with the box ticked: yes; decline, or accept unticked: no; cancel (dismissed, or a headless client
+    that shows no questions): None."""
+    if result.action == "cancel":
+        return None
+    return result.action == "accept" and bool((result.content or {}).get("approve"))
 
 
 def _asks_between_rounds(ctx: ServerRequestContext[Any]) -> bool:
@@ -710,11 +721,9 @@ def _input_required(message: str, token: str | None) -> types.InputRequiredResul
 
 
 def _answer(responses: types.InputResponses | None) -> bool | None:
-    """The person's yes or no in a 2026-era retry; None when the client sent no answer."""
+    """The person's yes or no in a 2026-era retry; None when the client sent none (or a cancel)."""
     response = (responses or {}).get(CONFIRM_INPUT)
-    if not isinstance(response, types.ElicitResult):
-        return None
-    return response.action == "accept" and bool((response.content or {}).get("approve"))
+    return _yes(response) if isinstance(response, types.ElicitResult) else None
 
 
 _YES_NO: Any = {

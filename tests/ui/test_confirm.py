@@ -4,6 +4,7 @@ the unit server's page answered over HTTP with its credential."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 import shutil
 from collections.abc import AsyncIterator
@@ -148,6 +149,37 @@ async def test_a_no_from_the_client_is_declined_and_writes_nothing(tmp_path: Pat
             assert refusal(await c.call_tool("unit_apply_patch", PATCH)) == "declined"
             assert not server.greeting_changed() and len(asked) == 1
             assert questions_logged(server) == [("asked", None), ("declined", "declined")]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_question_the_client_dismisses_is_left_to_the_page(
+    tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancel (dismissed without a choice; headless Claude Code sends one at once) is no answer: the page's is."""
+    caplog.set_level(logging.INFO, logger="unit_mcp.confirm")
+    asked: list[str] = []
+    async with (
+        served(tmp_path, ["shell"]) as server,
+        client(server, mode, answering("cancel", False, asked)) as c,
+        page_client(server.page.login_url(server.base)) as page,
+        anyio.create_task_group() as tasks,
+    ):
+        results: list[types.CallToolResult] = []
+
+        async def call() -> None:
+            results.append(await c.call_tool("unit_apply_patch", PATCH))
+
+        tasks.start_soon(call)
+        with anyio.fail_after(WAIT):
+            while "was not answered through the client" not in caplog.text:
+                await anyio.sleep(0.05)
+        assert len(asked) == 1 and not server.greeting_changed()
+        question = server.confirmations.questions()[0]
+        post = await page.post(f"/questions/{question.id}/approve", headers={"Origin": server.bridge.base_url})
+        assert post.status_code in (200, 303), post.text
+    assert not results[0].is_error, results[0]
+    assert server.greeting_changed()
+    assert questions_logged(server) == [("asked", None), ("approved", None)]
 
 
 @pytest.mark.parametrize("mode", ERAS)
