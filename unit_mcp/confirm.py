@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from .changelog import Caller, ChangeLog, Outcome
-from .errors import ConfirmationTimeout, Declined
+from .errors import ConfirmationTimeout, Declined, Withdrawn
 
 log = logging.getLogger("unit_mcp.confirm")
 DEFAULT_TIMEOUT = 300.0
@@ -119,9 +119,10 @@ class Confirmations:
         *,
         unit_id: str | None = None,
         source_id: str | None = None,
+        gone: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Wait for a yes (returns), a no ([declined]) or the timeout ([confirmation_timeout]); cancelled (the
-        client went away), the question is withdrawn."""
+        """Wait for a yes (returns), a no ([declined]) or the timeout ([confirmation_timeout]); cancelled, or
+        `gone` returned (the client went away: `unit_mcp.cancel.client_gone`), the question is withdrawn."""
         question = Question(next(self._ids), caller, tool, risk, summary, diff, self.clock(), unit_id, source_id)
         if elicit is None and not self.on_page:
             await self._record(question, "declined", "declined", "nobody can be asked: no elicitation and no page")
@@ -131,19 +132,30 @@ class Confirmations:
                 hint="Use a client with elicitation, or serve over HTTP and answer on the page at UNITS_UI_URL.",
             )
         await self._open(question)
-        answered = False
+        answered, left = False, False
+
+        async def watch(gone: Callable[[], Awaitable[None]], scope: anyio.CancelScope) -> None:
+            nonlocal left
+            await gone()
+            left = True
+            scope.cancel()
+
         try:
             with anyio.move_on_after(self.timeout):
                 async with anyio.create_task_group() as tasks:
                     if elicit is not None:
                         tasks.start_soon(self._elicit, question, elicit)
+                    if gone is not None:
+                        tasks.start_soon(watch, gone, tasks.cancel_scope)
                     await question.done.wait()
                     tasks.cancel_scope.cancel()  # the page answered first: the elicitation is withdrawn
-            answered = True
+            answered = not left
         finally:
             if not answered:
                 with anyio.CancelScope(shield=True):
                     await self._close(question, withdrawn=True)
+        if left:
+            raise Withdrawn(f"{tool} was withdrawn: the client went away before an answer.")
         await self._close(question)
 
     async def park(

@@ -11,12 +11,15 @@ disconnected).
 
 A handshake-era Streamable HTTP request that asks for no progress is answered with one `application/json` body
 rather than an event stream (`_PerRequestTransport`): the same answer, without the SSE framing both sides pay for
-per byte. A request with a progress token keeps its stream, so `unit_run_tests` still reports progress.
+per byte. A request with a progress token keeps its stream, so `unit_run_tests` still reports progress. Either way
+its handler can wait for its connection to drop (`unit_mcp.cancel.client_gone`): a call waiting for a person's yes
+withdraws its question then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import AsyncGenerator, Mapping
@@ -36,7 +39,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params, progress_token_from_params
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types import ErrorData, JSONRPCError, JSONRPCNotification, JSONRPCResponse, RequestId
+from mcp_types import ErrorData, JSONRPCError, JSONRPCResponse
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -44,6 +47,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .cancel import client_gone
 from .loopback import KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, Guard, LoopbackServer, security_settings
 from .wire import MCP_PATH, MESSAGE_PATH, SSE_PATH
 
@@ -121,16 +125,10 @@ def wants_progress(body: bytes) -> bool:
     return isinstance(params, dict) and progress_token_from_params(params) is not None
 
 
-def _request_id(body: bytes) -> RequestId | None:
-    """The id of a posted JSON-RPC request (None for a notification, a response, or anything unparsable)."""
-    try:
-        message = pydantic_core.from_json(body)
-    except ValueError:
-        return None
-    if not isinstance(message, dict) or "method" not in message:
-        return None
-    request_id = message.get("id")
-    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+async def _disconnected(receive: Receive) -> None:
+    """Returns once the POST's connection dropped (or its answer went out: then nothing waits on it any more)."""
+    while (await receive()).get("type") != "http.disconnect":
+        pass
 
 
 class _PerRequestTransport(StreamableHTTPServerTransport):
@@ -166,32 +164,12 @@ class _PerRequestTransport(StreamableHTTPServerTransport):
         if b"notifications/cancelled" in body:
             self._answer_cancelled(body)
         mode = _json_reply.set(not wants_progress(body))
+        gone = client_gone.set(functools.partial(_disconnected, receive))
         try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._cancel_on_disconnect, receive, body)
-                await super()._handle_post_request(scope, request, receive, send)
-                tasks.cancel_scope.cancel()
+            await super()._handle_post_request(scope, request, receive, send)
         finally:
+            client_gone.reset(gone)
             _json_reply.reset(mode)
-
-    async def _cancel_on_disconnect(self, receive: Receive, body: bytes) -> None:
-        """A client whose connection drops while its request runs cannot get the answer (no event store keeps it):
-        the request is cancelled as if the client had sent `notifications/cancelled`, so what it waits for (a
-        person's yes) is withdrawn at once. The 2026-era transport does this itself."""
-        while (await receive()).get("type") != "http.disconnect":
-            pass
-        writer = self._read_stream_writer
-        request_id = _request_id(body)  # parsed only now: most requests end without a disconnect
-        if request_id is None or str(request_id) not in self._request_streams or writer is None:
-            return  # answered already: the disconnect is the connection's end after the answer
-        log.info("the client's connection dropped while request %s ran: cancelling it", request_id)
-        cancel = JSONRPCNotification(
-            jsonrpc="2.0",
-            method="notifications/cancelled",
-            params={"requestId": request_id, "reason": "the client's connection dropped"},
-        )
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            await writer.send(SessionMessage(cancel))
 
     def _answer_cancelled(self, body: bytes) -> None:
         """The client cancelled a request that waits for one JSON body: answer it now with the `REQUEST_CANCELLED`

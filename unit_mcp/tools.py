@@ -35,7 +35,7 @@ from pydantic_core import core_schema
 
 from ._version import __version__
 from .arguments import Args, Operation, RunTestsArgs, TestStatusArgs, checked
-from .cancel import cancellation
+from .cancel import cancellation, client_gone
 from .changelog import Caller
 from .confirm import Confirmations, Elicit
 from .errors import InvalidArgument, UnitError
@@ -578,7 +578,8 @@ class UnitTools:
                 if _asks_between_rounds(ctx):
                     question = await self.confirmations.park(caller, params.name, risk, summary, diff, **where)
                     return _input_required(self.confirmations.message(question), question.token)
-                await self.confirmations.ask(caller, params.name, risk, summary, diff, _elicitor(ctx), **where)
+                elicit, gone = _elicitor(ctx), client_gone.get()
+                await self.confirmations.ask(caller, params.name, risk, summary, diff, elicit, gone=gone, **where)
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
             elif isinstance(args, TestStatusArgs) and args.wait_s > 0:
