@@ -368,3 +368,19 @@ async def test_without_a_page_a_client_that_cannot_ask_is_declined_at_once() -> 
     with pytest.raises(Declined, match="nobody"):
         await confirmations.ask(Caller("c", None, None), "unit_reload", "shell", "unit_reload of greeter", None, cannot)
     assert confirmations.questions() == []
+
+
+def test_a_grant_covers_its_session_or_for_a_session_less_client_its_name() -> None:
+    confirmations = Confirmations(["shell"], clock=lambda: 1000.0)
+    in_session, other_session = Caller("c", None, "s1"), Caller("c", None, "s2")
+    stateless, stateless_other = Caller("c", None, None), Caller("d", None, None)
+    confirmations.grant(in_session, "shell", 5)
+    assert not confirmations.needed("shell", in_session)
+    assert confirmations.needed("shell", other_session) and confirmations.needed("shell", stateless)
+    confirmations.grant(stateless, "shell", 5)
+    assert not confirmations.needed("shell", stateless)
+    assert confirmations.needed("shell", stateless_other) and confirmations.needed("shell", other_session)
+    with pytest.raises(ValueError, match="neither an MCP session nor a name"):
+        confirmations.grant(Caller(None, None, None), "shell", 5)
+    with pytest.raises(ValueError, match="needs no yes"):
+        confirmations.grant(in_session, "destructive", 5)
