@@ -1,6 +1,7 @@
 """A person's yes on every transport: a client whose connection drops while its call waits (no cancel sent)
 withdraws its question at once, over Streamable HTTP (one JSON body, or an event stream), legacy SSE and stdio;
-over stdio a client with elicitation is asked and its yes or no decides."""
+over stdio a client with elicitation is asked and its yes or no decides, in both protocol eras (stdio negotiates
+2026-07-28 in `auto` mode, where the question comes in the call's `input_required` result)."""
 
 from __future__ import annotations
 
@@ -115,13 +116,14 @@ def logged(data: Path) -> list[tuple[str, str | None]]:
     return [(c.outcome, c.error_code) for c in reversed(found) if c.outcome != "applied"]
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 @pytest.mark.parametrize("approve", [True, False])
-async def test_over_stdio_the_client_is_asked_and_its_answer_decides(tmp_path: Path, approve: bool) -> None:
+async def test_over_stdio_the_client_is_asked_and_its_answer_decides(tmp_path: Path, approve: bool, mode: str) -> None:
     asked: list[str] = []
     async with stdio_server(tmp_path) as (units, args):
         params = StdioServerParameters(command=sys.executable, args=args)
         elicit = answering("accept", approve, asked)
-        async with Client(stdio_client(params), mode="legacy", elicitation_callback=elicit) as client:
+        async with Client(stdio_client(params), mode=mode, elicitation_callback=elicit) as client:  # type: ignore[arg-type]
             result = await client.call_tool("unit_apply_patch", PATCH)
             if approve:
                 assert not result.is_error, result
