@@ -237,10 +237,12 @@ class Confirmations:
         raise Declined(f"{question.tool} was declined by a person ({question.answered_by}).")
 
     def _expire_parked(self) -> None:
-        """Drop parked questions whose client did not come back within the timeout (nothing waits on them)."""
+        """Drop parked questions whose client did not come back within the timeout (nothing waits on them). The
+        page calls this from a worker thread: whoever pops a question records it."""
         deadline = self.clock() - self.timeout
-        for question in [q for q in self._questions.values() if q.token is not None and q.asked <= deadline]:
-            del self._questions[question.id]
+        for question in list(self._questions.values()):
+            if question.token is None or question.asked > deadline or self._questions.pop(question.id, None) is None:
+                continue
             self._changed()
             log.info("question %d: the client did not come back within %g s", question.id, self.timeout)
             if question.answer is None:
