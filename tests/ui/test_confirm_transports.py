@@ -15,12 +15,15 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from unit_mcp.changelog import SqliteChangeLog
 
+from .conftest import page_client
 from .test_confirm import EXAMPLE_UNITS, PATCH, WAIT, Served, answering, refusal, served, waiting, withdrawn
 
 pytestmark = pytest.mark.anyio
@@ -171,3 +174,38 @@ async def _lines(stream: Any) -> AsyncIterator[dict[str, Any]]:
         while b"\n" in buffered:
             line, buffered = buffered.split(b"\n", 1)
             yield json.loads(line)
+
+
+@pytest.mark.parametrize("answer", ["yes", "no", "page"])
+async def test_over_sse_the_client_is_asked_or_the_page_answers(tmp_path: Path, answer: str) -> None:
+    """The SDK's legacy SSE client: with an elicitation handler its yes or no decides; without one, the page."""
+    asked: list[str] = []
+    elicit = None if answer == "page" else answering("accept", answer == "yes", asked)
+    async with served(tmp_path, ["shell"]) as server:
+        assert server.bridge.sse_url is not None
+        transport = sse_client(  # the legacy SSE transport, its session named in the message URL
+            server.bridge.sse_url, headers={"Authorization": f"Bearer {server.bridge.token}"}
+        )
+        async with Client(transport, mode="legacy", elicitation_callback=elicit) as c:
+            if answer == "page":
+                async with page_client(server.page.login_url(server.base)) as page, anyio.create_task_group() as tg:
+                    results: list[types.CallToolResult] = []
+
+                    async def call() -> None:
+                        results.append(await c.call_tool("unit_apply_patch", PATCH))
+
+                    tg.start_soon(call)
+                    await waiting(server)
+                    question = server.confirmations.questions()[0]
+                    assert question.caller.session_id is not None  # SSE names its session: a grant would be its
+                    url = f"/questions/{question.id}/approve"
+                    assert (await page.post(url, headers={"Origin": server.bridge.base_url})).status_code in (200, 303)
+                result = results[0]
+            else:
+                result = await c.call_tool("unit_apply_patch", PATCH)
+        if answer == "no":
+            assert refusal(result) == "declined"
+        else:
+            assert not result.is_error, result
+        assert server.greeting_changed() is (answer != "no")
+        assert len(asked) == (0 if answer == "page" else 1)
