@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
 _current: ContextVar[threading.Event | None] = ContextVar("unit_mcp_cancellation", default=None)
+
+client_gone: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("unit_mcp_client_gone", default=None)
+"""Set by a transport that can tell, while it serves a request: returns once that request's client has gone (its
+connection dropped without a cancel). A call that waits for a person watches it (`mcphttp` sets it for handshake-era
+HTTP; the 2026-era transport cancels the handler itself, and legacy SSE and stdio end the session)."""
 
 
 @contextmanager

@@ -20,9 +20,13 @@ from typing import Any, Literal, Protocol
 
 from .paths import UnsafePath, hash_bytes, open_private
 
-Outcome = Literal["applied", "refused", "rolled_back", "failed", "outside"]
+Outcome = Literal[
+    "applied", "refused", "rolled_back", "failed", "outside", "asked", "approved", "declined", "unanswered", "withdrawn"
+]
 """applied: written (and reloaded); refused: nothing written (with its code); rolled_back: written, the reload failed
-and the previous bytes were put back; failed: an unexpected error; outside: a change made outside the tools."""
+and the previous bytes were put back; failed: an unexpected error; outside: a change made outside the tools. A call
+that waits for a person's yes (`--confirm`) adds asked, then approved, declined, unanswered or withdrawn (its client
+went away); these change no source."""
 Action = Literal["modified", "created", "removed", "unknown"]
 """What happened to one source; `unknown`: an outside change whose previous bytes the log never saw."""
 

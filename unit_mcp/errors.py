@@ -200,6 +200,11 @@ class Declined(UnitError):
     default_hint = "A person said no to this call: do not repeat it unchanged; ask them what they want instead."
 
 
+class Withdrawn(UnitError):
+    code = "withdrawn"
+    default_hint = "The client went away while the call waited for a person's yes; nothing ran."
+
+
 class ConfirmationTimeout(UnitError):
     code = "confirmation_timeout"
     default_hint = "Nobody answered in time: ask the person to watch the unit server's page (UNITS_UI_URL), then retry."

@@ -11,12 +11,15 @@ disconnected).
 
 A handshake-era Streamable HTTP request that asks for no progress is answered with one `application/json` body
 rather than an event stream (`_PerRequestTransport`): the same answer, without the SSE framing both sides pay for
-per byte. A request with a progress token keeps its stream, so `unit_run_tests` still reports progress.
+per byte. A request with a progress token keeps its stream, so `unit_run_tests` still reports progress. Either way
+its handler can wait for its connection to drop (`unit_mcp.cancel.client_gone`): a call waiting for a person's yes
+withdraws its question then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import AsyncGenerator, Mapping
@@ -44,6 +47,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .cancel import client_gone
 from .loopback import KEEP_ALIVE_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, Guard, LoopbackServer, security_settings
 from .wire import MCP_PATH, MESSAGE_PATH, SSE_PATH
 
@@ -121,6 +125,12 @@ def wants_progress(body: bytes) -> bool:
     return isinstance(params, dict) and progress_token_from_params(params) is not None
 
 
+async def _disconnected(receive: Receive) -> None:
+    """Returns once the POST's connection dropped (or its answer went out: then nothing waits on it any more)."""
+    while (await receive()).get("type") != "http.disconnect":
+        pass
+
+
 class _PerRequestTransport(StreamableHTTPServerTransport):
     """The SDK's handshake-era transport, in JSON-response mode for each POST that asks for no progress and in
     SSE mode for the others.
@@ -154,9 +164,11 @@ class _PerRequestTransport(StreamableHTTPServerTransport):
         if b"notifications/cancelled" in body:
             self._answer_cancelled(body)
         mode = _json_reply.set(not wants_progress(body))
+        gone = client_gone.set(functools.partial(_disconnected, receive))
         try:
             await super()._handle_post_request(scope, request, receive, send)
         finally:
+            client_gone.reset(gone)
             _json_reply.reset(mode)
 
     def _answer_cancelled(self, body: bytes) -> None:

@@ -273,9 +273,21 @@ class ChangeRecord(_Model):
     tool: str | None = Field(description="The tool called; null for a change made outside the tools.")
     unit_id: str | None = Field(description="The unit the call named; null for a call across units.")
     source_id: str | None
-    outcome: Literal["applied", "refused", "rolled_back", "failed", "outside"] = Field(
+    outcome: Literal[
+        "applied",
+        "refused",
+        "rolled_back",
+        "failed",
+        "outside",
+        "asked",
+        "approved",
+        "declined",
+        "unanswered",
+        "withdrawn",
+    ] = Field(
         description="applied: written and reloaded; refused: nothing written; rolled_back: the reload failed and "
-        "the previous source was put back; failed: an unexpected error; outside: changed outside these tools."
+        "the previous source was put back; failed: an unexpected error; outside: changed outside these tools; "
+        "asked, approved, declined, unanswered, withdrawn: a call that waited for a person's yes (--confirm)."
     )
     error_code: str | None
     message: str | None = Field(description="The refusal or failure, as the caller got it.")

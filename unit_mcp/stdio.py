@@ -12,7 +12,8 @@ stderr, so unit code that prints or reads stdin cannot corrupt the wire. Both ar
 
 On either path, the end of stdin reaches the server only once every request read has been answered (or
 `DRAIN_SECONDS` passed): the SDK cancels the requests still running when its input ends, so a client that
-writes its requests and closes stdin (`python -m unit_mcp.server --stdio < requests.jsonl`) lost answers.
+writes its requests and closes stdin (`python -m unit_mcp.server --stdio < requests.jsonl`) lost answers. A request
+that waits for the client's own answer (a person's yes asked by elicitation) cannot get it then: it is cancelled.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from typing import Protocol
 import anyio
 from mcp.server.stdio import stdio_server
 from mcp.shared._stream_protocols import WriteStream
-from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCRequest, JSONRPCResponse, jsonrpc_message_adapter
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse, jsonrpc_message_adapter
 
 log = logging.getLogger("unit_mcp.stdio")
 
@@ -43,12 +44,22 @@ DRAIN_SECONDS = 30.0
 
 
 class _Unanswered:
-    """The ids of the requests read and not answered yet."""
+    """The ids of the requests read and not answered yet, and of the server's own requests to the client (an
+    elicitation) not answered yet, each with the client's request it was sent for."""
 
     def __init__(self) -> None:
         self.ids: set[str | int] = set()
         self.none = anyio.Event()
         self.none.set()
+        self.to_client: dict[str | int, str | int] = {}
+
+    def hopeless(self) -> list[str | int]:
+        """Once stdin ended, the requests that wait for the client's answer to the server's request: forgotten."""
+        waiting = sorted({r for r in self.to_client.values() if r in self.ids}, key=str)
+        self.to_client.clear()
+        for request_id in waiting:
+            self.answered(request_id)  # cancelled: the SDK sends no answer, and the drain must not wait for one
+        return waiting
 
     def asked(self, request_id: str | int) -> None:
         if not self.ids:
@@ -70,8 +81,15 @@ class AnsweringWriter:
 
     async def send(self, item: SessionMessage, /) -> None:
         await self.inner.send(item)
-        if isinstance(item.message, JSONRPCResponse | JSONRPCError) and item.message.id is not None:
-            self.unanswered.answered(item.message.id)
+        message, metadata = item.message, item.metadata
+        if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
+            self.unanswered.answered(message.id)
+        elif (
+            isinstance(message, JSONRPCRequest)
+            and isinstance(metadata, ServerMessageMetadata)
+            and metadata.related_request_id is not None
+        ):
+            self.unanswered.to_client[message.id] = metadata.related_request_id
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -96,11 +114,18 @@ class DrainingReader:
     def __init__(self, inner: _Receiver, unanswered: _Unanswered) -> None:
         self.inner = inner
         self.unanswered = unanswered
+        self.cancelling: list[SessionMessage] = []
 
     async def receive(self) -> SessionMessage | Exception:
+        if self.cancelling:
+            return self.cancelling.pop()
         try:
             item = await self.inner.receive()
         except anyio.EndOfStream:
+            if hopeless := self.unanswered.hopeless():
+                log.info("stdin ended; cancelling %d request(s) that waited for the client's answer", len(hopeless))
+                self.cancelling = [_cancel(request_id) for request_id in hopeless]
+                return self.cancelling.pop()
             with anyio.move_on_after(DRAIN_SECONDS) as waited:
                 await self.unanswered.none.wait()
             if waited.cancelled_caught:
@@ -109,6 +134,8 @@ class DrainingReader:
             raise
         if isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCRequest):
             self.unanswered.asked(item.message.id)
+        elif isinstance(item, SessionMessage) and isinstance(item.message, JSONRPCResponse | JSONRPCError):
+            self.unanswered.to_client.pop(item.message.id or "", None)
         return item
 
     def __aiter__(self) -> DrainingReader:
@@ -128,6 +155,12 @@ class DrainingReader:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _cancel(request_id: str | int) -> SessionMessage:
+    """The `notifications/cancelled` a client that can no longer answer would have sent for `request_id`."""
+    params = {"requestId": request_id, "reason": "stdin ended while the request waited for the client's answer"}
+    return SessionMessage(JSONRPCNotification(jsonrpc="2.0", method="notifications/cancelled", params=params))
 
 
 Streams = tuple[DrainingReader, AnsweringWriter]

@@ -25,7 +25,9 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import ServerRequestContext
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import is_version_at_least
 from opentelemetry import trace
 from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
@@ -33,7 +35,7 @@ from pydantic_core import core_schema
 
 from ._version import __version__
 from .arguments import Args, Operation, RunTestsArgs, TestStatusArgs, checked
-from .cancel import cancellation
+from .cancel import cancellation, client_gone
 from .changelog import Caller
 from .confirm import Confirmations, Elicit
 from .errors import InvalidArgument, UnitError
@@ -479,6 +481,8 @@ class UnitTools:
     ) -> None:
         self.service = service
         self.confirmations = confirmations
+        if confirmations is not None:
+            confirmations.change_log = service.change_log
         self.prefix = check_prefix(prefix)
         self.progress_interval = progress_interval
         # The history tools are always callable (a loader without history refuses with [not_supported]) but
@@ -533,6 +537,9 @@ class UnitTools:
         )
         if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             server.middleware = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
+        if self.confirmations is not None:  # seals a parked question's token to its call (tool and arguments)
+            security = RequestStateSecurity.ephemeral(ttl=2 * self.confirmations.timeout + 60)
+            server.middleware.append(RequestStateBoundary(security, default_audience=name))
         return server
 
     async def list_tools(
@@ -542,7 +549,7 @@ class UnitTools:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Validate, run the tool's handler in a worker thread (storage and unit code never block the loop) and map
         every outcome to a result."""
         spec = self.specs.get(params.name)
@@ -562,10 +569,17 @@ class UnitTools:
         started = time.perf_counter()
         try:
             risk = call_risk(spec.risk, spec.dry_run_risk, params.arguments)
-            if self.confirmations is not None and self.confirmations.needed(risk, caller):
+            where = {"unit_id": getattr(args, "unit_id", None), "source_id": getattr(args, "source_id", None)}
+            if self.confirmations is not None and params.request_state is not None:  # a 2026-era client's answer
+                await self.confirmations.resume(params.request_state, _answer(params.input_responses))
+            elif self.confirmations is not None and self.confirmations.needed(risk, caller):
                 diff = await self._dry_run(spec, args, caller)
                 summary = f"{params.name} (risk {risk}) from client {caller.name or '(unnamed)'}: {target or 'no unit'}"
-                await self.confirmations.ask(caller, params.name, risk, summary, diff, _elicitor(ctx))
+                if _asks_between_rounds(ctx):
+                    question = await self.confirmations.park(caller, params.name, risk, summary, diff, **where)
+                    return _input_required(self.confirmations.message(question), question.token)
+                elicit, gone = _elicitor(ctx), client_gone.get()
+                await self.confirmations.ask(caller, params.name, risk, summary, diff, elicit, gone=gone, **where)
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
             elif isinstance(args, TestStatusArgs) and args.wait_s > 0:
@@ -672,9 +686,45 @@ def _elicitor(ctx: ServerRequestContext[Any]) -> Elicit | None:
     async def elicit(message: str) -> bool:
         related = ctx.request_id if ctx.session.can_send_request else None
         result = await ctx.session.elicit_form(message, _YES_NO, related_request_id=related)
-        return result.action == "accept" and bool((result.content or {}).get("approve"))
+        yes = _yes(result)
+        if yes is None:
+            raise RuntimeError("the client dismissed the question without a choice (cancel)")
+        return yes
 
     return elicit
+
+
+def _yes(result: types.ElicitResult) -> bool | None:
+    """accept with the box ticked: yes; decline, or accept unticked: no; cancel (dismissed, or a headless client
+    that shows no questions): None."""
+    if result.action == "cancel":
+        return None
+    return result.action == "accept" and bool((result.content or {}).get("approve"))
+
+
+def _asks_between_rounds(ctx: ServerRequestContext[Any]) -> bool:
+    """A 2026-07-28 client with elicitation is asked in the call's result (`input_required`) and answers in its
+    retry: that era has no channel for a request while the call runs."""
+    capabilities = ctx.session.client_capabilities
+    declared = capabilities is not None and capabilities.elicitation is not None
+    return declared and is_version_at_least(ctx.protocol_version, "2026-07-28")
+
+
+CONFIRM_INPUT = "confirm"
+"""The key of the yes/no form in a 2026-era `input_required` result and in the client's `inputResponses`."""
+
+
+def _input_required(message: str, token: str | None) -> types.InputRequiredResult:
+    form = types.ElicitRequestFormParams(message=message, requested_schema=_YES_NO)
+    return types.InputRequiredResult(
+        input_requests={CONFIRM_INPUT: types.ElicitRequest(params=form)}, request_state=token
+    )
+
+
+def _answer(responses: types.InputResponses | None) -> bool | None:
+    """The person's yes or no in a 2026-era retry; None when the client sent none (or a cancel)."""
+    response = (responses or {}).get(CONFIRM_INPUT)
+    return _yes(response) if isinstance(response, types.ElicitResult) else None
 
 
 _YES_NO: Any = {

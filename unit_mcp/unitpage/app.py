@@ -96,7 +96,6 @@ class UnitsUI(PageApp):
                 Route("/checkpoints", self.checkpoint, methods=["POST"]),
                 Route("/checkpoints/{checkpoint_id:int}/rollback", self.rollback, methods=["POST"]),
                 Route("/questions/{question_id:int}/{answer:str}", self.answer, methods=["POST"]),
-                Route("/grants", self.grant, methods=["POST"]),
                 Route("/grants/{grant_id:int}/revoke", self.revoke_grant, methods=["POST"]),
             ],
             link="UNITS_UI_URL",
@@ -199,23 +198,21 @@ class UnitsUI(PageApp):
     # -- answering the calls that wait for a yes (`--confirm`) -------------------------------------
 
     async def answer(self, request: Request) -> Response:
-        answer = request.path_params["answer"]
-        if self.confirmations is None or answer not in ("approve", "deny"):
+        """approve, deny, or allow (approve, and grant the question's client its risk for the form's minutes)."""
+        answer, question_id = request.path_params["answer"], request.path_params["question_id"]
+        if self.confirmations is None or answer not in ("approve", "deny", "allow"):
             return PlainTextResponse("Nothing to answer: this server asks no questions (start it with --confirm).", 404)
-        if not self.confirmations.answer(request.path_params["question_id"], answer == "approve", by="the page"):
+        if answer == "allow":
+            async with request.form(max_files=0, max_fields=4) as form:
+                minutes = str(form.get("minutes") or "")
+            try:
+                answered = self.confirmations.allow(question_id, _minutes(minutes)) is not None
+            except ValueError as exc:
+                return PlainTextResponse(f"Not allowed: {exc}; go back and correct it.", 400)
+        else:
+            answered = self.confirmations.answer(question_id, answer == "approve", by="the page")
+        if not answered:
             return PlainTextResponse("That call is no longer waiting (answered, timed out or withdrawn).", 409)
-        return RedirectResponse(f"{self.root(request)}/", status_code=303)
-
-    async def grant(self, request: Request) -> Response:
-        if self.confirmations is None:
-            return PlainTextResponse("Nothing to allow: this server asks no questions (start it with --confirm).", 404)
-        async with request.form(max_files=0, max_fields=4) as form:
-            client, risk = str(form.get("client") or "")[:200], str(form.get("risk") or "")
-            minutes = str(form.get("minutes") or "")
-        try:
-            self.confirmations.grant(client, risk, _minutes(minutes))
-        except ValueError as exc:
-            return PlainTextResponse(f"Not allowed: {exc}; go back and correct it.", 400)
         return RedirectResponse(f"{self.root(request)}/", status_code=303)
 
     async def revoke_grant(self, request: Request) -> Response:
