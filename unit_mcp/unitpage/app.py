@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,10 @@ from ..errors import UnitError
 from ..paths import validate_unit_id
 from ..service import UnitService, call_as
 from ..webpage import (
-    HEARTBEAT_SECONDS,
     SESSION_SECONDS,
     DiffLine,
     PageApp,
     diff_lines,
-    event_stream,
-    sse,
     unified_lines,
 )
 
@@ -88,7 +85,6 @@ class UnitsUI(PageApp):
         self.confirmations = confirmations
         if confirmations is not None:
             confirmations.on_page = True
-        self.closing = False
         super().__init__(
             templates=HERE / "templates",
             routes=[
@@ -110,10 +106,6 @@ class UnitsUI(PageApp):
             session_seconds=session_seconds,
             clock=clock,
         )
-
-    def close_streams(self) -> None:
-        """End the open event streams (within POLL_SECONDS), e.g. before the server stops."""
-        self.closing = True
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -202,24 +194,7 @@ class UnitsUI(PageApp):
 
     async def events(self, request: Request) -> Response:
         """`store` events (id: the page's state) whenever the state changed since the id the client last saw."""
-        seen = request.headers.get("last-event-id") or request.query_params.get("from")
-
-        async def stream() -> AsyncIterator[bytes]:
-            nonlocal seen
-            yield b"retry: 1000\n\n"
-            quiet = 0.0
-            while not self.closing:
-                state = await anyio.to_thread.run_sync(self.state)
-                if state != seen:
-                    seen, quiet = state, 0.0
-                    yield sse("store", {}, state)
-                elif quiet >= HEARTBEAT_SECONDS:
-                    quiet = 0.0
-                    yield b": still here\n\n"
-                await anyio.sleep(POLL_SECONDS)
-                quiet += POLL_SECONDS
-
-        return event_stream(stream())
+        return self.state_events(request, self.state, POLL_SECONDS)
 
     # -- answering the calls that wait for a yes (`--confirm`) -------------------------------------
 

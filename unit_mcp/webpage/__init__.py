@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import jinja2
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -134,6 +135,7 @@ class PageApp:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.on_login = on_login
+        self.closing = False  # set by close_streams: the open event streams end within a poll
         self.templates = jinja2.Environment(
             loader=jinja2.ChoiceLoader(
                 [jinja2.FileSystemLoader(templates), jinja2.FileSystemLoader(HERE / "templates")]
@@ -156,6 +158,32 @@ class PageApp:
         self.app: ASGIApp = self.auth
         if port is not None:
             self.app = Guard(self.auth, security=security_settings(host, port), token=None)
+
+    def close_streams(self) -> None:
+        """End the open event streams (within a poll), e.g. before the server stops; pages reconnect."""
+        self.closing = True
+
+    def state_events(self, request: Request, state: Callable[[], str], poll_seconds: float) -> Response:
+        """`store` events (id: `state()`, read off the loop every `poll_seconds`) whenever it changed since the event
+        id the client last saw (`Last-Event-ID`, or `from` on the first connection); a comment now and then."""
+        seen = request.headers.get("last-event-id") or request.query_params.get("from")
+
+        async def stream() -> AsyncIterator[bytes]:
+            nonlocal seen
+            yield b"retry: 1000\n\n"
+            quiet = 0.0
+            while not self.closing:
+                now = await anyio.to_thread.run_sync(state)
+                if now != seen:
+                    seen, quiet = now, 0.0
+                    yield sse("store", {}, now)
+                elif quiet >= HEARTBEAT_SECONDS:
+                    quiet = 0.0
+                    yield b": still here\n\n"
+                await anyio.sleep(poll_seconds)
+                quiet += poll_seconds
+
+        return event_stream(stream())
 
     def login_url(self, base_url: str) -> str:
         """A new URL to open once: `base_url` (where the app is served or mounted) with a new login token."""

@@ -80,7 +80,6 @@ class AgentUI(PageApp):
         self.browse = SessionStore(self.store_root, read_only=True)
         self.pending = PendingIndex(self.browse, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
-        self.closing = False
         super().__init__(
             templates=HERE / "templates",
             routes=[
@@ -102,10 +101,6 @@ class AgentUI(PageApp):
             clock=clock,
         )
         self.templates.tests["session_id"] = lambda value: isinstance(value, str) and bool(SESSION_ID.fullmatch(value))
-
-    def close_streams(self) -> None:
-        """End the open event streams (within POLL_SECONDS), e.g. before the server stops; pages reconnect."""
-        self.closing = True
 
     # -- pages ------------------------------------------------------------------------------------
 
@@ -234,24 +229,7 @@ class AgentUI(PageApp):
     async def store_events(self, request: Request) -> Response:
         """`store` events (id: the store's state) whenever the store changed since the event id the client last
         saw (`Last-Event-ID`, or `from` on the first connection)."""
-        seen = request.headers.get("last-event-id") or request.query_params.get("from")
-
-        async def stream() -> AsyncIterator[bytes]:
-            nonlocal seen
-            yield b"retry: 1000\n\n"
-            quiet = 0.0
-            while not self.closing:
-                state = await anyio.to_thread.run_sync(self.store_state)
-                if state != seen:
-                    seen, quiet = state, 0.0
-                    yield sse("store", {}, state)
-                elif quiet >= HEARTBEAT_SECONDS:
-                    quiet = 0.0
-                    yield b": still here\n\n"
-                await anyio.sleep(POLL_SECONDS)
-                quiet += POLL_SECONDS
-
-        return event_stream(stream())
+        return self.state_events(request, self.store_state, POLL_SECONDS)
 
     async def session_events(self, request: Request) -> Response:
         """`item` and `status` events for what changed in one session since the store's change counter the client
