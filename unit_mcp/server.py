@@ -61,7 +61,7 @@ class StartError(Exception):
 PROG = "unit-mcp serve"
 
 
-def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.Namespace:
+def command_parser(prog: str = PROG) -> CommandParser:
     parser = CommandParser(
         prog=prog,
         description="Serve the units of a units root to MCP clients (OpenCode, the MCP Inspector, ...) on loopback.",
@@ -145,6 +145,12 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         help="seconds a call waits for that yes before it is refused [confirmation_timeout] (default %(default)g)",
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.Namespace:
+    """The options, checked together (what one option alone cannot say is refused in one line)."""
+    parser = command_parser(prog)
     args = parser.parse_args(argv)
     args.confirm = args.confirm or ["destructive"]
     if "none" in args.confirm and len(args.confirm) > 1:

@@ -96,7 +96,7 @@ def copy_units(source: Loader, target: Loader, *, replace: bool = False) -> list
 PROG = "unit-mcp units"
 
 
-def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+def command_parser(prog: str = PROG) -> CommandParser:
     parser = CommandParser(
         prog=prog,
         description="Copy units between stores: a units folder, sqlite:PATH or postgresql://USER@HOST:PORT/DB.",
@@ -107,6 +107,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     copy.add_argument("dst", help="units folder, sqlite:PATH or postgresql://… to copy into (a database is set up)")
     copy.add_argument("--replace", action="store_true", help="replace units that already exist in DST")
     copy.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser = command_parser(prog)
     args = parser.parse_args(argv)
     try:
         source = open_loader(args.src, read_only=True)

@@ -101,7 +101,7 @@ def agents_file(path: str) -> list[Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def parser(prog: str = PROG) -> argparse.ArgumentParser:
+def command_parser(prog: str = PROG) -> CommandParser:
     top = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])
     top.add_argument(
         "--data-dir",
@@ -539,7 +539,7 @@ def pending_command(args: argparse.Namespace, store: SessionStore, data_dir: Pat
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
-    args = parser(prog).parse_args(argv)
+    args = command_parser(prog).parse_args(argv)
     data_dir: Path = args.data_dir
     try:
         _trust_store(data_dir)

@@ -33,7 +33,7 @@ from .server import FleetTools
 PROG = "unit-mcp fleet"
 
 
-def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> tuple[argparse.Namespace, list[NodeSpec]]:
+def command_parser(prog: str = PROG) -> CommandParser:
     parser = CommandParser(
         prog=prog,
         description="Serve fleet_* MCP tools that let a master agent drive several OpenCode nodes.",
@@ -60,6 +60,11 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> tuple[arg
         "--timeout", type=float, default=30.0, help="seconds for each request to a node (default: %(default)g)"
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> tuple[argparse.Namespace, list[NodeSpec]]:
+    parser = command_parser(prog)
     args = parser.parse_args(argv)
     if not is_loopback(args.host):
         parser.error(f"--host {args.host} is not a loopback address; the fleet serves on loopback only")
