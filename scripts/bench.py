@@ -852,8 +852,14 @@ def merged(results: dict[str, Any]) -> dict[str, Any]:
     return before
 
 
+HAND_NOTES = "\n## Notes kept by hand\n"
+"""RESULTS.md from this heading on is written by people (analysis, history) and kept by every run."""
+
+
 def write_report(results: dict[str, Any], command: str) -> None:
     OUT.mkdir(exist_ok=True)
+    old = (OUT / "RESULTS.md").read_text() if (OUT / "RESULTS.md").exists() else ""
+    kept = old[old.index(HAND_NOTES) :] if HAND_NOTES in old else ""
     (OUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     lines = [
         "# Benchmark results",
@@ -876,7 +882,7 @@ def write_report(results: dict[str, Any], command: str) -> None:
         for name, value in figures.items():
             lines.append(f"- {name}: {value}")
         lines.append("")
-    (OUT / "RESULTS.md").write_text("\n".join(lines))
+    (OUT / "RESULTS.md").write_text("\n".join(lines) + kept)
 
 
 async def client_loop(url: str, token: str, seconds: float) -> None:

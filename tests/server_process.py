@@ -1,5 +1,5 @@
-"""`python -m unit_mcp.server` (or another entry point: `unit_mcp.agent`, `unit_mcp.fleet`) as a real child
-process, for the HTTP, external-tool, browser and fleet tests."""
+"""`python -m unit_mcp.server` (or another entry point: `unit_mcp.agent`, `unit_mcp.fleet`, an installed
+`unit-mcp`) as a real child process, for the HTTP, external-tool, browser, fleet and install tests."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
@@ -17,11 +18,17 @@ class ServerProcess:
     """Starts the entry point; stdout is read on a thread so waiting for the ready lines can time out."""
 
     def __init__(
-        self, *args: str, tmp: Path, module: str = "unit_mcp.server", env: dict[str, str] | None = None
+        self,
+        *args: str,
+        tmp: Path,
+        module: str = "unit_mcp.server",
+        env: dict[str, str] | None = None,
+        program: Sequence[str] | None = None,
     ) -> None:
-        """`env` adds variables: a secret goes there (or in a 0600 file), never in `args`."""
+        """`env` adds variables: a secret goes there (or in a 0600 file), never in `args`. `program` runs instead
+        of `python -m module`, e.g. an installed `unit-mcp serve`."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [*(program or (sys.executable, "-m", module)), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -108,7 +108,7 @@ def test_a_foreign_database_is_refused_before_anything_is_written(pg_cluster: Cl
 
     served = run("-m", "unit_mcp.server", "--units", app, "--data-dir", str(tmp_path / "data"))
     assert served.returncode == 1 and "Traceback" not in served.stderr
-    assert served.stderr.strip().splitlines()[-1].startswith(f"unit-mcp: error: cannot serve --units {app} holds")
+    assert served.stderr.strip().splitlines()[-1].startswith(f"unit-mcp serve: error: cannot serve --units {app} holds")
 
 
 def test_unit_ids_the_folder_loader_would_refuse_are_skipped_with_a_log_line(

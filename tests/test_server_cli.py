@@ -39,7 +39,7 @@ def test_a_port_in_use_is_one_line_and_debug_shows_the_traceback(tmp_path: Path)
         done = server_cli(tmp_path, "--port", str(port))
         assert done.returncode == 1 and done.stdout == ""
         assert one_line(done.stderr) == (
-            f"unit-mcp: error: cannot listen on 127.0.0.1:{port}: Address already in use; "
+            f"unit-mcp serve: error: cannot listen on 127.0.0.1:{port}: Address already in use; "
             "choose another --port, or leave --port out for a free one"
         )
         debug = server_cli(tmp_path, "--port", str(port), "--debug")
@@ -52,7 +52,7 @@ def test_a_data_dir_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     done = server_cli(tmp_path, "--data-dir", str(blocker / "data"))
     assert done.returncode == 1 and done.stdout == ""
     assert one_line(done.stderr) == (
-        f"unit-mcp: error: cannot use --data-dir {blocker / 'data'}: Not a directory; "
+        f"unit-mcp serve: error: cannot use --data-dir {blocker / 'data'}: Not a directory; "
         "give a folder you can write, or leave --data-dir out"
     )
 
@@ -108,7 +108,7 @@ def test_an_env_file_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     done = server_cli(tmp_path, "--env-file", str(target))
     assert done.returncode == 1
     assert one_line(done.stderr) == (
-        f"unit-mcp: error: cannot use --env-file {target}: No such file or directory; "
+        f"unit-mcp serve: error: cannot use --env-file {target}: No such file or directory; "
         "give a file in a folder you can write"
     )
 

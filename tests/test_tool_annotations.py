@@ -33,7 +33,7 @@ def history_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
 
 
 def readme_table() -> dict[str, tuple[str, str | None, bool, bool]]:
-    section = README.read_text(encoding="utf-8").split("### The tools\n", 1)[1].split("\n### ", 1)[0]
+    section = README.read_text(encoding="utf-8").split("## The tools\n", 1)[1].split("\n## ", 1)[0]
     return {name: (risk, dry or None, ro == "yes", de == "yes") for name, risk, dry, ro, de in ROW.findall(section)}
 
 

@@ -176,4 +176,4 @@ def test_test_env_takes_only_a_variable_name(name: str, why: str, capsys: pytest
     with pytest.raises(SystemExit):
         parse_args(["--test-env", name])
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("python -m unit_mcp.server: error: argument --test-env:") and why in error, error
+    assert error.startswith("unit-mcp serve: error: argument --test-env:") and why in error, error

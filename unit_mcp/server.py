@@ -1,4 +1,5 @@
-"""`python -m unit_mcp.server`: serve a units root to MCP clients on loopback until SIGINT or SIGTERM.
+"""`unit-mcp serve` (or `python -m unit_mcp.server`): serve a units root to MCP clients on loopback until SIGINT
+or SIGTERM.
 
 A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge`. Without --units it serves a private
 copy of the built-in example units, so a newcomer can connect at once. Once listening it prints, one per
@@ -29,6 +30,7 @@ from . import paths
 from .bridge import Bridge, BridgeError, serve_until_stopped
 from .changelog import Retention
 from .clients import Endpoint, write_client_configs
+from .commandline import CommandParser, print_error
 from .confirm import DEFAULT_TIMEOUT, Confirmations
 from .githistory import GIT_MODES
 from .host import Host
@@ -56,9 +58,12 @@ class StartError(Exception):
     """A start-up failure the person running the server can fix; the message says what happened and what to do."""
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m unit_mcp.server",
+PROG = "unit-mcp serve"
+
+
+def command_parser(prog: str = PROG) -> CommandParser:
+    parser = CommandParser(
+        prog=prog,
         description="Serve the units of a units root to MCP clients (OpenCode, the MCP Inspector, ...) on loopback.",
     )
     parser.add_argument(
@@ -109,7 +114,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--max-call-s",
         type=_positive_seconds,
         default=240.0,
-        help="seconds a unit_run_tests call waits before it answers 'running' with a run_id (default 240; "
+        help="seconds a unit_run_tests call waits before it answers 'running' with a run_id (default %(default)g; "
         "clients kill longer calls)",
     )
     parser.add_argument(
@@ -140,6 +145,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="seconds a call waits for that yes before it is refused [confirmation_timeout] (default %(default)g)",
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.Namespace:
+    """The options, checked together (what one option alone cannot say is refused in one line)."""
+    parser = command_parser(prog)
     args = parser.parse_args(argv)
     args.confirm = args.confirm or ["destructive"]
     if "none" in args.confirm and len(args.confirm) > 1:
@@ -323,11 +334,11 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = parse_args(argv, prog)
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.DEBUG if args.debug else logging.WARNING)
-    handler.setFormatter(logging.Formatter("unit-mcp: %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     if args.debug:
         logging.getLogger("unit_mcp").setLevel(logging.DEBUG)
@@ -337,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         expected = _expected(exc)
         if expected is None or args.debug:
             raise
-        print(f"unit-mcp: error: {expected}", file=sys.stderr)
+        print_error(prog, str(expected))
         return 1
     return 0
 

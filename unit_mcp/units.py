@@ -1,6 +1,7 @@
 """Stores by address: `open_loader` opens a units folder (`DIR`), a database (`sqlite:PATH`, created if missing) or a
 PostgreSQL database (`postgresql://USER@HOST:PORT/DB`, the password from PGPASSWORD or PGPASSFILE), and
-`python -m unit_mcp.units copy SRC DST [--replace]` copies every unit between two stores, bytes exact.
+`unit-mcp units copy SRC DST [--replace]` (or `python -m unit_mcp.units copy …`) copies every unit between two
+stores, bytes exact.
 
 Units that already exist in DST are refused, all of them named and nothing copied, unless --replace. This module
 sits above the loaders it picks from (they import only `loader.py`), so choosing one is no import circle.
@@ -8,13 +9,13 @@ sits above the loaders it picks from (they import only `loader.py`), so choosing
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from .commandline import CommandParser, print_error
 from .errors import StoreUnavailable
 from .loader import SQLITE_PREFIX, ForeignStore, Loader, LoaderError, Source, SourceExists
 
@@ -92,13 +93,25 @@ def copy_units(source: Loader, target: Loader, *, replace: bool = False) -> list
     return list(units)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m unit_mcp.units", description=__doc__.split("\n")[0])
+PROG = "unit-mcp units"
+
+
+def command_parser(prog: str = PROG) -> CommandParser:
+    parser = CommandParser(
+        prog=prog,
+        description="Copy units between stores: a units folder, sqlite:PATH or postgresql://USER@HOST:PORT/DB.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     copy = commands.add_parser("copy", help="copy every unit of SRC into DST (DIR or sqlite:PATH)")
     copy.add_argument("src", help="units folder, sqlite:PATH or postgresql://USER@HOST:PORT/DB to copy from")
     copy.add_argument("dst", help="units folder, sqlite:PATH or postgresql://… to copy into (a database is set up)")
     copy.add_argument("--replace", action="store_true", help="replace units that already exist in DST")
+    copy.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    parser = command_parser(prog)
     args = parser.parse_args(argv)
     try:
         source = open_loader(args.src, read_only=True)
@@ -115,14 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     try:
         copied = copy_units(source, target, replace=args.replace)
-    except SourceExists as exc:
-        print(
-            f"unit-mcp: error: {args.dst} already has units {exc}; nothing copied (--replace overwrites)",
-            file=sys.stderr,
-        )
-        return 1
-    except StoreUnavailable as exc:
-        print(f"unit-mcp: error: {exc.message} Nothing more was copied; run the copy again.", file=sys.stderr)
+    except (SourceExists, StoreUnavailable) as exc:
+        if args.debug:
+            raise
+        if isinstance(exc, SourceExists):
+            problem = f"{args.dst} already has units {exc}; nothing copied (--replace overwrites)"
+        else:
+            problem = f"{exc.message} Nothing more was copied; run the copy again."
+        print_error(prog, problem)
         return 1
     finally:
         source.close()

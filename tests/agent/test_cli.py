@@ -145,7 +145,7 @@ def last_line(stderr: str) -> str:
 async def test_a_refused_token_names_the_401_and_the_variable(tmp_path: Path, unit_server: UnitServer) -> None:
     """MCP_URL/MCP_TOKEN (what the server prints) are read, and UNIT_MCP_URL/UNIT_MCP_TOKEN as fallbacks."""
     expected = (
-        f"error: the unit server at {unit_server.url} refused the token (401 Unauthorized); "
+        f"unit-mcp agent: error: the unit server at {unit_server.url} refused the token (401 Unauthorized); "
         "pass the MCP_TOKEN it printed (MCP_TOKEN or --mcp-token-file)"
     )
     run = ["--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "hi"]
@@ -162,7 +162,7 @@ async def test_an_unreachable_unit_server_is_one_line(tmp_path: Path) -> None:
         "--data-dir", str(tmp_path / "d"), "run", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "hi",
     )  # fmt: skip
     assert code == 1 and out == "" and len(err.splitlines()) == 1
-    assert last_line(err).startswith(f"error: cannot reach the unit server at {url} (")
+    assert last_line(err).startswith(f"unit-mcp agent: error: cannot reach the unit server at {url} (")
     assert last_line(err).endswith("); start it (scripts/serve) and pass the MCP_URL it printed (--mcp-url or MCP_URL)")
 
 
@@ -172,7 +172,7 @@ async def test_a_model_endpoint_that_is_down_or_refuses_the_key_is_one_line(tmp_
     code, _, err = await cli_with_env({"OPENAI_BASE_URL": base_url}, *run)
     assert code == 1
     assert last_line(err) == (
-        f"error: cannot reach the model endpoint {base_url} (Connection error.); check --base-url "
+        f"unit-mcp agent: error: cannot reach the model endpoint {base_url} (Connection error.); check --base-url "
         "(or OPENAI_BASE_URL) and that the endpoint runs"
     )
     assert err.splitlines()[-2].startswith("session: ses-"), "the session (kept) is named before the error"
@@ -183,7 +183,7 @@ async def test_a_model_endpoint_that_is_down_or_refuses_the_key_is_one_line(tmp_
         code, _, err = await cli_with_env({"OPENAI_API_KEY": "sk-wrong"}, *run, "--base-url", base_url)
     assert code == 1
     line = last_line(err)
-    assert line.startswith(f"error: the model endpoint {base_url} refused the API key (Error code: 401")
+    assert line.startswith(f"unit-mcp agent: error: the model endpoint {base_url} refused the API key (Error code: 401")
     assert "Incorrect API key provided" in line
     assert line.endswith("; pass a valid key (OPENAI_API_KEY or --api-key-file)")
 
@@ -193,7 +193,7 @@ async def test_a_store_that_cannot_be_written_and_an_unknown_session_are_one_lin
     blocker.write_text("not a folder")
     store = blocker / "sessions"
     expected = (
-        f"error: cannot use the session store {store}: Not a directory; give a folder you can write "
+        f"unit-mcp agent: error: cannot use the session store {store}: Not a directory; give a folder you can write "
         "(--data-dir or UNIT_MCP_AGENT_DATA)"
     )
     model = ["--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
@@ -206,8 +206,8 @@ async def test_a_store_that_cannot_be_written_and_an_unknown_session_are_one_lin
 
     data = tmp_path / "data"
     unknown = (
-        f"error: no session ses-nope in {data}; `python -m unit_mcp.agent sessions list` shows the sessions there "
-        "(--data-dir picks another store)"
+        f"unit-mcp agent: error: no session ses-nope in {data}; `unit-mcp agent sessions list` shows the sessions "
+        "there (--data-dir picks another store)"
     )
     for command in (["sessions", "show", "ses-nope"], ["sessions", "pending", "ses-nope"],
                     ["answer", "ses-nope", "apr-1", "approve", *model]):  # fmt: skip
@@ -237,7 +237,7 @@ async def test_sessions_are_archived_and_deleted_from_the_cli_and_the_audit_says
     try:
         code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", held.id)
         assert code == 1 and len(err.splitlines()) == 1, err
-        assert last_line(err).startswith(f"error: session {held.id} is open in another process")
+        assert last_line(err).startswith(f"unit-mcp agent: error: session {held.id} is open in another process")
     finally:
         held_open.close()
 
@@ -246,7 +246,7 @@ async def test_sessions_are_archived_and_deleted_from_the_cli_and_the_audit_says
     code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", spent.id)
     assert code == 0 and err == f"deleted session {spent.id} (0 items)\n", err
     code, _, err = await agent_cli("--data-dir", data, "sessions", "delete", spent.id)
-    assert code == 1 and last_line(err).startswith(f"error: no session {spent.id} in {data}")
+    assert code == 1 and last_line(err).startswith(f"unit-mcp agent: error: no session {spent.id} in {data}")
 
     code, out, _ = await agent_cli("--data-dir", data, "sessions", "list", "--json")
     assert code == 0 and [meta["id"] for meta in json.loads(out)] == [held.id]
@@ -291,17 +291,19 @@ async def test_run_takes_its_agents_from_a_file_and_runs_any_of_them_by_id(tmp_p
     without_presets = ["--data-dir", data, "run", "--agents", str(agents), "--agent", "reviewer", "x"]
     code, _, err = await cli_with_env(env, *without_presets)
     assert code == 1 and last_line(err) == (
-        "error: agent reviewer names presets, but no preset file declares them (--presets) (--agents)"
+        "unit-mcp agent: error: agent reviewer names presets, but no preset file declares them (--presets) (--agents)"
     )
 
     code, _, err = await cli_with_env(
         env, "--data-dir", data, "run", "--agents", str(agents), "--presets", str(presets), "--agent", "x", "hi"
     )
     assert code == 1 and last_line(err) == (
-        "error: no agent 'x' (these are registered: reviewer, writer); pick one with --agent"
+        "unit-mcp agent: error: no agent 'x' (these are registered: reviewer, writer); pick one with --agent"
     )
     code, _, err = await cli_with_env({}, "--data-dir", data, "run", "--agents", str(agents), "hi")
-    assert code == 2 and last_line(err) == "error: give --base-url or set OPENAI_BASE_URL"  # writer names none
+    assert (
+        code == 2 and last_line(err) == "unit-mcp agent: error: give --base-url or set OPENAI_BASE_URL"
+    )  # writer names none
     agents.write_text("[[agent]]\nid = 'n'\nprovider = 'claude'\nmodel = 'm'\n", encoding="utf-8")
     code, _, err = await cli_with_env(env, "--data-dir", data, "run", "--agents", str(agents), "hi")
     assert code == 2 and "agents.toml: agent #1 is invalid: provider: Input should be" in last_line(err)

@@ -163,8 +163,8 @@ def test_the_command_line_serves_a_script_until_sigterm(tmp_path: Path) -> None:
 
 
 async def test_the_readme_example_script_is_valid_and_plays() -> None:
-    """The README documents the step format with one script holding every field; it must parse and answer."""
-    readme = (REPO / "README.md").read_text()
+    """docs/agent.md documents the step format with one script holding every field; it must parse and answer."""
+    readme = (REPO / "docs" / "agent.md").read_text()
     script = Script.parse(readme.split("Every field of a step, in one script:\n\n```json\n", 1)[1].split("```", 1)[0])
     assert len(script.steps) == 6
     tools = [{"type": "function", "function": {"name": n, "parameters": {}}} for n in ("unit_inspect", "x")]

@@ -289,7 +289,7 @@ def test_sessions_import_brings_old_journals_in_and_refuses_a_damaged_one_by_nam
     data = tmp_path / "data"
 
     assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 1
-    assert capsys.readouterr().err.startswith(f"error: {bad}: record 2 is damaged (Extra data")
+    assert capsys.readouterr().err.startswith(f"unit-mcp agent: error: {bad}: record 2 is damaged (Extra data")
     assert SessionStore(data, read_only=True).list() == []  # all or nothing
 
     bad.unlink()

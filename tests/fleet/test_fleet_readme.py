@@ -1,4 +1,4 @@
-"""The README's fleet example runs as written, against the pinned OpenCode binary."""
+"""docs/fleet.md's Python example runs as written, against the pinned OpenCode binary."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.test_readme_examples import example
+from test_docs import REPO, blocks
 
 
 def test_the_fleet_example_runs(tmp_path: Path, opencode_binary: Path) -> None:
     script = tmp_path / "example.py"
-    script.write_text(example("## Fleet"), encoding="utf-8")
+    (example,) = [block.text for block in blocks(REPO / "docs" / "fleet.md") if block.lang == "python"]
+    script.write_text(example, encoding="utf-8")
     env = {**os.environ, "OPENCODE_PATH": str(opencode_binary), "TMPDIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False

@@ -70,7 +70,7 @@ def refusal(units: Path, data_dir: Path) -> str:
     assert done.returncode == 1 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert lines[0].startswith("unit-mcp: error: refusing --data-dir"), lines[0]
+    assert lines[0].startswith("unit-mcp serve: error: refusing --data-dir"), lines[0]
     return lines[0]
 
 
@@ -109,7 +109,7 @@ def test_data_dir_precreated_by_another_user_is_refused(shared: Path, units: Pat
     )
     line = refusal(units, data)
     assert line == (
-        f"unit-mcp: error: refusing --data-dir: {data} belongs to uid {NOBODY}, not to you (uid {os.geteuid()}), "
+        f"unit-mcp serve: error: refusing --data-dir: {data} belongs to uid {NOBODY}, not to you (uid {os.geteuid()}), "
         "who could have planted files in it; remove it or give a folder of your own"
     )
     assert not marker.exists(), "the planted bytecode ran"
@@ -191,7 +191,7 @@ def test_log_symlink_planted_in_data_dir_is_not_followed(shared: Path, units: Pa
     (ours / "logs").mkdir(parents=True, mode=0o700)
     (ours / "logs" / "app.log").symlink_to(target)
     line = refusal(units, ours)
-    assert line == f"unit-mcp: error: refusing --data-dir {ours}: app.log is a symbolic link in it; remove it"
+    assert line == f"unit-mcp serve: error: refusing --data-dir {ours}: app.log is a symbolic link in it; remove it"
 
     assert target.read_text() == "root's own file\n", "the server appended to the symlink's target"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
@@ -232,7 +232,8 @@ def test_agent_store_precreated_by_another_user_is_refused(shared: Path) -> None
         )
         assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
         assert done.stderr == (
-            f"error: refusing the session store: {store} belongs to uid {NOBODY}, not to you (uid {os.geteuid()}), "
+            f"unit-mcp agent: error: refusing the session store: {store} belongs to uid {NOBODY}, not to you "
+            f"(uid {os.geteuid()}), "
             "who could have planted files in it; remove it or give a folder of your own\n"
         )
         assert list(store.iterdir()) == [], "the agent wrote into it"

@@ -170,7 +170,8 @@ def test_a_secret_file_other_users_can_read_is_refused(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stderr.strip() == (
-        f"error: --mcp-token-file {token} can be read or changed by other users (uid {os.geteuid()}, mode 0644); "
+        f"unit-mcp agent: error: --mcp-token-file {token} can be read or changed by other users "
+        f"(uid {os.geteuid()}, mode 0644); "
         f"make it yours with `chmod 600 {token}`"
     )
     assert not (tmp_path / "d").exists(), "nothing ran"

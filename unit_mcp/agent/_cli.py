@@ -1,15 +1,15 @@
-"""The agent command line: run one turn against a unit server, browse stored sessions, and answer an approval
-that a turn was waiting for when its process ended.
+"""`unit-mcp agent` (or `python -m unit_mcp.agent`): run one turn against a unit server, browse stored sessions,
+and answer an approval that a turn was waiting for when its process ended.
 
-    MCP_TOKEN=… python -m unit_mcp.agent run --mcp-url URL --base-url URL --model M "add a reset button"
-    MCP_TOKEN=… python -m unit_mcp.agent run --agents agents.toml --agent reviewer ... "review the counter unit"
-    python -m unit_mcp.agent sessions list
-    python -m unit_mcp.agent sessions show SESSION_ID
-    python -m unit_mcp.agent sessions pending SESSION_ID
-    python -m unit_mcp.agent sessions delete|archive SESSION_ID     (sessions audit lists what was removed)
-    python -m unit_mcp.agent sessions import DIR        # the journals of the old file store
-    python -m unit_mcp.agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
-    python -m unit_mcp.agent ui [--port P] --mcp-url URL ... --model M
+    MCP_TOKEN=… unit-mcp agent run --mcp-url URL --base-url URL --model M "add a reset button"
+    MCP_TOKEN=… unit-mcp agent run --agents agents.toml --agent reviewer ... "review the counter unit"
+    unit-mcp agent sessions list
+    unit-mcp agent sessions show SESSION_ID
+    unit-mcp agent sessions pending SESSION_ID
+    unit-mcp agent sessions delete|archive SESSION_ID     (sessions audit lists what was removed)
+    unit-mcp agent sessions import DIR        # the journals of the old file store
+    unit-mcp agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
+    unit-mcp agent ui [--port P] --mcp-url URL ... --model M
 
 `run` streams the reply to stdout and each tool call and result to stderr, and asks on the terminal
 before a tool whose risk needs approval (without a terminal such a call is denied; `--allow RISK` grants
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..commandline import CommandParser, print_error
 from ..paths import UnsafeSecret, UntrustedFolder, private_dir
 from ..secret_options import add_secret_option, secret_value
 from ._paused import RESUMED_OUTPUT
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from ._runner import AgentRunner
     from .turns import TurnCallbacks, TurnHandle
 
+PROG = "unit-mcp agent"
 AGENT_ID = "unit-agent"
 MCP_TOKEN_ENV = ("MCP_TOKEN", "UNIT_MCP_TOKEN")
 API_KEY_ENV = ("OPENAI_API_KEY",)
@@ -99,8 +101,8 @@ def agents_file(path: str) -> list[Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="python -m unit_mcp.agent", description=__doc__.split("\n\n")[0])
+def command_parser(prog: str = PROG) -> CommandParser:
+    top = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])
     top.add_argument(
         "--data-dir",
         type=Path,
@@ -110,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     commands = top.add_subparsers(dest="command", required=True)
 
-    turns = argparse.ArgumentParser(add_help=False)
+    turns = CommandParser(add_help=False)
     turns.add_argument("--model", help="model name at the OpenAI-compatible endpoint (the unit-agent agent)")
     turns.add_argument(
         "--agents", type=agents_file, help="agents file (TOML or JSON: id, provider, model, ...), all built at start"
@@ -128,7 +130,7 @@ def parser() -> argparse.ArgumentParser:
     add_secret_option(turns, "--mcp-token", env=MCP_TOKEN_ENV, what="MCP_TOKEN the unit server printed")
     turns.add_argument("--allow", action="append", default=[], choices=RISKS, help="allow a risk without asking")
     turns.add_argument("--deny", action="append", default=[], choices=RISKS, help="refuse a risk without asking")
-    turns.add_argument("--max-steps", type=int, default=20, help="model requests per turn (default 20)")
+    turns.add_argument("--max-steps", type=int, default=20, help="model requests per turn (default %(default)s)")
     turns.add_argument("--no-stream", action="store_true", help="ask for whole answers instead of deltas")
     turns.add_argument(
         "--presets", type=preset_file, help="capability presets (TOML or JSON); the agent is offered their tools only"
@@ -164,13 +166,18 @@ def parser() -> argparse.ArgumentParser:
     pending = which.add_parser("pending", help="approvals a turn waited for when its process ended")
     pending.add_argument("session_id")
     pending.add_argument("--json", action="store_true", help="print JSON")
+    retiring: list[CommandParser] = []
     for action, text in (("delete", "delete a session for good"), ("archive", "move a session into the archive")):
         retire = which.add_parser(action, help=f"{text} (refused while a turn runs in it; recorded in the audit)")
         retire.add_argument("session_id")
+        retiring.append(retire)
     audit = which.add_parser("audit", help="the sessions deleted or archived: when, from where, what they were")
     audit.add_argument("--json", action="store_true", help="print JSON")
     imports = which.add_parser("import", help="bring in the sessions of the old file store (one journal file each)")
     imports.add_argument("folder", type=Path, help="the folder holding them")
+    for command in (run, answer, ui, listing, show, pending, audit, imports, *retiring):
+        # also after the subcommand, as every other unit-mcp command takes it (SUPPRESS keeps the top's value)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return top
 
 
@@ -342,7 +349,7 @@ def _store_error(data_dir: Path) -> Iterator[None]:
 
 def _unknown_session(session_id: str, data_dir: Path) -> CliError:
     return CliError(
-        f"no session {session_id} in {data_dir}; `python -m unit_mcp.agent sessions list` shows the sessions there "
+        f"no session {session_id} in {data_dir}; `unit-mcp agent sessions list` shows the sessions there "
         "(--data-dir picks another store)"
     )
 
@@ -401,8 +408,7 @@ async def ui_command(args: argparse.Namespace, data_dir: Path) -> int:
         try:
             await serve(runner, port=args.port)
         except AgentError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
+            raise CliError(str(exc)) from exc
     return 0
 
 
@@ -532,8 +538,8 @@ def pending_command(args: argparse.Namespace, store: SessionStore, data_dir: Pat
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = command_parser(prog).parse_args(argv)
     data_dir: Path = args.data_dir
     try:
         _trust_store(data_dir)
@@ -541,15 +547,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.mcp_token = secret_value(args.mcp_token_file, "--mcp-token", MCP_TOKEN_ENV)
             args.api_key = secret_value(args.api_key_file, "--api-key", API_KEY_ENV)
     except (CliError, UnsafeSecret) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(prog, str(exc))
         return 2
     try:
         if args.command in ("run", "answer", "ui"):
             if not args.model and not args.agents:
-                print("error: give --model, or --agents FILE", file=sys.stderr)
+                print_error(prog, "give --model, or --agents FILE")
                 return 2
             if not args.base_url and (args.model or not all(spec.base_url for spec in args.agents)):
-                print("error: give --base-url or set OPENAI_BASE_URL", file=sys.stderr)
+                print_error(prog, "give --base-url or set OPENAI_BASE_URL")
                 return 2
             command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]
             outcome: Any = anyio.run(command, args, data_dir)
@@ -561,5 +567,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             expected = expected.exceptions[0]
         if not isinstance(expected, CliError) or args.debug:
             raise
-        print(f"error: {expected}", file=sys.stderr)
+        print_error(prog, str(expected))
         return 1

@@ -1,13 +1,36 @@
 """opencode-fleet: an MCP server that lets a master agent coordinate several `opencode serve` nodes.
 
-    python -m unit_mcp.fleet --node build=http://127.0.0.1:4096 --node review=http://127.0.0.1:4097 [--stdio]
+    unit-mcp fleet --node build=http://127.0.0.1:4096 --node review=http://127.0.0.1:4097 [--stdio]
 
 `Fleet` holds one OpenCode client (REST + one shared event stream) and one working session per node;
 `FleetTools` serves the `fleet_*` tools over it, with the operating protocol for master agents in the server's
-instructions.
+instructions. Names load lazily, so `python -m unit_mcp.fleet` can name a missing extra before importing them.
 """
 
-from .nodes import Fleet, FleetError, NodeSpec, capability_summary, node_specs
-from .server import INSTRUCTIONS, TOOLS, FleetTools
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "Fleet": "nodes",
+    "FleetError": "nodes",
+    "NodeSpec": "nodes",
+    "capability_summary": "nodes",
+    "node_specs": "nodes",
+    "INSTRUCTIONS": "server",
+    "TOOLS": "server",
+    "FleetTools": "server",
+}
 __all__ = ["INSTRUCTIONS", "TOOLS", "Fleet", "FleetError", "FleetTools", "NodeSpec", "capability_summary", "node_specs"]
+
+if TYPE_CHECKING:
+    from .nodes import Fleet, FleetError, NodeSpec, capability_summary, node_specs
+    from .server import INSTRUCTIONS, TOOLS, FleetTools
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

@@ -22,7 +22,7 @@ from .script import (
     say,
     tool_call,
 )
-from .server import RecordedRequest, ScriptedModel
+from .server import RecordedRequest, ScriptedModel, ScriptedModelError
 
 __all__ = [
     "Match",
@@ -31,6 +31,7 @@ __all__ = [
     "ScriptError",
     "ScriptedError",
     "ScriptedModel",
+    "ScriptedModelError",
     "ScriptedToolCall",
     "ScriptedUsage",
     "Step",

@@ -32,7 +32,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from unit_mcp.agent.errors import EndpointError
 from unit_mcp.loopback import LoopbackServer
 
 from . import anthropic, chat, gemini, responses
@@ -69,6 +68,10 @@ def chat_view(path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         "tools": [{"type": "function", "function": {"name": name}} for name in face.offered(body)],
         "stream": stream,
     }
+
+
+class ScriptedModelError(RuntimeError):
+    """The scripted model cannot serve as asked (a host that is not loopback, a port in use)."""
 
 
 class RecordedRequest(BaseModel):
@@ -174,7 +177,7 @@ class ScriptedModel:
         self.requests: list[RecordedRequest] = []
         self._used: set[int] = set()
         self._lock = threading.Lock()
-        self._loopback = LoopbackServer(host=host, port=port, error=EndpointError)
+        self._loopback = LoopbackServer(host=host, port=port, error=ScriptedModelError)
         self._thread_cm: AbstractContextManager[ScriptedModel] | None = None
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self.app = Starlette(

@@ -1,0 +1,22 @@
+"""The optional parts of the install (`pip install 'unit-mcp[agent]'`): a command that needs a missing one ends
+with one line naming the extra to install, before an import of it could fail with a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+
+EXTRAS = {
+    "agent": ("openai", "httpx", "httpx2", "sse_starlette"),
+    "postgres": ("psycopg",),
+    "durable": ("dbos",),
+}
+"""The modules each extra of `pyproject.toml` installs that the package imports."""
+
+
+def require_extra(extra: str, prog: str) -> None:
+    """End the command (exit status 1, one line on stderr) unless every module of `extra` can be imported."""
+    missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SystemExit(
+            f"{prog}: error: needs the {extra} extra ({', '.join(missing)} not installed); install 'unit-mcp[{extra}]'"
+        )
