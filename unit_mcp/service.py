@@ -34,6 +34,7 @@ from .arguments import (
     CreateSourceArgs,
     HistoryArgs,
     ListArgs,
+    LocalAccessArgs,
     ReadLogArgs,
     ReadSourceArgs,
     ResolveArgs,
@@ -88,6 +89,7 @@ from .loader import (
     primary_source_id,
 )
 from .loader import UnknownVersion as MissingVersion
+from .localaccess import LocalAccess
 from .models import (
     ActivityEvidence,
     ApplyPatchResult,
@@ -102,6 +104,8 @@ from .models import (
     HistoryVersion,
     InspectResult,
     Lifecycle,
+    LocalAccessResult,
+    LocalFolderHandle,
     ReadLogResult,
     ReadSourceResult,
     ReloadResult,
@@ -311,6 +315,8 @@ class UnitService:
         self._stale: set[str] = set()
         self._index_lock = threading.Lock()
         self._syntax = SyntaxCache()
+        self.local_access: LocalAccess | None = None
+        """Set by `--allow-local-access`: unit_request_local_access is offered (docs/local-access.md)."""
         changed = weakref.WeakMethod(self._unit_changed)
         host.unit_listeners.append(lambda unit_id: (method := changed()) is not None and method(unit_id))
 
@@ -1352,6 +1358,41 @@ class UnitService:
             time=checkpoint.time,
             label=checkpoint.label,
             after_change_id=checkpoint.after_change,
+        )
+
+    @takes(LocalAccessArgs)
+    def request_local_access(self, args: LocalAccessArgs) -> LocalAccessResult:
+        """The escape hatch: once a person said yes (the tool layer asks), OpenCode's own read and edit tools may
+        work in the unit's folder for `minutes`, through a link that stops leading there when the access ends."""
+        access = self.local_access
+        if access is None:
+            raise NotSupported(
+                "Local access is off on this server.",
+                hint="Edit with unit_apply_patch; a person can start the server with --allow-local-access.",
+            )
+        unit_folder = getattr(self.loader, "unit_folder", None)
+        self._unit(args.unit_id)
+        if unit_folder is None:
+            raise NotSupported(
+                f"Unit {args.unit_id!r} lives in a database, not in a local folder.",
+                hint="Edit it with unit_apply_patch and unit_create_source.",
+            )
+        folder = unit_folder(args.unit_id)
+        if folder is None:
+            raise NotSupported(
+                f"Unit {args.unit_id!r} is a single file ({args.unit_id}.py), not a folder of its own.",
+                hint="Edit it with unit_apply_patch; local access opens directory units only.",
+            )
+        grant = access.grant(args.unit_id, folder, args.reason, args.minutes, _CALLER.get())
+        return LocalAccessResult(
+            grant_id=grant.id,
+            unit_id=args.unit_id,
+            source_handle=LocalFolderHandle(path=str(grant.link), folder=str(folder)),
+            expires_at=iso_time(grant.expires),
+            restart="OpenCode reads its permissions when it starts: quit it and start it again from $OPENCODE_CMD "
+            "(add --continue to go on with this conversation). Use the path above; the unit's folder itself, "
+            "every other path, the shell and the web stay denied. Edits there skip the stale-content check "
+            "and are reloaded by the file watcher.",
         )
 
     @takes(RollbackArgs)
