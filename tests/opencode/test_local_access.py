@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,17 @@ from mcp.client.streamable_http import streamable_http_client
 from server_process import ServerProcess
 from ui.conftest import page_client
 
-from unit_mcp.localaccess import LOCAL_ACCESS_CLIENT
-from unit_mcp.opencode_isolation import local_access_dir
+from unit_mcp import Host, UnitService
+from unit_mcp.changelog import Caller
+from unit_mcp.confirm import Confirmations
+from unit_mcp.errors import InvalidArgument, NotSupported, UnknownUnit
+from unit_mcp.localaccess import LOCAL_ACCESS_CLIENT, LocalAccess
+from unit_mcp.opencode_isolation import local_access_dir, opencode_config, plan_launch, write_opencode_config
+from unit_mcp.server import parse_args
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
+from unit_mcp.tools import UnitTools, tool_risks
+from unit_mcp.units import open_loader
+from unit_mcp.wire import ERROR_META_KEY
 
 from .opencode_stack import EXAMPLE_UNITS, scripted_provider, title_step
 
@@ -41,6 +50,8 @@ SERVER = "unit-dev"
 WAIT = 120  # generous bound on a wait that ends as soon as its condition holds
 REQUEST = "unit_request_local_access"
 NATIVE = {"read", "edit", "write", "bash", "glob", "grep", "webfetch", "task"}
+UNOFFERED = "Model tried to call unavailable tool"
+RULE = "The user has specified a rule which prevents you from using this specific tool call"
 CLIENT = types.Implementation(name="local-access-test", version="1")
 
 
@@ -55,10 +66,14 @@ class Session:
     def status(self, tool: str) -> list[str]:
         return [u["state"]["status"] for u in self.uses if u["tool"] == tool]
 
-    def output(self, tool: str) -> str:
-        return "\n".join(
-            str(u["state"].get("output") or u["state"].get("error")) for u in self.uses if u["tool"] == tool
-        )
+    def refused(self, tool: str, why: str) -> bool:
+        """The one call of `tool` failed for `why` (UNOFFERED, RULE)."""
+        errors = [str(u["state"].get("error")) for u in self.uses if u["tool"] == tool]
+        return self.status(tool) == ["error"] and len(errors) == 1 and why in errors[0]
+
+    def denied(self, tool: str) -> bool:
+        """OpenCode offered none of its own tools, so a call of `tool` failed."""
+        return self.offered.isdisjoint(NATIVE) and self.refused(tool, UNOFFERED)
 
 
 @dataclass
@@ -221,16 +236,11 @@ async def test_local_access_on_the_real_opencode(tmp_path: Path, opencode_binary
         assert "unit counter reloaded after a change in the store" in log
 
         # Outside the folder (another unit, the unit's own folder by its real path) and the shell: denied.
-        outside_edit = await s.opencode(
-            first(tool_call("write", {"filePath": str(weather), "content": "x = 1\n"})), done()
-        )
-        assert outside_edit.status("write") == ["error"], outside_edit.explain
-        real_path = await s.opencode(first(tool_call("read", {"filePath": str(counter)})), done())
-        assert real_path.status("read") == ["error"], real_path.explain
-        shell = await s.opencode(
-            first(tool_call("bash", {"command": f"touch {tmp_path}/shell-ran", "description": "x"})), done()
-        )
-        assert shell.status("bash") == ["error"] and "bash" not in shell.offered, shell.explain
+        write = tool_call("write", {"filePath": str(weather), "content": "x = 1\n"})
+        touch = tool_call("bash", {"command": f"touch {tmp_path}/shell-ran", "description": "touch"})
+        elsewhere = await s.opencode(first(write, tool_call("read", {"filePath": str(counter)}), touch), done())
+        assert elsewhere.refused("write", RULE) and elsewhere.refused("read", RULE), elsewhere.explain
+        assert elsewhere.refused("bash", UNOFFERED) and "bash" not in elsewhere.offered, elsewhere.explain
         assert weather.read_bytes() == weather_before and not (tmp_path / "shell-ran").exists()
 
         # Revoked on the page: the link leads nowhere, a new session's edit tool is denied again.
@@ -280,3 +290,104 @@ async def test_local_access_on_the_real_opencode(tmp_path: Path, opencode_binary
             (REQUEST, "applied", CLIENT.name, "granted"),
             (REQUEST, "applied", LOCAL_ACCESS_CLIENT, "expired:"),
         ], steps
+
+
+# -- the parts, without a session ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    units = tmp_path / "units"
+    shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
+    with Host(units, tmp_path / "host-data", namespace=f"local_access_{secrets.token_hex(4)}") as host:
+        yield host
+
+
+def test_a_request_is_refused_where_no_real_folder_can_be_named(tmp_path: Path, host: Host) -> None:
+    service = UnitService(host)
+    with pytest.raises(NotSupported, match="--allow-local-access"):
+        service.request_local_access("counter", "edit it")
+    service.local_access = LocalAccess(tmp_path / "oc", host)
+    with pytest.raises(NotSupported, match=r"single file \(greeter\.py\)"):
+        service.request_local_access("greeter", "edit it")
+    with pytest.raises(UnknownUnit):
+        service.request_local_access("nosuch", "edit it")
+    with pytest.raises(InvalidArgument, match="minutes"):
+        service.request_local_access("counter", "edit it", minutes=0)
+    assert service.local_access.grants() == [] and list(service.local_access.folder.iterdir()) == [
+        service.local_access.folder / "grants.json"
+    ]
+
+    database = open_loader(f"sqlite:{tmp_path / 'units.db'}")
+    database.put_unit("counter", "directory", {"__init__.py": b"step = 1\n"}, replace=False)
+    with Host(database, tmp_path / "db-data", namespace=f"local_access_{secrets.token_hex(4)}") as db_host:
+        db_service = UnitService(db_host)
+        db_service.local_access = LocalAccess(tmp_path / "oc-db", db_host)
+        with pytest.raises(NotSupported, match="lives in a database"):
+            db_service.request_local_access("counter", "edit it")
+
+
+async def test_the_request_is_offered_only_when_allowed_and_always_asks(tmp_path: Path, host: Host) -> None:
+    plain = UnitTools(UnitService(host))
+    assert REQUEST not in {tool.name for tool in plain.tools} and REQUEST not in tool_risks()
+    assert tool_risks(local_access=True)[REQUEST] == "destructive"
+
+    service = UnitService(host)
+    service.local_access = LocalAccess(tmp_path / "oc", host)
+    # No --confirm at all, and a page's grant of 'destructive' for this very client: still nobody may skip the yes.
+    confirmations = Confirmations(["destructive"])
+    confirmations.grant(CLIENT.name, "destructive", 10)
+    for asking in (None, confirmations):
+        tools = UnitTools(service, confirmations=asking)
+        assert REQUEST in {tool.name for tool in tools.tools}
+        async with Client(tools.server(), client_info=CLIENT) as client:
+            result = await client.call_tool(REQUEST, {"unit_id": "counter", "reason": "edit it"})
+        assert result.is_error and result.meta is not None and result.meta[ERROR_META_KEY]["code"] == "declined"
+    assert service.local_access.grants() == []
+
+
+def test_a_launch_gets_the_rules_of_the_live_grants_only(tmp_path: Path, host: Host, opencode_binary: Path) -> None:
+    config_home = tmp_path / "oc"
+    write_opencode_config(config_home, opencode_config(url="http://127.0.0.1:9/mcp", server_name=SERVER, token="t"))
+    access = LocalAccess(config_home, host)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "OPENCODE_PATH": str(opencode_binary)}
+
+    def permission() -> dict[str, Any]:
+        launch = plan_launch(config_home, ["debug", "config"], env)
+        return dict(json.loads(launch.env["OPENCODE_CONFIG_CONTENT"])["permission"])
+
+    deny_all = {"*": "deny", f"{SERVER}_*": "allow"}
+    assert permission() == deny_all
+    grant = access.grant("counter", Path(host.loader.location) / "counter", "r", 5, Caller())
+    inside = str(grant.link.relative_to("/")) + "/*"
+    assert permission() == {
+        **deny_all,
+        "external_directory": {"*": "deny", f"{grant.link}/*": "allow"},
+        "read": {"*": "deny", inside: "allow"},
+        "edit": {"*": "deny", inside: "allow"},
+    }
+    assert access.caller_for("counter") == Caller(name=LOCAL_ACCESS_CLIENT, session_id=grant.id)
+    assert access.caller_for("weather") == Caller()
+
+    # A grants file listing a link that is not one, or a grant past its time, grants nothing.
+    (config_home / "local-access" / "grants.json").write_text(
+        json.dumps({"grants": [{"id": grant.id, "expires": 1.0}, {"id": "la-000000000000", "expires": 4e9}]})
+    )
+    assert permission() == deny_all
+    (config_home / "local-access" / "grants.json").write_text("not json")
+    assert permission() == deny_all
+
+    assert access.revoke(grant.id, Caller(name="someone")) and not access.revoke(grant.id, Caller())
+    assert permission() == deny_all and grant.link.is_file() and not grant.link.is_symlink()
+    with pytest.raises(NotADirectoryError):
+        (grant.link / "new.py").write_text("x = 1\n")
+    records = [
+        (c.tool, c.caller.name, (c.message or "").split(" ")[0]) for c in host.changes.changes(unit_id="counter")
+    ]
+    assert records == [(REQUEST, "someone", "revoked:"), (REQUEST, None, "granted")]
+
+
+def test_local_access_needs_the_http_server() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--stdio", "--allow-local-access"])
+    assert parse_args([]).allow_local_access is False
