@@ -214,6 +214,8 @@ async def test_local_access_on_the_real_opencode(tmp_path: Path, opencode_binary
         assert grant["source_handle"]["folder"] == str(counter.parent) and link.resolve() == counter.parent
         assert link.parent == local_access_dir(Path(s.printed["OPENCODE_XDG_CONFIG_HOME"]))
         assert "$OPENCODE_CMD" in grant["restart"] and grant["expires_at"]
+        shown = (await s.page.get("/")).text
+        assert f'data-local-grant="{grant["grant_id"]}"' in shown and "edit the unit with OpenCode" in shown
 
         # A session started now reads and edits inside the folder; the watcher reloads the unit.
         inside = await s.opencode(
@@ -246,7 +248,7 @@ async def test_local_access_on_the_real_opencode(tmp_path: Path, opencode_binary
         # Revoked on the page: the link leads nowhere, a new session's edit tool is denied again.
         revoked = await s.page.post(f"/local-access/{grant['grant_id']}/revoke", headers=s.origin)
         assert revoked.status_code == 303, revoked.text
-        assert not link.is_dir()
+        assert not link.is_dir() and f'data-local-grant="{grant["grant_id"]}"' not in (await s.page.get("/")).text
         after_revoke = await s.opencode(
             first(
                 tool_call(
