@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from . import applog, cancel, paths
@@ -1360,10 +1361,8 @@ class UnitService:
             after_change_id=checkpoint.after_change,
         )
 
-    @takes(LocalAccessArgs)
-    def request_local_access(self, args: LocalAccessArgs) -> LocalAccessResult:
-        """The escape hatch: once a person said yes (the tool layer asks), OpenCode's own read and edit tools may
-        work in the unit's folder for `minutes`, through a link that stops leading there when the access ends."""
+    def _local_folder(self, unit_id: str) -> tuple[LocalAccess, Path]:
+        """The grants and the real folder local access to `unit_id` would open, or the refusal."""
         access = self.local_access
         if access is None:
             raise NotSupported(
@@ -1371,18 +1370,33 @@ class UnitService:
                 hint="Edit with unit_apply_patch; a person can start the server with --allow-local-access.",
             )
         unit_folder = getattr(self.loader, "unit_folder", None)
-        self._unit(args.unit_id)
+        self._unit(unit_id)
         if unit_folder is None:
             raise NotSupported(
-                f"Unit {args.unit_id!r} lives in a database, not in a local folder.",
+                f"Unit {unit_id!r} lives in a database, not in a local folder.",
                 hint="Edit it with unit_apply_patch and unit_create_source.",
             )
-        folder = unit_folder(args.unit_id)
+        folder = unit_folder(unit_id)
         if folder is None:
             raise NotSupported(
-                f"Unit {args.unit_id!r} is a single file ({args.unit_id}.py), not a folder of its own.",
+                f"Unit {unit_id!r} is a single file ({unit_id}.py), not a folder of its own.",
                 hint="Edit it with unit_apply_patch; local access opens directory units only.",
             )
+        return access, folder
+
+    def local_access_question(self, args: LocalAccessArgs) -> str:
+        """What the person is asked before a grant (a request that could not be granted is refused before)."""
+        _, folder = self._local_folder(args.unit_id)
+        return (
+            f"Open {folder} to OpenCode's own read and edit tools for {args.minutes:g} minutes, without the "
+            f"stale-content check, path containment or a rollback of a failed reload. Reason given: {args.reason}"
+        )
+
+    @takes(LocalAccessArgs)
+    def request_local_access(self, args: LocalAccessArgs) -> LocalAccessResult:
+        """The escape hatch: once a person said yes (the tool layer asks), OpenCode's own read and edit tools may
+        work in the unit's folder for `minutes`, through a link that stops leading there when the access ends."""
+        access, folder = self._local_folder(args.unit_id)
         grant = access.grant(args.unit_id, folder, args.reason, args.minutes, _CALLER.get())
         return LocalAccessResult(
             grant_id=grant.id,

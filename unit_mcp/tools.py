@@ -125,6 +125,8 @@ class ToolSpec:
     """The risk of a call with dry_run=true, published in `_meta` for approval policies that decide per call."""
     always_confirm: bool = False
     """Every call waits for a person's yes, whatever --confirm says and whatever the page allowed for a while."""
+    question: Callable[[UnitService, Any], str] | None = None
+    """What the person is asked, from the call's arguments; it refuses a call that could not run anyway."""
 
     @property
     def args(self) -> type[Args]:
@@ -399,6 +401,7 @@ LOCAL_ACCESS_TOOLS: tuple[ToolSpec, ...] = (
         destructive=True,
         idempotent=False,
         always_confirm=True,
+        question=UnitService.local_access_question,
     ),
 )
 
@@ -617,7 +620,11 @@ class UnitTools:
         )
 
     async def _dry_run(self, spec: ToolSpec, args: Args, caller: Caller) -> str | None:
-        """The diff a write would make, for the person asked (a tool with a dry run only); a refusal ends the call."""
+        """The diff a write would make, for the person asked (a tool with a dry run only), or the tool's own
+        `question`; a refusal ends the call."""
+        if spec.question is not None:
+            ask = functools.partial(call_as, caller, functools.partial(spec.question, self.service, args))
+            return str(await anyio.to_thread.run_sync(ask))
         if spec.dry_run_risk is None or getattr(args, "dry_run", None) is not False:
             return None
         dry = args.model_copy(update={"dry_run": True})

@@ -347,6 +347,29 @@ async def test_the_request_is_offered_only_when_allowed_and_always_asks(tmp_path
         assert result.is_error and result.meta is not None and result.meta[ERROR_META_KEY]["code"] == "declined"
     assert service.local_access.grants() == []
 
+    # The person reads the folder, the minutes and the reason; a request that could not be granted is not asked.
+    on_page = Confirmations([])
+    on_page.on_page = True
+    tools = UnitTools(service, confirmations=on_page)
+    results: list[types.CallToolResult] = []
+    async with Client(tools.server(), client_info=CLIENT) as client, anyio.create_task_group() as tasks:
+
+        async def ask() -> None:
+            results.append(await client.call_tool(REQUEST, {"unit_id": "counter", "reason": "rename", "minutes": 5}))
+
+        tasks.start_soon(ask)
+        with anyio.fail_after(WAIT):
+            while not on_page.questions():
+                await anyio.sleep(0.02)
+        [question] = on_page.questions()
+        assert on_page.answer(question.id, False, by="the test")
+        file_unit = await client.call_tool(REQUEST, {"unit_id": "greeter", "reason": "rename"})
+    assert results[0].meta is not None and results[0].meta[ERROR_META_KEY]["code"] == "declined"
+    assert file_unit.meta is not None and file_unit.meta[ERROR_META_KEY]["code"] == "not_supported"
+    folder = Path(host.loader.location) / "counter"
+    assert f"Open {folder} to OpenCode's own read and edit tools for 5 minutes" in (question.diff or "")
+    assert "Reason given: rename" in (question.diff or "") and on_page.questions() == []
+
 
 def test_a_launch_gets_the_rules_of_the_live_grants_only(tmp_path: Path, host: Host, opencode_binary: Path) -> None:
     config_home = tmp_path / "oc"
