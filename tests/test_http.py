@@ -228,6 +228,8 @@ async def test_opencode_config_denies_everything_but_this_server(tools: UnitTool
         "$schema": "https://opencode.ai/config.json",
         "autoupdate": False,
         "share": "disabled",
+        "formatter": False,
+        "lsp": False,
         "permission": {"*": "deny", "units-here_*": "allow"},
         "mcp": {
             "units-here": {

@@ -277,3 +277,11 @@ class RestoreSnapshotArgs(Args):
     snapshot_id: str = Field(
         pattern=r"^snap-[0-9a-f]{12}$", description="The snapshot_id unit_snapshot returned for this unit."
     )
+
+
+class LocalAccessArgs(Args):
+    unit_id: str = _UNIT_ID
+    reason: str = Field(
+        min_length=1, max_length=500, description="Why the unit tools do not suffice; the person asked reads it."
+    )
+    minutes: float = Field(30, gt=0, le=24 * 60, description="How long the access lasts (default 30, at most 1440).")

@@ -152,12 +152,16 @@ class ChangeLog(Protocol):
         ...
 
     def record_outside(
-        self, unit_id: str, found: Sequence[tuple[str, bytes | None]], error: str | None = None
+        self,
+        unit_id: str,
+        found: Sequence[tuple[str, bytes | None]],
+        error: str | None = None,
+        caller: Caller = NOBODY,
     ) -> int | None:
         """Record sources changed outside the tools, as (source id, bytes now or None when gone), each with the
         bytes the log's newest record left it with as its bytes before. A source the log already shows with these
         bytes (another server on the same store recorded it) is left out, in the same transaction; None when
-        nothing is left to record."""
+        nothing is left to record. `caller` is who made it where that is known (a local-access grant)."""
         ...
 
     def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint: ...
@@ -461,7 +465,11 @@ class SqliteChangeLog:
         return self._with_sources(rows, data=True)
 
     def record_outside(
-        self, unit_id: str, found: Sequence[tuple[str, bytes | None]], error: str | None = None
+        self,
+        unit_id: str,
+        found: Sequence[tuple[str, bytes | None]],
+        error: str | None = None,
+        caller: Caller = NOBODY,
     ) -> int | None:
         with self._transaction() as conn:
             sources = []
@@ -482,7 +490,7 @@ class SqliteChangeLog:
                 return None
             return self._insert(
                 conn,
-                caller=NOBODY,
+                caller=caller,
                 tool=None,
                 unit_id=unit_id,
                 source_id=sources[0].source_id if len(sources) == 1 else None,

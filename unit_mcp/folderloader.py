@@ -93,6 +93,12 @@ class FilesystemLoader:
             return "file"
         return None
 
+    def unit_folder(self, unit_id: str) -> Path | None:
+        """The real folder of a directory unit (for local access), or None: a file unit has no folder of its own."""
+        if self.kind(unit_id) != "directory":
+            return None
+        return self.root / unit_id
+
     def _parts(self, source: Source) -> list[str]:
         """Path parts below the units root for a source; one that would leave its unit is refused (the ids were
         checked by whoever made the handle: this keeps the disk safe, whatever reaches it)."""

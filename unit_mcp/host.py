@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import applog, cancel, paths
 from .activities import Activities
-from .changelog import DEFAULT_RETENTION, ChangeLog, Retention, SqliteChangeLog
+from .changelog import DEFAULT_RETENTION, NOBODY, Caller, ChangeLog, Retention, SqliteChangeLog
 from .importer import BytecodeCache, UnitFinder
 from .loader import Loader, LoaderError, Source, SourceTooLarge, UnitKind, Watch
 from .redact import Redactor
@@ -185,6 +185,8 @@ class Host:
         self._changes_lock = threading.Lock()
         # Called with a unit id after each reload or unload of that unit, whatever its outcome (e.g. to re-index it).
         self.unit_listeners: list[Callable[[str], object]] = []
+        self.outside_caller: Callable[[str], Caller] = lambda unit_id: NOBODY
+        """Who made an outside change of a unit, where something knows (a local-access grant), for the change log."""
         self._snapshots: OrderedDict[str, tuple[str, str]] = OrderedDict()  # id -> (unit id, state as JSON)
         self._snapshot_bytes = 0
 
@@ -757,7 +759,7 @@ class Host:
                 except (LoaderError, OSError):
                     data = None
             found.append((source_id, data))
-        self.changes.record_outside(unit_id, found, error)
+        self.changes.record_outside(unit_id, found, error, self.outside_caller(unit_id))
 
     # -- watching -------------------------------------------------------------------------
 

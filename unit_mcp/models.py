@@ -347,3 +347,17 @@ class RevertChangeResult(_Model):
     sources: list[RestoredSource]
     reloaded: list[str]
     change_id: int | None = Field(default=None, description="The change log's record of this revert.")
+
+
+class LocalFolderHandle(_Model):
+    kind: Literal["local-folder"] = "local-folder"
+    path: str = Field(description="Read and edit the unit's files under this folder, with OpenCode's own tools.")
+    folder: str = Field(description="The unit's real folder, which `path` leads to while the access lasts.")
+
+
+class LocalAccessResult(_Model):
+    grant_id: str = Field(description="Edits made meanwhile are in unit_changes under this id (client session).")
+    unit_id: str
+    source_handle: LocalFolderHandle
+    expires_at: str = Field(description="ISO 8601 UTC; revoked earlier on the unit server's page, it ends then.")
+    restart: str = Field(description="What to do before the access takes effect.")

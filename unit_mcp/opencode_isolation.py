@@ -22,6 +22,11 @@ active account organisation, another OpenCode version whose hooks may differ, a 
 OpenCode server given on the command line) are refused before OpenCode starts.
 
 `write_launcher()` writes the one executable a user runs (`"$OPENCODE_CMD" run …`); it calls `main()`.
+
+Local access (`--allow-local-access`, docs/local-access.md): `write_local_grants()` lists the live grants in the
+config home; a launch turns each into rules letting OpenCode's own read and edit tools into that grant's link
+folder only (`local_access_rules`). OpenCode reads its permissions once, at start: a grant needs a new launch, and
+its end is enforced on a running session by the link itself, which stops leading to the unit's folder.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +81,10 @@ ISOLATION_FLAGS = {
 """Variables every isolated OpenCode process gets (the launcher's and the agent runner's nodes)."""
 
 _LAUNCH_DIR = "opencode-launch"
+LOCAL_ACCESS_DIR = "local-access"
+"""Under the config home: one link per local-access grant and `grants.json`, the live ones."""
+_LOCAL_GRANTS = "grants.json"
+_GRANT_ID = re.compile(r"la-[0-9a-f]{12}")
 _VERSION_STAMP = "version.json"
 # Options that leave the isolated world: a project folder (OpenCode would load its config and plugins) or
 # another OpenCode server (which runs with a config of its own).
@@ -103,6 +114,8 @@ def opencode_config(
     if token is not None:
         entry["headers"] = {"Authorization": f"Bearer {token}"}
     config: dict[str, Any] = {"$schema": OPENCODE_SCHEMA, "autoupdate": False, "share": "disabled", **(extra or {})}
+    # No formatter or language server: with local access an edit would otherwise run their programs.
+    config.update(formatter=False, lsp=False)
     config["permission"] = {"*": "deny", f"{server_name}_*": "allow"}
     config["mcp"] = {server_name: entry}
     return config
@@ -172,6 +185,54 @@ class ConfigHome:
         if self.root is not None and self.given is None:
             shutil.rmtree(self.root, ignore_errors=True)
         self.root = None
+
+
+def local_access_dir(config_home: Path) -> Path:
+    return config_home / LOCAL_ACCESS_DIR
+
+
+def write_local_grants(config_home: Path, grants: Sequence[tuple[str, float]]) -> None:
+    """List the live grants as (grant id, expiry in epoch seconds) for the next launch (atomically)."""
+    folder = local_access_dir(config_home)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_json_atomically(folder / _LOCAL_GRANTS, {"grants": [{"id": gid, "expires": exp} for gid, exp in grants]})
+
+
+def _live_links(config_home: Path, now: float) -> list[Path]:
+    """The links of the grants listed live at `now` (a malformed file or entry grants nothing)."""
+    folder = local_access_dir(config_home)
+    try:
+        listed = json.loads((folder / _LOCAL_GRANTS).read_text(encoding="utf-8"))["grants"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    links = []
+    for entry in listed if isinstance(listed, list) else []:
+        gid, expires = (entry.get("id"), entry.get("expires")) if isinstance(entry, dict) else (None, None)
+        if isinstance(gid, str) and _GRANT_ID.fullmatch(gid) and isinstance(expires, int | float) and expires > now:
+            link = folder / gid
+            if link.is_symlink() and link.is_dir():
+                links.append(link)
+    return links
+
+
+def _opencode_worktree(workdir: Path) -> Path:
+    """The worktree OpenCode takes for `workdir`: the enclosing git work tree, else `/`. Its read and edit rules
+    match paths relative to it (see docs/local-access.md)."""
+    for folder in (workdir, *workdir.parents):
+        if (folder / ".git").exists():
+            return folder
+    return Path("/")
+
+
+def local_access_rules(links: Sequence[Path], worktree: Path) -> dict[str, dict[str, str]]:
+    """Permission rules letting OpenCode's read and edit tools (edit, write, apply_patch) into the `links` folders
+    and nowhere else; every other tool stays under the deny-all."""
+    inside = {os.path.relpath(link, worktree) + "/*": "allow" for link in links}
+    return {
+        "external_directory": {"*": "deny", **{f"{link}/*": "allow" for link in links}},
+        "read": {"*": "deny", **inside},
+        "edit": {"*": "deny", **inside},
+    }
 
 
 def _seed_plugin_lock(folder: Path) -> None:
@@ -347,7 +408,7 @@ def plan_launch(config_home: Path, args: Sequence[str], environ: Mapping[str, st
         data = _read_user_config(user_config)
         content = {key: data[key] for key in USER_KEYS if key in data}
         dropped_keys = [key for key in data if key not in USER_KEYS and key != "$schema"]
-    for key in ("permission", "mcp", "autoupdate", "share"):
+    for key in ("permission", "mcp", "autoupdate", "share", "formatter", "lsp"):
         if key in isolated:
             content[key] = isolated[key]
 
@@ -359,6 +420,9 @@ def plan_launch(config_home: Path, args: Sequence[str], environ: Mapping[str, st
         folder.mkdir(parents=True, exist_ok=True)
     workdir = isolated_path.parent
     _seed_plugin_lock(workdir)
+    links = _live_links(config_home, time.time())
+    if links:
+        content["permission"] = {**content["permission"], **local_access_rules(links, _opencode_worktree(workdir))}
 
     env = {key: value for key, value in environ.items() if not key.startswith("OPENCODE_") or key in KEPT_VARIABLES}
     dropped_variables = sorted(key for key in environ if key not in env and key != "OPENCODE_PATH")

@@ -35,6 +35,7 @@ from .confirm import DEFAULT_TIMEOUT, Confirmations
 from .githistory import GIT_MODES
 from .host import Host
 from .loader import SQLITE_PREFIX
+from .localaccess import LocalAccess
 from .loopback import is_loopback
 from .service import UnitService
 from .sqliteloader import units_database_problem
@@ -50,7 +51,8 @@ UNITS_PAGE = "/units"
 """Where the bridge serves the unit server's page (`UNITS_UI_URL`)."""
 
 
-_DATA_FOLDERS = ("logs", "bytecode", "clients", "opencode-config", "example-units")
+_OPENCODE_CONFIG = "opencode-config"
+_DATA_FOLDERS = ("logs", "bytecode", "clients", _OPENCODE_CONFIG, "example-units")
 """The data dir's folders the server reads or runs from: each must be ours alone, like the data dir."""
 
 
@@ -144,6 +146,13 @@ def command_parser(prog: str = PROG) -> CommandParser:
         default=DEFAULT_TIMEOUT,
         help="seconds a call waits for that yes before it is refused [confirmation_timeout] (default %(default)g)",
     )
+    parser.add_argument(
+        "--allow-local-access",
+        action="store_true",
+        help="offer unit_request_local_access: once a person says yes on the page, an OpenCode started from "
+        "OPENCODE_CMD may use its own read and edit tools in that unit's folder for a while (docs/local-access.md; "
+        "off by default)",
+    )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
     return parser
 
@@ -158,6 +167,8 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
     args.confirm = [risk for risk in args.confirm if risk != "none"]
     if not is_loopback(args.host):
         parser.error(f"--host {args.host} is not a loopback address; unit-mcp serves on loopback only")
+    if args.stdio and args.allow_local_access:
+        parser.error("--allow-local-access works with the OpenCode config of the HTTP server; leave out --stdio")
     if args.stdio and (args.port is not None or args.env_file is not None):
         option = "--port" if args.port is not None else "--env-file"
         parser.error(f"--stdio speaks on stdin/stdout and listens on no port; leave out {option}")
@@ -238,8 +249,12 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
         host.start_watching()
     WARM.start(args.test_env)  # the first unit_run_tests finds its test host ready
     stack.callback(WARM.stop)
-    confirmations = Confirmations(args.confirm, timeout=args.confirm_timeout) if args.confirm else None
+    asks = args.confirm or args.allow_local_access  # a local-access request always asks, whatever --confirm says
+    confirmations = Confirmations(args.confirm, timeout=args.confirm_timeout) if asks else None
     service = UnitService(host, max_call_s=args.max_call_s)
+    if args.allow_local_access:
+        service.local_access = LocalAccess(paths.private_dir(data_dir, _OPENCODE_CONFIG), host)
+        stack.callback(service.local_access.close)
     return UnitTools(service, prefix=args.tool_prefix, confirmations=confirmations), data_dir
 
 
@@ -273,13 +288,13 @@ def _cannot_write(option: str, path: Path, remedy: str) -> Iterator[None]:
 
 
 async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:
-    page = UnitsUI(tools.service, confirmations=tools.confirmations)
+    page = UnitsUI(tools.service, confirmations=tools.confirmations, local_access=tools.service.local_access)
     bridge = Bridge(
         tools.server(),
         host=args.host,
         port=args.port,
         server_name=args.server_name,
-        config_root=data_dir / "opencode-config",
+        config_root=data_dir / _OPENCODE_CONFIG,
         auth=not args.no_auth,
         pages={UNITS_PAGE: page.app},
     )

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from . import applog, cancel, paths
@@ -34,6 +35,7 @@ from .arguments import (
     CreateSourceArgs,
     HistoryArgs,
     ListArgs,
+    LocalAccessArgs,
     ReadLogArgs,
     ReadSourceArgs,
     ResolveArgs,
@@ -88,6 +90,7 @@ from .loader import (
     primary_source_id,
 )
 from .loader import UnknownVersion as MissingVersion
+from .localaccess import LocalAccess
 from .models import (
     ActivityEvidence,
     ApplyPatchResult,
@@ -102,6 +105,8 @@ from .models import (
     HistoryVersion,
     InspectResult,
     Lifecycle,
+    LocalAccessResult,
+    LocalFolderHandle,
     ReadLogResult,
     ReadSourceResult,
     ReloadResult,
@@ -311,6 +316,8 @@ class UnitService:
         self._stale: set[str] = set()
         self._index_lock = threading.Lock()
         self._syntax = SyntaxCache()
+        self.local_access: LocalAccess | None = None
+        """Set by `--allow-local-access`: unit_request_local_access is offered (docs/local-access.md)."""
         changed = weakref.WeakMethod(self._unit_changed)
         host.unit_listeners.append(lambda unit_id: (method := changed()) is not None and method(unit_id))
 
@@ -1352,6 +1359,54 @@ class UnitService:
             time=checkpoint.time,
             label=checkpoint.label,
             after_change_id=checkpoint.after_change,
+        )
+
+    def _local_folder(self, unit_id: str) -> tuple[LocalAccess, Path]:
+        """The grants and the real folder local access to `unit_id` would open, or the refusal."""
+        access = self.local_access
+        if access is None:
+            raise NotSupported(
+                "Local access is off on this server.",
+                hint="Edit with unit_apply_patch; a person can start the server with --allow-local-access.",
+            )
+        unit_folder = getattr(self.loader, "unit_folder", None)
+        self._unit(unit_id)
+        if unit_folder is None:
+            raise NotSupported(
+                f"Unit {unit_id!r} lives in a database, not in a local folder.",
+                hint="Edit it with unit_apply_patch and unit_create_source.",
+            )
+        folder = unit_folder(unit_id)
+        if folder is None:
+            raise NotSupported(
+                f"Unit {unit_id!r} is a single file ({unit_id}.py), not a folder of its own.",
+                hint="Edit it with unit_apply_patch; local access opens directory units only.",
+            )
+        return access, folder
+
+    def local_access_question(self, args: LocalAccessArgs) -> str:
+        """What the person is asked before a grant (a request that could not be granted is refused before)."""
+        _, folder = self._local_folder(args.unit_id)
+        return (
+            f"Open {folder} to OpenCode's own read and edit tools for {args.minutes:g} minutes, without the "
+            f"stale-content check, path containment or a rollback of a failed reload. Reason given: {args.reason}"
+        )
+
+    @takes(LocalAccessArgs)
+    def request_local_access(self, args: LocalAccessArgs) -> LocalAccessResult:
+        """The escape hatch: once a person said yes (the tool layer asks), OpenCode's own read and edit tools may
+        work in the unit's folder for `minutes`, through a link that stops leading there when the access ends."""
+        access, folder = self._local_folder(args.unit_id)
+        grant = access.grant(args.unit_id, folder, args.reason, args.minutes, _CALLER.get())
+        return LocalAccessResult(
+            grant_id=grant.id,
+            unit_id=args.unit_id,
+            source_handle=LocalFolderHandle(path=str(grant.link), folder=str(folder)),
+            expires_at=iso_time(grant.expires),
+            restart="OpenCode reads its permissions when it starts: quit it and start it again from $OPENCODE_CMD "
+            "(add --continue to go on with this conversation). Use the path above; the unit's folder itself, "
+            "every other path, the shell and the web stay denied. Edits there skip the stale-content check "
+            "and are reloaded by the file watcher.",
         )
 
     @takes(RollbackArgs)

@@ -38,7 +38,7 @@ from .arguments import Args, Operation, RunTestsArgs, TestStatusArgs, checked
 from .cancel import cancellation, client_gone
 from .changelog import Caller
 from .confirm import Confirmations, Elicit
-from .errors import InvalidArgument, UnitError
+from .errors import Declined, InvalidArgument, UnitError
 from .paging import clip
 from .service import UnitService, call_as
 from .wire import ERROR_META_KEY, Risk, call_risk, risk_meta
@@ -47,7 +47,8 @@ from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
 _TOOL_NAME = re.compile(
     r"\bunit_(list|resolve|inspect|read_source|apply_patch|create_source|run_tests|reload|read_log|snapshot"
-    r"|restore_snapshot|history|revert|changes|checkpoint|rollback|revert_change|test_status|cancel_test)\b"
+    r"|restore_snapshot|history|revert|changes|checkpoint|rollback|revert_change|test_status|cancel_test"
+    r"|request_local_access)\b"
 )
 
 log = logging.getLogger("unit_mcp.tools")
@@ -124,6 +125,10 @@ class ToolSpec:
     idempotent: bool
     dry_run_risk: Risk | None = None
     """The risk of a call with dry_run=true, published in `_meta` for approval policies that decide per call."""
+    always_confirm: bool = False
+    """Every call waits for a person's yes, whatever --confirm says and whatever the page allowed for a while."""
+    question: Callable[[UnitService, Any], str] | None = None
+    """What the person is asked, from the call's arguments; it refuses a call that could not run anyway."""
 
     @property
     def args(self) -> type[Args]:
@@ -383,18 +388,39 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
 )
 
 
+LOCAL_ACCESS_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "unit_request_local_access",
+        "Ask for local access to a unit's folder",
+        "Ask a person to let this OpenCode session use its own read and edit tools in one directory unit's folder "
+        "for `minutes` (default 30), when the unit tools cannot do the job; say why in `reason`. Returns, once "
+        "approved, the folder to use and when the access ends; OpenCode must be restarted from $OPENCODE_CMD "
+        "to get it. Edits made there skip the stale-content check and reach the application through the file "
+        "watcher. Offered when the server runs with --allow-local-access; always asks a person.",
+        UnitService.request_local_access,
+        "destructive",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+        always_confirm=True,
+        question=UnitService.local_access_question,
+    ),
+)
+
+
 def check_prefix(prefix: str) -> str:
     if not _PREFIX.fullmatch(prefix):
         raise ValueError(f"tool prefix {prefix!r} must be at most 40 of A-Z a-z 0-9 _ -")
     return prefix
 
 
-def tool_risks(prefix: str = "", *, history: bool = False) -> dict[str, str]:
+def tool_risks(prefix: str = "", *, history: bool = False, local_access: bool = False) -> dict[str, str]:
     """The risk label of every tool by its (prefixed) name, for approval policies outside MCP; `history` adds
-    the two tools offered when the loader keeps history. A dry run of a tool with a `dry_run_risk` is lower
-    (`wire.call_risk`)."""
+    the two tools offered when the loader keeps history, `local_access` the one of --allow-local-access. A dry
+    run of a tool with a `dry_run_risk` is lower (`wire.call_risk`)."""
     check_prefix(prefix)
-    return {prefix + spec.name: spec.risk for spec in (*TOOLS, *(HISTORY_TOOLS if history else ()))}
+    extra = (*(HISTORY_TOOLS if history else ()), *(LOCAL_ACCESS_TOOLS if local_access else ()))
+    return {prefix + spec.name: spec.risk for spec in (*TOOLS, *extra)}
 
 
 class _InputSchema(GenerateJsonSchema):
@@ -487,10 +513,11 @@ class UnitTools:
         self.progress_interval = progress_interval
         # The history tools are always callable (a loader without history refuses with [not_supported]) but
         # listed only when the loader keeps history.
-        self.specs = {prefix + spec.name: spec for spec in (*TOOLS, *HISTORY_TOOLS)}
+        local = LOCAL_ACCESS_TOOLS if service.local_access is not None else ()
+        self.specs = {prefix + spec.name: spec for spec in (*TOOLS, *HISTORY_TOOLS, *local)}
         history = service.loader.capabilities.history
         self.instructions = self._prefixed(INSTRUCTIONS + (HISTORY_INSTRUCTIONS if history else ""))
-        offered = {spec.name for spec in (*TOOLS, *(HISTORY_TOOLS if history else ()))}
+        offered = {spec.name for spec in (*TOOLS, *(HISTORY_TOOLS if history else ()), *local)}
         self.tools = [self._tool(name, spec) for name, spec in self.specs.items() if spec.name in offered]
 
     def _prefixed(self, text: str) -> str:
@@ -569,10 +596,12 @@ class UnitTools:
         started = time.perf_counter()
         try:
             risk = call_risk(spec.risk, spec.dry_run_risk, params.arguments)
+            if spec.always_confirm and self.confirmations is None:
+                raise Declined(f"{params.name} needs a person's yes, and this server asks none (no --confirm).")
             where = {"unit_id": getattr(args, "unit_id", None), "source_id": getattr(args, "source_id", None)}
             if self.confirmations is not None and params.request_state is not None:  # a 2026-era client's answer
                 await self.confirmations.resume(params.request_state, _answer(params.input_responses))
-            elif self.confirmations is not None and self.confirmations.needed(risk, caller):
+            elif self.confirmations is not None and (spec.always_confirm or self.confirmations.needed(risk, caller)):
                 diff = await self._dry_run(spec, args, caller)
                 summary = f"{params.name} (risk {risk}) from client {caller.name or '(unnamed)'}: {target or 'no unit'}"
                 if _asks_between_rounds(ctx):
@@ -605,7 +634,11 @@ class UnitTools:
         )
 
     async def _dry_run(self, spec: ToolSpec, args: Args, caller: Caller) -> str | None:
-        """The diff a write would make, for the person asked (a tool with a dry run only); a refusal ends the call."""
+        """The diff a write would make, for the person asked (a tool with a dry run only), or the tool's own
+        `question`; a refusal ends the call."""
+        if spec.question is not None:
+            ask = functools.partial(call_as, caller, functools.partial(spec.question, self.service, args))
+            return str(await anyio.to_thread.run_sync(ask))
         if spec.dry_run_risk is None or getattr(args, "dry_run", None) is not False:
             return None
         dry = args.model_copy(update={"dry_run": True})

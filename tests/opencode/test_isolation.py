@@ -407,4 +407,4 @@ def test_the_launch_plan_keeps_only_the_users_model(tmp_path: Path) -> None:
 
 
 def _isolated_rest(isolated: dict[str, object]) -> dict[str, object]:
-    return {key: isolated[key] for key in ("mcp", "autoupdate", "share")}
+    return {key: isolated[key] for key in ("mcp", "autoupdate", "share", "formatter", "lsp")}

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from ..changelog import Caller, Change
 from ..confirm import Confirmations
 from ..errors import UnitError
+from ..localaccess import LocalAccess
 from ..paths import validate_unit_id
 from ..service import UnitService, call_as
 from ..webpage import (
@@ -80,9 +81,11 @@ class UnitsUI(PageApp):
         session_seconds: float = SESSION_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         confirmations: Confirmations | None = None,
+        local_access: LocalAccess | None = None,
     ) -> None:
         self.service = service
         self.confirmations = confirmations
+        self.local_access = local_access
         if confirmations is not None:
             confirmations.on_page = True
         super().__init__(
@@ -97,6 +100,7 @@ class UnitsUI(PageApp):
                 Route("/checkpoints/{checkpoint_id:int}/rollback", self.rollback, methods=["POST"]),
                 Route("/questions/{question_id:int}/{answer:str}", self.answer, methods=["POST"]),
                 Route("/grants/{grant_id:int}/revoke", self.revoke_grant, methods=["POST"]),
+                Route("/local-access/{grant_id:str}/revoke", self.revoke_local_access, methods=["POST"]),
             ],
             link="UNITS_UI_URL",
             port=port,
@@ -144,6 +148,8 @@ class UnitsUI(PageApp):
             "confirming": sorted(confirmations.risks) if confirmations else [],
             "questions": confirmations.questions() if confirmations else [],
             "grants": confirmations.grants() if confirmations else [],
+            "local_access": self.local_access is not None,
+            "local_grants": self.local_access.grants() if self.local_access else [],
             "units": units,
             "changes": changes,
             "checkpoints": log_.checkpoints(SHOWN_CHECKPOINTS),
@@ -157,7 +163,9 @@ class UnitsUI(PageApp):
         log_ = self.service.change_log
         checkpoints = log_.checkpoints(1)
         asked = self.confirmations.version if self.confirmations else 0
-        digest = hashlib.sha256(f"{log_.latest_id()}:{checkpoints[0].id if checkpoints else 0}:{asked}".encode())
+        local = self.local_access.version if self.local_access else 0
+        newest = f"{log_.latest_id()}:{checkpoints[0].id if checkpoints else 0}:{asked}:{local}"
+        digest = hashlib.sha256(newest.encode())
         host = self.service.host
         for unit_id in sorted(host.unit_kinds()):  # cheap: no source is read (it runs twice a second per page)
             digest.update(f"\n{unit_id}:{host.is_loaded(unit_id)}:{host.load_error(unit_id)}".encode())
@@ -218,6 +226,14 @@ class UnitsUI(PageApp):
     async def revoke_grant(self, request: Request) -> Response:
         if self.confirmations is None or not self.confirmations.revoke(request.path_params["grant_id"]):
             return PlainTextResponse("No such grant (it expired or was revoked).", 404)
+        return RedirectResponse(f"{self.root(request)}/", status_code=303)
+
+    # -- local access (--allow-local-access): the grants that last, revoked here ------------------
+
+    async def revoke_local_access(self, request: Request) -> Response:
+        access, grant_id = self.local_access, request.path_params["grant_id"]
+        if access is None or not await anyio.to_thread.run_sync(access.revoke, grant_id, PAGE_CALLER):
+            return PlainTextResponse("No such local access (it expired or was revoked).", 404)
         return RedirectResponse(f"{self.root(request)}/", status_code=303)
 
     # -- writing: a preview first, then the confirmed call ----------------------------------------
