@@ -717,9 +717,11 @@ class Bench:
         )
 
     async def sessions(self) -> None:
-        """The agent session journal: one append at 10 and at 10,000 items (scripts/bench_sessions.py)."""
+        """The agent session store: one append at 10 and at 10,000 items; on SQLite and on PostgreSQL, the first
+        page of a store of 10,000 sessions against one of 10, and loading a 10,000-item session
+        (scripts/bench_sessions.py)."""
         sys.path.insert(0, str(REPO / "scripts"))
-        from bench_sessions import median_append_us
+        from bench_sessions import list_ms, load_ms, median_append_us
 
         appends = 100 if self.quick else 300
         figures: dict[str, Any] = {}
@@ -739,6 +741,32 @@ class Bench:
                     "value": round(value, 3),
                     "goal": "<= 1.5",
                     "met": value <= 1.5,
+                }
+            )
+        stores: dict[str, Callable[[str], Path | str]] = {
+            "sqlite": lambda name: self.work / name,
+            "postgres": lambda name: self.cluster().new_database(),
+        }
+        for database, store in stores.items():
+            few = await anyio.to_thread.run_sync(list_ms, store(f"list-10-{database}"), 10)
+            many = await anyio.to_thread.run_sync(list_ms, store(f"list-10000-{database}"), 10_000)
+            loaded, cpu = await anyio.to_thread.run_sync(load_ms, store(f"load-{database}"), 10_000)
+            figures[f"first_page_{database}_ms"] = {"10_sessions": round(few, 3), "10000_sessions": round(many, 3)}
+            figures[f"load_10000_items_{database}_ms"] = {"wall": round(loaded, 2), "cpu": round(cpu, 2)}
+            ratios.append(
+                {
+                    "ratio": f"first page of sessions ({database}) 10,000/10 sessions",
+                    "value": round(many / few, 3),
+                    "goal": "<= 2",
+                    "met": many / few <= 2,
+                }
+            )
+            ratios.append(
+                {
+                    "ratio": f"load a 10,000-item session ({database}), ms",
+                    "value": round(loaded, 2),
+                    "goal": "<= 100",
+                    "met": loaded <= 100,
                 }
             )
         self.record("sessions", figures, ratios)
