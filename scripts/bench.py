@@ -721,7 +721,7 @@ class Bench:
         page of a store of 10,000 sessions against one of 10, and loading a 10,000-item session
         (scripts/bench_sessions.py)."""
         sys.path.insert(0, str(REPO / "scripts"))
-        from bench_sessions import list_ms, load_ms, median_append_us
+        from bench_sessions import load_ms, median_append_us, paging_ms
 
         appends = 100 if self.quick else 300
         figures: dict[str, Any] = {}
@@ -748,14 +748,14 @@ class Bench:
             "postgres": lambda name: self.cluster().new_database(),
         }
         for database, store in stores.items():
-            few = await anyio.to_thread.run_sync(list_ms, store(f"list-10-{database}"), 10)
-            many = await anyio.to_thread.run_sync(list_ms, store(f"list-10000-{database}"), 10_000)
+            pages = await anyio.to_thread.run_sync(paging_ms, store(f"list-10-{database}"), store(f"list-{database}"))
             loaded, cpu = await anyio.to_thread.run_sync(load_ms, store(f"load-{database}"), 10_000)
-            figures[f"first_page_{database}_ms"] = {"10_sessions": round(few, 3), "10000_sessions": round(many, 3)}
+            figures[f"page_of_10_{database}_ms"] = {name: round(value, 3) for name, value in pages.items()}
+            few, many = pages["of_10"], max(pages["first_of_10000"], pages["last_of_10000"])
             figures[f"load_10000_items_{database}_ms"] = {"wall": round(loaded, 2), "cpu": round(cpu, 2)}
             ratios.append(
                 {
-                    "ratio": f"first page of sessions ({database}) 10,000/10 sessions",
+                    "ratio": f"a page of 10 sessions ({database}) 10,000/10 sessions in the store (its slower page)",
                     "value": round(many / few, 3),
                     "goal": "<= 2",
                     "met": many / few <= 2,

@@ -62,21 +62,30 @@ def load_ms(root: Path | str, history: int, repeats: int = 5) -> tuple[float, fl
     return statistics.median(costs), statistics.median(cpu)
 
 
-def list_ms(root: Path | str, sessions: int, repeats: int = 5) -> float:
-    """Median time (ms) of the first page (50, newest first: what the page and the CLI show) of a store holding
-    `sessions` sessions."""
-    store = SessionStore(root, durability="never")
-    for n in range(sessions):
-        store.create("bench", title=f"session {n}")
-    store.close()
-    reader = SessionStore(root, read_only=True)
-    costs = []
+def paging_ms(small: Path | str, big: Path | str, limit: int = 10, repeats: int = 51) -> dict[str, float]:
+    """Median time (ms) of listing a page of `limit` sessions (newest first, as the page and the CLI do): the one
+    page of a store of 10 sessions, and the first and the last page (reached by its cursor) of a store of 10,000;
+    the three interleaved call by call, so that the machine's drift hits them alike."""
+    readers = []
+    for root, sessions in ((small, 10), (big, 10_000)):
+        store = SessionStore(root, durability="never")
+        for n in range(sessions):
+            store.create("bench", title=f"session {n}")
+        store.close()
+        readers.append(SessionStore(root, read_only=True))
+    cursor = None
+    while (listed := readers[1].page(limit, cursor)).next is not None:
+        cursor = listed.next
+    sides = {"of_10": (readers[0], None), "first_of_10000": (readers[1], None), "last_of_10000": (readers[1], cursor)}
+    costs: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(repeats):
-        started = time.perf_counter_ns()
-        reader.page(50)
-        costs.append((time.perf_counter_ns() - started) / 1e6)
-    reader.close()
-    return statistics.median(costs)
+        for name, (reader, after) in sides.items():
+            started = time.perf_counter_ns()
+            reader.page(limit, after)
+            costs[name].append((time.perf_counter_ns() - started) / 1e6)
+    for reader in readers:
+        reader.close()
+    return {name: statistics.median(samples) for name, samples in costs.items()}
 
 
 def main() -> None:
@@ -99,8 +108,8 @@ def main() -> None:
         wall, cpu = load_ms(Path(root), 10_000)
         print(f"load a 10,000-item session: {wall:.1f} ms ({cpu:.1f} ms of CPU)")
     with tempfile.TemporaryDirectory(dir=args.dir) as small, tempfile.TemporaryDirectory(dir=args.dir) as big:
-        few, many = list_ms(Path(small), 10), list_ms(Path(big), 10_000)
-    print(f"list 10 sessions: {few:.2f} ms, 10,000 sessions: {many:.1f} ms (ratio {many / few:.0f})")
+        pages = paging_ms(Path(small), Path(big))
+    print("a page of 10 sessions (ms): " + ", ".join(f"{name} {value:.3f}" for name, value in pages.items()))
 
 
 if __name__ == "__main__":

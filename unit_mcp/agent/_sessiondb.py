@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 Durability = Literal["always", "flush", "never"]
 DATABASE = "sessions.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the paging index (a store of version 1 gets it when it is next opened for writing)
 PG_SCHEMA = "unit_mcp_sessions"
-PG_MARK = f"unit-mcp session store, schema {SCHEMA_VERSION}"
+PG_MARK = "unit-mcp session store, schema 1"
 _PG_LOCK = 0x73657373  # the advisory lock two stores creating the schema at once take ('sess')
 
 SQLITE_TABLES = f"""
@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, title TEXT, status TEXT NOT NULL, parent_id TEXT,
     created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL, item_count INTEGER NOT NULL,
     asks INTEGER NOT NULL DEFAULT 0, created_seq INTEGER NOT NULL, head_seq INTEGER NOT NULL, seq INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated_at);
+DROP INDEX IF EXISTS sessions_by_update;
+CREATE INDEX IF NOT EXISTS sessions_by_page ON sessions (updated_at DESC, id);
 CREATE TABLE IF NOT EXISTS items (
     session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE, position INTEGER NOT NULL,
     body TEXT NOT NULL, created_seq INTEGER NOT NULL, seq INTEGER NOT NULL,
@@ -57,7 +58,7 @@ CREATE TABLE {schema}.sessions (
     created_at double precision NOT NULL, updated_at double precision NOT NULL, data text NOT NULL,
     item_count bigint NOT NULL, asks bigint NOT NULL DEFAULT 0, created_seq bigint NOT NULL,
     head_seq bigint NOT NULL, seq bigint NOT NULL);
-CREATE INDEX sessions_by_update ON {schema}.sessions (updated_at);
+CREATE INDEX sessions_by_page ON {schema}.sessions (updated_at DESC, id);
 CREATE TABLE {schema}.items (
     session_id text NOT NULL REFERENCES {schema}.sessions (id) ON DELETE CASCADE, position bigint NOT NULL,
     body text NOT NULL, created_seq bigint NOT NULL, seq bigint NOT NULL, PRIMARY KEY (session_id, position));

@@ -347,9 +347,9 @@ class SessionStore:
             raise AgentError(f"a page holds at least one session (limit {limit})")
         where: str = ""
         args: tuple[Any, ...] = ()
-        if cursor is not None:  # keyset paging: one range of the (updated_at) index however deep the page
+        if cursor is not None:  # keyset paging: one range of the (updated_at DESC, id) index however deep the page
             updated_at, last = _cursor(cursor)
-            where, args = "WHERE updated_at < ? OR (updated_at = ? AND id > ?) ", (updated_at, updated_at, last)
+            where, args = "WHERE updated_at <= ? AND (updated_at < ? OR id > ?) ", (updated_at, updated_at, last)
         with self._lock:
             conn = self._reader()
             if conn is None:
