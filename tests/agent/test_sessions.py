@@ -533,3 +533,18 @@ def test_a_lost_connection_fails_one_write_in_one_line_and_the_next_reconnects(p
     reader = SessionStore(address, read_only=True)
     contents = [item.content for item in reader.require(session.id).items if isinstance(item, MessageItem)]
     assert contents == ["one", "two"] and reader.verify() == []
+
+
+def test_the_units_store_and_the_session_store_share_one_database(pg_cluster: Any) -> None:
+    from unit_mcp.units import open_loader
+
+    address = pg_cluster.new_database()
+    store = SessionStore(address)
+    store.create("a", session_id="ses-beside-units")
+    loader = open_loader(address)  # the units loader accepts a database that holds only unit-mcp's stores
+    try:
+        assert loader.discover() == {}
+    finally:
+        loader.close()
+    assert [meta.id for meta in store.page().sessions] == ["ses-beside-units"]
+    store.close()
