@@ -548,3 +548,14 @@ def test_the_units_store_and_the_session_store_share_one_database(pg_cluster: An
         loader.close()
     assert [meta.id for meta in store.page().sessions] == ["ses-beside-units"]
     store.close()
+
+
+def test_a_postgres_address_given_as_the_data_folder_is_refused_with_the_option_to_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a folder named "postgresql:" would be made here if the address were taken for a path
+    assert main(["--data-dir", "postgresql://me@127.0.0.1:5432/db", "sessions", "list"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --data-dir takes a folder; give a PostgreSQL session store with --sessions postgresql://…\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -561,6 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_dir: Path = args.data_dir
     store: Store = args.sessions or data_dir
     try:
+        if str(data_dir).startswith(("postgresql:", "postgres:")):  # a Path has already folded its "//"
+            raise CliError("--data-dir takes a folder; give a PostgreSQL session store with --sessions postgresql://…")
         _trust_store(data_dir)
         if isinstance(store, str) and not store.startswith(("postgresql://", "postgres://")):
             _trust_store(Path(store))
