@@ -513,9 +513,10 @@ def test_a_lost_connection_fails_one_write_in_one_line_and_the_next_reconnects(p
     import psycopg
     from pgcluster import free_port
 
-    from unit_mcp.agent.sessions import StoreUnavailable
+    from unit_mcp.agent.errors import SessionStoreUnavailable
 
-    with pytest.raises(StoreUnavailable, match=r"^the session store postgresql://\S+ is unreachable \(.*\); nothing"):
+    unreachable = r"^the session store postgresql://\S+ is unreachable \(.*\); nothing was written"
+    with pytest.raises(SessionStoreUnavailable, match=unreachable):
         SessionStore(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing")
     address = pg_cluster.new_database()
     store = SessionStore(address)
@@ -526,7 +527,7 @@ def test_a_lost_connection_fails_one_write_in_one_line_and_the_next_reconnects(p
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'unit-mcp-sessions'"
         ).fetchall()
         assert killed == [(True,)]
-    with pytest.raises(StoreUnavailable, match="is unreachable"):
+    with pytest.raises(SessionStoreUnavailable, match="is unreachable"):
         store.append_item(session, MessageItem(role="user", content="lost with the connection"))
     store.append_item(session, MessageItem(role="user", content="two"))  # a new connection
     store.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..pgconnect import CONNECT_OPTIONS, ForeignSchema, address_problem, first_line, schema_is_ours, shown_address
-from .errors import AgentError
+from .errors import AgentError, SessionStoreUnavailable
 
 if TYPE_CHECKING:
     import psycopg
@@ -72,10 +72,6 @@ CREATE TABLE {schema}.audit (
 CREATE TABLE {schema}.clock (one integer PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL);
 INSERT INTO {schema}.clock VALUES (1, 0);
 """
-
-
-class StoreUnavailable(AgentError):
-    """The session database cannot be reached right now; nothing was written. The store reconnects by itself."""
 
 
 class Cursor(Protocol):
@@ -188,7 +184,7 @@ def postgres_problem(address: str) -> str | None:
 
 
 class _PgConn:
-    """psycopg behind the store's SQL: `?` placeholders, an outage as `StoreUnavailable` (one line), and a new
+    """psycopg behind the store's SQL: `?` placeholders, an outage as `SessionStoreUnavailable` (one line), and a new
     connection on the next transaction after one was lost."""
 
     def __init__(self, database: PostgresDatabase) -> None:
@@ -250,10 +246,10 @@ class PostgresDatabase:
         self._psycopg = conn
         return conn
 
-    def lost(self, exc: BaseException) -> StoreUnavailable:
+    def lost(self, exc: BaseException) -> SessionStoreUnavailable:
         if self._psycopg is not None:
             self._psycopg.close()
-        return StoreUnavailable(
+        return SessionStoreUnavailable(
             f"the session store {shown_address(self.address)} is unreachable ({first_line(exc)}); nothing was "
             "written: try again once the database is back"
         )
@@ -307,7 +303,7 @@ class PostgresDatabase:
         try:
             yield
         finally:
-            with contextlib.suppress(StoreUnavailable):
+            with contextlib.suppress(SessionStoreUnavailable):
                 self.conn.execute(f"SET synchronous_commit = {SYNCHRONOUS_COMMIT[self.durability]}")
 
     def problems(self) -> list[str]:

@@ -56,7 +56,6 @@ from ._sessiondb import (
     Durability,
     PostgresDatabase,
     SqliteDatabase,
-    StoreUnavailable,
     postgres_problem,
 )
 from .approvals import ApprovalRequest
@@ -65,7 +64,7 @@ from .items import ITEM, SESSION_ID, EventItem, Item, Session, SessionMeta, Sess
 
 log = logging.getLogger("unit_mcp.agent.sessions")
 
-__all__ = ["Changes", "Durability", "Pending", "SessionPage", "SessionStore", "StoreUnavailable"]
+__all__ = ["Changes", "Durability", "Pending", "SessionPage", "SessionStore"]
 UPDATABLE = frozenset({"title", "status", "data", "parent_id"})
 ARCHIVE = "archive"  # the folder (PostgreSQL: the schema suffix) of the store archived sessions move to
 Retirement = Literal["delete", "archive"]
