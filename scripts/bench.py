@@ -717,9 +717,11 @@ class Bench:
         )
 
     async def sessions(self) -> None:
-        """The agent session journal: one append at 10 and at 10,000 items (scripts/bench_sessions.py)."""
+        """The agent session store: one append at 10 and at 10,000 items; on SQLite and on PostgreSQL, the first
+        page of a store of 10,000 sessions against one of 10, and loading a 10,000-item session
+        (scripts/bench_sessions.py)."""
         sys.path.insert(0, str(REPO / "scripts"))
-        from bench_sessions import median_append_us
+        from bench_sessions import load_ms, median_append_us, paging_ms
 
         appends = 100 if self.quick else 300
         figures: dict[str, Any] = {}
@@ -739,6 +741,32 @@ class Bench:
                     "value": round(value, 3),
                     "goal": "<= 1.5",
                     "met": value <= 1.5,
+                }
+            )
+        stores: dict[str, Callable[[str], Path | str]] = {
+            "sqlite": lambda name: self.work / name,
+            "postgres": lambda name: self.cluster().new_database(),
+        }
+        for database, store in stores.items():
+            pages = await anyio.to_thread.run_sync(paging_ms, store(f"list-10-{database}"), store(f"list-{database}"))
+            loaded, cpu = await anyio.to_thread.run_sync(load_ms, store(f"load-{database}"), 10_000)
+            figures[f"page_of_10_{database}_ms"] = {name: round(value, 3) for name, value in pages.items()}
+            few, many = pages["of_10"], max(pages["first_of_10000"], pages["last_of_10000"])
+            figures[f"load_10000_items_{database}_ms"] = {"wall": round(loaded, 2), "cpu": round(cpu, 2)}
+            ratios.append(
+                {
+                    "ratio": f"a page of 10 sessions ({database}) 10,000/10 sessions in the store (its slower page)",
+                    "value": round(many / few, 3),
+                    "goal": "<= 2",
+                    "met": many / few <= 2,
+                }
+            )
+            ratios.append(
+                {
+                    "ratio": f"load a 10,000-item session ({database}), ms",
+                    "value": round(loaded, 2),
+                    "goal": "<= 100",
+                    "met": loaded <= 100,
                 }
             )
         self.record("sessions", figures, ratios)

@@ -43,37 +43,49 @@ def median_append_us(root: Path, history: int, durability: Durability, appends: 
     return statistics.median(costs), statistics.quantiles(costs, n=10)[-1]
 
 
-def load_ms(root: Path, history: int, repeats: int = 5) -> float:
-    """Median time (ms) a fresh store takes to load a session of `history` items."""
+def load_ms(root: Path | str, history: int, repeats: int = 5) -> tuple[float, float]:
+    """Median time and CPU time of this process (ms) a fresh store (a folder or a postgresql:// address) takes to
+    load a session of `history` items (the CPU time is what a busy machine does not inflate)."""
     filler = SessionStore(root, durability="never")
     session = filler.create("bench")
     for n in range(history):
         filler.append_item(session, MessageItem(role="user", content=f"{n} {CONTENT}"))
     filler.close()
-    costs = []
+    costs, cpu = [], []
     for _ in range(repeats):
         store = SessionStore(root)
-        started = time.perf_counter_ns()
+        started, started_cpu = time.perf_counter_ns(), time.process_time_ns()
         store.require(session.id)
         costs.append((time.perf_counter_ns() - started) / 1e6)
+        cpu.append((time.process_time_ns() - started_cpu) / 1e6)
         store.close()
-    return statistics.median(costs)
+    return statistics.median(costs), statistics.median(cpu)
 
 
-def list_ms(root: Path, sessions: int, repeats: int = 5) -> float:
-    """Median time (ms) of `list()` on a store holding `sessions` sessions."""
-    store = SessionStore(root, durability="never")
-    for n in range(sessions):
-        store.create("bench", title=f"session {n}")
-    store.close()
-    reader = SessionStore(root, read_only=True)
-    costs = []
+def paging_ms(small: Path | str, big: Path | str, limit: int = 10, repeats: int = 51) -> dict[str, float]:
+    """Median time (ms) of listing a page of `limit` sessions (newest first, as the page and the CLI do): the one
+    page of a store of 10 sessions, and the first and the last page (reached by its cursor) of a store of 10,000;
+    the three interleaved call by call, so that the machine's drift hits them alike."""
+    readers = []
+    for root, sessions in ((small, 10), (big, 10_000)):
+        store = SessionStore(root, durability="never")
+        for n in range(sessions):
+            store.create("bench", title=f"session {n}")
+        store.close()
+        readers.append(SessionStore(root, read_only=True))
+    cursor = None
+    while (listed := readers[1].page(limit, cursor)).next is not None:
+        cursor = listed.next
+    sides = {"of_10": (readers[0], None), "first_of_10000": (readers[1], None), "last_of_10000": (readers[1], cursor)}
+    costs: dict[str, list[float]] = {name: [] for name in sides}
     for _ in range(repeats):
-        started = time.perf_counter_ns()
-        reader.list()
-        costs.append((time.perf_counter_ns() - started) / 1e6)
-    reader.close()
-    return statistics.median(costs)
+        for name, (reader, after) in sides.items():
+            started = time.perf_counter_ns()
+            reader.page(limit, after)
+            costs[name].append((time.perf_counter_ns() - started) / 1e6)
+    for reader in readers:
+        reader.close()
+    return {name: statistics.median(samples) for name, samples in costs.items()}
 
 
 def main() -> None:
@@ -93,10 +105,11 @@ def main() -> None:
         ratio = medians[SIZES[-1]] / medians[SIZES[0]]
         print(f"{durability:<10} ratio {SIZES[-1]:,} / {SIZES[0]} items: {ratio:.2f}")
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
-        print(f"load a 10,000-item session: {load_ms(Path(root), 10_000):.1f} ms")
+        wall, cpu = load_ms(Path(root), 10_000)
+        print(f"load a 10,000-item session: {wall:.1f} ms ({cpu:.1f} ms of CPU)")
     with tempfile.TemporaryDirectory(dir=args.dir) as small, tempfile.TemporaryDirectory(dir=args.dir) as big:
-        few, many = list_ms(Path(small), 10), list_ms(Path(big), 10_000)
-    print(f"list 10 sessions: {few:.2f} ms, 10,000 sessions: {many:.1f} ms (ratio {many / few:.0f})")
+        pages = paging_ms(Path(small), Path(big))
+    print("a page of 10 sessions (ms): " + ", ".join(f"{name} {value:.3f}" for name, value in pages.items()))
 
 
 if __name__ == "__main__":

@@ -44,22 +44,12 @@ from .loader import (
     primary_source_id,
 )
 from .paths import hash_bytes, validate_unit_id
+from .pgconnect import CONNECT_OPTIONS, CONNECT_TIMEOUT, ForeignSchema, first_line, schema_is_ours
 
 SCHEMA = "unit_mcp"
 CHANNEL = "unit_mcp"
 MARK = "unit-mcp units store, schema 1"
 IDLE_CHECK = 0.5  # seconds: a connection idle longer is checked before use (a restart may have dropped it)
-CONNECT_TIMEOUT = 3  # seconds: a call during an outage is refused within this (connection refused: at once)
-# A peer that vanished (a network partition, a host gone) is noticed: unacknowledged data after 4 s, an idle
-# connection (the listener's) after about 9 s. A server process that is frozen but whose kernel answers is not.
-CONNECT_OPTIONS: dict[str, Any] = {
-    "autocommit": True,
-    "connect_timeout": CONNECT_TIMEOUT,
-    "tcp_user_timeout": 4000,
-    "keepalives_idle": 5,
-    "keepalives_interval": 2,
-    "keepalives_count": 2,
-}
 _LOCK_KEY = 0x756E6974  # the advisory lock that orders versions ('unit')
 _HASH = "'sha256:' || encode(sha256({}), 'hex')"
 _DDL = f"""
@@ -199,8 +189,7 @@ class _Connections:
 
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(f"The units database is unreachable or held up ({first}).")
+    return StoreUnavailable(f"The units database is unreachable or held up ({first_line(exc)}).")
 
 
 @dataclass
@@ -244,29 +233,17 @@ class PostgresLoader:
     def _prepare(self) -> None:
         """Check the schema (or create it in an empty database) before anything else is written."""
         with self._transaction() as conn:
-            marked = conn.execute(
-                "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s", (SCHEMA,)
-            ).fetchone()
-            if marked is None:
-                others = conn.execute(
-                    "SELECT n.nspname || '.' || c.relname FROM pg_class c "
-                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') "
-                    "AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%' "
-                    "ORDER BY 1 LIMIT 4"
-                ).fetchall()
-                if others:
-                    shown = ", ".join(name for (name,) in others[:3]) + (", …" if len(others) > 3 else "")
-                    raise ForeignStore(
-                        f"holds tables of something else ({shown}); give an empty database or one made by unit-mcp"
-                    )
+            try:
+                ours = schema_is_ours(conn, SCHEMA, MARK, alone=True)
+            except ForeignSchema as exc:
+                raise ForeignStore(str(exc)) from None
+            if not ours:
                 if self.read_only:
                     raise FileNotFoundError("holds no units store yet")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))  # two servers starting at once
                 if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)).fetchone() is None:
                     conn.execute(_DDL)
                 return
-            if marked[0] != MARK:
-                raise ForeignStore(f"has a schema {SCHEMA} that unit-mcp did not make; give another database")
             found: dict[str, dict[str, str]] = {}
             for table, column, kind in conn.execute(
                 "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = %s",

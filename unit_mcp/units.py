@@ -13,46 +13,20 @@ import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from .commandline import CommandParser, print_error
 from .errors import StoreUnavailable
 from .loader import SQLITE_PREFIX, ForeignStore, Loader, LoaderError, Source, SourceExists
+from .pgconnect import PREFIXES as POSTGRES_PREFIXES
+from .pgconnect import address_problem as postgres_problem
+from .pgconnect import shown_address
 
 if TYPE_CHECKING:
     from .githistory import GitMode
 
-POSTGRES_PREFIXES = ("postgresql://", "postgres://")
-
 
 class UnusableStore(Exception):
     """A `--units` address that cannot be served, said in one line (never with a password)."""
-
-
-def postgres_problem(address: str) -> str | None:
-    """Why a `postgresql://` address cannot be served before connecting, or None."""
-    parts = urlsplit(address)
-    if parts.password is not None or "password" in parse_qs(parts.query):
-        return (
-            "carries a password; leave it out (command lines are visible to other users) and set PGPASSWORD or "
-            "PGPASSFILE (a ~/.pgpass file) instead"
-        )
-    if not parts.path.strip("/"):
-        return "names no database; give postgresql://USER@HOST:PORT/DATABASE"
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        return "needs the PostgreSQL driver: pip install 'unit-mcp[postgres]'"
-    return None
-
-
-def shown_address(address: str) -> str:
-    """An address as it may be printed: a password replaced by ***."""
-    parts = urlsplit(address)
-    if parts.password is None:
-        return address if "password" not in parse_qs(parts.query) else urlunsplit(parts._replace(query="***"))
-    netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def open_loader(units: str | os.PathLike[str], *, read_only: bool = False, git_history: GitMode = "ref") -> Loader:

@@ -207,7 +207,7 @@ async def test_a_store_that_cannot_be_written_and_an_unknown_session_are_one_lin
     data = tmp_path / "data"
     unknown = (
         f"unit-mcp agent: error: no session ses-nope in {data}; `unit-mcp agent sessions list` shows the sessions "
-        "there (--data-dir picks another store)"
+        "there (--sessions or --data-dir picks another store)"
     )
     for command in (["sessions", "show", "ses-nope"], ["sessions", "pending", "ses-nope"],
                     ["answer", "ses-nope", "apr-1", "approve", *model]):  # fmt: skip

@@ -1,5 +1,6 @@
-"""SessionStore on its SQLite database: CRUD, item order and metadata, crash repair, one writer per session (in
-this process and across processes, without /proc), live changes, the private folder, and the journal importer."""
+"""The SessionStore contract, run over both databases (a SQLite folder and a PostgreSQL database of the test
+cluster): CRUD, item order and metadata, paging, crash repair, one writer per session (in this process and across
+processes, without /proc), live changes, retiring, the journal importer; and for SQLite the private folder."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,23 @@ from unit_mcp.agent._projections import chat_messages, display_messages
 from unit_mcp.agent.errors import SessionLocked, SessionNotFound
 from unit_mcp.agent.items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
 from unit_mcp.paths import UntrustedFolder
+
+Address = str | Path
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def address(request: pytest.FixtureRequest, tmp_path: Path) -> Address:
+    """A new store: a folder, or a new database of the session's PostgreSQL cluster."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_cluster").new_database())
+    return tmp_path / "sessions"
+
+
+@pytest.fixture
+def store(address: Address) -> Iterator[SessionStore]:
+    opened = SessionStore(address)
+    yield opened
+    opened.close()
 
 
 def test_create_load_save_list_delete(store: SessionStore) -> None:
@@ -50,7 +70,7 @@ def test_create_load_save_list_delete(store: SessionStore) -> None:
     assert [meta.id for meta in store.list()] == [other.id]
 
 
-def test_the_store_is_one_private_database_in_a_private_folder(tmp_path: Path) -> None:
+def test_a_sqlite_store_is_one_private_database_in_a_private_folder(tmp_path: Path) -> None:
     store = SessionStore(tmp_path / "sessions")
     session = store.create("a")
     store.append_item(session, MessageItem(role="user", content="secret"))
@@ -132,7 +152,7 @@ def test_update_item_and_session_updates_persist(store: SessionStore) -> None:
 def test_partial_updates_stay_in_memory_until_a_flush(store: SessionStore) -> None:
     session = store.create("a")
     item = store.append_item(session, MessageItem(role="assistant", content="", partial=True))
-    reader = SessionStore(store.root, read_only=True)
+    reader = SessionStore(store.address, read_only=True)
     before = reader.changes(session.id)
     store.update_item(session, item.id, {"content": "streamed so far"}, persist=False)
     assert reader.changes(session.id) == before  # nothing was written
@@ -157,7 +177,7 @@ def test_orphaned_tool_calls_are_closed_on_load(store: SessionStore) -> None:
     store.update(session, status="running")
     store.invalidate()  # the process "died" here
 
-    as_stored = SessionStore(store.root, read_only=True).require(session.id)
+    as_stored = SessionStore(store.address, read_only=True).require(session.id)
     assert as_stored.status == "running" and as_stored.open_tool_calls()  # readers only read
 
     repaired = store.require(session.id)
@@ -172,22 +192,24 @@ def test_orphaned_tool_calls_are_closed_on_load(store: SessionStore) -> None:
     assert store.require(session.id).model_dump() == repaired.model_dump()
 
 
-def test_durability_policies_all_reload(tmp_path: Path) -> None:
+def test_durability_policies_all_reload(address: Address) -> None:
     for durability in ("always", "flush", "never"):
-        store = SessionStore(tmp_path / durability, durability=durability)
+        store = SessionStore(address, durability=durability)
         session = store.create("a")
         store.append_item(session, MessageItem(role="user", content=durability))
         store.flush()
         store.close()
-        assert SessionStore(tmp_path / durability).require(session.id).items[0].content == durability  # type: ignore[union-attr]
+        again = SessionStore(address)
+        assert again.require(session.id).items[0].content == durability  # type: ignore[union-attr]
+        again.close()
 
 
 def test_a_second_writer_in_this_process_is_refused_until_the_first_lets_go(store: SessionStore) -> None:
     session = store.create("a")
-    other = SessionStore(store.root)
+    other = SessionStore(store.address)
     with pytest.raises(SessionLocked, match="open for writing elsewhere"):
         other.load(session.id)
-    assert SessionStore(store.root, read_only=True).require(session.id).id == session.id  # readers never wait
+    assert SessionStore(store.address, read_only=True).require(session.id).id == session.id  # readers never wait
     store.invalidate(session.id)
     other.append_item(session.id, MessageItem(role="user", content="mine now"))
     with pytest.raises(SessionLocked):
@@ -212,17 +234,17 @@ def test_a_writer_in_another_process_is_refused_and_its_death_is_seen_without_pr
     session = store.create("a")
     store.close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(store.root), session.id],
+        [sys.executable, "-c", HOLDER, str(store.address), session.id],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
-        reader = SessionStore(store.root, read_only=True)
+        reader = SessionStore(store.address, read_only=True)
         alive = reader.version()
         assert f"{session.id}={holder.pid}" in alive
-        second = SessionStore(store.root)
+        second = SessionStore(store.address)
         with pytest.raises(SessionLocked, match="open for writing elsewhere"):
             second.load(session.id)
         holder.send_signal(signal.SIGKILL)
@@ -238,7 +260,7 @@ def test_a_writer_in_another_process_is_refused_and_its_death_is_seen_without_pr
 def test_changes_give_what_changed_after_a_cursor(store: SessionStore) -> None:
     session = store.create("a", session_id="ses-live")
     first = store.append_item(session, MessageItem(role="user", content="first"))
-    reader = SessionStore(store.root, read_only=True)
+    reader = SessionStore(store.address, read_only=True)
     everything = reader.changes(session.id)
     assert everything is not None and not everything.reset
     assert [record["op"] for record in everything.records] == ["session", "item"]
@@ -276,7 +298,7 @@ def item(number: int, content: str) -> dict:
 
 
 def test_sessions_import_brings_old_journals_in_and_refuses_a_damaged_one_by_name(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, address: Address, capsys: pytest.CaptureFixture[str]
 ) -> None:
     old = tmp_path / "old"
     old.mkdir()
@@ -286,20 +308,20 @@ def test_sessions_import_brings_old_journals_in_and_refuses_a_damaged_one_by_nam
     journal(old, "ses-b", running, tail=b'{"op": "item", "item": {"id": "itm-2"')  # a crash tore the last line
     bad = journal(old, "ses-c", [old_session("ses-c"), *({"op": "item", "item": item(n, "x")} for n in (1, 2))])
     bad.write_bytes(bad.read_bytes().replace(b'"op": "item"', b'"op": "item"}}', 1))
-    data = tmp_path / "data"
+    data = ["--data-dir", str(tmp_path / "data"), "--sessions", str(address)]
 
-    assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 1
+    assert main([*data, "sessions", "import", str(old)]) == 1
     assert capsys.readouterr().err.startswith(f"unit-mcp agent: error: {bad}: record 2 is damaged (Extra data")
-    assert SessionStore(data, read_only=True).list() == []  # all or nothing
+    assert SessionStore(address, read_only=True).list() == []  # all or nothing
 
     bad.unlink()
-    assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 0
-    store = SessionStore(data)
+    assert main([*data, "sessions", "import", str(old)]) == 0
+    store = SessionStore(address)
     assert sorted(meta.id for meta in store.list()) == ["ses-a", "ses-b"]
     assert [i.content for i in store.require("ses-b").items if isinstance(i, MessageItem)] == ["two, edited"]
     assert store.require("ses-b").status == "idle"  # repaired on its first load for writing
     store.close()
-    assert main(["--data-dir", str(data), "sessions", "import", str(old)]) == 1
+    assert main([*data, "sessions", "import", str(old)]) == 1
     assert "already holds ses-a, ses-b; nothing was imported" in capsys.readouterr().err
 
 
@@ -317,15 +339,15 @@ def test_only_the_importer_knows_the_old_files_and_the_page_reads_through_the_st
         assert found == [], f"ui/{path.name} reads the store behind its back: {found}"
 
 
-def test_retire_archives_or_deletes_an_idle_session_and_records_it(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path / "s")
+def test_retire_archives_or_deletes_an_idle_session_and_records_it(address: Address) -> None:
+    store = SessionStore(address)
     kept, gone = store.create("a", title="kept"), store.create("a", title="gone")
     store.append_item(kept, MessageItem(role="user", content="hello"))
     archived = store.retire(kept.id, "archive", via="cli")
     assert archived.id == kept.id and archived.item_count == 1
     assert store.retire(gone.id, "delete", via="page").title == "gone"
     assert store.list() == [] and store.load(kept.id) is None and store.load(gone.id) is None
-    archive = SessionStore(tmp_path / "s" / "archive", read_only=True)
+    archive = SessionStore(address, read_only=True, archive=True)
     (shown,) = archive.list()
     assert shown.id == kept.id and shown.title == "kept"
     events = [item for item in archive.require(kept.id).items if isinstance(item, EventItem)]
@@ -340,13 +362,13 @@ def test_retire_archives_or_deletes_an_idle_session_and_records_it(tmp_path: Pat
     store.close()
 
 
-def test_retire_is_refused_while_a_turn_runs_here_or_another_store_holds_the_session(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path / "s")
+def test_retire_is_refused_while_a_turn_runs_here_or_another_store_holds_the_session(address: Address) -> None:
+    store = SessionStore(address)
     busy = store.create("a")
     store.update(busy, status="running")
     with pytest.raises(AgentError, match="has a running turn; cancel it or wait for it to end first"):
         store.retire(busy.id, "delete", via="cli")
-    other = SessionStore(tmp_path / "s")  # a second writer (another process, as far as the lock goes)
+    other = SessionStore(address)  # a second writer (another process, as far as the lock goes)
     with pytest.raises(AgentError, match="is open in another process"):
         other.retire(busy.id, "archive", via="cli")
     assert [meta.id for meta in store.list()] == [busy.id] and store.audit() == []
@@ -381,7 +403,7 @@ def test_a_writer_whose_heartbeat_went_stale_loses_the_session_and_its_next_writ
     session = store.create("a")
     store.close()
     writer = subprocess.Popen(
-        [sys.executable, "-c", STOPPED_WRITER, str(store.root), session.id],
+        [sys.executable, "-c", STOPPED_WRITER, str(store.address), session.id],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -392,7 +414,7 @@ def test_a_writer_whose_heartbeat_went_stale_loses_the_session_and_its_next_writ
         writer.send_signal(signal.SIGSTOP)
         monkeypatch.setattr("unit_mcp.agent.sessions.STALE_SECONDS", 0.5)
         time.sleep(1.0)  # longer than the patched staleness: the stopped writer cannot have beaten since
-        second = SessionStore(store.root)
+        second = SessionStore(store.address)
         second.append_item(session.id, MessageItem(role="user", content="taken over"))
         writer.send_signal(signal.SIGCONT)
         writer.stdin.write("go\n")
@@ -404,3 +426,137 @@ def test_a_writer_whose_heartbeat_went_stale_loses_the_session_and_its_next_writ
     finally:
         writer.kill()
         writer.wait(30)
+
+
+def test_pages_of_sessions_come_newest_first_and_a_cursor_skips_nothing(store: SessionStore) -> None:
+    made = [store.create("a", title=f"s{n}").id for n in range(7)]
+    seen, cursor, sizes = [], None, []
+    while True:
+        listed = store.page(3, cursor)
+        sizes.append(len(listed.sessions))
+        seen += [meta.id for meta in listed.sessions]
+        if listed.next is None:
+            break
+        cursor = listed.next
+        store.create("a", title="newer")  # a session made meanwhile is on the first page, not in the pages after
+    assert sizes == [3, 3, 1] and seen == made[::-1] == [meta.id for meta in store.list() if meta.title != "newer"]
+    with pytest.raises(AgentError, match="invalid page cursor 'nonsense': give the `next` cursor"):
+        store.page(3, "nonsense")
+    assert [meta.title for meta in store.list(parent_id=made[0])] == []
+    child = store.create("a", title="child", parent_id=made[0])
+    assert [meta.id for meta in store.list(parent_id=made[0])] == [child.id]
+    assert store.verify() == []
+
+
+def test_the_cli_lists_a_page_and_prints_the_cursor_of_the_next(
+    tmp_path: Path, address: Address, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = SessionStore(address)
+    made = [store.create("a").id for _ in range(3)]
+    store.close()
+    data = ["--data-dir", str(tmp_path / "data"), "--sessions", str(address)]
+    assert main([*data, "sessions", "list", "--limit", "2", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [meta["id"] for meta in json.loads(out)] == made[:0:-1]
+    (cursor,) = re.findall(r"more: sessions list --after (\S+)", err)
+    assert main([*data, "sessions", "list", "--limit", "2", "--after", cursor, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [meta["id"] for meta in json.loads(out)] == made[:1] and "more:" not in err
+
+
+def test_a_postgres_store_lives_in_its_own_schema_and_refuses_a_foreign_one(pg_cluster: Any) -> None:
+    import psycopg
+
+    address = pg_cluster.new_database()
+    with psycopg.connect(address, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.orders (id int)")  # a database used by something else too is fine
+    store = SessionStore(address)
+    store.create("a", session_id="ses-one")
+    store.close()
+    with psycopg.connect(address, autocommit=True) as conn:
+        schemas = conn.execute("SELECT table_schema FROM information_schema.tables WHERE table_name = 'sessions'")
+        assert schemas.fetchall() == [("unit_mcp_sessions",)]
+
+    foreign = pg_cluster.new_database()
+    with psycopg.connect(foreign, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA unit_mcp_sessions")
+        conn.execute("CREATE TABLE unit_mcp_sessions.sessions (id int)")
+    for read_only in (False, True):
+        with pytest.raises(AgentError) as refused:
+            SessionStore(foreign, read_only=read_only).list()
+        assert str(refused.value) == (
+            f"the session store {foreign} has a schema unit_mcp_sessions that unit-mcp did not make; give another "
+            "database"
+        )
+    assert SessionStore(pg_cluster.new_database(), read_only=True).page().sessions == []  # none yet: empty
+
+
+def test_a_postgres_address_with_a_password_or_without_the_driver_is_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(AgentError) as refused:
+        SessionStore("postgresql://me:hunter2@127.0.0.1:5432/db")
+    assert "hunter2" not in str(refused.value) and "carries a password; leave it out" in str(refused.value)
+    without_driver = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "from unit_mcp.agent._cli import main\n"
+        f"sys.exit(main(['--data-dir', {str(tmp_path / 'data')!r}, '--sessions', "
+        "'postgresql://me@127.0.0.1:5432/db', 'sessions', 'list']))"
+    )
+    done = subprocess.run([sys.executable, "-c", without_driver], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (
+        1,
+        "error: the session store postgresql://me@127.0.0.1:5432/db needs the PostgreSQL driver: "
+        "pip install 'unit-mcp[postgres]'\n",
+    )
+
+
+def test_a_lost_connection_fails_one_write_in_one_line_and_the_next_reconnects(pg_cluster: Any) -> None:
+    import psycopg
+    from pgcluster import free_port
+
+    from unit_mcp.agent.errors import SessionStoreUnavailable
+
+    unreachable = r"^the session store postgresql://\S+ is unreachable \(.*\); nothing was written"
+    with pytest.raises(SessionStoreUnavailable, match=unreachable):
+        SessionStore(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing")
+    address = pg_cluster.new_database()
+    store = SessionStore(address)
+    session = store.create("a")
+    store.append_item(session, MessageItem(role="user", content="one"))
+    with psycopg.connect(address, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'unit-mcp-sessions'"
+        ).fetchall()
+        assert killed == [(True,)]
+    with pytest.raises(SessionStoreUnavailable, match="is unreachable"):
+        store.append_item(session, MessageItem(role="user", content="lost with the connection"))
+    store.append_item(session, MessageItem(role="user", content="two"))  # a new connection
+    store.close()
+    reader = SessionStore(address, read_only=True)
+    contents = [item.content for item in reader.require(session.id).items if isinstance(item, MessageItem)]
+    assert contents == ["one", "two"] and reader.verify() == []
+
+
+def test_the_units_store_and_the_session_store_share_one_database(pg_cluster: Any) -> None:
+    from unit_mcp.units import open_loader
+
+    address = pg_cluster.new_database()
+    store = SessionStore(address)
+    store.create("a", session_id="ses-beside-units")
+    loader = open_loader(address)  # the units loader accepts a database that holds only unit-mcp's stores
+    try:
+        assert loader.discover() == {}
+    finally:
+        loader.close()
+    assert [meta.id for meta in store.page().sessions] == ["ses-beside-units"]
+    store.close()
+
+
+def test_a_postgres_address_given_as_the_data_folder_is_refused_with_the_option_to_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a folder named "postgresql:" would be made here if the address were taken for a path
+    assert main(["--data-dir", "postgresql://me@127.0.0.1:5432/db", "sessions", "list"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --data-dir takes a folder; give a PostgreSQL session store with --sessions postgresql://…\n"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -27,6 +27,7 @@ TITLES = {
     "transport": "Transport: guards, malformed bodies, bounds",
     "load": "Load: 16 clients against the real server process",
     "session_crashes": "SIGKILL while appending to agent sessions",
+    "session_crashes_postgres": "SIGKILL while appending to agent sessions in a PostgreSQL store",
     "round3_attacks": "Security round 3: each reproduced break, replayed",
     "approval page": "Approval page: the credential stays on its own port",
     "test_sandbox": "Test runs: descendants, a stopped warm host, scratch folder and environment",

@@ -1,7 +1,8 @@
-"""Several processes appending to agent sessions in one store (`unit_mcp.agent.SessionStore`, one SQLite
-database) are killed with SIGKILL at random moments, many times: afterwards the database is whole, every session
-loads, its messages are the acknowledged ones in order (the one being written may be lost, nothing before it),
-what a dead turn left open is repaired, and while the writers live a second writer of their sessions is refused.
+"""Several processes appending to agent sessions in one store (`unit_mcp.agent.SessionStore`: a SQLite database,
+and a PostgreSQL one) are killed with SIGKILL at random moments, many times: afterwards the store is whole (the
+database's own check, every session's items numbered without gaps and counted), every session loads, its
+messages are the acknowledged ones in order (the one being written may be lost, nothing before it), what a dead
+turn left open is repaired, and while the writers live a second writer of their sessions is refused.
 
 The writers are forked from a zygote that has already imported the store, so that a kill costs milliseconds
 rather than an interpreter start-up; each appends messages, opens and closes tool calls, marks sessions running,
@@ -15,7 +16,6 @@ import contextlib
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -28,7 +28,7 @@ import pytest
 
 from unit_mcp.agent.errors import SessionLocked
 from unit_mcp.agent.items import MessageItem
-from unit_mcp.agent.sessions import DATABASE, SessionStore
+from unit_mcp.agent.sessions import SessionStore
 
 from .report import Report
 
@@ -38,6 +38,10 @@ WAIT_SECONDS = 60  # for a killed writer to be reported; it takes milliseconds
 
 ZYGOTE = r"""
 import os, random, sys
+try:
+    import psycopg  # noqa: F401  (imported once here, not in every forked writer)
+except ImportError:
+    pass
 from unit_mcp.agent.items import MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.agent.sessions import SessionStore
 
@@ -120,7 +124,7 @@ class Zygote:
         assert self.proc.stdout is not None
         return self.proc.stdout
 
-    def run_and_kill(self, root: Path, seed: int, after: float, probe: Callable[[], None]) -> list[str]:
+    def run_and_kill(self, root: Path | str, seed: int, after: float, probe: Callable[[], None]) -> list[str]:
         """Fork WRITERS writers, run `probe` once all are ready, let them write for `after` seconds more, SIGKILL
         them one by one; every line they printed.
 
@@ -187,17 +191,24 @@ class Zygote:
             raise
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """The store: a folder, or a new database of the test cluster (whose PGPASSFILE the zygote then inherits)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_cluster").new_database())
+    return tmp_path / "sessions"
+
+
 @pytest.fixture
-def zygote() -> Iterator[Zygote]:
+def zygote(root: Path | str) -> Iterator[Zygote]:
     started = Zygote()
     yield started
     started.close()
 
 
 def test_sigkill_while_several_processes_append_loses_at_most_the_last_item(
-    tmp_path: Path, zygote: Zygote, figures: Report
+    root: Path | str, zygote: Zygote, figures: Report
 ) -> None:
-    root = tmp_path / "sessions"
     first = SessionStore(root)
     for k in range(WRITERS):
         first.create("hardening", session_id=f"ses-{k}-0", title="crash test")
@@ -222,8 +233,9 @@ def test_sigkill_while_several_processes_append_loses_at_most_the_last_item(
             if word == "ack":
                 acked[sid] = int(rest[0])
             seen[word] += 1
-        with sqlite3.connect(root / DATABASE) as db:  # whatever the kills hit, the database is whole
-            assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        checker = SessionStore(root, read_only=True)
+        assert checker.verify() == [], f"kill {kill}: the store is torn"  # whatever the kills hit
+        checker.close()
         store = SessionStore(root)
         try:
             for meta in store.list():
@@ -244,7 +256,7 @@ def test_sigkill_while_several_processes_append_loses_at_most_the_last_item(
         finally:
             store.close()
     figures.record(
-        "session_crashes",
+        "session_crashes" if isinstance(root, Path) else "session_crashes_postgres",
         kills=KILLS,
         writers_per_kill=WRITERS,
         sessions=len(acked),

@@ -338,7 +338,7 @@ async def test_the_request_is_offered_only_when_allowed_and_always_asks(tmp_path
     service.local_access = LocalAccess(tmp_path / "oc", host)
     # No --confirm at all, and a page's grant of 'destructive' for this very client: still nobody may skip the yes.
     confirmations = Confirmations(["destructive"])
-    confirmations.grant(CLIENT.name, "destructive", 10)
+    confirmations.grant(Caller(name=CLIENT.name, version=CLIENT.version), "destructive", 10)
     for asking in (None, confirmations):
         tools = UnitTools(service, confirmations=asking)
         assert REQUEST in {tool.name for tool in tools.tools}

@@ -104,18 +104,34 @@ async def test_in_the_browser_a_turn_of_another_process_shows_up_live_and_so_doe
     assert deployed(tmp_path) == ["t0"]
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
 async def test_the_page_the_cli_and_the_runner_answer_what_is_pending_alike(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], database: str, request: pytest.FixtureRequest
 ) -> None:
-    """One store, three readers, one rule (`SessionStore.pending`): before the runner holds the session and after."""
-    root = tmp_path / "sessions"
+    """One store, three readers, one rule (`SessionStore.pending`): before the runner holds the session and after;
+    on either database."""
+    root = tmp_path / "sessions" if database == "sqlite" else request.getfixturevalue("pg_cluster").new_database()
     paused = first_life(root, ["policy", "waiting", "answered-running", "waiting"])
     settled = first_life(root, ["answered-ran"])
     runner = AgentRunner(store=root, registry=AgentRegistry(), tools=AgentToolSurface(AgentApprovals()))
     ui = AgentUI(runner, port=1)  # the page's reads, without serving it
 
     def cli(session_id: str) -> list[str]:
-        assert main(["--data-dir", str(root), "sessions", "pending", session_id, "--json"]) == 0
+        assert (
+            main(
+                [
+                    "--data-dir",
+                    str(tmp_path / "data"),
+                    "--sessions",
+                    str(root),
+                    "sessions",
+                    "pending",
+                    session_id,
+                    "--json",
+                ]
+            )
+            == 0
+        )
         return [request["id"] for request in json.loads(capsys.readouterr().out)]
 
     def page() -> list[tuple[str, str, str]]:

@@ -3,7 +3,8 @@ and answer an approval that a turn was waiting for when its process ended.
 
     MCP_TOKEN=… unit-mcp agent run --mcp-url URL --base-url URL --model M "add a reset button"
     MCP_TOKEN=… unit-mcp agent run --agents agents.toml --agent reviewer ... "review the counter unit"
-    unit-mcp agent sessions list
+    unit-mcp agent sessions list [--limit N] [--after CURSOR]
+    unit-mcp agent --sessions postgresql://USER@HOST:PORT/DB sessions list   # a shared store
     unit-mcp agent sessions show SESSION_ID
     unit-mcp agent sessions pending SESSION_ID
     unit-mcp agent sessions delete|archive SESSION_ID     (sessions audit lists what was removed)
@@ -17,8 +18,9 @@ a risk up front). Ctrl-C cancels the turn cleanly. If the process ends while it 
 closed), `sessions pending` lists the question and `answer` resumes the turn: an approved call runs then,
 and the model goes on (`answer` takes the same model and server options as `run`). Defaults come from
 OPENAI_BASE_URL, OPENAI_API_KEY, MCP_URL and MCP_TOKEN (the names the unit server prints; UNIT_MCP_URL and
-UNIT_MCP_TOKEN are read too) and UNIT_MCP_AGENT_DATA. Secrets never go on the command line (other users read
-it): the token and the key come from those variables or from `--mcp-token-file`/`--api-key-file`. A failure a
+UNIT_MCP_TOKEN are read too), UNIT_MCP_AGENT_DATA and UNIT_MCP_AGENT_SESSIONS. Secrets never go on the
+command line (other users read it): the token and the key come from those variables or from
+`--mcp-token-file`/`--api-key-file`. A failure a
 person can fix (a server that does not answer, a refused token or key, a session that does not exist) ends with
 one line saying what happened and what to do; `--debug` shows the traceback too.
 """
@@ -45,7 +47,7 @@ from ._paused import RESUMED_OUTPUT
 from ._projections import transcript_line
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import ErrorItem, Item, MessageItem, ToolCallItem, ToolResultItem
-from .sessions import ARCHIVE, SessionStore
+from .sessions import SessionStore
 
 if TYPE_CHECKING:
     from ._mcpsource import McpToolSource
@@ -56,6 +58,7 @@ PROG = "unit-mcp agent"
 AGENT_ID = "unit-agent"
 MCP_TOKEN_ENV = ("MCP_TOKEN", "UNIT_MCP_TOKEN")
 API_KEY_ENV = ("OPENAI_API_KEY",)
+Store = str | Path  # a session store's folder, or its postgresql:// address
 
 
 class CliError(Exception):
@@ -107,7 +110,15 @@ def command_parser(prog: str = PROG) -> CommandParser:
         "--data-dir",
         type=Path,
         default=default_data_dir(),
-        help="session store (default: $UNIT_MCP_AGENT_DATA or %(default)s)",
+        help="the agent's data folder, its session store unless --sessions (default: $UNIT_MCP_AGENT_DATA or "
+        "%(default)s)",
+    )
+    top.add_argument(
+        "--sessions",
+        default=_env("UNIT_MCP_AGENT_SESSIONS"),
+        metavar="STORE",
+        help="session store: a folder, or postgresql://USER@HOST:PORT/DB shared by several machines (password from "
+        "PGPASSWORD or PGPASSFILE; default: $UNIT_MCP_AGENT_SESSIONS or the data folder)",
     )
     top.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     commands = top.add_subparsers(dest="command", required=True)
@@ -157,8 +168,10 @@ def command_parser(prog: str = PROG) -> CommandParser:
         "sessions", help="list, show, delete or archive stored sessions, or list their pending approvals"
     )
     which = sessions.add_subparsers(dest="action", required=True)
-    listing = which.add_parser("list", help="every session, newest first")
+    listing = which.add_parser("list", help="the sessions, newest first, a page at a time")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--limit", type=int, default=100, help="sessions per page (default %(default)s)")
+    listing.add_argument("--after", metavar="CURSOR", help="the page after the one that printed this cursor")
     listing.add_argument("--archived", action="store_true", help="the archived sessions instead")
     show = which.add_parser("show", help="one session's items")
     show.add_argument("session_id")
@@ -233,7 +246,7 @@ class Terminal:
 
 @contextlib.asynccontextmanager
 async def turn_runtime(
-    args: argparse.Namespace, data_dir: Path, terminal: Terminal
+    args: argparse.Namespace, store: Store, terminal: Terminal
 ) -> AsyncIterator[tuple[AgentRunner, TurnCallbacks]]:
     """The runner `run` and `answer` use (the OpenAI-compatible agent, the unit server's tools, the terminal as
     approver) and the callbacks that stream a turn to the terminal."""
@@ -252,7 +265,7 @@ async def turn_runtime(
     )
     from .presets import PresetManager
 
-    presets = PresetManager(args.presets, state_path=data_dir / "active-presets.json") if args.presets else None
+    presets = PresetManager(args.presets, state_path=args.data_dir / "active-presets.json") if args.presets else None
     surface = AgentToolSurface(approvals, presets=presets)
     registry = AgentRegistry()
     if args.model:
@@ -287,8 +300,8 @@ async def turn_runtime(
                 await start_agents(stack, registry, args.agents, surface=surface, **options)
             except AgentFileError as exc:
                 raise CliError(f"{exc} (--agents)") from exc
-        with _store_error(data_dir):
-            runner = await stack.enter_async_context(AgentRunner(store=data_dir, registry=registry, tools=surface))
+        with _store_error(store):
+            runner = await stack.enter_async_context(AgentRunner(store=store, registry=registry, tools=surface))
         yield runner, TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
 
 
@@ -336,27 +349,37 @@ def _root_cause(exc: BaseException, kind: type[BaseException] | None = None) -> 
     return last
 
 
+def _shown(store: Store) -> str:
+    from ..pgconnect import is_postgres, shown_address
+
+    return shown_address(str(store)) if is_postgres(store) else str(store)
+
+
 @contextlib.contextmanager
-def _store_error(data_dir: Path) -> Iterator[None]:
+def _store_error(store: Store) -> Iterator[None]:
+    from .errors import AgentError
+
     try:
         yield
     except OSError as exc:
         raise CliError(
-            f"cannot use the session store {data_dir}: {exc.strerror or exc}; give a folder you can write "
+            f"cannot use the session store {_shown(store)}: {exc.strerror or exc}; give a folder you can write "
             "(--data-dir or UNIT_MCP_AGENT_DATA)"
         ) from exc
+    except AgentError as exc:
+        raise CliError(str(exc)) from exc
 
 
-def _unknown_session(session_id: str, data_dir: Path) -> CliError:
+def _unknown_session(session_id: str, store: Store) -> CliError:
     return CliError(
-        f"no session {session_id} in {data_dir}; `unit-mcp agent sessions list` shows the sessions there "
-        "(--data-dir picks another store)"
+        f"no session {session_id} in {_shown(store)}; `unit-mcp agent sessions list` shows the sessions "
+        "there (--sessions or --data-dir picks another store)"
     )
 
 
-async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
+async def run_command(args: argparse.Namespace, store: Store) -> int:
     terminal = Terminal()
-    async with turn_runtime(args, data_dir, terminal) as (runner, callbacks):
+    async with turn_runtime(args, store, terminal) as (runner, callbacks):
         session = await runner.get_session(args.session) if args.session else None
         if session is None:
             agent_id = args.agent or (AGENT_ID if args.model else args.agents[0].id)
@@ -372,11 +395,11 @@ async def run_command(args: argparse.Namespace, data_dir: Path) -> int:
         return await follow(handle, terminal, args)
 
 
-async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
+async def answer_command(args: argparse.Namespace, store: Store) -> int:
     from .errors import AgentError, SessionNotFound
 
     terminal = Terminal()
-    async with turn_runtime(args, data_dir, terminal) as (runner, callbacks):
+    async with turn_runtime(args, store, terminal) as (runner, callbacks):
         try:
             handle = await runner.answer_approval(
                 args.session_id,
@@ -386,7 +409,7 @@ async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
                 callbacks=callbacks,
             )
         except SessionNotFound:
-            raise _unknown_session(args.session_id, data_dir) from None
+            raise _unknown_session(args.session_id, store) from None
         except AgentError as exc:
             raise CliError(f"{exc}; `sessions pending {args.session_id}` lists what can be answered") from exc
         if handle is None:
@@ -396,14 +419,14 @@ async def answer_command(args: argparse.Namespace, data_dir: Path) -> int:
         return await follow(handle, terminal, args)
 
 
-async def ui_command(args: argparse.Namespace, data_dir: Path) -> int:
+async def ui_command(args: argparse.Namespace, store: Store) -> int:
     """Serve the page; approvals answered there resume their turns in this process, and what those turns ask
     waits for the page too."""
     from .approvals import PendingApprovals
     from .errors import AgentError
     from .ui import serve
 
-    async with turn_runtime(args, data_dir, Terminal()) as (runner, _):
+    async with turn_runtime(args, store, Terminal()) as (runner, _):
         runner.approvals.attach(PendingApprovals())
         try:
             await serve(runner, port=args.port)
@@ -451,16 +474,14 @@ async def follow(handle: TurnHandle, terminal: Terminal, args: argparse.Namespac
     return {TurnStatus.COMPLETED: 0, TurnStatus.CANCELLED: 130}.get(handle.status, 1)
 
 
-def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
+def sessions_command(args: argparse.Namespace, address: Store) -> int:
     from .errors import AgentError
 
     if args.action in ("delete", "archive"):
-        return retire_command(args, data_dir)
-    if args.action == "list" and args.archived:
-        data_dir = data_dir / ARCHIVE
+        return retire_command(args, address)
     read_only = args.action in ("list", "show")  # browsing a missing store shows it empty, and creates nothing
-    with _store_error(data_dir):
-        store = SessionStore(data_dir, read_only=read_only)
+    with _store_error(address):
+        store = SessionStore(address, read_only=read_only, archive=args.action == "list" and args.archived)
     try:
         if args.action == "audit":
             records = store.audit()
@@ -472,7 +493,10 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
                 print(f"{when}  {record['action']:<7} {session['id']}  {via:<8} {session['title'] or ''}")
             return 0
         if args.action == "list":
-            metas = store.list()
+            listed = store.page(args.limit, args.after)
+            metas = listed.sessions
+            if listed.next is not None:
+                print(f"more: sessions list --after {listed.next}", file=sys.stderr)
             if args.json:
                 print(json.dumps([meta.model_dump(mode="json") for meta in metas], indent=2))
             for meta in [] if args.json else metas:
@@ -484,13 +508,13 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
             from ._import import import_journals
 
             imported = import_journals(store, args.folder)
-            print(f"imported {len(imported)} session(s) from {args.folder} into {data_dir}", file=sys.stderr)
+            print(f"imported {len(imported)} session(s) from {args.folder} into {store.name}", file=sys.stderr)
             return 0
         if args.action == "pending":
-            return pending_command(args, store, data_dir)
+            return pending_command(args, store, address)
         session = store.load(args.session_id)
         if session is None:
-            raise _unknown_session(args.session_id, data_dir)
+            raise _unknown_session(args.session_id, address)
         if args.json:
             print(session.model_dump_json(indent=2))
         else:
@@ -504,16 +528,16 @@ def sessions_command(args: argparse.Namespace, data_dir: Path) -> int:
         store.close()
 
 
-def retire_command(args: argparse.Namespace, data_dir: Path) -> int:
+def retire_command(args: argparse.Namespace, address: Store) -> int:
     """Delete or archive a session: the store refuses one a turn runs in, and records what it did."""
     from .errors import AgentError, SessionNotFound
 
-    with _store_error(data_dir):
-        store = SessionStore(data_dir)
+    with _store_error(address):
+        store = SessionStore(address)
     try:
         meta = store.retire(args.session_id, args.action, via="cli")
     except SessionNotFound:
-        raise _unknown_session(args.session_id, data_dir) from None
+        raise _unknown_session(args.session_id, address) from None
     except AgentError as exc:
         raise CliError(str(exc)) from exc
     finally:
@@ -522,11 +546,11 @@ def retire_command(args: argparse.Namespace, data_dir: Path) -> int:
     return 0
 
 
-def pending_command(args: argparse.Namespace, store: SessionStore, data_dir: Path) -> int:
+def pending_command(args: argparse.Namespace, store: SessionStore, address: Store) -> int:
     """The approvals nobody answered, by the store's one rule (a session a live process holds included: that
     process asks its own questions)."""
     if store.meta(args.session_id) is None:
-        raise _unknown_session(args.session_id, data_dir)
+        raise _unknown_session(args.session_id, address)
     pending = [entry.request for entry in store.pending(args.session_id)]
     if args.json:
         print(json.dumps([request.model_dump(mode="json") for request in pending], indent=2))
@@ -541,8 +565,13 @@ def pending_command(args: argparse.Namespace, store: SessionStore, data_dir: Pat
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = command_parser(prog).parse_args(argv)
     data_dir: Path = args.data_dir
+    store: Store = args.sessions or data_dir
     try:
+        if str(data_dir).startswith(("postgresql:", "postgres:")):  # a Path has already folded its "//"
+            raise CliError("--data-dir takes a folder; give a PostgreSQL session store with --sessions postgresql://…")
         _trust_store(data_dir)
+        if isinstance(store, str) and not store.startswith(("postgresql://", "postgres://")):
+            _trust_store(Path(store))
         if args.command in ("run", "answer", "ui"):
             args.mcp_token = secret_value(args.mcp_token_file, "--mcp-token", MCP_TOKEN_ENV)
             args.api_key = secret_value(args.api_key_file, "--api-key", API_KEY_ENV)
@@ -558,9 +587,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                 print_error(prog, "give --base-url or set OPENAI_BASE_URL")
                 return 2
             command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]
-            outcome: Any = anyio.run(command, args, data_dir)
+            outcome: Any = anyio.run(command, args, store)
             return int(outcome)
-        return sessions_command(args, data_dir)
+        return sessions_command(args, store)
     except BaseException as exc:
         expected = exc
         while isinstance(expected, BaseExceptionGroup) and len(expected.exceptions) == 1:  # task groups wrap it

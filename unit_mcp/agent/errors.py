@@ -20,6 +20,10 @@ class SessionLocked(AgentError):
     """Another store (in this or another process) has the session open for writing; one writer at a time."""
 
 
+class SessionStoreUnavailable(AgentError):
+    """The session database cannot be reached right now; nothing was written. The store reconnects by itself."""
+
+
 class TurnClosed(AgentError):
     """The turn already ended (completed, failed or cancelled); late output from its agent is refused."""
 

@@ -1,11 +1,14 @@
-"""SessionStore: agent sessions in one SQLite database per store (`<root>/sessions.db`, WAL), read through this
-module only: the runner, the approval page and the CLI ask it, none of them knows the tables.
+"""SessionStore: agent sessions in one database per store, read through this module only: the runner, the approval
+page and the CLI ask it, none of them knows the tables. A folder holds a SQLite database (`<root>/sessions.db`,
+WAL); a `postgresql://USER@HOST:PORT/DB` address a schema `unit_mcp_sessions` in that database, which runners and
+pages on several machines share (`_sessiondb.py`: the two databases, the same tables and SQL).
 
-Every append, item update and session update is one `BEGIN IMMEDIATE` transaction, so a killed process loses
-at most the write it had not acknowledged and never leaves a torn store. Durability maps onto `PRAGMA
-synchronous`: `"always"` (FULL: every acknowledged write survives a power loss), `"flush"` (NORMAL: a power loss
-may lose writes since the last `flush()`, which commits with FULL; a process crash loses nothing acknowledged),
-`"never"` (OFF). Streaming partial updates (`persist=False`) stay in memory until a persisted update or `flush()`.
+Every append, item update and session update is one transaction that excludes other writers, so a killed process
+loses at most the write it had not acknowledged and never leaves a torn store. Durability maps onto SQLite's
+`PRAGMA synchronous` and PostgreSQL's `synchronous_commit`: `"always"` (FULL / on: every acknowledged write
+survives a power loss), `"flush"` (NORMAL / off: a power loss may lose writes since the last `flush()`, which
+commits synchronously; a crash of the writing process loses nothing acknowledged), `"never"` (OFF / off).
+Streaming partial updates (`persist=False`) stay in memory until a persisted update or `flush()`.
 
 One writer per session: a writable store claims a session when it loads it (a row in `writers` with its host,
 pid, a heartbeat and a token) and every write checks the claim, so a second writer is refused with
@@ -13,7 +16,8 @@ pid, a heartbeat and a token) and every write checks the claim, so a second writ
 Loading repairs what a dead turn left (`_paused.repair`: the one function; the writer stores its result),
 readers only read. `read_only=True` gives a store that never claims, repairs or writes.
 
-`retire` deletes a session or moves it to the store in `archive/`, refused while a turn runs in it and recorded in
+`retire` deletes a session or moves it to the archive store (`archive/`; on PostgreSQL the schema
+`unit_mcp_sessions_archive`), refused while a turn runs in it and recorded in
 the store's audit (`audit()`).
 
 A store-wide counter (`clock`) numbers every write: `changes(session_id, after)` returns what changed since a
@@ -24,6 +28,7 @@ All methods are blocking and thread-safe; async callers run them in a worker thr
 
 from __future__ import annotations
 
+import base64
 import builtins
 import contextlib
 import json
@@ -31,7 +36,6 @@ import logging
 import os
 import secrets
 import socket
-import sqlite3
 import threading
 import time
 import weakref
@@ -43,19 +47,26 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 
 from ..paths import private_dir
+from ..pgconnect import is_postgres
 from ._paused import REQUESTED, State, repair, waiting
+from ._sessiondb import (
+    PG_SCHEMA,
+    Conn,
+    Database,
+    Durability,
+    PostgresDatabase,
+    SqliteDatabase,
+    postgres_problem,
+)
 from .approvals import ApprovalRequest
 from .errors import AgentError, SessionLocked, SessionNotFound
 from .items import ITEM, SESSION_ID, EventItem, Item, Session, SessionMeta, SessionStatus
 
 log = logging.getLogger("unit_mcp.agent.sessions")
 
-Durability = Literal["always", "flush", "never"]
-SYNCHRONOUS = {"always": "FULL", "flush": "NORMAL", "never": "OFF"}
-DATABASE = "sessions.db"
-SCHEMA_VERSION = 1
+__all__ = ["Changes", "Durability", "Pending", "SessionPage", "SessionStore"]
 UPDATABLE = frozenset({"title", "status", "data", "parent_id"})
-ARCHIVE = "archive"  # the folder of the store archived sessions move to, a store of its own
+ARCHIVE = "archive"  # the folder (PostgreSQL: the schema suffix) of the store archived sessions move to
 Retirement = Literal["delete", "archive"]
 HEARTBEAT_SECONDS = 5.0  # how often a writer refreshes its claims
 STALE_SECONDS = 30.0  # a claim whose heartbeat is older is dead even if its pid exists (reused, or another host)
@@ -63,26 +74,6 @@ HOST = socket.gethostname()
 # the writable stores of this process by token: a store closed or garbage-collected holds nothing any more
 _HELD: weakref.WeakValueDictionary[str, SessionStore] = weakref.WeakValueDictionary()
 
-SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, title TEXT, status TEXT NOT NULL, parent_id TEXT,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL, data TEXT NOT NULL, item_count INTEGER NOT NULL,
-    asks INTEGER NOT NULL DEFAULT 0, created_seq INTEGER NOT NULL, head_seq INTEGER NOT NULL, seq INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS sessions_by_update ON sessions (updated_at);
-CREATE TABLE IF NOT EXISTS items (
-    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE, position INTEGER NOT NULL,
-    body TEXT NOT NULL, created_seq INTEGER NOT NULL, seq INTEGER NOT NULL,
-    PRIMARY KEY (session_id, position)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS items_by_seq ON items (session_id, seq);
-CREATE TABLE IF NOT EXISTS writers (
-    session_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, token TEXT NOT NULL,
-    heartbeat REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS audit (
-    at REAL NOT NULL, action TEXT NOT NULL, via TEXT NOT NULL, session TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS clock (one INTEGER PRIMARY KEY CHECK (one = 1), seq INTEGER NOT NULL);
-INSERT OR IGNORE INTO clock VALUES (1, 0);
-PRAGMA user_version = {SCHEMA_VERSION};
-"""
 HEAD = "id, agent_id, title, status, parent_id, created_at, updated_at, item_count"
 METAS = TypeAdapter(list[SessionMeta])
 
@@ -109,6 +100,26 @@ def _asks(item: Item) -> int:
     return int(isinstance(item, EventItem) and item.kind == REQUESTED)
 
 
+def _metas(rows: builtins.list[Any]) -> builtins.list[SessionMeta]:
+    names = HEAD.split(", ")
+    return METAS.validate_python([dict(zip(names, row, strict=True)) for row in rows])  # validated at once
+
+
+def _next(meta: SessionMeta) -> str:
+    """The opaque cursor after `meta` in newest-first order."""
+    return base64.urlsafe_b64encode(json.dumps([meta.updated_at, meta.id]).encode()).decode().rstrip("=")
+
+
+def _cursor(cursor: str) -> tuple[float, str]:
+    try:
+        updated_at, session_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if isinstance(updated_at, (int, float)) and isinstance(session_id, str):
+            return float(updated_at), session_id
+    except (ValueError, TypeError):
+        pass
+    raise AgentError(f"invalid page cursor {cursor[:40]!r}: give the `next` cursor a page of sessions returned")
+
+
 @dataclass(frozen=True)
 class Pending:
     """An approval request that waits for an answer, with the session it waits in (see `_paused.waiting`)."""
@@ -131,6 +142,14 @@ class Changes:
     reset: bool = False
 
 
+@dataclass(frozen=True)
+class SessionPage:
+    """Sessions newest first, and the cursor that asks for the ones after them (None: there are no more)."""
+
+    sessions: list[SessionMeta]
+    next: str | None
+
+
 @dataclass
 class _Open:
     """A session this store holds for writing: its state, its item index and the partials not yet stored."""
@@ -141,25 +160,55 @@ class _Open:
 
 
 class SessionStore:
-    """Create, load, update and list sessions under `root`; loaded sessions are held (claimed and cached) until
-    `invalidate()` or `close()`."""
+    """Create, load, update and list sessions in the store at `address` (a folder, or `postgresql://…`; `archive`:
+    the store archived sessions move to); loaded sessions are held (claimed and cached) until `invalidate()` or
+    `close()`."""
 
     def __init__(
-        self, root: str | os.PathLike[str], *, durability: Durability = "always", read_only: bool = False
+        self,
+        address: str | os.PathLike[str],
+        *,
+        durability: Durability = "always",
+        read_only: bool = False,
+        archive: bool = False,
     ) -> None:
-        self.root = Path(root)
+        self.address: str | os.PathLike[str] = address
+        self.archive = archive
         self.read_only = read_only
         self.durability: Durability = durability
         self._lock = threading.RLock()
         self._open: dict[str, _Open] = {}
         self._token = secrets.token_hex(16)
-        self._conn: sqlite3.Connection | None = None
+        self._db: Database | None = None
+        self._conn: Conn | None = None
         self._beat: threading.Thread | None = None
         self._closed = threading.Event()
         self._pending: dict[str, tuple[object, builtins.list[Pending]]] = {}
+        self._folder: Path | None = None
+        if is_postgres(address):
+            problem = postgres_problem(str(address))
+            if problem:
+                raise AgentError(problem)
+        else:
+            self._folder = Path(address) / ARCHIVE if archive else Path(address)
+            if not read_only:
+                self._folder = private_dir(self._folder)
         if not read_only:
-            self.root = private_dir(self.root)
             self._connect()
+
+    @property
+    def root(self) -> Path:
+        """The folder of a SQLite store."""
+        if self._folder is None:
+            raise AgentError("a PostgreSQL session store has no folder")
+        return self._folder
+
+    @property
+    def name(self) -> str:
+        """The store as it may be shown (a folder, or an address without a password)."""
+        from ..pgconnect import shown_address
+
+        return str(self._folder) if self._folder is not None else shown_address(str(self.address))
 
     # -- CRUD -----------------------------------------------------------------------------------
 
@@ -250,9 +299,11 @@ class SessionStore:
             if opened.session.status == "running":
                 raise AgentError(f"session {session_id} has a running turn; cancel it or wait for it to end first")
             meta = opened.session.meta()
+            if action == "archive" and self.archive:
+                raise AgentError(f"session {session_id} is archived already; delete it from the archive instead")
             if action == "archive":  # copied first: a crash in between leaves it in both stores, never in none
                 self.append_item(opened.session, EventItem(kind="session-archived", data={"via": via}))
-                archive = SessionStore(self.root / ARCHIVE, durability=self.durability)
+                archive = SessionStore(self.address, durability=self.durability, archive=True)
                 try:
                     archive.save(opened.session)
                 finally:
@@ -262,28 +313,52 @@ class SessionStore:
                 conn.execute("DELETE FROM writers WHERE session_id = ?", (session_id,))
                 conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
                 record = (time.time(), action, via, meta.model_dump_json())
-                conn.execute("INSERT INTO audit VALUES (?, ?, ?, ?)", record)
+                conn.execute("INSERT INTO audit (at, action, via, session) VALUES (?, ?, ?, ?)", record)
             return meta
 
     def audit(self) -> builtins.list[dict[str, Any]]:
         """The store's audit trail, oldest first: every session deleted or archived, when and from where."""
         with self._lock:
             conn = self._reader()
-            rows = [] if conn is None else conn.execute("SELECT at, action, via, session FROM audit ORDER BY rowid")
+            if conn is None or self._db is None:
+                return []
+            rows = conn.execute(f"SELECT at, action, via, session FROM audit ORDER BY {self._db.audit_order}")
             return [
                 {"at": at, "action": action, "via": via, "session": json.loads(session)}
                 for at, action, via, session in rows
             ]
 
-    def list(self) -> builtins.list[SessionMeta]:
-        """Metadata of every session, newest first, never the items."""
+    def list(self, *, parent_id: str | None = None) -> builtins.list[SessionMeta]:
+        """Metadata of every session (or every child of `parent_id`), newest first, never the items (a page or the
+        CLI asks for `page`s)."""
+        where, args = ("WHERE parent_id = ? ", (parent_id,)) if parent_id is not None else ("", ())
         with self._lock:
             conn = self._reader()
             if conn is None:
                 return []
-            rows = conn.execute(f"SELECT {HEAD} FROM sessions ORDER BY updated_at DESC, id").fetchall()
-        names = HEAD.split(", ")
-        return METAS.validate_python([dict(zip(names, row, strict=True)) for row in rows])  # validated at once
+            rows = conn.execute(f"SELECT {HEAD} FROM sessions {where}ORDER BY updated_at DESC, id", args).fetchall()
+        return _metas(rows)
+
+    def page(self, limit: int = 50, cursor: str | None = None) -> SessionPage:
+        """Up to `limit` sessions, newest first, after `cursor` (the `next` of the page before): one index range,
+        as quick in a store of 10,000 sessions as in one of 10."""
+        if limit < 1:
+            raise AgentError(f"a page holds at least one session (limit {limit})")
+        where: str = ""
+        args: tuple[Any, ...] = ()
+        if cursor is not None:  # keyset paging: one range of the (updated_at DESC, id) index however deep the page
+            updated_at, last = _cursor(cursor)
+            where, args = "WHERE updated_at <= ? AND (updated_at < ? OR id > ?) ", (updated_at, updated_at, last)
+        with self._lock:
+            conn = self._reader()
+            if conn is None:
+                return SessionPage([], None)
+            rows = conn.execute(
+                f"SELECT {HEAD} FROM sessions {where}ORDER BY updated_at DESC, id LIMIT ?", (*args, limit + 1)
+            ).fetchall()
+        metas = _metas(rows[:limit])
+        last_shown = metas[-1] if len(rows) > limit else None
+        return SessionPage(metas, None if last_shown is None else _next(last_shown))
 
     def meta(self, session_id: str) -> SessionMeta | None:
         """One session's metadata, or None if there is none."""
@@ -396,24 +471,19 @@ class SessionStore:
 
     def changes(self, session_id: str, after: int = 0) -> Changes | None:
         """What changed in a session after clock value `after` (everything with 0), or None if there is none."""
-        with self._lock:
-            conn = self._reader()
+        with self._lock, self._snapshot() as conn:
             if conn is None:
                 return None
-            conn.execute("BEGIN")
-            try:
-                cursor = conn.execute("SELECT seq FROM clock").fetchone()[0]
-                row = conn.execute(
-                    f"SELECT {HEAD}, data, created_seq, head_seq FROM sessions WHERE id = ?", (session_id,)
-                ).fetchone()
-                if row is None:
-                    return None
-                items = conn.execute(
-                    "SELECT body, created_seq, seq FROM items WHERE session_id = ? AND seq > ? ORDER BY seq, position",
-                    (session_id, after),
-                ).fetchall()
-            finally:
-                conn.execute("COMMIT")
+            cursor = conn.execute("SELECT seq FROM clock").fetchone()[0]
+            row = conn.execute(
+                f"SELECT {HEAD}, data, created_seq, head_seq FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            items = conn.execute(
+                "SELECT body, created_seq, seq FROM items WHERE session_id = ? AND seq > ? ORDER BY seq, position",
+                (session_id, after),
+            ).fetchall()
         *head, data, created_seq, seq = row
         records: builtins.list[dict[str, Any]] = []
         if seq > after:
@@ -449,13 +519,9 @@ class SessionStore:
                     position = opened.index[item_id]
                     self._store_item(opened.session.id, position, opened.session.items[position])
                 opened.unpersisted.clear()
-            if self.durability == "flush":  # a FULL commit syncs the write-ahead log, with every commit before it
-                self._conn.execute("PRAGMA synchronous = FULL")
-                try:
-                    with self._write(tick=False) as (conn, _):
-                        conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
-                finally:
-                    self._conn.execute("PRAGMA synchronous = NORMAL")
+            if self.durability == "flush" and self._db is not None:
+                with self._db.synchronous(), self._write(tick=False) as (conn, _):
+                    conn.execute("UPDATE clock SET seq = seq")  # a write, so that the commit waits for the log
 
     def invalidate(self, session_id: str | None = None) -> None:
         """Release held sessions (all, or one) so that others may write them; pending partials are stored."""
@@ -478,41 +544,64 @@ class SessionStore:
                 self.invalidate()
             self._closed.set()
             _HELD.pop(self._token, None)
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            if self._db is not None:
+                self._db.close()
+                self._db = self._conn = None
+
+    def verify(self) -> builtins.list[str]:
+        """What is wrong with the stored data, if anything: the database's own check (SQLite), and per session
+        that its items are numbered without gaps and counted in its row. Empty for a whole store."""
+        with self._lock:
+            conn = self._reader()
+            if conn is None or self._db is None:
+                return []
+            problems = self._db.problems()
+            rows = conn.execute(
+                "SELECT s.id, s.item_count, count(i.position), coalesce(max(i.position) + 1, 0) FROM sessions s "
+                "LEFT JOIN items i ON i.session_id = s.id GROUP BY s.id, s.item_count"
+            ).fetchall()
+        for sid, count, found, span in rows:
+            if not count == found == span:
+                problems.append(f"session {sid} counts {count} items, holds {found} numbered up to {span}")
+        return problems
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
-        path = self.root / DATABASE
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, flags, 0o600))
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
-        if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
-            raise AgentError(f"{path}: the session store needs SQLite's WAL mode, which this file system refuses")
-        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
-        self._conn = conn
-        return conn
+    def _connect(self) -> Conn | None:
+        """Open the database (a writable store creates its tables; a reader finds None while there are none)."""
+        if self._folder is not None:
+            if self.read_only and not SqliteDatabase.exists(self._folder):
+                return None
+            self._db = SqliteDatabase(self._folder, self.durability)
+        else:
+            schema = f"{PG_SCHEMA}_{ARCHIVE}" if self.archive else PG_SCHEMA
+            database = PostgresDatabase(str(self.address), schema, self.durability)
+            try:
+                ready = database.prepare(create=not self.read_only)
+            except BaseException:
+                database.close()
+                raise
+            if not ready:
+                database.close()
+                return None
+            self._db = database
+        self._conn = self._db.conn
+        return self._conn
 
-    def _reader(self) -> sqlite3.Connection | None:
-        """The connection, opened on first use by a read-only store (None while there is no database)."""
-        if self._conn is None and self.read_only and not self._closed.is_set() and (self.root / DATABASE).exists():
+    def _reader(self) -> Conn | None:
+        """The connection, opened on first use by a read-only store (None while there is no store)."""
+        if self._conn is None and self.read_only and not self._closed.is_set():
             self._connect()
         return self._conn
 
     @contextlib.contextmanager
-    def _write(self, session_id: str | None = None, *, tick: bool = True) -> Iterator[tuple[sqlite3.Connection, int]]:
+    def _write(self, session_id: str | None = None, *, tick: bool = True) -> Iterator[tuple[Conn, int]]:
         """One write transaction with the next clock value (`tick`; claims and heartbeats change no data and
         take none); for `session_id` only while this store holds it."""
-        conn = self._conn
-        if conn is None:
+        conn, db = self._conn, self._db
+        if conn is None or db is None:
             raise AgentError("this session store is closed")
-        conn.execute("BEGIN IMMEDIATE")
+        db.begin_write()
         try:
             if session_id is not None:
                 row = conn.execute("SELECT token FROM writers WHERE session_id = ?", (session_id,)).fetchone()
@@ -522,17 +611,31 @@ class SessionStore:
             seq = conn.execute("UPDATE clock SET seq = seq + 1 RETURNING seq").fetchone()[0] if tick else 0
             yield conn, seq
         except BaseException:
-            conn.execute("ROLLBACK")
+            db.rollback()
             raise
-        conn.execute("COMMIT")
+        db.commit()
 
-    def _claim(self, conn: sqlite3.Connection, session_id: str) -> None:
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[Conn | None]:
+        """Reads that all see one state of the store (None: there is no store yet)."""
+        conn, db = self._reader(), self._db
+        if conn is None or db is None:
+            yield None
+            return
+        db.begin_read()
+        try:
+            yield conn
+        finally:
+            db.commit()
+
+    def _claim(self, conn: Conn, session_id: str) -> None:
         """Make this store the session's writer (inside a write transaction), unless a live one holds it."""
         row = conn.execute("SELECT token FROM writers WHERE session_id = ?", (session_id,)).fetchone()
         if row is not None and row[0] != self._token and self._writer_pid(conn, session_id):
             raise SessionLocked(f"{session_id} is open for writing elsewhere (another store or process)")
         conn.execute(
-            "INSERT OR REPLACE INTO writers VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO writers VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET host = excluded.host, "
+            "pid = excluded.pid, token = excluded.token, heartbeat = excluded.heartbeat",
             (session_id, HOST, os.getpid(), self._token, time.time()),
         )
         _HELD[self._token] = self
@@ -541,7 +644,7 @@ class SessionStore:
             self._beat = threading.Thread(target=_heartbeat, args=args, name="session-store-heartbeat", daemon=True)
             self._beat.start()
 
-    def _writer_pid(self, conn: sqlite3.Connection, session_id: str) -> int:
+    def _writer_pid(self, conn: Conn, session_id: str) -> int:
         """The pid of the live writer holding the session (this store's included), 0 when none does."""
         row = conn.execute("SELECT host, pid, token, heartbeat FROM writers WHERE session_id = ?", (session_id,))
         found = row.fetchone()
@@ -562,7 +665,7 @@ class SessionStore:
         return int(pid)
 
     def _heartbeat(self) -> None:
-        with self._lock, contextlib.suppress(sqlite3.Error, AgentError):
+        with self._lock, contextlib.suppress(AgentError, *(() if self._db is None else self._db.errors)):
             if self._open:
                 with self._write(tick=False) as (conn, _):
                     conn.execute("UPDATE writers SET heartbeat = ? WHERE token = ?", (time.time(), self._token))
@@ -575,7 +678,7 @@ class SessionStore:
         opened.index = {item.id: position for position, item in enumerate(opened.session.items)}
         self._open[opened.session.id] = opened
 
-    def _insert_session(self, conn: sqlite3.Connection, session: Session, seq: int, created_seq: int = 0) -> None:
+    def _insert_session(self, conn: Conn, session: Session, seq: int, created_seq: int = 0) -> None:
         conn.execute(
             "INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -605,17 +708,13 @@ class SessionStore:
 
     def _read(self, session_id: str) -> Session | None:
         """The session as stored (one read transaction), without claiming or repairing it."""
-        conn = self._reader()
-        if conn is None:
-            return None
-        conn.execute("BEGIN")
-        try:
+        with self._snapshot() as conn:
+            if conn is None:
+                return None
             row = conn.execute(f"SELECT {HEAD}, data FROM sessions WHERE id = ?", (session_id,)).fetchone()
             bodies = conn.execute(
                 "SELECT body FROM items WHERE session_id = ? ORDER BY position", (session_id,)
             ).fetchall()
-        finally:
-            conn.execute("COMMIT")
         if row is None:
             return None
         *head, data = row
@@ -636,9 +735,6 @@ class SessionStore:
         opened = self._open.get(session_id)
         if opened is not None:
             return opened
-        conn = self._conn
-        if conn is None:
-            raise AgentError("this session store is closed")
         with self._write(tick=False) as (conn, _):
             if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
                 return None

@@ -51,6 +51,7 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 DECISIONS = {"approve": (True, False), "always": (True, True), "deny": (False, False)}
 POLL_SECONDS = 0.25  # how often an open page's event stream asks the store what changed
 NOTICES_KEPT = 64
+PAGE_SIZE = 50  # sessions a page of the sessions list shows
 
 
 def _cursor(token: str | None) -> int | None:
@@ -76,8 +77,7 @@ class AgentUI(PageApp):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runner = runner
-        self.store_root = runner.store.root
-        self.browse = SessionStore(self.store_root, read_only=True)
+        self.browse = SessionStore(runner.store.address, read_only=True)
         self.pending = PendingIndex(self.browse, self._live_turn)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
         super().__init__(
@@ -120,12 +120,20 @@ class AgentUI(PageApp):
         return self.page(request, "_pending_list.html", entries=entries)
 
     async def sessions_page(self, request: Request) -> Response:
-        metas = await anyio.to_thread.run_sync(self.browse.list)
-        return self.page(request, "sessions.html", metas=metas, state=await anyio.to_thread.run_sync(self.store_state))
+        return await self._sessions(request, "sessions.html")
 
     async def sessions_fragment(self, request: Request) -> Response:
-        metas = await anyio.to_thread.run_sync(self.browse.list)
-        return self.page(request, "_sessions_table.html", metas=metas)
+        return await self._sessions(request, "_sessions_table.html")
+
+    async def _sessions(self, request: Request, template: str) -> Response:
+        """A page of sessions, newest first, from the `after` cursor of the page before."""
+        after = request.query_params.get("after") or None
+        try:
+            listed = await anyio.to_thread.run_sync(self.browse.page, PAGE_SIZE, after)
+        except AgentError as exc:
+            return PlainTextResponse(f"{exc}.", status_code=400)
+        state = await anyio.to_thread.run_sync(self.store_state)
+        return self.page(request, template, metas=listed.sessions, after=after, older=listed.next, state=state)
 
     async def session_page(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -138,7 +146,7 @@ class AgentUI(PageApp):
                 return None
             transcript = Transcript(session_id)
             transcript.apply_all(changes.records)
-            children = [meta for meta in self.browse.list() if meta.parent_id == session_id]
+            children = self.browse.list(parent_id=session_id)
             return transcript, changes.cursor, children
 
         found = await anyio.to_thread.run_sync(read)

@@ -1,0 +1,95 @@
+"""What every PostgreSQL store of unit-mcp shares (the units loader, the agent session store): which addresses
+select PostgreSQL, why one cannot be used before connecting (a password in it, no database, no driver), how it
+is printed, the connection options, and the check that a schema is ours before anything is written.
+
+A leaf: both wings import it; it imports `psycopg` only where a connection is made or checked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    import psycopg
+
+PREFIXES = ("postgresql://", "postgres://")
+MISSING_DRIVER = "needs the PostgreSQL driver: pip install 'unit-mcp[postgres]'"
+CONNECT_TIMEOUT = 3  # seconds: a call during an outage is refused within this (connection refused: at once)
+# A peer that vanished (a network partition, a host gone) is noticed: unacknowledged data after 4 s, an idle
+# connection (the listener's) after about 9 s. A server process that is frozen but whose kernel answers is not.
+CONNECT_OPTIONS: dict[str, Any] = {
+    "autocommit": True,
+    "connect_timeout": CONNECT_TIMEOUT,
+    "tcp_user_timeout": 4000,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 2,
+}
+
+
+class ForeignSchema(Exception):
+    """The database holds something that is not this store: one line for the operator; nothing was written."""
+
+
+def is_postgres(address: object) -> bool:
+    return isinstance(address, str) and address.startswith(PREFIXES)
+
+
+def address_problem(address: str) -> str | None:
+    """Why a `postgresql://` address cannot be used before connecting, or None."""
+    parts = urlsplit(address)
+    if parts.password is not None or "password" in parse_qs(parts.query):
+        return (
+            "carries a password; leave it out (command lines are visible to other users) and set PGPASSWORD or "
+            "PGPASSFILE (a ~/.pgpass file) instead"
+        )
+    if not parts.path.strip("/"):
+        return "names no database; give postgresql://USER@HOST:PORT/DATABASE"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return MISSING_DRIVER
+    return None
+
+
+def shown_address(address: str) -> str:
+    """An address as it may be printed: a password replaced by ***."""
+    parts = urlsplit(address)
+    if parts.password is None:
+        return address if "password" not in parse_qs(parts.query) else urlunsplit(parts._replace(query="***"))
+    netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def first_line(exc: BaseException) -> str:
+    """A driver error in one line (PostgreSQL's messages run over several)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def schema_is_ours(conn: psycopg.Connection[Any], schema: str, mark: str, *, alone: bool) -> bool:
+    """True when `schema` exists and carries `mark` (the comment its creator left); False when it does not exist
+    (the caller creates it, under a lock of its own). `ForeignSchema` when it exists without the mark, or (`alone`:
+    a store that wants the database to itself) when it is missing and the database holds tables other than
+    unit-mcp's own stores."""
+    marked = conn.execute(
+        "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s", (schema,)
+    ).fetchone()
+    if marked is not None:
+        if marked[0] != mark:
+            raise ForeignSchema(f"has a schema {schema} that unit-mcp did not make; give another database")
+        return True
+    if alone:
+        others = conn.execute(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') "
+            "AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%' "
+            "AND coalesce(obj_description(n.oid, 'pg_namespace'), '') NOT LIKE 'unit-mcp %%' ORDER BY 1 LIMIT 4"
+        ).fetchall()
+        if others:
+            shown = ", ".join(name for (name,) in others[:3]) + (", …" if len(others) > 3 else "")
+            raise ForeignSchema(
+                f"holds tables of something else ({shown}); give an empty database or one made by unit-mcp"
+            )
+    return False
