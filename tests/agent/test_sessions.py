@@ -504,7 +504,7 @@ def test_a_postgres_address_with_a_password_or_without_the_driver_is_refused_in_
     done = subprocess.run([sys.executable, "-c", without_driver], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (
         1,
-        "error: the session store postgresql://me@127.0.0.1:5432/db needs the PostgreSQL driver: "
+        "unit-mcp agent: error: the session store postgresql://me@127.0.0.1:5432/db needs the PostgreSQL driver: "
         "pip install 'unit-mcp[postgres]'\n",
     )
 
@@ -525,6 +525,7 @@ def test_a_lost_connection_fails_one_write_in_one_line_and_the_next_reconnects(p
     with psycopg.connect(address, autocommit=True) as admin:
         killed = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'unit-mcp-sessions'"
+            " AND datname = current_database()"
         ).fetchall()
         assert killed == [(True,)]
     with pytest.raises(SessionStoreUnavailable, match="is unreachable"):
@@ -557,6 +558,6 @@ def test_a_postgres_address_given_as_the_data_folder_is_refused_with_the_option_
     monkeypatch.chdir(tmp_path)  # a folder named "postgresql:" would be made here if the address were taken for a path
     assert main(["--data-dir", "postgresql://me@127.0.0.1:5432/db", "sessions", "list"]) == 2
     assert capsys.readouterr().err == (
-        "error: --data-dir takes a folder; give a PostgreSQL session store with --sessions postgresql://…\n"
+        "unit-mcp agent: error: --data-dir takes a folder; give a PostgreSQL session store with --sessions postgresql://…\n"
     )
     assert list(tmp_path.iterdir()) == []
