@@ -378,6 +378,51 @@ async def test_three_servers_on_one_database_serve_a_patch_made_on_one(
     assert codes == [0, 0, 0], [server.stderr() for server in servers]
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_two_servers_on_one_database_share_one_change_log(
+    database: str, tmp_path: Path, anyio_backend: str
+) -> None:
+    """The change log lives in the database: a change made through one server is in the other's `unit_changes`,
+    and a checkpoint taken on one is rolled back on the other (which reloads and serves it)."""
+    from contextlib import AsyncExitStack
+
+    import anyio
+    from server_process import ServerProcess
+    from test_sqlite_servers import connect, ok
+
+    for n in range(2):
+        (tmp_path / str(n)).mkdir()
+    servers = [ServerProcess("--units", database, "--confirm", "none", tmp=tmp_path / str(n)) for n in range(2)]
+    try:
+        printed = [server.ready() for server in servers]
+        async with AsyncExitStack() as stack:
+            one, two = [await stack.enter_async_context(connect(p)) for p in printed]
+            checkpoint = await ok(one, "unit_checkpoint", label="before the edit")
+            patched = await ok(
+                one, "unit_apply_patch", unit_id="counter", source_id="__init__.py",
+                old='return {"count": count}', new='return {"count": count, "patched": 1}',
+            )  # fmt: skip
+            assert (await ok(one, "unit_snapshot", unit_id="counter"))["state"].get("patched") == 1
+            [seen] = (await ok(two, "unit_changes", unit_id="counter"))["changes"]
+            assert seen["change_id"] == patched["change_id"] and seen["outcome"] == "applied", seen
+            assert seen["tool"] == "unit_apply_patch" and seen["sources"][0]["hash_after"] == patched["hash"]
+
+            undone = await ok(two, "unit_rollback", checkpoint_id=checkpoint["checkpoint_id"])
+            assert [(s["unit_id"], s["source_id"]) for s in undone["sources"]] == [("counter", "__init__.py")]
+            deadline = time.monotonic() + 30
+            while "patched" in (await ok(one, "unit_snapshot", unit_id="counter"))["state"]:
+                assert time.monotonic() < deadline, "the first server does not serve the rolled back counter"
+                await anyio.sleep(0.05)
+            newest = (await ok(one, "unit_changes", limit=1))["changes"][0]
+            assert newest["change_id"] == undone["change_id"] and newest["tool"] == "unit_rollback"
+    finally:
+        codes = [server.stop() for server in servers]
+    assert codes == [0, 0], [server.stderr() for server in servers]
+    rows = sql(database, "SELECT tool, outcome FROM unit_mcp.changes ORDER BY id")
+    assert rows == [("unit_apply_patch", "applied"), ("unit_rollback", "applied")]  # once each, not per server
+
+
 @pytest.mark.slow
 def test_a_short_seeded_fault_run_passes_its_checker() -> None:
     """scripts/pg_chaos.py, briefly: three replicas, patching clients, killed listeners, cluster restarts and
