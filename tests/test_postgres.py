@@ -20,6 +20,7 @@ from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
 from unit_mcp.loader import Source, SourceTooLarge, StaleSource
 from unit_mcp.paths import hash_bytes
+from unit_mcp.pgloader import PostgresLoader
 from unit_mcp.units import UnusableStore, open_loader
 
 REPO = Path(__file__).resolve().parent.parent
@@ -376,6 +377,28 @@ async def test_three_servers_on_one_database_serve_a_patch_made_on_one(
     finally:
         codes = [server.stop() for server in servers]
     assert codes == [0, 0, 0], [server.stderr() for server in servers]
+
+
+def test_the_host_start_reads_every_unit_in_one_query_not_one_per_source(pg_cluster: Cluster, tmp_path: Path) -> None:
+    folder = copy_units(tmp_path / "units")
+    for n in range(200):
+        (folder / f"many_{n:03d}.py").write_text(f"VALUE = {n}\n")
+    database = postgres_copy(pg_cluster, folder)
+
+    class Counting(PostgresLoader):
+        queries = 0
+
+        def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[object]:
+            Counting.queries += 1
+            return super()._query(sql, args)
+
+    loader = Counting(database)
+    with Host(loader, tmp_path / "data") as host:
+        assert Counting.queries < 10, Counting.queries  # discover and the sources: not one per unit
+        assert host.module("many_199").VALUE == 199  # type: ignore[union-attr]
+        assert host.module("counter").snapshot()["count"] == 0  # type: ignore[union-attr]  # a package's modules
+        assert set(host.unit_kinds()) - {u for u in host.unit_kinds() if host.is_loaded(u)} == {"broken"}
+    loader.close()
 
 
 @pytest.mark.anyio

@@ -355,6 +355,11 @@ class PostgresLoader:
 
     # -- sources ----------------------------------------------------------------------------
 
+    def read_python_sources(self) -> dict[tuple[str, str], bytes]:
+        """Every unit's Python sources by (unit id, source id), in one query: the host's start imports them all."""
+        rows = self._query(f"SELECT unit_id, source_id, data FROM {SCHEMA}.sources WHERE source_id LIKE '%%.py'")
+        return {(unit_id, source_id): bytes(data) for unit_id, source_id, data in rows}
+
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         """With `max_bytes`, `SourceTooLarge` for a bigger source, whose bytes are not fetched."""
         rows = self._query(
