@@ -100,6 +100,11 @@ def test_a_foreign_database_is_refused_before_anything_is_written(pg_cluster: Cl
     sql(changed, "ALTER TABLE unit_mcp.sources ALTER COLUMN data TYPE text")
     with pytest.raises(UnusableStore, match=r"has a table unit_mcp\.sources unlike unit-mcp's"):
         open_loader(changed)
+    log = pg_cluster.new_database()
+    open_loader(log).close()
+    sql(log, "CREATE TABLE unit_mcp.changes (id int, note text)")  # where the change log would go
+    with pytest.raises(UnusableStore, match=r"has a table unit_mcp\.changes unlike unit-mcp's"):
+        open_loader(log)
     untriggered = pg_cluster.new_database()
     open_loader(untriggered).close()
     sql(untriggered, "ALTER TABLE unit_mcp.sources DISABLE TRIGGER source_changed")

@@ -147,8 +147,11 @@ def _valid_unit_id(unit_id: str) -> bool:
     return True
 
 
-def _check_tables(conn: psycopg.Connection[Any], expected: dict[str, dict[str, str]]) -> None:
-    """`ForeignStore` unless each table of `expected` in our schema has exactly these columns and types."""
+def _check_tables(
+    conn: psycopg.Connection[Any], expected: dict[str, dict[str, str]], *, present_only: bool = False
+) -> None:
+    """`ForeignStore` unless each table of `expected` in our schema (each one there, with `present_only`) has
+    exactly these columns and types."""
     found: dict[str, dict[str, str]] = {}
     for table, column, kind in conn.execute(
         "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
@@ -157,7 +160,7 @@ def _check_tables(conn: psycopg.Connection[Any], expected: dict[str, dict[str, s
     ):
         found.setdefault(table, {})[column] = kind
     for table, columns in expected.items():
-        if found.get(table) != columns:
+        if found.get(table) != columns and (table in found or not present_only):
             raise ForeignStore(f"has a table {SCHEMA}.{table} unlike unit-mcp's; give another database")
 
 
@@ -295,6 +298,7 @@ class PostgresLoader:
             if marked[0] != MARK:
                 raise ForeignStore(f"has a schema {SCHEMA} that unit-mcp did not make; give another database")
             _check_tables(conn, _COLUMNS)
+            _check_tables(conn, _LOG_COLUMNS, present_only=True)  # made by the change log on first use
             if not conn.execute(
                 f"SELECT 1 FROM pg_trigger WHERE tgname = 'source_changed' AND tgrelid = '{SCHEMA}.sources'::regclass "
                 "AND tgenabled <> 'D'"
