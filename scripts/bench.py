@@ -495,14 +495,23 @@ class Bench:
                     return service.apply_patch("tenmods", "__init__.py", old=old, new=f"VERSION = {version['v']}")
 
                 calls[f"patch_to_reloaded_{name}"] = (lambda p: lambda: anyio.to_thread.run_sync(p))(patch)
-            for name in ("folder", "sqlite", "postgres"):
-                host = Host(big[name], self.work / f"loader-big-{name}", namespace=f"bench_loader_big_{name}")
-                started = time.perf_counter()
-                hosts.append(host.start())
-                figures[f"host_start_{big_count}_units_{name}_ms"] = round((time.perf_counter() - started) * 1000, 1)
-                calls[f"list_{big_count}_{name}"] = (lambda s: lambda: anyio.to_thread.run_sync(s.list))(
-                    UnitService(host)
-                )
+            starts: dict[str, list[float]] = {name: [] for name in big}
+            for round_ in range(3):  # interleaved, each from a new data dir; the last hosts stay for unit_list
+                for name in ("folder", "sqlite", "postgres"):
+                    label = f"{name}_{round_}"
+                    host = Host(big[name], self.work / f"loader-big-{label}", namespace=f"bench_loader_big_{label}")
+                    started = time.perf_counter()
+                    host.start()
+                    starts[name].append((time.perf_counter() - started) * 1000)
+                    if round_ < 2:
+                        host.close()
+                        continue
+                    hosts.append(host)
+                    calls[f"list_{big_count}_{name}"] = (lambda s: lambda: anyio.to_thread.run_sync(s.list))(
+                        UnitService(host)
+                    )
+            for name, taken in starts.items():
+                figures[f"host_start_{big_count}_units_{name}_ms"] = round(statistics.median(taken), 1)
             samples = await interleaved(calls, 20 if self.quick else 60, warmup=2)
         finally:
             for host in hosts:
@@ -536,7 +545,10 @@ class Bench:
                     figures[f"list_{big_count}_folder"],
                     None,
                 ),
-                start_row(big_count, figures[f"host_start_{big_count}_units_postgres_ms"], "start, PostgreSQL"),
+                *(
+                    start_row(big_count, figures[f"host_start_{big_count}_units_{name}_ms"], f"start, {shown}")
+                    for name, shown in (("postgres", "PostgreSQL"), ("sqlite", "SQLite"), ("folder", "folder"))
+                ),
             ],
         )
 

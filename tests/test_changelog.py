@@ -16,21 +16,22 @@ from pathlib import Path
 import httpx2
 import mcp_types as types
 import pytest
-from conftest import REPO
+from conftest import REPO, copy_units, postgres_copy
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from test_loaders import external_write, make_store, raw, refusal, wait_for
 
 from unit_mcp import Host, UnitService
 from unit_mcp.bridge import Bridge
-from unit_mcp.changelog import NOBODY, Retention, SourceChange, SqliteChangeLog
+from unit_mcp.changelog import NOBODY, ChangeLog, Retention, SourceChange, SqliteChangeLog
 from unit_mcp.loader import Source
 from unit_mcp.paths import hash_bytes
+from unit_mcp.pgloader import PostgresChangeLog, PostgresLoader
 from unit_mcp.tools import UnitTools
 from unit_mcp.units import open_loader
 
-STORES = ["folder", "sqlite"]
-SHARED = ["sqlite"]  # the stores several servers share: their change log lives in the store
+STORES = ["folder", "sqlite", "postgres"]
+SHARED = ["sqlite", "postgres"]  # the stores several servers share: their change log lives in the store
 EDITS = [  # five patches in three units
     ("counter", "__init__.py", "A click counter", "A counting counter"),
     ("greeter", "greeter.py", "Hello", "Howdy"),
@@ -41,10 +42,31 @@ EDITS = [  # five patches in three units
 SOURCES = [("counter", "__init__.py"), ("counter", "panel.py"), ("greeter", "greeter.py"), ("notes", "__init__.py")]
 
 
+def store_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A copy of the example and fixture units as a folder, a SQLite database or a new PostgreSQL database."""
+    if kind == "postgres":
+        return postgres_copy(request.getfixturevalue("pg_cluster"), copy_units(tmp_path / "units"))
+    return make_store(kind, tmp_path)
+
+
+def log_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path, **options: object) -> ChangeLog:
+    """A change log alone: in a private SQLite file, or in a new PostgreSQL database's units schema."""
+    if kind == "postgres":
+        address = request.getfixturevalue("pg_cluster").new_database()
+        PostgresLoader(address).close()  # the loader makes the schema the log's tables go in
+        return PostgresChangeLog(address, **options)  # type: ignore[arg-type]
+    return SqliteChangeLog(tmp_path / "changes.db", private=True, **options)  # type: ignore[arg-type]
+
+
 @pytest.fixture(params=STORES)
 def host(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Host]:
-    with Host(make_store(request.param, tmp_path), tmp_path / "data") as started:
+    with Host(store_of(request.param, request, tmp_path), tmp_path / "data") as started:
         yield started
+
+
+@pytest.fixture(params=SHARED)
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return store_of(request.param, request, tmp_path)
 
 
 @pytest.fixture
@@ -234,18 +256,18 @@ def test_a_rollback_preview_stays_under_80_kb(service: UnitService) -> None:
     assert preview.sources[-1].diff and preview.sources[-1].diff.startswith("[diff left out")
 
 
-@pytest.mark.parametrize("kind", SHARED)
-def test_every_server_on_a_units_database_sees_every_change(kind: str, tmp_path: Path) -> None:
-    store = make_store(kind, tmp_path)
+def test_every_server_on_a_units_database_sees_every_change(shared_store: str, tmp_path: Path) -> None:
+    store = shared_store
     with Host(store, tmp_path / "a") as one, Host(store, tmp_path / "b", namespace="units_b") as two:
         change = UnitService(one).apply_patch("greeter", "greeter.py", old="Hello", new="Hi").change_id
         assert [c.change_id for c in UnitService(two).changes().changes] == [change]
         assert not (tmp_path / "a" / "changes.db").exists()  # the log lives in the database, not the data dir
 
 
-@pytest.mark.parametrize("kind", SHARED)
-def test_a_server_reloading_another_servers_tool_write_records_no_outside_change(kind: str, tmp_path: Path) -> None:
-    store = make_store(kind, tmp_path)
+def test_a_server_reloading_another_servers_tool_write_records_no_outside_change(
+    shared_store: str, tmp_path: Path
+) -> None:
+    store = shared_store
     with Host(store, tmp_path / "a") as one, Host(store, tmp_path / "b", namespace="units_b") as two:
         two.start_watching(debounce_ms=50)
         UnitService(one).apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
@@ -257,9 +279,12 @@ def test_a_server_reloading_another_servers_tool_write_records_no_outside_change
         assert [(r.tool, r.outcome) for r in records] == [(None, "outside"), ("unit_apply_patch", "applied")]
 
 
-def test_an_outside_change_is_recorded_once_whoever_notices_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", SHARED)
+def test_an_outside_change_is_recorded_once_whoever_notices_it(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     """Every server on a store notices the same outside change: the first records it, the others find it there."""
-    log = SqliteChangeLog(tmp_path / "changes.db", private=True)
+    log = log_of(kind, request, tmp_path)
     first = log.record_outside("u", [("a.py", b"one"), ("gone.py", None)])
     assert first is not None and log.record_outside("u", [("a.py", b"one"), ("gone.py", None)]) is None
     second = log.record_outside("u", [("a.py", b"two")], "SyntaxError: x")
@@ -276,9 +301,12 @@ def test_an_outside_change_is_recorded_once_whoever_notices_it(tmp_path: Path) -
     log.close()
 
 
-def test_retention_drops_old_records_and_the_checkpoints_that_need_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", SHARED)
+def test_retention_drops_old_records_and_the_checkpoints_that_need_them(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     now = [1_000_000_000.0]
-    log = SqliteChangeLog(tmp_path / "changes.db", Retention(days=1, records=5), private=True, clock=lambda: now[0])
+    log = log_of(kind, request, tmp_path, retention=Retention(days=1, records=5), clock=lambda: now[0])
     one = SourceChange("u", "s.py", "modified", "sha256:a", "sha256:b", b"a", b"b")
     early = log.checkpoint("early", NOBODY)
     ids = [log.record(caller=NOBODY, tool="t", unit_id="u", source_id="s.py", outcome="applied", sources=[one])]
@@ -292,12 +320,14 @@ def test_retention_drops_old_records_and_the_checkpoints_that_need_them(tmp_path
     fresh = log.record(caller=NOBODY, tool="t", unit_id="u", source_id="s.py", outcome="applied")
     assert log.prune() == 5
     assert [c.id for c in log.changes(limit=100)] == [fresh]
-    assert (tmp_path / "changes.db").stat().st_mode & 0o777 == 0o600
+    if kind == "sqlite":
+        assert (tmp_path / "changes.db").stat().st_mode & 0o777 == 0o600
     log.close()
 
 
-def test_checkpoints_are_listed_newest_first(tmp_path: Path) -> None:
-    log = SqliteChangeLog(tmp_path / "changes.db", private=True)
+@pytest.mark.parametrize("kind", SHARED)
+def test_checkpoints_are_listed_newest_first(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    log = log_of(kind, request, tmp_path)
     first, second = log.checkpoint("first", NOBODY), log.checkpoint(None, NOBODY)
     assert log.checkpoints() == [second, first] and log.checkpoints(limit=1) == [second]
     log.close()
@@ -353,10 +383,11 @@ ROLLBACK_SCRIPT = textwrap.dedent(
         service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
         service.apply_patch("notes", "__init__.py", old="café au lait", new="café crème")
         # the checkpoint's notes waits for a file that never comes when it loads again: the rollback hangs there
-        notes = service.change_log.changes_after(checkpoint.after_change_id)[1]
-        service.change_log._conn.execute(
-            "UPDATE change_sources SET data_before = ? || data_before WHERE change_id = ?", (waiting, notes.id)
-        )
+        log = service.change_log
+        notes = log.changes_after(checkpoint.after_change_id)[1]
+        with log._transaction() as conn:
+            log._run(conn, "UPDATE change_sources SET data_before = ? || data_before WHERE change_id = ?",
+                     (waiting, notes.id))
         print("rolling back", flush=True)
         service.rollback(checkpoint.checkpoint_id)
     """
@@ -375,8 +406,10 @@ def read_source(store: str, unit_id: str, source_id: str) -> bytes:
 
 
 @pytest.mark.parametrize("kind", STORES)
-def test_a_sigkill_during_a_rollback_leaves_old_or_new_bytes_and_a_readable_log(kind: str, tmp_path: Path) -> None:
-    store = make_store(kind, tmp_path)
+def test_a_sigkill_during_a_rollback_leaves_old_or_new_bytes_and_a_readable_log(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    store = store_of(kind, request, tmp_path)
     greeter, notes = read_source(store, "greeter", "greeter.py"), read_source(store, "notes", "__init__.py")
     waiting = f"import pathlib, time\nwhile not pathlib.Path({str(tmp_path / 'never')!r}).exists(): time.sleep(0.05)\n"
     patched = {

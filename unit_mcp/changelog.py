@@ -1,9 +1,10 @@
 """The change log: one record per write a tool made or tried, and per change made outside the tools, kept with the
 bytes before and after each source it changed (so undo needs no git), and checkpoints to roll back to.
 
-`ChangeLog` is the interface a store implements; `SqliteChangeLog` keeps it in a SQLite file: the units database
-itself (every server on it sees every change) or a private `changes.db` in the data dir (the folder loader). WAL and
-one transaction per record, so a SIGKILL loses at most the record being written. Bounded by a `Retention`.
+`ChangeLog` is the interface a store implements; `SqlChangeLog` implements it in SQL, kept by `SqliteChangeLog` in a
+SQLite file (the units database itself, so every server on it sees every change, or a private `changes.db` in the
+data dir for the folder loader) and by `pgloader.PostgresChangeLog` in the units database. One transaction per
+record, so a SIGKILL loses at most the record being written. Bounded by a `Retention`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from .paths import UnsafePath, hash_bytes, open_private
+from .sqlitedb import SharedConnection
 
 Outcome = Literal[
     "applied", "refused", "rolled_back", "failed", "outside", "asked", "approved", "declined", "unanswered", "withdrawn"
@@ -248,59 +249,33 @@ _COLUMNS = (
 _SOURCE_COLUMNS = "change_id, unit_id, source_id, action, hash_before, hash_after"
 
 
-class SqliteChangeLog:
-    """The change log in a SQLite file (created if missing; `private` files are checked as `open_private_file`)."""
+class SqlChangeLog:
+    """The change log over a SQL database, in the tables of `SCHEMA` (or the same tables in another dialect). A
+    subclass gives the connection: `_transaction` (one write transaction, taken before anything is read, so
+    records and checkpoints are numbered in the order they commit) and `_query`; SQL is written with `?`."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        retention: Retention = DEFAULT_RETENTION,
-        *,
-        private: bool = False,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.path = Path(path)
+    def __init__(self, retention: Retention, clock: Callable[[], float]) -> None:
         self.retention = retention
         self.clock = clock
-        self._lock = threading.Lock()
-        if private:
-            open_private_file(self.path)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed
-            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
-        except BaseException:
-            conn.close()
-            raise
-        self._conn: sqlite3.Connection | None = conn
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            conn = self._db()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError("the change log is closed")
-        return self._conn
+    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
+        raise NotImplementedError
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        with self._lock:
-            return self._db().execute(sql, tuple(args)).fetchall()
+        raise NotImplementedError
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        raise NotImplementedError
+
+    def _sql(self, sql: str) -> str:
+        """`sql` in this database's dialect."""
+        return sql
+
+    def _run(self, conn: Any, sql: str, args: Sequence[object] = ()) -> Any:
+        return conn.execute(self._sql(sql), tuple(args))
+
+    def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        return self._query(self._sql(sql), args)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -333,7 +308,7 @@ class SqliteChangeLog:
 
     def _insert(
         self,
-        conn: sqlite3.Connection,
+        conn: Any,
         *,
         caller: Caller,
         tool: str | None,
@@ -346,9 +321,10 @@ class SqliteChangeLog:
         sources: Sequence[SourceChange],
     ) -> int:
         """One record, in the caller's transaction; every PRUNE_EVERY records the retention is applied too."""
-        cursor = conn.execute(
+        row = self._run(
+            conn,
             "INSERT INTO changes (time, client_name, client_version, session_id, tool, unit_id, source_id, "
-            "outcome, error_code, message, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "outcome, error_code, message, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 iso_time(self.clock()),
                 caller.name,
@@ -362,11 +338,15 @@ class SqliteChangeLog:
                 message,
                 duration_ms,
             ),
-        )
-        change_id = int(cursor.lastrowid or 0)
-        conn.executemany(
-            "INSERT OR REPLACE INTO change_sources (change_id, unit_id, source_id, action, hash_before, "
-            "hash_after, data_before, data_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ).fetchone()
+        change_id = int(row[0])
+        conn.cursor().executemany(
+            self._sql(
+                "INSERT INTO change_sources (change_id, unit_id, source_id, action, hash_before, hash_after, "
+                "data_before, data_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (change_id, unit_id, "
+                "source_id) DO UPDATE SET action = excluded.action, hash_before = excluded.hash_before, "
+                "hash_after = excluded.hash_after, data_before = excluded.data_before, data_after = excluded.data_after"
+            ),
             [
                 (
                     change_id,
@@ -388,36 +368,38 @@ class SqliteChangeLog:
     def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint:
         when = iso_time(self.clock())
         with self._transaction() as conn:
-            after = int(conn.execute("SELECT coalesce(max(id), 0) FROM changes").fetchone()[0])
-            cursor = conn.execute(
-                "INSERT INTO checkpoints (time, label, after_change, client_name, session_id) VALUES (?, ?, ?, ?, ?)",
+            after = int(self._run(conn, "SELECT coalesce(max(id), 0) FROM changes").fetchone()[0])
+            row = self._run(
+                conn,
+                "INSERT INTO checkpoints (time, label, after_change, client_name, session_id) VALUES (?, ?, ?, ?, ?) "
+                "RETURNING id",
                 (when, label, after, caller.name, caller.session_id),
-            )
-        return Checkpoint(int(cursor.lastrowid or 0), when, label, after)
+            ).fetchone()
+        return Checkpoint(int(row[0]), when, label, after)
 
     def prune(self) -> int:
         with self._transaction() as conn:
             return self._prune(conn)
 
-    def _prune(self, conn: sqlite3.Connection) -> int:
+    def _prune(self, conn: Any) -> int:
         """Drop records past the retention (by count, then by age) and the checkpoints that would need them."""
-        newest = int(conn.execute("SELECT coalesce(max(id), 0) FROM changes").fetchone()[0])
+        newest = int(self._run(conn, "SELECT coalesce(max(id), 0) FROM changes").fetchone()[0])
         upto = newest - self.retention.records
         cutoff = iso_time(self.clock() - self.retention.days * 86400)
-        old = conn.execute("SELECT max(id) FROM changes WHERE time < ?", (cutoff,)).fetchone()[0]
+        old = self._run(conn, "SELECT max(id) FROM changes WHERE time < ?", (cutoff,)).fetchone()[0]
         if old is not None:
             upto = max(upto, int(old))
         if upto <= 0:
             return 0
-        dropped = conn.execute("DELETE FROM changes WHERE id <= ?", (upto,)).rowcount
-        conn.execute("DELETE FROM change_sources WHERE change_id <= ?", (upto,))
-        conn.execute("DELETE FROM checkpoints WHERE after_change < ?", (upto,))
+        dropped = self._run(conn, "DELETE FROM changes WHERE id <= ?", (upto,)).rowcount
+        self._run(conn, "DELETE FROM change_sources WHERE change_id <= ?", (upto,))
+        self._run(conn, "DELETE FROM checkpoints WHERE after_change < ?", (upto,))
         return int(dropped)
 
     # -- reading ----------------------------------------------------------------------------
 
     def latest_id(self) -> int:
-        return int(self._query("SELECT coalesce(max(id), 0) FROM changes")[0][0])
+        return int(self._rows("SELECT coalesce(max(id), 0) FROM changes")[0][0])
 
     def changes(
         self,
@@ -449,19 +431,19 @@ class SqliteChangeLog:
             )
             pair = [unit_id] + ([source_id] if source_id is not None else [])
             args.extend(pair + pair)
-        rows = self._query(
+        rows = self._rows(
             f"SELECT {_COLUMNS} FROM changes c WHERE {' AND '.join(where)} ORDER BY c.id DESC LIMIT ?",
             [*args, limit],
         )
         return self._with_sources(rows, data=False)
 
     def change(self, change_id: int) -> Change | None:
-        rows = self._query(f"SELECT {_COLUMNS} FROM changes WHERE id = ?", (change_id,))
+        rows = self._rows(f"SELECT {_COLUMNS} FROM changes WHERE id = ?", (change_id,))
         found = self._with_sources(rows, data=True)
         return found[0] if found else None
 
     def changes_after(self, change_id: int) -> list[Change]:
-        rows = self._query(f"SELECT {_COLUMNS} FROM changes WHERE id > ? ORDER BY id", (change_id,))
+        rows = self._rows(f"SELECT {_COLUMNS} FROM changes WHERE id > ? ORDER BY id", (change_id,))
         return self._with_sources(rows, data=True)
 
     def record_outside(
@@ -475,7 +457,8 @@ class SqliteChangeLog:
             sources = []
             for source_id, data in found:
                 digest = None if data is None else hash_bytes(data)
-                row = conn.execute(
+                row = self._run(
+                    conn,
                     "SELECT s.hash_after, s.data_after FROM change_sources s JOIN changes c ON c.id = s.change_id "
                     "WHERE s.unit_id = ? AND s.source_id = ? AND c.outcome IN ('applied', 'outside') "
                     "ORDER BY s.change_id DESC LIMIT 1",
@@ -502,14 +485,14 @@ class SqliteChangeLog:
             )
 
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
-        rows = self._query("SELECT id, time, label, after_change FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        rows = self._rows("SELECT id, time, label, after_change FROM checkpoints WHERE id = ?", (checkpoint_id,))
         if not rows:
             return None
         id_, when, label, after = rows[0]
         return Checkpoint(int(id_), str(when), None if label is None else str(label), int(after))
 
     def checkpoints(self, limit: int = 50) -> list[Checkpoint]:
-        rows = self._query("SELECT id, time, label, after_change FROM checkpoints ORDER BY id DESC LIMIT ?", (limit,))
+        rows = self._rows("SELECT id, time, label, after_change FROM checkpoints ORDER BY id DESC LIMIT ?", (limit,))
         return [Checkpoint(int(i), str(t), None if label is None else str(label), int(a)) for i, t, label, a in rows]
 
     def _with_sources(self, rows: list[Any], *, data: bool) -> list[Change]:
@@ -520,7 +503,7 @@ class SqliteChangeLog:
         found: dict[object, list[SourceChange]] = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
-            for row in self._query(
+            for row in self._rows(
                 f"SELECT {columns} FROM change_sources WHERE change_id IN ({','.join('?' * len(chunk))}) "
                 "ORDER BY change_id, unit_id, source_id",
                 chunk,
@@ -552,6 +535,41 @@ class SqliteChangeLog:
             )
             for r in rows
         ]
+
+
+class SqliteChangeLog(SqlChangeLog):
+    """The change log in a SQLite file (created if missing; `private` files are checked as `open_private_file`)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        retention: Retention = DEFAULT_RETENTION,
+        *,
+        private: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(retention, clock)
+        self.path = Path(path)
+        if private:
+            open_private_file(self.path)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed
+            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+        except BaseException:
+            conn.close()
+            raise
+        self._db = SharedConnection(lambda: conn)
+
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._db.transaction()
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        return self._db.query(sql, args)
+
+    def close(self) -> None:
+        self._db.close()
 
 
 def _text(value: object) -> str | None:

@@ -213,6 +213,8 @@ class Host:
             ids = list(discovered if discovered is not None else unit_ids or ())
             assert self._finder is not None
             self._finder.kinds = discovered  # a lookup per unit less while starting
+            prefetch = getattr(self.loader, "read_python_sources", None)  # a query per source less
+            self._finder.prefetched = prefetch() if discovered is not None and prefetch is not None else None
             # A full start reuses the code compiled at the last one (a partial start, like the test host's, would
             # read the whole cache for one unit, and must not shrink it).
             cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
@@ -228,6 +230,7 @@ class Host:
                     pending = self._bring_up_batch(pending)
             finally:
                 self._finder.kinds = None
+                self._finder.prefetched = None
                 self._finder.bytecode = None
                 if collecting:
                     gc.enable()

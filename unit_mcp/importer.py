@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from .loader import Loader, LoaderError, Source, UnitKind, UnsafeSource
+from .loader import Loader, LoaderError, MissingSource, Source, UnitKind, UnsafeSource
 from .paths import UnsafePath, hash_bytes, open_private, private_dir, write_file
 
 
@@ -183,6 +183,16 @@ class UnitFinder:
         self.names: dict[str, set[str]] = {}  # unit id → module names imported for it (no scan of sys.modules)
         self.kinds: dict[str, UnitKind] | None = None  # while the host starts: what it just discovered
         self.bytecode: BytecodeCache | None = None  # while the host starts all units
+        # while the host starts all units: every Python source, read in one query (a loader that offers it)
+        self.prefetched: dict[tuple[str, str], bytes] | None = None
+
+    def _read(self, source: Source) -> bytes:
+        if self.prefetched is not None and source.source_id.endswith(".py"):
+            data = self.prefetched.get((source.unit_id, source.source_id))
+            if data is None:
+                raise MissingSource()
+            return data
+        return self.loader.read(source)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(self.namespace + "."):
@@ -195,7 +205,7 @@ class UnitFinder:
             return None
         for source, package in _candidates(unit_id, kind, parts[1:]):
             try:
-                data = self.loader.read(source)
+                data = self._read(source)
             except UnsafeSource:
                 raise ImportError(f"{fullname}: linked, irregular or outside source refused", name=fullname) from None
             except (LoaderError, ValueError, OSError):

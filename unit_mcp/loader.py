@@ -151,7 +151,8 @@ class Loader(Protocol):
     return a `Written`; the caller then calls `accept` when the reload succeeded or `rollback` when it did not.
     History loaders record accepted versions only. A loader whose store is a database shared by several servers
     may also offer `change_log(retention) -> ChangeLog | None` (`changelog.py`), so that every server on it sees
-    every change; the host keeps the change log in its data dir otherwise.
+    every change; the host keeps the change log in its data dir otherwise. One whose reads are round trips may
+    offer `read_python_sources() -> dict[(unit id, source id), bytes]`, which the host's start imports from.
     """
 
     name: str

@@ -13,16 +13,19 @@ with `store_unavailable`; the connections come back by themselves.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import psycopg
 
+from .changelog import DEFAULT_RETENTION, Retention, SqlChangeLog
 from .errors import StoreUnavailable
 from .loader import (
     Capabilities,
@@ -134,6 +137,23 @@ def _valid_unit_id(unit_id: str) -> bool:
     return True
 
 
+def _check_tables(
+    conn: psycopg.Connection[Any], expected: dict[str, dict[str, str]], *, present_only: bool = False
+) -> None:
+    """`ForeignStore` unless each table of `expected` in our schema (each one there, with `present_only`) has
+    exactly these columns and types."""
+    found: dict[str, dict[str, str]] = {}
+    for table, column, kind in conn.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = ANY(%s)",
+        (SCHEMA, list(expected)),
+    ):
+        found.setdefault(table, {})[column] = kind
+    for table, columns in expected.items():
+        if found.get(table) != columns and (table in found or not present_only):
+            raise ForeignStore(f"has a table {SCHEMA}.{table} unlike unit-mcp's; give another database")
+
+
 class _Connections:
     """Idle connections for reuse. A connection that failed is dropped, and a new one is made on the next call,
     so an outage fails calls at once and ends by itself (no reconnect backoff to wait out)."""
@@ -172,6 +192,16 @@ class _Connections:
             self._release(conn)
             raise
         self._release(conn)
+
+    def query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        """A read; one that failed on a connection the server dropped since it was last used (a restart closes
+        every connection, and the idle check skips those used within IDLE_CHECK) is tried once more on a new one."""
+        try:
+            with self.connection() as conn:
+                return conn.execute(sql, tuple(args)).fetchall()  # type: ignore[arg-type]
+        except StoreUnavailable:
+            with self.connection() as conn:  # the failure emptied the idle list: a new connection
+                return conn.execute(sql, tuple(args)).fetchall()  # type: ignore[arg-type]
 
     def _release(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
@@ -244,15 +274,8 @@ class PostgresLoader:
                 if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)).fetchone() is None:
                     conn.execute(_DDL)
                 return
-            found: dict[str, dict[str, str]] = {}
-            for table, column, kind in conn.execute(
-                "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = %s",
-                (SCHEMA,),
-            ):
-                found.setdefault(table, {})[column] = kind
-            for table, columns in _COLUMNS.items():
-                if found.get(table) != columns:
-                    raise ForeignStore(f"has a table {SCHEMA}.{table} unlike unit-mcp's; give another database")
+            _check_tables(conn, _COLUMNS)
+            _check_tables(conn, _LOG_COLUMNS, present_only=True)  # made by the change log on first use
             if not conn.execute(
                 f"SELECT 1 FROM pg_trigger WHERE tgname = 'source_changed' AND tgrelid = '{SCHEMA}.sources'::regclass "
                 "AND tgenabled <> 'D'"
@@ -272,14 +295,7 @@ class PostgresLoader:
             yield conn
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
-        """A read; one that failed on a connection the server dropped since it was last used (a restart closes
-        every connection, and the idle check skips those used within IDLE_CHECK) is tried once more on a new one."""
-        try:
-            with self._connections.connection() as conn:
-                return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
-        except StoreUnavailable:
-            with self._connections.connection() as conn:  # the failure emptied the idle list: a new connection
-                return conn.execute(sql, args).fetchall()  # type: ignore[arg-type]
+        return self._connections.query(sql, args)
 
     def close(self) -> None:
         self._connections.close()
@@ -319,6 +335,11 @@ class PostgresLoader:
         ]
 
     # -- sources ----------------------------------------------------------------------------
+
+    def read_python_sources(self) -> dict[tuple[str, str], bytes]:
+        """Every unit's Python sources by (unit id, source id), in one query: the host's start imports them all."""
+        rows = self._query(f"SELECT unit_id, source_id, data FROM {SCHEMA}.sources WHERE source_id LIKE '%%.py'")
+        return {(unit_id, source_id): bytes(data) for unit_id, source_id, data in rows}
 
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         """With `max_bytes`, `SourceTooLarge` for a bigger source, whose bytes are not fetched."""
@@ -427,7 +448,8 @@ class PostgresLoader:
                 version = self._last_version(conn, unit_id)
             else:
                 version = self._store(conn, written.source, written.previous)
-            conn.execute(f"UPDATE {SCHEMA}.versions SET listed = false WHERE version = %s", (written.token,))
+            if written.token:  # a `Written` the service makes to remove a source has no version of its own
+                conn.execute(f"UPDATE {SCHEMA}.versions SET listed = false WHERE version = %s", (written.token,))
         self._served_now(unit_id, version)  # the bytes put back are the ones still served
 
     # -- history ----------------------------------------------------------------------------
@@ -473,6 +495,10 @@ class PostgresLoader:
             for unit_id, versions in out.items():
                 versions.error = self._errors.get(unit_id) if versions.behind else None
             return out
+
+    def change_log(self, retention: Retention) -> PostgresChangeLog | None:
+        """The change log in this database (every replica sees every change); None when read-only."""
+        return None if self.read_only else PostgresChangeLog(self.address, retention)
 
     # -- watching and copying -------------------------------------------------------------------
 
@@ -554,19 +580,22 @@ class _Listener:
             unsettled, loader._unsettled = loader._unsettled, set()
         try:
             rows = conn.execute(
-                f"SELECT version, unit_id, writer FROM {SCHEMA}.versions WHERE version > %s ORDER BY version",
+                f"SELECT version, unit_id, source_id, writer, tool_call FROM {SCHEMA}.versions WHERE version > %s "
+                "ORDER BY version",
                 (self._seen,),
             ).fetchall()
-            changed = dict.fromkeys(sorted(unsettled))
+            changed: dict[str, set[str]] = {unit_id: set() for unit_id in sorted(unsettled)}
             with loader._versions_lock:
-                for version, unit_id, writer in rows:
+                for version, unit_id, source_id, writer, tool_call in rows:
                     loader._stored[unit_id] = max(int(version), loader._stored.get(unit_id, 0))
                     if writer != loader.writer:
-                        changed[unit_id] = None
+                        outside = changed.setdefault(unit_id, set())
+                        if writer is None and tool_call is None:  # not a loader's: psql, another application
+                            outside.add(source_id)
                 newest = {unit_id: loader._stored.get(unit_id, 0) for unit_id in changed}
-            for unit_id in changed:
+            for unit_id, sources in changed.items():
                 if _valid_unit_id(unit_id):
-                    self._apply(conn, unit_id, newest[unit_id])
+                    self._apply(conn, unit_id, newest[unit_id], sources)
                     unsettled.discard(unit_id)
         except BaseException:
             with loader._versions_lock:
@@ -575,11 +604,123 @@ class _Listener:
         if rows:
             self._seen = int(rows[-1][0])
 
-    def _apply(self, conn: psycopg.Connection[Any], unit_id: str, version: int) -> None:
-        error = self._target.reload_changed(unit_id)
+    def _apply(self, conn: psycopg.Connection[Any], unit_id: str, version: int, sources: set[str]) -> None:
+        error = self._target.reload_changed(unit_id, sources)
         if error is None:
             self._loader._served_now(unit_id, version)
             return
         conn.execute("SELECT 1")  # the database went away meanwhile: raise, reconnect and catch up again
         with self._loader._versions_lock:
             self._loader._errors[unit_id] = error
+
+
+_LOG_LOCK_KEY = 0x756E6963  # the advisory lock that orders change log records and checkpoints ('unic')
+_LOG_DDL = f"""
+CREATE TABLE IF NOT EXISTS {SCHEMA}.changes (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    time text COLLATE "C" NOT NULL,  -- ISO 8601 UTC: sorts as bytes
+    client_name text,
+    client_version text,
+    session_id text,
+    tool text,
+    unit_id text,
+    source_id text,
+    outcome text NOT NULL,
+    error_code text,
+    message text,
+    duration_ms double precision NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS changes_by_time ON {SCHEMA}.changes (time);
+CREATE INDEX IF NOT EXISTS changes_by_unit ON {SCHEMA}.changes (unit_id, source_id, id);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.change_sources (
+    change_id bigint NOT NULL,
+    unit_id text NOT NULL,
+    source_id text NOT NULL,
+    action text NOT NULL,
+    hash_before text,
+    hash_after text,
+    data_before bytea,
+    data_after bytea,
+    PRIMARY KEY (change_id, unit_id, source_id)
+);
+CREATE INDEX IF NOT EXISTS change_sources_by_source ON {SCHEMA}.change_sources (unit_id, source_id, change_id);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.checkpoints (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    time text COLLATE "C" NOT NULL,
+    label text,
+    after_change bigint NOT NULL,
+    client_name text,
+    session_id text
+);
+"""
+_LOG_COLUMNS = {
+    "changes": {
+        "id": "bigint",
+        "time": "text",
+        "client_name": "text",
+        "client_version": "text",
+        "session_id": "text",
+        "tool": "text",
+        "unit_id": "text",
+        "source_id": "text",
+        "outcome": "text",
+        "error_code": "text",
+        "message": "text",
+        "duration_ms": "double precision",
+    },
+    "change_sources": {
+        "change_id": "bigint",
+        "unit_id": "text",
+        "source_id": "text",
+        "action": "text",
+        "hash_before": "text",
+        "hash_after": "text",
+        "data_before": "bytea",
+        "data_after": "bytea",
+    },
+    "checkpoints": {
+        "id": "bigint",
+        "time": "text",
+        "label": "text",
+        "after_change": "bigint",
+        "client_name": "text",
+        "session_id": "text",
+    },
+}
+_LOG_TABLES = re.compile(r"\b(changes|change_sources|checkpoints)\b")
+
+
+class PostgresChangeLog(SqlChangeLog):
+    """The change log in the units database, in tables of our schema (created when missing). Every record and
+    checkpoint is written under one advisory lock, so ids commit in order across replicas and an outside change
+    that every replica notices is recorded once."""
+
+    def __init__(
+        self, address: str, retention: Retention = DEFAULT_RETENTION, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        super().__init__(retention, clock)
+        self._connections = _Connections(address, size=4)
+        with self._transaction() as conn:
+            conn.execute(_LOG_DDL)
+            _check_tables(conn, _LOG_COLUMNS)
+
+    def _sql(self, sql: str) -> str:
+        return _log_sql(sql)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._connections.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s), set_config('lock_timeout', '5s', true)", (_LOG_LOCK_KEY,))
+            yield conn
+
+    def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
+        return self._connections.query(sql, args)
+
+    def close(self) -> None:
+        self._connections.close()
+
+
+@functools.lru_cache(maxsize=512)
+def _log_sql(sql: str) -> str:
+    """The change log's SQL for psycopg: our schema's tables, `%s` parameters."""
+    return _LOG_TABLES.sub(rf"{SCHEMA}.\1", sql).replace("?", "%s")

@@ -15,9 +15,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from .changelog import Retention, SqliteChangeLog
 from .errors import InvalidSourceId
@@ -42,6 +40,7 @@ from .loader import (
     primary_source_id,
 )
 from .paths import hash_bytes, is_unit_id, validate_source_id
+from .sqlitedb import SharedConnection
 
 log = logging.getLogger("unit_mcp.sqliteloader")
 
@@ -157,12 +156,11 @@ class SqliteLoader:
         self.capabilities = Capabilities(write=not read_only, create=not read_only, history=True)
         self.poll_interval = poll_interval
         self.writer = secrets.token_hex(8)
-        self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = None
+        self._db = SharedConnection(self._open)
         self._skipped: set[str] = set()
         if read_only and not self.path.is_file():
             raise FileNotFoundError(f"units database {self.path} does not exist")
-        self._db()
+        self._db.get()
 
     # -- connection -----------------------------------------------------------------------
 
@@ -173,50 +171,27 @@ class SqliteLoader:
         conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed; power loss may
         return conn
 
-    def _db(self) -> sqlite3.Connection:
-        with self._lock:
-            if self._conn is None:
-                problem = units_database_problem(self.path)
-                if problem is not None:
-                    raise ForeignStore(f"{self.path} {problem}")
-                if not self.read_only:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    _create_private(self.path)
-                conn = self.connect()
-                if not self.read_only:
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                        conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
-                self._conn = conn
-            return self._conn
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE: the write lock is taken before anything is read, so a check and a write are one."""
-        with self._lock:
-            conn = self._db()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
-        with self._lock:
-            return self._db().execute(sql, args).fetchall()
+    def _open(self) -> sqlite3.Connection:
+        problem = units_database_problem(self.path)
+        if problem is not None:
+            raise ForeignStore(f"{self.path} {problem}")
+        if not self.read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
+        conn = self.connect()
+        if not self.read_only:
+            conn.execute("PRAGMA journal_mode = WAL")
+            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+        return conn
 
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        self._db.close()
 
     # -- discovery ------------------------------------------------------------------------
 
     def discover(self) -> dict[str, UnitKind]:
-        rows = self._query(
+        rows = self._db.query(
             f"SELECT u.unit_id, u.kind FROM units u WHERE EXISTS (SELECT 1 FROM sources s "
             f"WHERE s.unit_id = u.unit_id AND s.source_id = {_PRIMARY}) ORDER BY u.unit_id"
         )
@@ -236,7 +211,7 @@ class SqliteLoader:
     def kind(self, unit_id: str) -> UnitKind | None:
         if not self._valid(unit_id):
             return None
-        rows = self._query(
+        rows = self._db.query(
             f"SELECT u.kind FROM units u WHERE u.unit_id = ? AND EXISTS (SELECT 1 FROM sources s "
             f"WHERE s.unit_id = u.unit_id AND s.source_id = {_PRIMARY})",
             (unit_id,),
@@ -246,13 +221,13 @@ class SqliteLoader:
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind == "file":
             return [f"{unit_id}.py"]
-        rows = self._query("SELECT source_id FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
+        rows = self._db.query("SELECT source_id FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
         return [str(r[0]) for r in rows if _is_source_id(str(r[0]))]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         primary = primary_source_id(unit_id, kind)
         wanted = set(self.source_ids(unit_id, kind))
-        rows = self._query("SELECT source_id, data FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
+        rows = self._db.query("SELECT source_id, data FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
         return [
             SourceInfo(sid, len(data), hash_bytes(data), sid == primary, artifact_kind(sid, data))
             for sid, data in ((sid, _blob(value)) for sid, value in rows)
@@ -263,9 +238,9 @@ class SqliteLoader:
 
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         if max_bytes is None:
-            rows = self._query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source))
+            rows = self._db.query("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source))
         else:  # the size first, without the bytes (a BLOB's length is in its header); then the bytes if they fit
-            rows = self._query(
+            rows = self._db.query(
                 "SELECT size, CASE WHEN size <= ? THEN data END FROM (SELECT data, CASE typeof(data) WHEN 'blob' "
                 "THEN length(data) ELSE length(CAST(data AS BLOB)) END AS size FROM sources "
                 "WHERE unit_id = ? AND source_id = ?)",
@@ -275,7 +250,7 @@ class SqliteLoader:
                 raise SourceTooLarge(int(rows[0][0]))
             rows = [(row[1],) for row in rows]
         if not rows:
-            self._missing(self._db(), source)
+            self._missing(self._db.get(), source)
         return _blob(rows[0][0])
 
     def _missing(self, conn: sqlite3.Connection, source: Source) -> None:
@@ -292,7 +267,7 @@ class SqliteLoader:
         return f"{self.path}/{unit_id}/{source_id}" if source.kind == "directory" else f"{self.path}/{source_id}"
 
     def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             row = conn.execute("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source)).fetchone()
             if row is None:
                 self._missing(conn, source)
@@ -305,7 +280,7 @@ class SqliteLoader:
 
     def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
         unit_id, source_id = _key(source)
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             if conn.execute(
                 "SELECT 1 FROM sources WHERE unit_id = ? AND (source_id = ? OR substr(source_id, 1, ?) = ?)",
                 (unit_id, source_id, len(source_id) + 1, source_id + "/"),
@@ -340,7 +315,7 @@ class SqliteLoader:
         """Put the previous bytes back if the source still holds the rejected ones (one transaction), and drop the
         rejected version from the history either way."""
         key = _key(written.source)
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             if written.token:  # a `Written` the service makes to remove a source has no version row
                 conn.execute("DELETE FROM versions WHERE version = ?", (written.token,))
             row = conn.execute("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", key).fetchone()
@@ -360,7 +335,7 @@ class SqliteLoader:
     # -- history --------------------------------------------------------------------------
 
     def history(self, source: Source, limit: int) -> list[Version]:
-        rows = self._query(
+        rows = self._db.query(
             "SELECT version, hash, data, time, tool_call FROM versions WHERE unit_id = ? AND source_id = ? "
             "AND listed = 1 AND data IS NOT NULL ORDER BY version DESC LIMIT ?",
             (*_key(source), limit),
@@ -374,7 +349,7 @@ class SqliteLoader:
         return versions
 
     def version_data(self, source: Source, version: int) -> bytes:
-        rows = self._query(
+        rows = self._db.query(
             "SELECT data FROM versions WHERE version = ? AND unit_id = ? AND source_id = ? AND listed = 1 "
             "AND data IS NOT NULL",
             (version, *_key(source)),
@@ -393,7 +368,7 @@ class SqliteLoader:
         return _Poller(self, target, debounce_ms / 1000)
 
     def put_unit(self, unit_id: str, kind: UnitKind, files: dict[str, bytes], *, replace: bool) -> None:
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             if conn.execute("SELECT 1 FROM units WHERE unit_id = ?", (unit_id,)).fetchone():
                 if not replace:
                     raise SourceExists()

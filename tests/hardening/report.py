@@ -35,6 +35,7 @@ TITLES = {
     "risks": "Risks that say what they grant",
     "foreign_stores": "Stores that are not ours",
     "huge_source": "An oversized source",
+    "pg_chaos": "Seeded faults over three PostgreSQL replicas (scripts/pg_chaos.py)",
 }
 
 

@@ -87,6 +87,42 @@ async def test_a_waiting_call_appears_live_and_approving_runs_it_exactly_once(
     assert greeter.read_text().count("Howdy, {name}!") == 1
 
 
+async def test_a_rollback_waiting_for_approval_shows_the_diff_of_its_dry_run(
+    tmp_path: Path, unit_server: UnitServer, browser: Browser, shoot: Shoot
+) -> None:
+    """What a rollback would write is in no argument: the page shows the diff of a dry run made through the unit
+    server, and nothing is written before the answer."""
+    greeter = unit_server.units_root / "greeter.py"
+    original = greeter.read_bytes()
+    async with unit_server.source() as tools:
+        checkpoint = (await tools.call("unit_checkpoint", {"label": "before howdy"})).structured_content
+        assert checkpoint is not None
+        assert not (await tools.call("unit_apply_patch", PATCH)).is_error
+    rollback = {"checkpoint_id": checkpoint["checkpoint_id"]}
+    steps = [call(tool_call("unit_rollback", rollback)), say("Done: {{last}}", when=Match(last_role="tool"))]
+    async with ScriptedModel(steps) as model, embedded(tmp_path, unit_server, model.base_url) as app:
+        page = await logged_in(browser, app.login_url)
+        session = await app.runner.create_session(AGENT, title="undo the howdy")
+        handle = await app.runner.run_turn(session.id, "undo the howdy")
+        request = page.locator(".request")
+        await expect(request.locator(".tool")).to_have_text("unit_rollback")
+        await expect(request.locator(".badge")).to_have_text("destructive")
+        await expect(request.locator(".diff-head .key")).to_have_text(["greeter/greeter.py"])
+        await expect(request.locator("tr.diff-del td.code")).to_contain_text(["Howdy, {name}!"])
+        await expect(request.locator("tr.diff-add td.code")).to_contain_text(["Hello, {name}!"])
+        assert unit_server.called()[-1] == "unit_rollback" and unit_server.calls[-1].arguments["dry_run"] is True
+        assert b"Howdy" in greeter.read_bytes()  # the dry run wrote nothing
+        await shoot(page, "approval-rollback")
+
+        await request.get_by_role("button", name="Approve", exact=True).click()
+        await expect(page.locator(".notice-ok")).to_contain_text("Approved: unit_rollback")
+        await handle.wait(60)
+        assert handle.status is TurnStatus.COMPLETED, handle.error
+    dry, real = [c.arguments for c in unit_server.calls if c.name == "unit_rollback"]
+    assert dry["dry_run"] is True and real.get("dry_run", False) is False  # one preview, then the approved call
+    assert greeter.read_bytes() == original
+
+
 async def test_deny_leaves_the_units_file_unchanged(
     tmp_path: Path, unit_server: UnitServer, browser: Browser, shoot: Shoot
 ) -> None:

@@ -401,6 +401,14 @@ class AgentToolSurface:
             return await self._call_local(self._local[tool.name], arguments, ctx)
         return await self._call_mcp(self._sources[tool.source], tool, arguments)
 
+    async def dry_run(self, name: str, arguments: dict[str, Any]) -> ToolOutput | None:
+        """A dry run of an MCP tool that has one (it writes nothing, at its lower risk), for a person deciding on
+        the real call; None for any other tool."""
+        tool = self.get(name)
+        if tool is None or tool.source == LOCAL or tool.dry_run_risk is None:
+            return None
+        return await self._call_mcp(self._sources[tool.source], tool, {**arguments, "dry_run": True})
+
     async def _call_local(self, tool: LocalTool, arguments: dict[str, Any], ctx: CallContext | None) -> ToolOutput:
         try:
             args = tool.args.model_validate(arguments)

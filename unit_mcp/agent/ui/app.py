@@ -78,7 +78,7 @@ class AgentUI(PageApp):
     ) -> None:
         self.runner = runner
         self.browse = SessionStore(runner.store.address, read_only=True)
-        self.pending = PendingIndex(self.browse, self._live_turn)
+        self.pending = PendingIndex(self.browse, self._live_turn, runner.tools.dry_run)
         self.notices: OrderedDict[str, tuple[str, str]] = OrderedDict()
         super().__init__(
             templates=HERE / "templates",
@@ -106,7 +106,7 @@ class AgentUI(PageApp):
 
     async def pending_page(self, request: Request) -> Response:
         notice = self.notices.pop(request.query_params.get("notice", ""), None)
-        entries = await anyio.to_thread.run_sync(self.pending.pending)
+        entries = await self.pending.with_dry_runs(await anyio.to_thread.run_sync(self.pending.pending))
         return self.page(
             request,
             "pending.html",
@@ -116,7 +116,7 @@ class AgentUI(PageApp):
         )
 
     async def pending_fragment(self, request: Request) -> Response:
-        entries = await anyio.to_thread.run_sync(self.pending.pending)
+        entries = await self.pending.with_dry_runs(await anyio.to_thread.run_sync(self.pending.pending))
         return self.page(request, "_pending_list.html", entries=entries)
 
     async def sessions_page(self, request: Request) -> Response:

@@ -6,17 +6,23 @@ module only adds what the page shows of each request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ...webpage import DiffLine, diff_lines, unified_lines
 from ..approvals import ApprovalRequest
 from ..sessions import SessionStore
 from .folding import Folded, fold_arguments
 
+if TYPE_CHECKING:
+    from ..toolsurface import ToolOutput
+
 LiveTurn = Callable[[str], "str | None"]  # the turn this process runs in a session, if any
+DryRun = Callable[[str, dict[str, Any]], Awaitable["ToolOutput | None"]]  # the surface's `dry_run`
 MAX_DIFF_CHARS = 200_000  # a proposed patch larger than this is shown folded, as arguments only
+DRY_RUN_TOOLS = ("unit_revert", "unit_revert_change", "unit_rollback")
+"""Tools whose approval shows the diff of a dry run: what they write is not in their arguments."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,24 @@ def proposed_diff(tool: str | None, arguments: dict[str, Any] | None) -> Propose
     return None
 
 
+def dry_run_diffs(output: ToolOutput | None) -> list[ProposedDiff]:
+    """The diffs of a dry run's result: one source's `diff` (unit_revert) or each of its `sources` (a rollback)."""
+    if output is None:
+        return []
+    found = output.structured or {}
+    if output.is_error:
+        return [ProposedDiff("dry run", f"refused: {output.text[:500]}", [])]
+    listed = found.get("sources")
+    sources = listed if isinstance(listed, list) else [found]
+    diffs = []
+    for source in sources:
+        diff = source.get("diff") if isinstance(source, dict) else None
+        if isinstance(diff, str) and len(diff) <= MAX_DIFF_CHARS:
+            target = f"{source.get('unit_id', '?')}/{source.get('source_id', '?')}"
+            diffs.append(ProposedDiff(target, "the dry run's diff", unified_lines(diff)))
+    return diffs or [ProposedDiff("dry run", "writes nothing", [])]
+
+
 def shown_arguments(arguments: dict[str, Any] | None, diff: ProposedDiff | None) -> dict[str, Any] | None:
     """The arguments to show beside `diff`: those it does not show already."""
     if diff is None or arguments is None:
@@ -60,15 +84,17 @@ class PendingEntry:
     state: str
     arguments: list[Folded]
     writer_pid: int | None = None
-    diff: ProposedDiff | None = None
+    diffs: list[ProposedDiff] = field(default_factory=list)
 
 
 class PendingIndex:
     """The page's view of `SessionStore.pending()` for `store`, with this process's live turns."""
 
-    def __init__(self, store: SessionStore, live_turn: LiveTurn) -> None:
+    def __init__(self, store: SessionStore, live_turn: LiveTurn, dry_run: DryRun | None = None) -> None:
         self.store = store
         self.live_turn = live_turn
+        self.dry_run = dry_run
+        self._dry_runs: dict[str, list[ProposedDiff]] = {}  # by request id: each is run once, when first shown
 
     def pending(self) -> list[PendingEntry]:
         """Every waiting request, newest first. Blocking (call it off the loop)."""
@@ -84,7 +110,20 @@ class PendingIndex:
                     entry.state,
                     fold_arguments(shown_arguments(entry.request.arguments, diff)),
                     entry.writer_pid,
-                    diff,
+                    [] if diff is None else [diff],
                 )
             )
         return entries
+
+    async def with_dry_runs(self, entries: list[PendingEntry]) -> list[PendingEntry]:
+        """`entries` with the diff of a dry run of each unit_revert, unit_revert_change or unit_rollback request
+        (through the unit server that would run it), as unit_apply_patch requests show their patch."""
+        shown = []
+        for entry in entries:
+            tool, arguments = entry.request.tool or "", entry.request.arguments
+            if self.dry_run is not None and tool.endswith(DRY_RUN_TOOLS) and isinstance(arguments, dict):
+                if entry.request.id not in self._dry_runs:
+                    self._dry_runs[entry.request.id] = dry_run_diffs(await self.dry_run(tool, arguments))
+                entry = replace(entry, diffs=self._dry_runs[entry.request.id])
+            shown.append(entry)
+        return shown
