@@ -158,3 +158,25 @@ async def test_a_turn_survives_a_kill_in_a_tool_call_and_a_kill_in_its_approval_
     assert decided[0].data["decision"]["approved"] is True
     assert decided[0].data["request"]["id"] == asked.request.id
     assert session.status == "idle" and {item.turn_id for item in session.items} == {turn_id}
+
+
+async def test_run_queues_a_turn_for_a_worker_and_refuses_what_cannot_work_in_one_line(data: Path) -> None:
+    async with ScriptedModel([say("hi from a worker")]) as model:
+        options = ["--model", "scripted", "--base-url", model.base_url]
+        code, _, err = await agent_cli(
+            "--data-dir", str(data), "run", *options, "--system-db", "postgresql://u:secret@127.0.0.1/db", "hi"
+        )  # fmt: skip
+        assert code == 2 and "no password on the command line: put it in PGPASSFILE" in err and "secret" not in err
+        code, _, err = await agent_cli("--data-dir", str(data), "run", *options, "--workers", "hi")
+        assert code == 1 and "start a worker on that system database first" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+
+        workers = Workers(data, options)
+        try:
+            await workers.start("worker-a")
+            code, out, err = await agent_cli("--data-dir", str(data), "run", *options, "--workers", "say hi")
+        finally:
+            workers.close()
+    assert code == 0, err
+    assert out.splitlines()[-1] == "hi from a worker" and "queued for the workers" in err
+    model.assert_done()

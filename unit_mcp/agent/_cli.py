@@ -421,10 +421,14 @@ async def submit_command(args: argparse.Namespace, data_dir: Path, runner: Agent
     """`run --workers`: queue the turn for the workers and wait for its answer (a worker that dies meanwhile is
     replaced by a restarted or another worker; Ctrl-C stops waiting, not the turn)."""
     from ._durable import DurableClient
+    from .errors import AgentError
 
     durable = runner.durable
     assert isinstance(durable, DurableClient)
-    turn_id = await durable.submit(runner.store, session_id, " ".join(args.prompt))
+    try:
+        turn_id = await durable.submit(runner.store, session_id, " ".join(args.prompt))
+    except AgentError as exc:
+        raise CliError(str(exc)) from exc
     print(f"turn {turn_id} of session {session_id} queued for the workers", file=sys.stderr, flush=True)
     answer = await durable.wait(turn_id)
     print(f"session: {session_id}", file=sys.stderr)

@@ -183,7 +183,14 @@ class DurableClient:
         await anyio.to_thread.run_sync(store.invalidate, session_id)
         turn_id = new_turn_id()
         options = {"queue_name": TURNS, "workflow_name": WORKFLOW, "workflow_id": turn_id}
-        await self.client.enqueue_async(options, session_id, turn_id, input)  # type: ignore[arg-type]
+        try:
+            await self.client.enqueue_async(options, session_id, turn_id, input)  # type: ignore[arg-type]
+        except sa.exc.DBAPIError as exc:
+            reason = str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__
+            raise AgentError(
+                f"cannot queue the turn on {self.system_database_url} ({reason}): start a worker on that system "
+                "database first (python -m unit_mcp.agent worker), which sets it up"
+            ) from None
         return turn_id
 
     async def wait(self, turn_id: str) -> str | None:
