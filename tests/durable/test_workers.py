@@ -1,7 +1,8 @@
 """Durable turns on workers (`python -m unit_mcp.agent worker`, real processes) sharing a SQLite or a PostgreSQL
 system database: a turn of three tool calls survives its worker being SIGKILLed in the second call (a live worker
 takes it over), then the worker running it being SIGKILLed while its risky third call waits for approval (a fresh
-worker takes it over); `answer` sends the approval, and the turn completes.
+worker takes it over); the approval page (SQLite) or `answer` (PostgreSQL) sends the approval, and the turn
+completes.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import anyio
 import pytest
 from agent.conftest import REPO, UnitServer, agent_cli
 from item_kinds import item_kinds
+from ui.conftest import page_client, serving
 
-from unit_mcp.agent import SessionStore
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, SessionStore
 from unit_mcp.agent._durable import DurableClient
 from unit_mcp.agent.items import EventItem
 from unit_mcp.paths import hash_bytes
@@ -33,6 +35,26 @@ def system_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
         return str(request.getfixturevalue("pg_cluster").new_database())
     return f"sqlite:///{tmp_path / 'data' / 'dbos.sqlite'}"
+
+
+async def answer_on_the_page(store: SessionStore, client: DurableClient, session_id: str, request_id: str) -> str:
+    """Approve on the approval page (served by a runner that knows the workers' system database); its notice."""
+    registry, surface = AgentRegistry(), AgentToolSurface(AgentApprovals())
+    async with (
+        AgentRunner(store=store, registry=registry, tools=surface, durable=client) as runner,
+        serving(runner) as (ui, base),
+        page_client(ui.login_url(base)) as page,
+    ):
+        listed = await page.get("/")
+        assert "Its durable turn waits for this answer" in listed.text and "Approve</button>" in listed.text
+        answered = await page.post(
+            f"/approvals/{session_id}/{request_id}",
+            data={"decision": "approve"},
+            headers={"Origin": str(page.base_url).rstrip("/")},
+            follow_redirects=True,
+        )
+    assert answered.status_code == 200, answered.text
+    return answered.text
 
 
 class Workers:
@@ -117,10 +139,14 @@ async def test_a_turn_survives_a_kill_in_a_tool_call_and_a_kill_in_its_approval_
                 workers.kill("worker-b")  # while the turn waits for the approval
                 await workers.start("worker-c")  # a fresh worker: it takes over B's turn and waits again
 
-                code, _, err = await agent_cli(
-                    "--data-dir", str(data), "answer", SESSION, asked.request.id, "approve", *model_options
-                )  # fmt: skip
-                assert code == 0 and f"sent to durable turn {turn_id}" in err, err
+                if system_db.startswith("sqlite"):
+                    notice = await answer_on_the_page(store, client, SESSION, asked.request.id)
+                    assert f"durable turn {turn_id} goes on on its worker" in notice
+                else:
+                    code, _, err = await agent_cli(
+                        "--data-dir", str(data), "answer", SESSION, asked.request.id, "approve", *model_options
+                    )  # fmt: skip
+                    assert code == 0 and f"sent to durable turn {turn_id}" in err, err
                 with anyio.fail_after(120):
                     assert await client.wait(turn_id) == "done"
         finally:

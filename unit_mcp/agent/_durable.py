@@ -23,6 +23,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,7 +31,7 @@ import anyio
 import sqlalchemy as sa
 
 try:
-    from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID, WorkflowHandleAsync
+    from dbos import DBOS, DBOSClient, DBOSConfig, EnqueueOptions, SetWorkflowID, WorkflowHandleAsync
 except ImportError as exc:  # pragma: no cover - the test extra installs it
     raise ImportError("durable turns need DBOS: pip install 'unit-mcp[durable]'") from exc
 
@@ -42,10 +43,10 @@ from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
 from ._turnapprovals import TurnApprovals, save_session_data
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
-from .errors import AgentError, StepLimitReached
+from .errors import AgentError, SessionLocked, StepLimitReached
 from .hooks import ModelResponse
-from .items import EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
-from .sessions import SessionStore
+from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
+from .sessions import STALE_SECONDS, SessionStore
 from .toolsurface import AgentToolSurface, ToolOutput
 from .turns import Turn, TurnHandle, TurnStatus, describe
 
@@ -57,6 +58,7 @@ APP = "unit-mcp"  # the DBOS application workers and clients share
 WORKFLOW = "unit_mcp.durable_turn"
 TURNS = "unit_mcp_turns"  # the queue `DurableClient.submit` puts turns on; every worker takes from it
 QUEUE_POLL = 0.5  # seconds between a worker's looks at the queue
+WAIT_POLL = 0.1  # seconds between looks at whether a turn ended (DBOS's default is a second)
 APPROVAL_TIMEOUT = 7 * 24 * 3600.0  # seconds a durable turn waits for an approval before it counts as denied
 BEAT_SECONDS = 0.25  # how often a worker records that it lives
 DEAD_AFTER = 5.0  # seconds without a beat after which a worker on another host counts as dead
@@ -104,8 +106,9 @@ async def _no_delegation(*_: object) -> TurnHandle:
 
 
 class _Beats:
-    """Which workers live, in a table of the system database: each worker beats every `BEAT_SECONDS`; one whose
-    process is gone (same host) or that stopped beating for `DEAD_AFTER` seconds (another host) is dead."""
+    """Which workers live, in a table of the system database: each worker beats every `BEAT_SECONDS`. One on this
+    host is dead once its process is gone (or it stopped beating for `STALE_SECONDS`, its pid reused), one on another
+    host once it stopped beating for `DEAD_AFTER` seconds."""
 
     def __init__(self, url: str) -> None:
         if url.startswith("postgresql://"):
@@ -132,7 +135,12 @@ class _Beats:
         host, now = socket.gethostname(), time.time()
         with self.engine.begin() as conn:
             rows = conn.execute(sa.select(self.table).where(self.table.c.executor_id != own)).all()
-        return [row.executor_id for row in rows if now - row.beat > DEAD_AFTER or (row.host == host and _gone(row.pid))]
+        return [
+            row.executor_id
+            for row in rows
+            if (row.host == host and (_gone(row.pid) or now - row.beat > STALE_SECONDS))
+            or (row.host != host and now - row.beat > DEAD_AFTER)
+        ]
 
     def forget(self, executor_id: str) -> None:
         with self.engine.begin() as conn:
@@ -182,9 +190,9 @@ class DurableClient:
         await anyio.to_thread.run_sync(store.require, session_id)
         await anyio.to_thread.run_sync(store.invalidate, session_id)
         turn_id = new_turn_id()
-        options = {"queue_name": TURNS, "workflow_name": WORKFLOW, "workflow_id": turn_id}
+        options: EnqueueOptions = {"queue_name": TURNS, "workflow_name": WORKFLOW, "workflow_id": turn_id}
         try:
-            await self.client.enqueue_async(options, session_id, turn_id, input)  # type: ignore[arg-type]
+            await self.client.enqueue_async(options, session_id, turn_id, input)
         except sa.exc.DBAPIError as exc:
             reason = str(exc.orig).splitlines()[0] if exc.orig else type(exc).__name__
             raise AgentError(
@@ -196,7 +204,7 @@ class DurableClient:
     async def wait(self, turn_id: str) -> str | None:
         """The turn's final answer once it ends on its worker (None if it failed: the session says why)."""
         handle: WorkflowHandleAsync[str | None] = await self.client.retrieve_workflow_async(turn_id)
-        result: str | None = await handle.get_result()
+        result: str | None = await handle.get_result(polling_interval_sec=WAIT_POLL)
         return result
 
     async def answer(self, request: ApprovalRequest, decision: ApprovalDecision) -> None:
@@ -271,6 +279,9 @@ class DurableWorker:
                     await asyncio.gather(self._watch, return_exceptions=True)
             await anyio.to_thread.run_sync(lambda: DBOS.destroy(workflow_completion_timeout_sec=0))
         finally:
+            # DBOS made its executor the loop's default one and has shut it down: asyncio.to_thread needs another
+            assert self._loop is not None
+            self._loop.set_default_executor(ThreadPoolExecutor())
             await self._close_beats()
             _worker = None
 
@@ -306,7 +317,7 @@ class DurableWorker:
     async def wait(self, turn_id: str) -> str | None:
         """The turn's final answer once it ends (None if it failed: the session says why)."""
         handle: WorkflowHandleAsync[str | None] = await DBOS.retrieve_workflow_async(turn_id)
-        result: str | None = await handle.get_result()
+        result: str | None = await handle.get_result(polling_interval_sec=WAIT_POLL)
         return result
 
     def _agent(self, agent_id: str) -> LoopAgent:
@@ -318,7 +329,7 @@ class DurableWorker:
         return agent
 
     async def _drive(self, session_id: str, turn_id: str, input: str) -> str | None:
-        session = await anyio.to_thread.run_sync(self.store.require, session_id)
+        session = await self._claim(session_id)
         agent = self._agent(session.agent_id)
         replay = [item for item in session.items if item.turn_id == turn_id]
         turn = _ReplayedTurn(replay=replay, turn_id=turn_id, session_id=session_id, agent_id=agent.id, store=self.store)
@@ -366,6 +377,16 @@ class DurableWorker:
             return None
         finally:
             await anyio.to_thread.run_sync(self.store.invalidate, session_id)  # others may write it now
+
+    async def _claim(self, session_id: str) -> Session:
+        """The session, held for writing: a dead worker's claim on it may still look alive (an unreaped process,
+        another host) until it goes stale, so a resumed turn waits that long for it."""
+        with anyio.fail_after(STALE_SECONDS + 5):
+            while True:
+                try:
+                    return await anyio.to_thread.run_sync(self.store.require, session_id)
+                except SessionLocked:
+                    await anyio.sleep(0.2)
 
     async def _approval(self, turn: Turn, ctx: TurnContext, call: ToolCallItem) -> None:
         """A call that needs approval waits for it here, in the workflow (`DBOS.recv`: through any number of dead
