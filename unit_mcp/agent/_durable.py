@@ -16,13 +16,14 @@ one at a time, without streaming, steering, compaction or the step hooks (the re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -347,36 +348,49 @@ class DurableWorker:
             started = {"turn_id": turn_id, "agent_id": agent.id, DURABLE: True}
             await turn.append(EventItem(kind="turn-started", data=started), status="running")
             await turn.append(MessageItem(role="user", content=input))
-            recorder = TurnRecorder(turn.controller, self.tools)
-            for step in range(1, agent.max_steps + 1):
-                response = await DBOS.run_step_async({"name": "model"}, self._on_main, _request, agent, ctx, step)
-                message = await turn.append(
-                    MessageItem(
-                        role="assistant",
-                        content=response.content,
-                        usage=response.usage,
-                        model=response.model,
-                        provider=response.provider,
+            async with self._scope(agent, ctx) as held:
+                recorder = TurnRecorder(turn.controller, self.tools)
+                for step in range(1, agent.max_steps + 1):
+                    response = await DBOS.run_step_async(
+                        {"name": "model"}, self._on_main, _request, agent, ctx, step, held
                     )
-                )
-                for call in response.tool_calls:
-                    item = await recorder.open_call(call.id, call.name, call.arguments, parent_id=message.id)
-                    if item is None:
-                        continue
-                    await self._approval(turn, ctx, item)
-                    output: ToolOutput = await DBOS.run_step_async(
-                        {"name": f"tool {call.name}"}, self._on_main, agent._execute, ctx, item
+                    message = await turn.append(
+                        MessageItem(
+                            role="assistant",
+                            content=response.content,
+                            usage=response.usage,
+                            model=response.model,
+                            provider=response.provider,
+                        )
                     )
-                    await recorder.close_call(call.id, output)
-                if not response.tool_calls:
-                    await turn.end(TurnStatus.COMPLETED, result=response.content)
-                    return response.content
-            raise StepLimitReached(f"no final answer after {agent.max_steps} model requests (max_steps)")
+                    for call in response.tool_calls:
+                        item = await recorder.open_call(call.id, call.name, call.arguments, parent_id=message.id)
+                        if item is None:
+                            continue
+                        await self._approval(turn, ctx, item)
+                        output: ToolOutput = await DBOS.run_step_async(
+                            {"name": f"tool {call.name}"}, self._on_main, agent._execute, ctx, item
+                        )
+                        await recorder.close_call(call.id, output)
+                    if not response.tool_calls:
+                        await turn.end(TurnStatus.COMPLETED, result=response.content)
+                        return response.content
+                raise StepLimitReached(f"no final answer after {agent.max_steps} model requests (max_steps)")
         except Exception as exc:
             await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)
             return None
         finally:
             await anyio.to_thread.run_sync(self.store.invalidate, session_id)  # others may write it now
+
+    @contextlib.asynccontextmanager
+    async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[bool]:
+        """The agent's turn scope (its model client) held for the whole turn when the turn runs on the worker's own
+        loop (True); a recovered turn runs on DBOS's, so each model step enters it (False)."""
+        if asyncio.get_running_loop() is not self._loop:
+            yield False
+            return
+        async with agent.turn_scope(ctx):
+            yield True
 
     async def _claim(self, session_id: str) -> Session:
         """The session, held for writing: a dead worker's claim on it may still look alive (an unreaped process,
@@ -441,8 +455,8 @@ class DurableWorker:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), self._loop))
 
 
-async def _request(agent: LoopAgent, ctx: TurnContext, step: int) -> ModelResponse:
-    async with agent.turn_scope(ctx):
+async def _request(agent: LoopAgent, ctx: TurnContext, step: int, held: bool) -> ModelResponse:
+    async with contextlib.nullcontext() if held else agent.turn_scope(ctx):
         system = await agent.system_prompt(ctx)
         return await agent.request(await agent._prepare(ctx, system, step), ctx)
 
