@@ -855,6 +855,21 @@ class Bench:
         def noop() -> str:
             return "ok"
 
+        from dbos import DBOS
+
+        async def nothing() -> None:
+            return None
+
+        @DBOS.workflow(name="bench.bare_steps")
+        async def bare_steps(count: int) -> list[float]:
+            """DBOS's own cost of a step (a no-op checkpointed), for context."""
+            spent = []
+            for _ in range(count):
+                started = time.perf_counter()
+                await DBOS.run_step_async({"name": "nothing"}, nothing)
+                spent.append((time.perf_counter() - started) * 1000)
+            return spent
+
         folder = self.work / "durable-steps"
         async with ScriptedModel(turn * (2 * rounds + 2)) as model:
             registry = AgentRegistry()
@@ -877,6 +892,7 @@ class Bench:
                     assert await worker.wait(await worker.submit(session.id, "go")) == "done"
 
                 samples = await interleaved({"plain": plain, "durable": durable}, rounds, warmup=1)
+                bare = summary(await bare_steps(steps * rounds))
             store.close()
         plain_turn, durable_turn = summary(samples["plain"]), summary(samples["durable"])
         overhead = (durable_turn["median_ms"] - plain_turn["median_ms"]) / steps
@@ -887,6 +903,7 @@ class Bench:
             {
                 f"plain_turn_{steps}_steps": plain_turn,
                 f"durable_turn_{steps}_steps": durable_turn,
+                "bare_dbos_step_sqlite": bare,
                 "recovery_on_a_live_worker": recovery,
             },
             [

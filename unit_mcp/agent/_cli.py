@@ -163,7 +163,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--session", help="continue this session (created with this id if missing)")
 
     answer = commands.add_parser(
-        "answer", parents=[turns], help="answer an approval a turn waited for when its process ended"
+        "answer",
+        parents=[turns],
+        help="answer an approval a turn waited for when its process ended, or a durable turn waits for",
     )
     answer.add_argument("session_id")
     answer.add_argument("request_id", help="as `sessions pending` lists it")
