@@ -67,6 +67,7 @@ SECTIONS = (
     "sessions",
     "concurrency",
     "tests",
+    "durable",
 )
 
 
@@ -869,6 +870,158 @@ class Bench:
                 )
             ],
         )
+
+    async def durable(self) -> None:
+        """Durable turns (unit-mcp[durable]): the cost of a step against the plain runner, the same turn (ten tool
+        calls, eleven model requests) interleaved turn by turn on a scripted model; and how long a live worker
+        takes to resume the turn of a worker SIGKILLed mid-turn (kill to the resumed model request)."""
+        from unit_mcp.agent import (
+            AgentApprovals,
+            AgentRegistry,
+            AgentRunner,
+            AgentToolSurface,
+            OpenAIAgent,
+            SessionStore,
+        )
+        from unit_mcp.agent._durable import DurableWorker
+        from unit_mcp.testing import ScriptedModel, call, say, tool_call
+
+        calls, rounds = 10, 5 if self.quick else 20
+        steps = 2 * calls + 1
+        turn = [*(call(tool_call("noop", {})) for _ in range(calls)), say("done")]
+        surface = AgentToolSurface(AgentApprovals())
+
+        @surface.tool
+        def noop() -> str:
+            return "ok"
+
+        from dbos import DBOS
+
+        async def nothing() -> None:
+            return None
+
+        @DBOS.workflow(name="bench.bare_steps")
+        async def bare_steps(count: int) -> list[float]:
+            """DBOS's own cost of a step (a no-op checkpointed), for context."""
+            spent = []
+            for _ in range(count):
+                started = time.perf_counter()
+                await DBOS.run_step_async({"name": "nothing"}, nothing)
+                spent.append((time.perf_counter() - started) * 1000)
+            return spent
+
+        folder = self.work / "durable-steps"
+        async with ScriptedModel(turn * (2 * rounds + 2)) as model:
+            registry = AgentRegistry()
+            agent = OpenAIAgent(id="bench", model="scripted", base_url=model.base_url, stream=False, max_steps=50)
+            registry.register("bench", lambda deps: agent)
+            store = SessionStore(folder / "sessions")
+            async with (
+                AgentRunner(store=store, registry=registry, tools=surface) as runner,
+                DurableWorker(store=store, registry=registry, tools=surface, data_dir=folder) as worker,
+            ):
+
+                async def plain() -> None:
+                    session = await runner.create_session("bench")
+                    handle = await runner.run_turn(session.id, "go")
+                    await handle.wait()
+                    await anyio.to_thread.run_sync(store.invalidate, session.id)
+
+                async def durable() -> None:
+                    session = await anyio.to_thread.run_sync(store.create, "bench")
+                    assert await worker.wait(await worker.submit(session.id, "go")) == "done"
+
+                samples = await interleaved({"plain": plain, "durable": durable}, rounds, warmup=1)
+                bare = summary(await bare_steps(steps * rounds))
+            store.close()
+        plain_turn, durable_turn = summary(samples["plain"]), summary(samples["durable"])
+        overhead = (durable_turn["median_ms"] - plain_turn["median_ms"]) / steps
+        recoveries = await self._durable_recovery(2 if self.quick else 5)
+        recovery = summary(recoveries)
+        self.record(
+            "durable",
+            {
+                f"plain_turn_{steps}_steps": plain_turn,
+                f"durable_turn_{steps}_steps": durable_turn,
+                "bare_dbos_step_sqlite": bare,
+                "recovery_on_a_live_worker": recovery,
+            },
+            [
+                {
+                    "ratio": "durable step overhead over the plain runner (ms per step, SQLite)",
+                    "value": round(overhead, 3),
+                    "goal": "<= 3",
+                    "met": overhead <= 3,
+                },
+                {
+                    "ratio": "a killed worker's turn resumed on a live worker (seconds, median)",
+                    "value": round(recovery["median_ms"] / 1000, 3),
+                    "goal": "<= 2",
+                    "met": recovery["median_ms"] <= 2000,
+                },
+            ],
+        )
+
+    async def _durable_recovery(self, rounds: int) -> list[float]:
+        """Milliseconds from SIGKILLing the worker that runs a turn (inside a model request) to the replayed
+        request arriving from the other worker (`worker --takeover`, SQLite system database)."""
+        from unit_mcp.agent import SessionStore
+        from unit_mcp.agent._durable import DurableClient, system_database
+        from unit_mcp.testing import ScriptedModel, say
+
+        data = self.work / "durable-recovery"
+        data.mkdir(mode=0o700)
+        found: list[float] = []
+        async with ScriptedModel([say("never", delay=600), say("resumed")] * rounds) as model:
+            options = ["--model", "scripted", "--base-url", model.base_url]
+            workers: dict[str, subprocess.Popen[bytes]] = {}
+            count = 0
+
+            async def start() -> None:
+                nonlocal count
+                count += 1
+                name = f"w{count}"
+                log = data.parent / f"{name}.log"
+                with log.open("wb") as out:
+                    workers[name] = subprocess.Popen(
+                        [sys.executable, "-m", "unit_mcp.agent", "--data-dir", str(data), "worker", *options,
+                         "--executor-id", name, "--takeover"],
+                        cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                    )  # fmt: skip
+                with anyio.fail_after(60):
+                    while f"worker {name} runs durable turns".encode() not in log.read_bytes():
+                        await anyio.sleep(0.05)
+
+            store = SessionStore(data)
+            try:
+                await start()
+                await start()
+                async with DurableClient(system_database(data)) as client:
+                    for _ in range(rounds):
+                        asked = len(model.requests)
+                        session = await anyio.to_thread.run_sync(store.create, "unit-agent")
+                        turn_id = await client.submit(store, session.id, "go")
+                        with anyio.fail_after(60):
+                            while len(model.requests) == asked:
+                                await anyio.sleep(0.01)
+                        status = await (await client.client.retrieve_workflow_async(turn_id)).get_status()
+                        killed = time.time()
+                        dead = workers.pop(status.executor_id)
+                        dead.kill()
+                        await anyio.to_thread.run_sync(dead.wait)  # reaped, as its supervisor would
+                        with anyio.fail_after(60):
+                            while len(model.requests) == asked + 1:
+                                await anyio.sleep(0.01)
+                        found.append((model.requests[-1].received_at - killed) * 1000)
+                        with anyio.fail_after(60):
+                            assert await client.wait(turn_id) == "resumed"
+                        await start()
+            finally:
+                for process in workers.values():
+                    process.kill()
+                    process.wait()
+                store.close()
+        return found
 
 
 def bulk_changes(log: SqliteChangeLog, count: int) -> None:

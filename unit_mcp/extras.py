@@ -8,7 +8,7 @@ import importlib.util
 EXTRAS = {
     "agent": ("openai", "httpx", "httpx2", "sse_starlette"),
     "postgres": ("psycopg",),
-    "durable": ("dbos",),
+    "durable": ("dbos", "sqlalchemy"),
 }
 """The modules each extra of `pyproject.toml` installs that the package imports."""
 

@@ -57,6 +57,10 @@ class UnitSummary(_Model):
 
 
 _TRUNCATED = Field(default=False, description="The answer was cut to fit one result; next_cursor continues it.")
+_ALREADY_APPLIED = Field(
+    default=False,
+    description="A repeat of a call whose write is in place already (a replayed step): nothing was written again.",
+)
 _NEXT_CURSOR = Field(
     default=None, description="Pass it as cursor (with the same other arguments) for the next page; null at the end."
 )
@@ -158,6 +162,7 @@ class ApplyPatchResult(_Model):
     diff: str = Field(description="Unified diff of the change.")
     reload: ReloadResult | None = None
     change_id: int | None = Field(default=None, description="The change log's record of this write (not of a dry run).")
+    already_applied: bool = _ALREADY_APPLIED
 
 
 class CreateSourceResult(_Model):
@@ -167,6 +172,7 @@ class CreateSourceResult(_Model):
     size: int
     reload: ReloadResult
     change_id: int | None = Field(default=None, description="The change log's record of this write.")
+    already_applied: bool = _ALREADY_APPLIED
 
 
 class RunTestsResult(_Model):

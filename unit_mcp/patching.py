@@ -195,6 +195,23 @@ def apply_unified_diff(text: str, patch: str, source_id: str) -> tuple[str, int]
     return Lines(body, endings).render(), len(patched)
 
 
+def reverse_unified_diff(patch: str, source_id: str) -> str:
+    """The diff that undoes `patch` (a repeated edit finds the text it started from)."""
+    patch = _to_lf(patch)
+    if not patch.endswith("\n"):
+        patch += "\n"
+    try:
+        patched = PatchSet(_with_headers(patch, source_id))[0]
+    except (UnidiffParseError, IndexError):
+        raise InvalidPatch(f"The patch for {source_id} is not a valid unified diff.") from None
+    out = [f"--- a/{source_id}\n", f"+++ b/{source_id}\n"]
+    for hunk in patched:
+        out.append(f"@@ -{hunk.target_start},{hunk.target_length} +{hunk.source_start},{hunk.source_length} @@\n")
+        for line in hunk:
+            out.append({"-": "+", "+": "-"}.get(line.line_type, line.line_type) + line.value)
+    return "".join(out)
+
+
 def _locate(body: list[str], needle: list[str], expected: int, floor: int) -> int | None:
     """Nearest position at or after floor where needle occurs, searching outward from expected."""
     if not needle:

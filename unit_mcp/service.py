@@ -137,7 +137,7 @@ from .paging import (
     size_of,
     text_page,
 )
-from .patching import apply_unified_diff, line_ending_kind, replace_exact, unified_diff
+from .patching import apply_unified_diff, line_ending_kind, replace_exact, reverse_unified_diff, unified_diff
 from .resolve import ResolveIndex, UnitFacts, python_facts
 from .syntax import SyntaxCache
 from .testrun import TestRun, TestRuns, run_test_process
@@ -535,6 +535,8 @@ class UnitService:
         except Exception as exc:
             self._record(tool, args, "failed", record, started, "internal_error", type(exc).__name__)
             raise
+        if getattr(result, "already_applied", False):
+            return result  # a repeat wrote nothing: the first call's record stands
         result.change_id = self._record(tool, args, "applied", record, started)  # type: ignore[attr-defined]
         return result
 
@@ -904,17 +906,93 @@ class UnitService:
             self._require("write", src.unit_id)
         # A dry run writes nothing and reads a source that is only ever replaced whole: it needs no lock (and so
         # never waits for another edit's reload).
-        with contextlib.nullcontext() if args.dry_run else self.host.unit_lock(src.unit_id):
-            text, current = self._current(src, args.expected_hash)
+        label = f"{src.source_id} of unit {src.unit_id}"
+
+        def edit(text: str) -> tuple[str, int]:
             if patch is not None:
-                new_text, count = apply_unified_diff(text, patch, src.source_id)
-                mode = "diff"
-            else:
-                assert old is not None and new is not None
-                label = f"{src.source_id} of unit {src.unit_id}"
-                new_text, count = replace_exact(text, old, new, replace_all=args.replace_all, label=label)
-                mode = "exact"
+                return apply_unified_diff(text, patch, src.source_id)
+            assert old is not None and new is not None
+            return replace_exact(text, old, new, replace_all=args.replace_all, label=label)
+
+        def undo(text: str) -> tuple[str, int]:
+            if patch is not None:
+                return apply_unified_diff(text, reverse_unified_diff(patch, src.source_id), src.source_id)
+            assert old is not None and new is not None
+            return replace_exact(text, new, old, replace_all=args.replace_all, label=label)
+
+        mode = "diff" if patch is not None else "exact"
+        with contextlib.nullcontext() if args.dry_run else self.host.unit_lock(src.unit_id):
+            try:
+                text, current = self._current(src, args.expected_hash)
+            except StaleHash:
+                assert args.expected_hash is not None
+                repeated = None if args.dry_run else self._already_patched(src, args.expected_hash, mode, edit, undo)
+                if repeated is None:
+                    raise
+                return repeated
+            new_text, count = edit(text)
             return self._edit(src, current, text, new_text, mode, count, args.dry_run, "unit_apply_patch", record)
+
+    def _already_patched(
+        self,
+        src: Source,
+        expected_hash: str,
+        mode: str,
+        edit: Callable[[str], tuple[str, int]],
+        undo: Callable[[str], tuple[str, int]],
+    ) -> ApplyPatchResult | None:
+        """A repeated edit (a replayed step) whose result is in place: the source now holds exactly what `edit` makes
+        of the bytes hashing to `expected_hash`. Those bytes come from the change log's record of the write or, when
+        the writer died before recording it, from undoing the edit; the hash proves them. Reloads the unit again."""
+        data = self._read(src)
+        text, current = self._text(src, data), paths.hash_bytes(data)
+        change = self._change_that_made(src, expected_hash, current)
+        logged = None if change is None else self._bytes_before(change, src)
+        befores = [] if logged is None else [logged]
+        with contextlib.suppress(UnitError):
+            befores.append(self._encode(src, undo(text)[0]))
+        for before in befores:
+            if paths.hash_bytes(before) != expected_hash:
+                continue
+            before_text = self._text(src, before)
+            try:
+                after_text, count = edit(before_text)
+            except UnitError:
+                continue
+            if self._encode(src, after_text) != data:
+                continue
+            return ApplyPatchResult(
+                unit_id=src.unit_id,
+                source_id=src.source_id,
+                mode=mode,  # type: ignore[arg-type]
+                dry_run=False,
+                changed=True,
+                replacements=count,
+                hash_before=expected_hash,
+                hash=current,
+                diff=clip(unified_diff(before_text, after_text, src.source_id), RESULT_BYTES // 2),
+                reload=self._reload(src.unit_id),
+                change_id=None if change is None else change.id,
+                already_applied=True,
+            )
+        return None
+
+    def _change_that_made(self, src: Source, hash_before: str | None, hash_after: str) -> Change | None:
+        """The newest change-log record that took the source from `hash_before` to `hash_after` (None: no such)."""
+        for change in self.change_log.changes(unit_id=src.unit_id, source_id=src.source_id, limit=20):
+            if change.outcome in ("applied", "outside") and (change.hash_before, change.hash_after) == (
+                hash_before,
+                hash_after,
+            ):
+                return change
+        return None
+
+    def _bytes_before(self, change: Change, src: Source) -> bytes | None:
+        full = self.change_log.change(change.id)
+        for source in full.sources if full else ():
+            if (source.unit_id, source.source_id) == (src.unit_id, src.source_id):
+                return source.data_before
+        return None
 
     def _current(self, src: Source, expected_hash: str | None) -> tuple[str, str]:
         """The source's text and hash, refused if it no longer hashes to `expected_hash`."""
@@ -1009,10 +1087,21 @@ class UnitService:
             )
         data = self._encode(src, args.source)
         self._compile(src, data)
+        digest = paths.hash_bytes(data)
         with self.host.unit_lock(unit_id):
+            if self._current_or_none(src) == data:  # a repeated call (a replayed step): its source is in place
+                change = self._change_that_made(src, None, digest)
+                return CreateSourceResult(
+                    unit_id=unit_id,
+                    source_id=source_id,
+                    hash=digest,
+                    size=len(data),
+                    reload=self._reload(unit_id),
+                    change_id=None if change is None else change.id,
+                    already_applied=True,
+                )
             with self._storage(src, "write"):
                 written = self.loader.create(src, data, tool_call="unit_create_source")
-            digest = paths.hash_bytes(data)
             record.sources.append(SourceChange(unit_id, source_id, "created", None, digest, None, data))
             reload = self._reload(unit_id, written)
             return CreateSourceResult(unit_id=unit_id, source_id=source_id, hash=digest, size=len(data), reload=reload)

@@ -104,6 +104,7 @@ class UnitServer:
     bridge: Bridge
     units_root: Path
     calls: list[Call] = field(default_factory=list)
+    on_call: dict[str, Callable[[], None]] = field(default_factory=dict)  # run once, before the named tool runs
 
     @property
     def url(self) -> str:
@@ -136,11 +137,16 @@ async def unit_server(tmp_path: Path) -> AsyncIterator[UnitServer]:
     with Host(units, tmp_path / "host-data", namespace=f"agent_units_{secrets.token_hex(4)}") as host:
         unit_tools = UnitTools(UnitService(host, test_timeout=30))
         calls: list[Call] = []
+        on_call: dict[str, Callable[[], None]] = {}
+
+        def record(name: str, arguments: dict[str, Any]) -> None:
+            calls.append(Call(name, arguments))
+            on_call.pop(name, lambda: None)()
+
         async with Bridge(
-            recording_server(unit_tools, TEST_TOOLS, lambda name, args: calls.append(Call(name, args))),
-            config_root=tmp_path / "unit-opencode",
+            recording_server(unit_tools, TEST_TOOLS, record), config_root=tmp_path / "unit-opencode"
         ) as bridge:
-            yield UnitServer(bridge, units, calls)
+            yield UnitServer(bridge, units, calls, on_call)
 
 
 @asynccontextmanager

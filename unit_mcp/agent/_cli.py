@@ -11,6 +11,8 @@ and answer an approval that a turn was waiting for when its process ended.
     unit-mcp agent sessions import DIR        # the journals of the old file store
     unit-mcp agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
     unit-mcp agent ui [--port P] --mcp-url URL ... --model M
+    unit-mcp agent worker [--executor-id ID] [--takeover] --mcp-url URL ... --model M   (durable turns)
+    unit-mcp agent run --workers ... "add a reset button"     (the turn runs on a worker)
 
 `run` streams the reply to stdout and each tool call and result to stderr, and asks on the terminal
 before a tool whose risk needs approval (without a terminal such a call is denied; `--allow RISK` grants
@@ -104,6 +106,17 @@ def agents_file(path: str) -> list[Any]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def system_db(url: str) -> str:
+    """A system database address without a password (one on the command line is readable by other users)."""
+    from urllib.parse import urlsplit
+
+    if not url.startswith(("postgresql://", "sqlite:///")):
+        raise argparse.ArgumentTypeError("give postgresql://USER@HOST:PORT/DB or sqlite:///PATH")
+    if urlsplit(url).password is not None:
+        raise argparse.ArgumentTypeError("no password on the command line: put it in PGPASSFILE (~/.pgpass)")
+    return url
+
+
 def command_parser(prog: str = PROG) -> CommandParser:
     top = CommandParser(prog=prog, description=__doc__.split("\n\n")[0])
     top.add_argument(
@@ -146,13 +159,26 @@ def command_parser(prog: str = PROG) -> CommandParser:
     turns.add_argument(
         "--presets", type=preset_file, help="capability presets (TOML or JSON); the agent is offered their tools only"
     )
+    turns.add_argument(
+        "--workers",
+        action="store_true",
+        help="durable turns: `run` submits to the workers, `answer`/`ui` answer their approvals (unit-mcp[durable])",
+    )
+    turns.add_argument(
+        "--system-db",
+        type=system_db,
+        help="the workers' system database: postgresql://USER@HOST/DB (password in PGPASSFILE) or sqlite:///PATH "
+        "(default: dbos.sqlite in the data dir); implies --workers",
+    )
 
     run = commands.add_parser("run", parents=[turns], help="run one turn and stream it to the terminal")
     run.add_argument("prompt", nargs="+", help="what to do")
     run.add_argument("--session", help="continue this session (created with this id if missing)")
 
     answer = commands.add_parser(
-        "answer", parents=[turns], help="answer an approval a turn waited for when its process ended"
+        "answer",
+        parents=[turns],
+        help="answer an approval a turn waited for when its process ended, or a durable turn waits for",
     )
     answer.add_argument("session_id")
     answer.add_argument("request_id", help="as `sessions pending` lists it")
@@ -163,6 +189,14 @@ def command_parser(prog: str = PROG) -> CommandParser:
         "ui", parents=[turns], help="serve the approval and audit page of the store on loopback (resumes turns here)"
     )
     ui.add_argument("--port", type=int, default=0, help="loopback port (default: a free one)")
+
+    worker = commands.add_parser(
+        "worker", parents=[turns], help="run durable turns submitted with `run --workers` until stopped"
+    )
+    worker.add_argument(
+        "--executor-id", help="this worker's identity; a restarted worker resumes its turns (default: worker@HOST)"
+    )
+    worker.add_argument("--takeover", action="store_true", help="also resume the turns of workers that died")
 
     sessions = commands.add_parser(
         "sessions", help="list, show, delete or archive stored sessions, or list their pending approvals"
@@ -300,9 +334,31 @@ async def turn_runtime(
                 await start_agents(stack, registry, args.agents, surface=surface, **options)
             except AgentFileError as exc:
                 raise CliError(f"{exc} (--agents)") from exc
+        durable = (
+            await stack.enter_async_context(_durable_client(args, args.data_dir))
+            if _durable(args, args.data_dir)
+            else None
+        )
         with _store_error(store):
-            runner = await stack.enter_async_context(AgentRunner(store=store, registry=registry, tools=surface))
+            runner = await stack.enter_async_context(
+                AgentRunner(store=store, registry=registry, tools=surface, durable=durable)
+            )
         yield runner, TurnCallbacks(on_item=terminal.item, on_partial=terminal.text)
+
+
+def _durable(args: argparse.Namespace, data_dir: Path) -> bool:
+    """Whether durable turns are in play: asked for, or workers used this data dir (their approvals are answered)."""
+    if args.command == "worker":
+        return False
+    return bool(args.workers or args.system_db or (data_dir / "dbos.sqlite").exists())
+
+
+def _durable_client(args: argparse.Namespace, data_dir: Path) -> Any:
+    try:
+        from ._durable import DurableClient, system_database
+    except ImportError as exc:
+        raise CliError(f"{exc} (needed by --workers, --system-db and the worker command)") from None
+    return DurableClient(system_database(data_dir, args.system_db))
 
 
 def _unit_server_error(url: str, source: McpToolSource, exc: Exception) -> CliError | None:
@@ -391,8 +447,56 @@ async def run_command(args: argparse.Namespace, store: Store) -> int:
                 if spec.id == agent_id:  # the presets its file says a new session of it starts with
                     for name in spec.presets:
                         await runner.set_preset(session.id, name, active=True)
+        if runner.durable is not None and (args.workers or args.system_db):
+            return await submit_command(args, runner, session.id)
         handle = await runner.run_turn(session.id, " ".join(args.prompt), callbacks)
         return await follow(handle, terminal, args)
+
+
+async def submit_command(args: argparse.Namespace, runner: AgentRunner, session_id: str) -> int:
+    """`run --workers`: queue the turn for the workers and wait for its answer (a worker that dies meanwhile is
+    replaced by a restarted or another worker; Ctrl-C stops waiting, not the turn)."""
+    from ._durable import DurableClient
+    from .errors import AgentError
+
+    durable = runner.durable
+    assert isinstance(durable, DurableClient)
+    try:
+        turn_id = await durable.submit(runner.store, session_id, " ".join(args.prompt))
+    except AgentError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"turn {turn_id} of session {session_id} queued for the workers", file=sys.stderr, flush=True)
+    answer = await durable.wait(turn_id)
+    print(f"session: {session_id}", file=sys.stderr)
+    if answer is None:
+        print(f"turn {turn_id} failed: `sessions show {session_id}` says why", file=sys.stderr)
+        return 1
+    print(answer)
+    return 0
+
+
+async def worker_command(args: argparse.Namespace, store: Store) -> int:
+    """Run durable turns until stopped (SIGINT/SIGTERM); approvals are answered with `answer`/`ui --workers`."""
+    from ._durable import DurableWorker, default_executor_id, system_database
+
+    args.no_stream = True  # a durable turn's model requests are whole steps
+    async with turn_runtime(args, store, Terminal()) as (runner, _):
+        runner.approvals.attach(None)  # a durable turn waits for `answer`/`ui`, never for this terminal
+        worker = DurableWorker(
+            store=runner.store,
+            registry=runner.registry,
+            tools=runner.tools,
+            data_dir=args.data_dir,
+            executor_id=args.executor_id or default_executor_id(),
+            system_database_url=system_database(args.data_dir, args.system_db),
+            takeover=args.takeover,
+        )
+        async with worker:
+            print(f"worker {worker.executor_id} runs durable turns from {worker.system_database_url}", file=sys.stderr)
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    break
+    return 0
 
 
 async def answer_command(args: argparse.Namespace, store: Store) -> int:
@@ -400,6 +504,8 @@ async def answer_command(args: argparse.Namespace, store: Store) -> int:
 
     terminal = Terminal()
     async with turn_runtime(args, store, terminal) as (runner, callbacks):
+        pending = await anyio.to_thread.run_sync(runner.store.pending, args.session_id)
+        durable_request = [e for e in pending if e.request.id == args.request_id and e.state == "durable"]
         try:
             handle = await runner.answer_approval(
                 args.session_id,
@@ -412,6 +518,9 @@ async def answer_command(args: argparse.Namespace, store: Store) -> int:
             raise _unknown_session(args.session_id, store) from None
         except AgentError as exc:
             raise CliError(f"{exc}; `sessions pending {args.session_id}` lists what can be answered") from exc
+        if handle is None and durable_request:
+            print(f"sent to durable turn {durable_request[0].request.turn_id}; its worker goes on", file=sys.stderr)
+            return 0
         if handle is None:
             waiting = ", ".join(request.id for request in await runner.pending_approvals(args.session_id))
             print(f"recorded; the turn resumes once its other requests are answered: {waiting}", file=sys.stderr)
@@ -572,21 +681,22 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         _trust_store(data_dir)
         if isinstance(store, str) and not store.startswith(("postgresql://", "postgres://")):
             _trust_store(Path(store))
-        if args.command in ("run", "answer", "ui"):
+        if args.command in ("run", "answer", "ui", "worker"):
             args.mcp_token = secret_value(args.mcp_token_file, "--mcp-token", MCP_TOKEN_ENV)
             args.api_key = secret_value(args.api_key_file, "--api-key", API_KEY_ENV)
     except (CliError, UnsafeSecret) as exc:
         print_error(prog, str(exc))
         return 2
     try:
-        if args.command in ("run", "answer", "ui"):
+        if args.command in ("run", "answer", "ui", "worker"):
             if not args.model and not args.agents:
                 print_error(prog, "give --model, or --agents FILE")
                 return 2
             if not args.base_url and (args.model or not all(spec.base_url for spec in args.agents)):
                 print_error(prog, "give --base-url or set OPENAI_BASE_URL")
                 return 2
-            command = {"run": run_command, "answer": answer_command, "ui": ui_command}[args.command]
+            commands = {"run": run_command, "answer": answer_command, "ui": ui_command, "worker": worker_command}
+            command = commands[args.command]
             outcome: Any = anyio.run(command, args, store)
             return int(outcome)
         return sessions_command(args, store)

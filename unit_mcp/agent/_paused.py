@@ -148,7 +148,7 @@ def pending_requests(session: Session, live_turn_id: str | None = None) -> list[
     return live + [paused.request for paused in paused_calls(session) if paused.decision is None]
 
 
-State = Literal["waiting", "elsewhere", "paused"]
+State = Literal["waiting", "elsewhere", "paused", "durable"]
 
 
 def running_turn(session: Session) -> str | None:
@@ -176,7 +176,13 @@ def waiting(session: Session, live_turn: str | None, writer_pid: int) -> list[tu
     `live_turn` is the turn this process runs in the session, `writer_pid` the live process holding the session
     for writing (0: none, so a turn marked running ended with its process). "waiting": asked by a turn of this
     process; "elsewhere": by a turn of another process, which asks its own approver; "paused": its turn ended
-    with its process, and an answer resumes it."""
+    with its process, and an answer resumes it; "durable": its durable turn waits in its workflow (whichever worker
+    runs it, or none yet), and an answer is sent to that workflow."""
+    if durable_turn(session):
+        turn = running_turn(session)
+        return [
+            (request, "durable" if request.turn_id == turn else "paused") for request in pending_requests(session, turn)
+        ]
     elsewhere = bool(writer_pid) and writer_pid != os.getpid() and live_turn is None
     running = live_turn or (running_turn(session) if writer_pid else None)
     view = session if writer_pid else repaired(session)

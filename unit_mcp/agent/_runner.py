@@ -19,7 +19,7 @@ import logging
 import os
 import secrets
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -47,6 +47,12 @@ def _new_turn_id() -> str:
     return f"turn-{secrets.token_hex(6)}"
 
 
+class DurableAnswers(Protocol):
+    """Where the answer to a durable turn's request goes (`_durable.DurableClient`: to the workflow waiting)."""
+
+    async def answer(self, request: ApprovalRequest, decision: ApprovalDecision) -> None: ...
+
+
 class AgentRunner:
     def __init__(
         self,
@@ -56,6 +62,7 @@ class AgentRunner:
         tools: AgentToolSurface,
         approvals: AgentApprovals | None = None,
         cancel_timeout: float = 10.0,
+        durable: DurableAnswers | None = None,
     ) -> None:
         if registry is None or tools is None:
             raise AgentError("the runner needs an agent registry and a tool surface")
@@ -65,6 +72,7 @@ class AgentRunner:
         self.tools = tools
         self.approvals = approvals or tools.approvals
         self.cancel_timeout = cancel_timeout
+        self.durable = durable
         self._active: dict[str, Turn] = {}
         self._inboxes: dict[str, Inbox] = {}
         self._locks: dict[str, anyio.Lock] = {}
@@ -178,6 +186,7 @@ class AgentRunner:
         """Answer a pending approval request.
 
         A turn waiting for it right now through a `PendingApprovals` approver goes on; its handle is returned.
+        A durable turn's request is sent to its workflow (`durable`), which records it and goes on; None.
         A request whose turn ended with the process is recorded; when it is the last unanswered one of that
         turn, a turn resuming it starts (the answered calls run or are denied, then the model continues) and
         its handle is returned, else None. Raises AgentError for an unknown request, while another turn runs,
@@ -186,6 +195,10 @@ class AgentRunner:
         approver = self.approvals.approver
         lock = self._locks.setdefault(session_id, anyio.Lock())
         async with lock:
+            asked = [e for e in await anyio.to_thread.run_sync(self._pending, session_id) if e.request.id == request_id]
+            if asked and asked[0].state == "durable":  # its worker holds the session: nothing is written here
+                await self._answer_durable(asked[0].request, approved, remember, reason)
+                return None
             session = await anyio.to_thread.run_sync(self.store.require, session_id)
             active = self.active_turn(session_id)
             pending = {
@@ -258,6 +271,27 @@ class AgentRunner:
                 f"{session_id!r}, {turn_id!r}) after it ends"
             )
         return handle
+
+    async def _answer_durable(
+        self, request: ApprovalRequest, approved: bool, remember: bool, reason: str | None
+    ) -> None:
+        if self.durable is None:
+            raise AgentError(
+                f"{request.id} is asked by durable turn {request.turn_id}: answer it with the workers' system database "
+                "(the CLI's --workers or --system-db; AgentRunner(durable=DurableClient(...)))"
+            )
+        decision = ApprovalDecision(
+            request_id=request.id, risk=request.risk, approved=approved, remember=remember, reason=reason
+        )
+        await self.durable.answer(request, decision)
+        self.event_hub.publish(
+            "approval-answered",
+            session_id=request.session_id,
+            turn_id=request.turn_id,
+            request_id=request.id,
+            approved=approved,
+            decided_by="approver",
+        )
 
     def _pending(self, session_id: str) -> list[Pending]:
         """What waits in a session, by the store's one rule (the page and the CLI ask the same)."""

@@ -192,7 +192,9 @@ class AgentUI(PageApp):
             lost = "no pending approval" in str(exc)
             notice = ("error", f"{'Already answered or withdrawn' if lost else 'Not answered'}: {exc}")
         else:
-            if handle is None:
+            if handle is None and entry is not None and entry.state == "durable":
+                outcome = f"durable turn {entry.request.turn_id} goes on on its worker."
+            elif handle is None:
                 outcome = "the turn resumes once its other requests are answered."
             elif entry is not None and handle.id == entry.request.turn_id:
                 outcome = f"turn {handle.id} goes on."

@@ -80,7 +80,8 @@ class PendingEntry:
     agent_id: str
     title: str | None
     # "waiting": its turn runs in this process and waits for the answer; "elsewhere": in another process, which
-    # asks its own approver; "paused": its turn ended with its process, and an answer here resumes it
+    # asks its own approver; "paused": its turn ended with its process, and an answer here resumes it; "durable":
+    # its durable turn waits on a worker, and an answer here is sent to it
     state: str
     arguments: list[Folded]
     writer_pid: int | None = None

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from agent.conftest import UnitServer, reload
 from anyio.streams.buffered import BufferedByteReceiveStream
 from item_kinds import item_kinds
 
@@ -19,8 +20,6 @@ from unit_mcp.agent import AgentApprovals, AgentError, AgentRegistry, AgentToolS
 from unit_mcp.agent._durable import DurableWorker
 from unit_mcp.agent.items import EventItem, MessageItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
-
-from .conftest import UnitServer, reload
 
 pytestmark = pytest.mark.anyio
 

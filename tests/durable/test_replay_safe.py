@@ -1,0 +1,118 @@
+"""Replay-safe tools, over every loader: a durable turn's tool step that its worker died in runs again, so a repeated
+`unit_apply_patch` or `unit_create_source` whose result is in place answers `already_applied` (nothing written, no
+second change-log record), and `unit_reload` / `unit_run_tests` may simply run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import LOADERS, copy_units, store_of
+
+from unit_mcp import Host, UnitService
+from unit_mcp.errors import UnitError
+from unit_mcp.loader import Source
+from unit_mcp.paths import hash_bytes
+
+
+@pytest.fixture(params=LOADERS)
+def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitService]:
+    store = store_of(request, copy_units(tmp_path / "units"), tmp_path)
+    with Host(store, tmp_path / "data") as host:
+        yield UnitService(host, test_timeout=60)
+
+
+def raw(service: UnitService, unit_id: str, source_id: str) -> bytes:
+    kind = service.loader.kind(unit_id)
+    assert kind is not None
+    return service.loader.read(Source(unit_id, kind, source_id))
+
+
+def applied(service: UnitService, unit_id: str, source_id: str) -> list[int]:
+    changes = service.change_log.changes(unit_id=unit_id, source_id=source_id, limit=100)
+    return [change.id for change in changes if change.outcome == "applied"]
+
+
+EXACT = {"old": "step = 1", "new": "step = 5"}
+
+
+def diff_of(service: UnitService) -> dict[str, str]:
+    """A diff-mode edit of counter/__init__.py making the same change as EXACT."""
+    preview = service.apply_patch("counter", "__init__.py", **EXACT, dry_run=True)
+    return {"patch": preview.diff}
+
+
+@pytest.mark.parametrize("mode", ["exact", "diff"])
+def test_a_repeated_patch_answers_already_applied_with_the_first_ones_result(service: UnitService, mode: str) -> None:
+    edit = EXACT if mode == "exact" else diff_of(service)
+    read = service.read_source("counter", "__init__.py")
+    first = service.apply_patch("counter", "__init__.py", **edit, expected_hash=read.hash)
+    after, records = raw(service, "counter", "__init__.py"), applied(service, "counter", "__init__.py")
+    assert not first.already_applied and records == [first.change_id]
+
+    again = service.apply_patch("counter", "__init__.py", **edit, expected_hash=read.hash)
+    assert again.already_applied and again.changed and again.mode == mode
+    assert (again.hash_before, again.hash, again.diff) == (first.hash_before, first.hash, first.diff)
+    assert (again.replacements, again.change_id) == (first.replacements, first.change_id)
+    assert again.reload is not None and again.reload.reloaded
+    assert raw(service, "counter", "__init__.py") == after
+    assert applied(service, "counter", "__init__.py") == records
+    assert service.host.module("counter").step == 5
+
+
+@pytest.mark.parametrize("mode", ["exact", "diff"])
+def test_a_patch_whose_writer_died_before_the_reload_is_recognised_and_reloaded(
+    service: UnitService, mode: str
+) -> None:
+    """The worker wrote the source and died before the reload and the change-log record: the repeat finds the bytes
+    it started from by undoing the edit (the expected hash proves them), reloads, and writes nothing."""
+    edit = EXACT if mode == "exact" else diff_of(service)
+    read = service.read_source("counter", "__init__.py")
+    before = raw(service, "counter", "__init__.py")
+    patched = before.replace(b"step = 1", b"step = 5")
+    src = Source("counter", "directory", "__init__.py")
+    service.loader.write(src, patched, expected_hash=read.hash, tool_call="unit_apply_patch")
+    assert service.host.module("counter").step == 1  # the dead worker never reloaded
+
+    again = service.apply_patch("counter", "__init__.py", **edit, expected_hash=read.hash)
+    assert again.already_applied and again.hash_before == read.hash and again.hash == hash_bytes(patched)
+    assert again.reload is not None and again.reload.reloaded
+    assert service.host.module("counter").step == 5
+    assert raw(service, "counter", "__init__.py") == patched
+    assert applied(service, "counter", "__init__.py") == []
+
+
+def test_a_patch_against_a_source_someone_else_changed_differently_is_still_stale(service: UnitService) -> None:
+    read = service.read_source("counter", "__init__.py")
+    service.apply_patch("counter", "__init__.py", old="step = 1", new="step = 7", expected_hash=read.hash)
+    moved = raw(service, "counter", "__init__.py")
+    with pytest.raises(UnitError) as caught:
+        service.apply_patch("counter", "__init__.py", **EXACT, expected_hash=read.hash)
+    assert caught.value.code == "stale_hash"
+    assert raw(service, "counter", "__init__.py") == moved and service.host.module("counter").step == 7
+
+
+def test_a_repeated_create_answers_already_applied_and_different_bytes_are_refused(service: UnitService) -> None:
+    first = service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+    again = service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+    assert again.already_applied and not first.already_applied and again.reload.reloaded
+    assert (again.hash, again.size, again.change_id) == (first.hash, first.size, first.change_id)
+    assert applied(service, "counter", "extras/bonus.py") == [first.change_id]
+    with pytest.raises(UnitError) as caught:
+        service.create_source("counter", "extras/bonus.py", "BONUS = 4\n")
+    assert caught.value.code == "exists"
+    assert raw(service, "counter", "extras/bonus.py") == b"BONUS = 3\n"
+
+
+def test_reload_and_run_tests_run_twice_with_the_same_outcome(service: UnitService) -> None:
+    module = service.host.module("counter")
+    module.increment()
+    before = raw(service, "counter", "__init__.py")
+    reloads = [service.reload("counter") for _ in range(2)]
+    assert all(r.reloaded and r.restored_state for r in reloads)
+    assert service.host.module("counter").count == 1
+    runs = [service.run_tests("counter") for _ in range(2)]
+    assert [r.passed for r in runs] == [True, True]
+    assert raw(service, "counter", "__init__.py") == before
