@@ -20,8 +20,10 @@ from mcp import Client
 from pydantic import BaseModel
 
 from unit_mcp import Host, UnitService
+from unit_mcp.arguments import ReadSourceArgs
 from unit_mcp.errors import UnitError
 from unit_mcp.paging import json_size, text_page
+from unit_mcp.service import QUICK_READ_BYTES
 from unit_mcp.tools import UnitTools
 
 BOUND = 80_000
@@ -148,6 +150,35 @@ async def test_a_small_source_is_one_page_as_before(service: UnitService) -> Non
         page = await calls.ok("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})
     assert not page["truncated"] and page["next_cursor"] is None and page["offset"] == 0
     assert page["content"].encode() == service.loader.read(service._source("greeter", "greeter.py"))
+
+
+@pytest.mark.anyio
+async def test_only_a_small_first_page_from_a_folder_is_read_on_the_loop(units_root: Path, tmp_path: Path) -> None:
+    """The event loop answers a folder's source of one page at once; a larger one, a cursor's page and a database's
+    source go to a worker thread, and every answer is the one `read_source` gives."""
+    small = "".join(f"line {n}\n" for n in range(QUICK_READ_BYTES // 20))
+    large = "".join(f"line {n}\n" for n in range(QUICK_READ_BYTES // 5))
+    (units_root / "counter" / "small.txt").write_text(small)
+    (units_root / "counter" / "large.txt").write_text(large)
+    store = sqlite_copy(units_root, tmp_path / "units.db")
+    with Host(units_root, tmp_path / "data") as folder, Host(store, tmp_path / "db-data", namespace="db") as db:
+        service, database = UnitService(folder), UnitService(db)
+        quick = service.read_source_at_once(ReadSourceArgs(unit_id="counter", source_id="small.txt"))
+        assert quick is not None and quick.content == small
+        assert service.read_source_at_once(ReadSourceArgs(unit_id="counter", source_id="large.txt")) is None
+        first = service.read_source("counter", "large.txt")
+        assert first.next_cursor is not None
+        later = ReadSourceArgs(unit_id="counter", source_id="large.txt", cursor=first.next_cursor)
+        assert service.read_source_at_once(later) is None
+        assert database.read_source_at_once(ReadSourceArgs(unit_id="counter", source_id="small.txt")) is None
+        with pytest.raises(UnitError, match="There is no unit"):
+            service.read_source_at_once(ReadSourceArgs(unit_id="nosuch", source_id="x.py"))
+        for one in (service, database):
+            async with connected(one) as calls:
+                for name, text in (("small.txt", small), ("large.txt", large)):
+                    pages = await calls.pages("unit_read_source", {"unit_id": "counter", "source_id": name})
+                    assert "".join(page["content"] for page in pages) == text
+                    assert pages[0] == one.read_source("counter", name).model_dump(mode="json")
 
 
 @pytest.mark.anyio
