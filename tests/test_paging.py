@@ -293,7 +293,15 @@ def test_every_tool_answers_within_the_bound(
         for n in range(log_count):
             logger.info("%d %s", n, log_line * 20)
         service = UnitService(host)
+        checkpoint = service.checkpoint().checkpoint_id
+        created = service.create_source("wide", "made.txt", source)
+        assert created.change_id is not None
+        assert service.resolve("zzzz qqqq").candidates, "resolve answers while units exist"
         results = [
+            service.changes(),
+            service.changes(unit_id="wide", limit=200),
+            service.rollback(checkpoint, dry_run=True),
+            service.revert_change(created.change_id, dry_run=True),
             service.list(),
             service.resolve("widget " + log_line, limit=100),
             service.resolve("zzzz qqqq", limit=100),
