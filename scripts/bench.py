@@ -459,12 +459,31 @@ class Bench:
         finally:
             server.terminate()
             server.wait(20)
-        code = (
-            "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
-            f"[importlib.import_module(f'unit_{{n:05d}}') for n in range({count})]; "
-            "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS:')))"
+        empty = self.work / "idle-empty"
+        empty.mkdir()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "unit_mcp.server", "--units", str(empty), "--data-dir", str(self.work / "idle-d0")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
-        bare = int((await anyio.run_process([sys.executable, "-c", code, str(root)])).stdout)
+        try:
+            read_ready_lines(server)
+            await anyio.sleep(5.0)
+            rss_empty = rss_kib(server.pid)
+        finally:
+            server.terminate()
+            server.wait(20)
+
+        async def bare_rss(modules: int) -> int:
+            code = (
+                "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+                f"[importlib.import_module(f'unit_{{n:05d}}') for n in range({modules})]; "
+                "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS:')))"
+            )
+            return int((await anyio.run_process([sys.executable, "-c", code, str(root)])).stdout)
+
+        bare, bare_empty = await bare_rss(count), await bare_rss(0)
         share = 100 * used / seconds
         figures = {
             "units": count,
@@ -474,12 +493,16 @@ class Bench:
             "server_rss_kib": rss,
             "child_processes_rss_kib": children_rss,
             "bare_interpreter_rss_kib": bare,
+            "server_without_units_rss_kib": rss_empty,
+            "bare_interpreter_without_imports_rss_kib": bare_empty,
         }
         rows = [
             {"ratio": f"idle CPU, {count} units, % of one core (server and its children)", "value": round(share, 3),
              "goal": "<= 1.0", "met": share <= 1.0},
             {"ratio": f"resident memory, {count} units / a bare interpreter that imported them", "value": round(
                 rss / bare, 3), "goal": "<= 1.5", "met": rss / bare <= 1.5},
+            {"ratio": f"memory the {count} units add to the server / that they add to a bare interpreter",
+             "value": round((rss - rss_empty) / (bare - bare_empty), 3)},
         ]  # fmt: skip
         self.record("idle", figures, rows)
 
