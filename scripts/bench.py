@@ -4,12 +4,13 @@
     .venv/bin/python scripts/bench.py --quick    # fewer rounds and smaller scale, for a smoke run
     .venv/bin/python scripts/bench.py --only transport,reload
     .venv/bin/python scripts/bench.py --only changelog --merge   # fold one section into the written report
+    .venv/bin/python scripts/bench.py --only idle --merge        # opt-in: a server of 10,000 units idle for 60 s
 
 Quick and partial runs print their figures and leave bench/ alone (--write replaces the report anyway).
 
 The machine is shared and noisy: the two sides of every ratio are interleaved call by call in the same
 run, so drift hits both alike. Absolute times are context only. Nothing here is asserted; a figure that
-misses its goal is marked in the report.
+misses its goal is marked in the report; why, goes between the report's notes markers (kept when it is rewritten).
 """
 
 from __future__ import annotations

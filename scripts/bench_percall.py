@@ -1,14 +1,16 @@
 """Server CPU per call under the hardening load test's mix of calls, for two versions of unit_mcp side by side.
 
     .venv/bin/python scripts/bench_percall.py --base 0deba14            # that commit against this work tree
-    .venv/bin/python scripts/bench_percall.py --base HEAD --rounds 6 --seconds 5 --clients 8
+    .venv/bin/python scripts/bench_percall.py --base HEAD --rounds 6 --seconds 3 --clients 8
+    .venv/bin/python scripts/bench_percall.py --base 0deba14 --rounds 3 --per-kind 150   # each kind of call alone
 
 Each side is a real `python -m unit_mcp.server` child (watching its units, as the load test runs it): the base
 side imports `unit_mcp` exported from the `--base` commit, the other side this work tree's. Lean client processes
 (plain keep-alive POSTs, so the clients' CPU is small) send the mix of tests/hardening/test_load.py: 35 % a read
 then a hash-checked patch of a tally unit, the rest reads, lists, inspects, snapshots, log reads, resolves,
 reloads and dry runs. The sides take turns, round by round, so drift on this shared machine hits both alike.
-The figure is the server's user+system CPU (from /proc) over the calls it answered. Prints figures only.
+The figure is the server's user+system CPU (from /proc) over the calls it answered, with the calls per second and each
+tool's mean latency. Prints figures only; bench/RESULTS.md has the figures that were kept.
 """
 
 from __future__ import annotations
