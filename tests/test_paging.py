@@ -20,8 +20,10 @@ from mcp import Client
 from pydantic import BaseModel
 
 from unit_mcp import Host, UnitService
+from unit_mcp.arguments import ReadSourceArgs
 from unit_mcp.errors import UnitError
 from unit_mcp.paging import json_size, text_page
+from unit_mcp.service import QUICK_READ_BYTES
 from unit_mcp.tools import UnitTools
 
 BOUND = 80_000
@@ -151,6 +153,35 @@ async def test_a_small_source_is_one_page_as_before(service: UnitService) -> Non
 
 
 @pytest.mark.anyio
+async def test_only_a_small_first_page_from_a_folder_is_read_on_the_loop(units_root: Path, tmp_path: Path) -> None:
+    """The event loop answers a folder's source of one page at once; a larger one, a cursor's page and a database's
+    source go to a worker thread, and every answer is the one `read_source` gives."""
+    small = "".join(f"line {n}\n" for n in range(QUICK_READ_BYTES // 20))
+    large = "".join(f"line {n}\n" for n in range(QUICK_READ_BYTES // 5))
+    (units_root / "counter" / "small.txt").write_text(small)
+    (units_root / "counter" / "large.txt").write_text(large)
+    store = sqlite_copy(units_root, tmp_path / "units.db")
+    with Host(units_root, tmp_path / "data") as folder, Host(store, tmp_path / "db-data", namespace="db") as db:
+        service, database = UnitService(folder), UnitService(db)
+        quick = service.read_source_at_once(ReadSourceArgs(unit_id="counter", source_id="small.txt"))
+        assert quick is not None and quick.content == small
+        assert service.read_source_at_once(ReadSourceArgs(unit_id="counter", source_id="large.txt")) is None
+        first = service.read_source("counter", "large.txt")
+        assert first.next_cursor is not None
+        later = ReadSourceArgs(unit_id="counter", source_id="large.txt", cursor=first.next_cursor)
+        assert service.read_source_at_once(later) is None
+        assert database.read_source_at_once(ReadSourceArgs(unit_id="counter", source_id="small.txt")) is None
+        with pytest.raises(UnitError, match="There is no unit"):
+            service.read_source_at_once(ReadSourceArgs(unit_id="nosuch", source_id="x.py"))
+        for one in (service, database):
+            async with connected(one) as calls:
+                for name, text in (("small.txt", small), ("large.txt", large)):
+                    pages = await calls.pages("unit_read_source", {"unit_id": "counter", "source_id": name})
+                    assert "".join(page["content"] for page in pages) == text
+                    assert pages[0] == one.read_source("counter", name).model_dump(mode="json")
+
+
+@pytest.mark.anyio
 async def test_the_log_pages_back_and_forward_by_cursor(units_root: Path, tmp_path: Path) -> None:
     with Host(units_root, tmp_path / "data", log_max_bytes=64 * 1024 * 1024) as host:
         logger = host.unit_logger("greeter")
@@ -262,7 +293,15 @@ def test_every_tool_answers_within_the_bound(
         for n in range(log_count):
             logger.info("%d %s", n, log_line * 20)
         service = UnitService(host)
+        checkpoint = service.checkpoint().checkpoint_id
+        created = service.create_source("wide", "made.txt", source)
+        assert created.change_id is not None
+        assert service.resolve("zzzz qqqq").candidates, "resolve answers while units exist"
         results = [
+            service.changes(),
+            service.changes(unit_id="wide", limit=200),
+            service.rollback(checkpoint, dry_run=True),
+            service.revert_change(created.change_id, dry_run=True),
             service.list(),
             service.resolve("widget " + log_line, limit=100),
             service.resolve("zzzz qqqq", limit=100),

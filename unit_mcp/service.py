@@ -74,6 +74,7 @@ from .errors import (
     UnknownUnit,
     UnknownVersion,
 )
+from .folderloader import FilesystemLoader
 from .host import LIFECYCLE, Host, Reloaded, ReloadError, RestoreError
 from .loader import (
     LoaderError,
@@ -164,6 +165,8 @@ def _fitting_names(names: list[str]) -> list[str]:
 LINE_ENDINGS = typing.get_args(ReadSourceResult.model_fields["line_ending"].annotation)
 
 
+QUICK_READ_BYTES = RESULT_BYTES
+"""unit_read_source answers a folder's source up to this size on the event loop (`read_source_at_once`)."""
 CANCEL_GRACE = 5.0
 """Seconds a cancel waits for a run to end (its processes die within a poll, 0.1 s)."""
 
@@ -837,9 +840,22 @@ class UnitService:
     def read_source(self, args: ReadSourceArgs) -> ReadSourceResult:
         """The source's text, or one page of it cut after a line when the whole would not fit one result; every
         page carries the hash of the whole source, and a cursor of a source changed since is refused."""
+        return self._read_source(args, self.max_read_bytes)
+
+    def read_source_at_once(self, args: ReadSourceArgs) -> ReadSourceResult | None:
+        """`read_source` of a first page of at most QUICK_READ_BYTES from a folder, cheap enough for the event loop
+        (less than the hop to a worker thread); None for anything else, which the loader refuses before reading."""
+        if args.cursor is not None or not isinstance(self.loader, FilesystemLoader):
+            return None
+        try:
+            return self._read_source(args, QUICK_READ_BYTES)
+        except TooLarge:
+            return None
+
+    def _read_source(self, args: ReadSourceArgs, limit: int) -> ReadSourceResult:
         src = self._source(args.unit_id, args.source_id)
         self._require("read", src.unit_id)
-        data = self._read(src, self.max_read_bytes)
+        data = self._read(src, limit)
         digest = paths.hash_bytes(data)
         bound = binding(src.unit_id, src.source_id)
         if args.cursor is None:

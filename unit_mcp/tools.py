@@ -129,6 +129,8 @@ class ToolSpec:
     """Every call waits for a person's yes, whatever --confirm says and whatever the page allowed for a while."""
     question: Callable[[UnitService, Any], str] | None = None
     """What the person is asked, from the call's arguments; it refuses a call that could not run anyway."""
+    at_once: Callable[[UnitService, Any], BaseModel | None] | None = None
+    """Answers on the event loop when the call is cheaper than the hop to a worker thread, else None."""
 
     @property
     def args(self) -> type[Args]:
@@ -188,6 +190,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=True,
         destructive=False,
         idempotent=True,
+        at_once=UnitService.read_source_at_once,
     ),
     ToolSpec(
         "unit_apply_patch",
@@ -577,8 +580,8 @@ class UnitTools:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        """Validate, run the tool's handler in a worker thread (storage and unit code never block the loop) and map
-        every outcome to a result."""
+        """Validate, run the tool's handler in a worker thread (storage and unit code never block the loop; a small
+        read from a folder is answered at once) and map every outcome to a result."""
         spec = self.specs.get(params.name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
@@ -614,7 +617,8 @@ class UnitTools:
             elif isinstance(args, TestStatusArgs) and args.wait_s > 0:
                 result = await self._with_progress(ctx, call, f"test run {args.run_id}")
             else:
-                result = await _in_thread(call)
+                quick = None if spec.at_once is None else spec.at_once(self.service, args)
+                result = quick if quick is not None else await _in_thread(call)
         except UnitError as exc:
             log.info("call %s %s refused: [%s] %s", params.name, target, exc.code, _shown_message(exc.message))
             return self._error(exc.code, exc.message, exc.hint, exc.details)

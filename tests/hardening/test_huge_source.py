@@ -17,6 +17,7 @@ from server_process import ServerProcess
 from unit_mcp import Host, UnitService
 from unit_mcp.folderloader import FilesystemLoader
 from unit_mcp.loader import Source
+from unit_mcp.service import QUICK_READ_BYTES
 from unit_mcp.tools import UnitTools
 
 from .clients import call, connect
@@ -90,24 +91,31 @@ async def test_huge_source_does_not_stall_other_clients(tmp_path: Path, figures:
 
 
 class RecordingLoader(FilesystemLoader):
-    """A folder loader that notes the thread of every read."""
+    """A folder loader that notes the thread and the byte limit of every read."""
 
-    threads: list[int]
+    reads: list[tuple[int, int | None]]
 
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
-        self.threads.append(threading.get_ident())
+        self.reads.append((threading.get_ident(), max_bytes))
         return super().read(source, max_bytes=max_bytes)
 
 
-async def test_reads_and_dry_runs_run_off_the_event_loop(units_root: Path, tmp_path: Path) -> None:
+async def test_only_reads_of_one_page_run_on_the_event_loop(units_root: Path, tmp_path: Path) -> None:
+    """A read of a folder's source may be answered on the loop (cheaper than a thread hop), but never of more than
+    one page: a larger source, and every dry run, is read in a worker thread."""
+    (units_root / "weather" / "large.txt").write_text("x" * 100 + "\n" * (2 * QUICK_READ_BYTES))
     loader = RecordingLoader(units_root)
     with Host(loader, tmp_path / "data") as host:
         tools = UnitTools(UnitService(host))
         async with Client(tools.server()) as client:
-            loader.threads = []
+            loader.reads = []
             read = await client.call_tool("unit_read_source", {"unit_id": "weather", "source_id": "data/cities.json"})
+            large = await client.call_tool("unit_read_source", {"unit_id": "weather", "source_id": "large.txt"})
             dry_run = {"unit_id": "weather", "source_id": "data/cities.json", "old": "{", "new": "{ "}
             previewed = await client.call_tool("unit_apply_patch", {**dry_run, "replace_all": True, "dry_run": True})
             loop = threading.get_ident()
-    assert not read.is_error and not previewed.is_error, (read.content, previewed.content)
-    assert len(loader.threads) == 2 and loop not in loader.threads, "a source was read on the event loop"
+    assert not read.is_error and not large.is_error and not previewed.is_error, (read.content, previewed.content)
+    on_loop = [limit for thread, limit in loader.reads if thread == loop]
+    in_threads = [limit for thread, limit in loader.reads if thread != loop]
+    assert on_loop == [QUICK_READ_BYTES, QUICK_READ_BYTES], "the small source, and the large one refused unread"
+    assert len(in_threads) == 2 and all(limit is None or limit > QUICK_READ_BYTES for limit in in_threads)
