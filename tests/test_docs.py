@@ -170,3 +170,13 @@ def walk(parser: argparse.ArgumentParser, words: list[str], block: Block) -> Non
                 )
                 parser = sub.choices[word]
         index += 1
+
+
+LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)\s#]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda path: str(path.relative_to(REPO)))
+def test_every_relative_link_names_a_file_of_the_repository(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    dead = [target for target in LINK.findall(text) if not (path.parent / target).exists()]
+    assert not dead, f"{path.relative_to(REPO)} links to what does not exist: {dead}"
