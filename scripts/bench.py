@@ -242,11 +242,11 @@ class Bench:
         self._cluster: Any = None
 
     def cluster(self) -> Any:
-        """The throwaway PostgreSQL cluster of the tests (tests/pgcluster.py), started once per run; clients find
-        its password in PGPASSFILE."""
+        """The throwaway PostgreSQL cluster of the tests (tests/support/pgcluster.py), started once per run; clients
+        find its password in PGPASSFILE."""
         if self._cluster is None:
             sys.path.insert(0, str(REPO / "tests"))
-            from pgcluster import Cluster
+            from support.pgcluster import Cluster
 
             self._cluster = Cluster()
             self._cluster.start()

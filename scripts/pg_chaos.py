@@ -30,8 +30,8 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from pgcluster import Cluster  # noqa: E402
-from server_process import ServerProcess  # noqa: E402
+from support.pgcluster import Cluster  # noqa: E402
+from support.server_process import ServerProcess  # noqa: E402
 from test_sqlite_servers import connect  # noqa: E402
 
 from unit_mcp.loader import Source  # noqa: E402

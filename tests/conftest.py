@@ -8,13 +8,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pgcluster import Cluster
+from support.pgcluster import Cluster
 
 from unit_mcp import Host, UnitService
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"
 FIXTURE_UNITS = REPO / "fixtures" / "units"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The one event loop of every async test: the package is asyncio-only (uvicorn, the SDK's transports)."""
+    return "asyncio"
 
 
 def copy_units(target: Path, *, fixtures: bool = True) -> Path:

@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -37,11 +37,6 @@ def main():
     os.replace(PIDS + ".tmp", PIDS)  # an absolute path: the test runs in a scratch folder of its own
     time.sleep(300)
 """
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp.tools import RISK_META_KEY, tool_risks
 

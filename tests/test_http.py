@@ -24,7 +24,7 @@ from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp import UnitService
 from unit_mcp.bridge import Bridge, BridgeError
@@ -41,11 +41,6 @@ INITIALIZE = {
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp._version import __version__
 from unit_mcp.extras import EXTRAS

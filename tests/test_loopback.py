@@ -16,11 +16,6 @@ from unit_mcp.loopback import CoalescedWrites
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def coalesced_pair() -> AsyncIterator[tuple[CoalescedWrites, socket.socket]]:
     ours, peer = socket.socketpair()

@@ -33,11 +33,6 @@ pytestmark = pytest.mark.anyio
 ACCEPT_BOTH = "application/json, text/event-stream"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def chatty_server() -> Server[Any]:
     """One tool that sends a request-scoped log message and progress before it answers."""
 

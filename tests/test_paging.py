@@ -82,11 +82,6 @@ async def connected(service: UnitService) -> AsyncIterator[Calls]:
         yield Calls(client)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def many_units(root: Path, count: int, *, docstring: str = "A generated unit.") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for n in range(count):

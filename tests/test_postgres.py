@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import copy_units, postgres_copy
-from pgcluster import Cluster
+from support.pgcluster import Cluster
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
@@ -351,7 +351,7 @@ async def test_three_servers_on_one_database_serve_a_patch_made_on_one(
     from contextlib import AsyncExitStack
 
     import anyio
-    from server_process import ServerProcess
+    from support.server_process import ServerProcess
     from test_sqlite_servers import connect, ok
 
     servers = [ServerProcess("--units", database, tmp=tmp_path) for _ in range(3)]
@@ -415,7 +415,7 @@ async def test_two_servers_on_one_database_share_one_change_log(
     from contextlib import AsyncExitStack
 
     import anyio
-    from server_process import ServerProcess
+    from support.server_process import ServerProcess
     from test_sqlite_servers import connect, ok
 
     for n in range(2):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 
 def server_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

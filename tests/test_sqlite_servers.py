@@ -22,14 +22,9 @@ import pytest
 from conftest import copy_units
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

@@ -20,11 +20,6 @@ from unit_mcp.tools import tool_risks
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_the_tools_over_stdio(units_root: Path, tmp_path: Path) -> None:
     params = StdioServerParameters(
         command=sys.executable,

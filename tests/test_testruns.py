@@ -22,11 +22,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def folder_host(units_root: Path, tmp_path: Path) -> Iterator[Host]:
     with Host(units_root, tmp_path / "data") as started:
         yield started

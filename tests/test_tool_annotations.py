@@ -21,11 +21,6 @@ ROW = re.compile(r"^\| `(unit_\w+)` \| ([\w-]+)(?: \(a dry run: ([\w-]+)\))? \| 
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def history_tools(units_root: Path, tmp_path: Path) -> Iterator[UnitTools]:
     """A loader that keeps history, so every tool is listed."""
     with Host(sqlite_copy(units_root, tmp_path / "units.db"), tmp_path / "data") as started:

@@ -68,11 +68,6 @@ RISKS = {
 DRY_RUNS = {"unit_apply_patch", "unit_rollback", "unit_revert_change"}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=LOADERS)
 def host(request: pytest.FixtureRequest, units_root: Path, tmp_path: Path) -> Iterator[Host]:
     """Every tool test that is not about files runs on every loader (test_loaders.py has the contract)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 import pytest
-from recording import TestTool, recording_server
+from support.recording import TestTool, recording_server
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import (
@@ -42,11 +42,6 @@ from unit_mcp.tools import UnitTools
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"
 NONCE = "nonce-7f3a91"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from types import ModuleType
 
 import anyio
 import pytest
-from item_kinds import item_kinds
+from support.item_kinds import item_kinds
 
 from unit_mcp.agent import (
     AgentApprovals,

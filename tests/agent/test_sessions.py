@@ -511,7 +511,7 @@ def test_a_postgres_address_with_a_password_or_without_the_driver_is_refused_in_
 
 def test_a_lost_connection_fails_one_write_in_one_line_and_the_next_reconnects(pg_cluster: Any) -> None:
     import psycopg
-    from pgcluster import free_port
+    from support.pgcluster import free_port
 
     from unit_mcp.agent.errors import SessionStoreUnavailable
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-from item_kinds import item_kinds
+from support.item_kinds import item_kinds
 
 from unit_mcp.agent import AgentError, FunctionAgent, ModelRequest, ModelResponse, SessionStore, TurnContext, TurnStatus
 from unit_mcp.agent._projections import chat_messages

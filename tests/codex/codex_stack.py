@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from recording import TestTool, recording_server
+from support.recording import TestTool, recording_server
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import (

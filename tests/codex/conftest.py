@@ -22,11 +22,6 @@ OPENCODE_INSTALL = REPO / "scripts" / "opencode-tool"
 OPENCODE_BINARY = REPO / ".cache/opencode/node_modules/opencode-linux-x64/bin/opencode"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _install(script: Path, binary: Path, what: str) -> Path:
     """The binary, installed by `script` if missing; a failure fails the test, never skips it."""
     if not binary.is_file():

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from item_kinds import item_kinds
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from support.item_kinds import item_kinds
 
 from unit_mcp.agent import AgentApprovals, ApprovedEndpoint, TurnStatus
 from unit_mcp.agent.codex import register

@@ -1,5 +1,5 @@
-"""The agent tests' fixtures (a real unit server over loopback HTTP, the asyncio backend), for the durable tests."""
+"""The agent tests' real unit server over loopback HTTP, for the durable tests."""
 
-from agent.conftest import anyio_backend, unit_server
+from agent.conftest import unit_server
 
-__all__ = ["anyio_backend", "unit_server"]
+__all__ = ["unit_server"]

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from agent.conftest import UnitServer, reload
 from anyio.streams.buffered import BufferedByteReceiveStream
-from item_kinds import item_kinds
+from support.item_kinds import item_kinds
 
 from unit_mcp.agent import AgentApprovals, AgentError, AgentRegistry, AgentToolSurface, OpenAIAgent, SessionStore
 from unit_mcp.agent._durable import DurableWorker

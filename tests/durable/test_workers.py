@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from agent.conftest import REPO, UnitServer, agent_cli
-from item_kinds import item_kinds
+from support.item_kinds import item_kinds
 from ui.conftest import page_client, serving
 
 from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, SessionStore

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from opencode.test_isolation import debug_config, hostile_world
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 SERVER = "opencode-fleet"  # the fleet's default --server-name
 

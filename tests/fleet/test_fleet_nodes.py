@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from opencode.event_proxy import EventProxy
 from opencode.opencode_stack import MODEL, Node, agent_stack, oc
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp.fleet import INSTRUCTIONS, Fleet, FleetTools, NodeSpec
 from unit_mcp.fleet.nodes import password_variable

@@ -18,12 +18,6 @@ from unit_mcp.tools import UnitTools
 
 from .report import Report, report_dir
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 REPORT = Report(report_dir())
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp import Host
 from unit_mcp.server import EXAMPLE_UNITS

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp import Host, UnitService
 from unit_mcp.folderloader import FilesystemLoader

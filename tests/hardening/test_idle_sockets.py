@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 from ui.conftest import page_client
 
 from unit_mcp import Host

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from .clients import call, connect
 from .report import Report

@@ -14,11 +14,11 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from server_process import ServerProcess
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
+from support.server_process import ServerProcess
 from ui.conftest import chromium, embedded, page_client, session_secret
 from ui.hostile import paused_session
 

@@ -19,7 +19,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp import Host, paths
 from unit_mcp.errors import InvalidSourceId

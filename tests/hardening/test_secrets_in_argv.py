@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from opencode.conftest import opencode_binary  # noqa: F401 (the pinned binary, a fixture)
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp.agent.opencode import NodeProcess
 

@@ -22,11 +22,6 @@ CANDIDATES = (
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _installed() -> Path | None:
     return next((path for path in CANDIDATES if path.is_file()), None)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp.agent.opencode import IsolatedRoot, opencode_tool_name
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp.agent.opencode import IsolatedRoot, opencode_tool_name
 from unit_mcp.opencode_isolation import (

@@ -28,7 +28,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 from ui.conftest import page_client
 
 from unit_mcp import Host, UnitService

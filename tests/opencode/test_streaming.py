@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from item_kinds import item_kinds
+from support.item_kinds import item_kinds
 
 from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.items import EventItem, Item, MessageItem, ToolCallItem, ToolResultItem

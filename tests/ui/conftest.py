@@ -44,11 +44,6 @@ SHOTS_ENV = "UNIT_MCP_UI_SCREENSHOTS"
 expect.set_options(timeout=30_000)  # a shared, slow machine: generous, and each wait ends as soon as it holds
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def chromium_path() -> str:
     found = os.environ.get("UNIT_MCP_CHROMIUM") or shutil.which("chromium")
     if found is None:

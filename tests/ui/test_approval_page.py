@@ -12,7 +12,7 @@ import anyio
 import pytest
 from agent.conftest import UnitServer, agent_cli, ask_on_a_terminal_then_die
 from playwright.async_api import Browser, Page, expect
-from server_process import ServerProcess
+from support.server_process import ServerProcess
 
 from unit_mcp.agent import TurnStatus
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call

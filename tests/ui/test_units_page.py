@@ -19,11 +19,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from playwright.async_api import Browser, Page, expect
-from server_process import ServerProcess
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
+from support.server_process import ServerProcess
 
 from unit_mcp.loopback import LoopbackServer
 from unit_mcp.webpage.auth import SESSION_HEADER
