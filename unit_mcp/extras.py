@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 EXTRAS = {
-    "agent": ("openai", "httpx", "httpx2", "sse_starlette"),
+    "agent": ("openai", "httpx", "httpx2"),
     "postgres": ("psycopg",),
     "durable": ("dbos", "sqlalchemy"),
 }

@@ -108,8 +108,8 @@ async def test_a_change_arrives_live_its_diff_opens_and_a_rollback_is_previewed_
     await expect(checkpoint.locator(".item-title")).to_have_text(f"before {SCRIPT}")  # a label is text
 
     new = f"Hello {SCRIPT} {JS_URL}"
-    await served.call("unit_apply_patch", {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello", "new": new})
     refreshed = await page.evaluate("document.body.dataset.refreshed || '0'")
+    await served.call("unit_apply_patch", {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello", "new": new})
     change = page.locator(".change")
     await expect(change).to_have_count(1)  # live: no reload
     assert await page.evaluate("document.body.dataset.refreshed") != refreshed

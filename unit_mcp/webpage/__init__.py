@@ -19,9 +19,10 @@ from typing import Any
 
 import anyio
 import jinja2
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Scope
@@ -45,15 +46,23 @@ def duration(seconds: float | None) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
-def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
+SEP = "\n"
+"""Where an event's lines end: the pages' reader (`ui.js`) splits events at a blank line of bare newlines."""
+
+
+def sse(event: str, data: Any, event_id: str | None = None) -> ServerSentEvent:
     """One server-sent event; the data is one line of JSON (JSON escapes every newline)."""
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+    return ServerSentEvent(data=json.dumps(data), event=event, id=event_id, sep=SEP)
 
 
-def event_stream(body: AsyncIterator[bytes]) -> Response:
-    return StreamingResponse(
-        body, media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+RECONNECT = ServerSentEvent(retry=1000, sep=SEP)
+"""A stream's first event: a page whose stream ended reconnects after a second."""
+
+
+def event_stream(body: AsyncIterator[ServerSentEvent]) -> Response:
+    """Server-sent events (sse-starlette), with a comment every `HEARTBEAT_SECONDS` while nothing happens."""
+    return EventSourceResponse(
+        body, ping=HEARTBEAT_SECONDS, sep=SEP, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     )
 
 
@@ -168,20 +177,15 @@ class PageApp:
         id the client last saw (`Last-Event-ID`, or `from` on the first connection); a comment now and then."""
         seen = request.headers.get("last-event-id") or request.query_params.get("from")
 
-        async def stream() -> AsyncIterator[bytes]:
+        async def stream() -> AsyncIterator[ServerSentEvent]:
             nonlocal seen
-            yield b"retry: 1000\n\n"
-            quiet = 0.0
+            yield RECONNECT
             while not self.closing:
                 now = await anyio.to_thread.run_sync(state)
                 if now != seen:
-                    seen, quiet = now, 0.0
+                    seen = now
                     yield sse("store", {}, now)
-                elif quiet >= HEARTBEAT_SECONDS:
-                    quiet = 0.0
-                    yield b": still here\n\n"
                 await anyio.sleep(poll_seconds)
-                quiet += poll_seconds
 
         return event_stream(stream())
 
@@ -211,6 +215,7 @@ class PageApp:
 
 __all__ = [
     "HEARTBEAT_SECONDS",
+    "RECONNECT",
     "SESSION_HEADER",
     "SESSION_SECONDS",
     "DiffLine",

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ...webpage import HEARTBEAT_SECONDS, SESSION_SECONDS, PageApp, event_stream, sse
+from ...webpage import RECONNECT, SESSION_SECONDS, PageApp, event_stream, sse
 from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
@@ -252,8 +253,8 @@ class AgentUI(PageApp):
         render = self.templates.get_template("_item.html").module.item  # type: ignore[attr-defined]
         root = self.root(request)
 
-        async def stream() -> AsyncIterator[bytes]:
-            yield b"retry: 1000\n\n"
+        async def stream() -> AsyncIterator[ServerSentEvent]:
+            yield RECONNECT
             transcript = Transcript(session_id)
             cursor = start or 0
             if start is not None:  # what the page showed: so results to come know when their call began
@@ -262,7 +263,6 @@ class AgentUI(PageApp):
                     yield sse("reset", {})
                     return
                 transcript.apply_all([record for record in shown.records if record["seq"] <= start])
-            quiet = 0.0
             while not self.closing:
                 changes = await anyio.to_thread.run_sync(self.browse.changes, session_id, cursor)
                 if changes is None or changes.reset:  # deleted or replaced: the reloaded page says so
@@ -273,19 +273,15 @@ class AgentUI(PageApp):
                     last = number == len(shown_changes) - 1
                     yield self._change_event(change, render, root, str(changes.cursor) if last else None)
                 cursor = changes.cursor
-                if shown_changes:
-                    quiet = 0.0
-                elif quiet >= HEARTBEAT_SECONDS:
-                    quiet = 0.0
-                    yield b": still here\n\n"
                 await anyio.sleep(POLL_SECONDS)
-                quiet += POLL_SECONDS
 
         return event_stream(stream())
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _change_event(self, change: Change, render: Callable[..., str], root: str, event_id: str | None) -> bytes:
+    def _change_event(
+        self, change: Change, render: Callable[..., str], root: str, event_id: str | None
+    ) -> ServerSentEvent:
         if change.item is not None:
             html = str(render(change.item, root))
             return sse("item", {"id": change.item.id, "html": html}, event_id)
