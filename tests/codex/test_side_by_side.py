@@ -12,7 +12,7 @@ import pytest
 
 from unit_mcp.agent import OpenAIAgent, TurnStatus
 from unit_mcp.agent.items import MessageItem, ToolCallItem
-from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, UnitAgent, opencode_endpoint, opencode_tool_name
+from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, OpenCodeAgent, opencode_endpoint, opencode_tool_name
 from unit_mcp.testing import Match, call, say, tool_call
 
 from .codex_stack import AGENT_ID, MODEL, SERVER, TURN_TIMEOUT, codex_stack, reload
@@ -66,7 +66,7 @@ async def test_openai_opencode_and_codex_agents_in_one_runner(
         process = await node.enter_async_context(NodeProcess(binary=opencode_binary, root=root))
         client = await node.enter_async_context(process.client())
         stack.runner.registry.register(
-            "opencode", lambda deps: UnitAgent(client, model=OPENCODE_MODEL, endpoint=endpoint, id="opencode")
+            "opencode", lambda deps: OpenCodeAgent(client, model=OPENCODE_MODEL, endpoint=endpoint, id="opencode")
         )
 
         agents = ("openai", "opencode", AGENT_ID)

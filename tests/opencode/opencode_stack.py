@@ -1,10 +1,10 @@
-"""The whole stack a UnitAgent test needs, every part real, in one fresh isolated root per test.
+"""The whole stack a OpenCodeAgent test needs, every part real, in one fresh isolated root per test.
 
 The real unit server (Host + UnitTools + Bridge over loopback HTTP on a copy of the example units), a
 tool surface taking its tools over MCP plus local test tools (echo a token, hand out a nonce, record a
 value, a slow tool, a destructive one), the approval-filtered endpoint OpenCode is configured with, the
 scripted model as OpenCode's provider, one or more real `opencode serve` nodes, their clients, and an
-AgentRunner with a UnitAgent per node. Local tools record their calls, so tests assert on what reached
+AgentRunner with a OpenCodeAgent per node. Local tools record their calls, so tests assert on what reached
 the tools, not on what the agent says it did.
 """
 
@@ -27,9 +27,9 @@ from unit_mcp.agent.items import Session
 from unit_mcp.agent.opencode import (
     IsolatedRoot,
     NodeProcess,
+    OpenCodeAgent,
     OpenCodeClient,
     OpenCodeEndpoint,
-    UnitAgent,
     opencode_endpoint,
     opencode_tool_name,
 )
@@ -228,7 +228,7 @@ async def agent_stack(
         for node in built:
             registry.register(
                 node.agent_id,
-                lambda deps, node=node: UnitAgent(
+                lambda deps, node=node: OpenCodeAgent(
                     node.client,
                     model=MODEL,
                     endpoint=node.endpoint,

@@ -1,4 +1,4 @@
-"""UnitAgent's lifecycle against a real node: cancelling mid-tool, a stale session id, a restarted node."""
+"""OpenCodeAgent's lifecycle against a real node: cancelling mid-tool, a stale session id, a restarted node."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several nodes: the runner drives UnitAgent turns on two real OpenCode nodes at once, one session per
+"""Several nodes: the runner drives OpenCodeAgent turns on two real OpenCode nodes at once, one session per
 node, each finishing (or cancelled) on its own."""
 
 from __future__ import annotations

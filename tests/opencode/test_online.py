@@ -1,4 +1,4 @@
-"""The reference's three online tests, through UnitAgent over a real `opencode serve` node.
+"""The reference's three online tests, through OpenCodeAgent over a real `opencode serve` node.
 
 The scripted model is OpenCode's provider; OpenCode runs the tools itself, through the approval-filtered
 endpoint. Hard checks: what reached the tools (count, order, exact arguments), what OpenCode offered the

@@ -1,7 +1,7 @@
 """An `ask` policy in server mode: OpenCode's `permission.asked` is answered from AgentApprovals.
 
 With an approver attached, a filesystem-read tool is listed by the endpoint, OpenCode is told (per
-session) to ask before each call, UnitAgent puts the question to the approver and answers OpenCode; an
+session) to ask before each call, OpenCodeAgent puts the question to the approver and answers OpenCode; an
 approval admits exactly that one call at the endpoint, a denial reaches OpenCode as a rejection. Nothing
 hangs: a turn ends either way.
 """

@@ -1,4 +1,4 @@
-"""UnitAgent follows the node while it works: text streams into partial messages, tool calls are recorded
+"""OpenCodeAgent follows the node while it works: text streams into partial messages, tool calls are recorded
 as they happen, and the read-back at the end settles every item in place (nothing duplicated, nothing
 left partial)."""
 

@@ -137,7 +137,7 @@ async def _start_opencode(
     key: str | None,
 ) -> None:
     """An isolated node of the agent's own, configured with its model and an endpoint over `surface`."""
-    from .opencode import IsolatedRoot, NodeProcess, OpenCodeError, UnitAgent, opencode_endpoint
+    from .opencode import IsolatedRoot, NodeProcess, OpenCodeAgent, OpenCodeError, opencode_endpoint
 
     root = IsolatedRoot()
     stack.callback(root.cleanup)
@@ -159,7 +159,8 @@ async def _start_opencode(
     client = await stack.enter_async_context(process.client())
     instructions = spec.system_prompt or PERSONA
     registry.register(
-        spec.id, lambda deps: UnitAgent(client, model=model, endpoint=endpoint, id=spec.id, instructions=instructions)
+        spec.id,
+        lambda deps: OpenCodeAgent(client, model=model, endpoint=endpoint, id=spec.id, instructions=instructions),
     )
 
 

@@ -37,8 +37,8 @@ from ..toolsurface import ToolOutput
 from ._config import CodexModel, McpServer
 from ._history import codex_prompt
 from ._home import CodexHome
+from ._jsonl_items import EventRecorder
 from ._process import CodexProcess, find_codex
-from ._recorder import EventRecorder
 
 if TYPE_CHECKING:
     from .._context import TurnContext

@@ -27,7 +27,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from .._binaries import find_binary
 from ._config import PINNED_VERSION
 from ._errors import CodexError, CodexNotInstalled
-from ._events import CodexEvent, parse_line
+from ._jsonl import CodexEvent, parse_line
 
 log = logging.getLogger("unit_mcp.agent.codex.process")
 

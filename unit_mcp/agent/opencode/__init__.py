@@ -1,10 +1,11 @@
-"""OpenCode as an agent provider: a client for `opencode serve` nodes, the node process, and UnitAgent.
+"""OpenCode as an agent provider: a client for `opencode serve` nodes, the node process, and OpenCodeAgent.
 
 `OpenCodeClient` speaks REST to one node and keeps its one `/event` stream; `NodeProcess` runs an isolated
 `opencode serve` for the runner; `opencode_endpoint` is the approval-filtered MCP endpoint the node is
-configured with; `UnitAgent` drives turns on a node and records what OpenCode did as session items.
+configured with; `OpenCodeAgent` drives turns on a node and records what OpenCode did as session items.
 """
 
+from ._agent import SESSION_KEY, OpenCodeAgent
 from ._client import ModelRef, OpenCodeClient
 from ._endpoint import OpenCodeEndpoint, OpenCodeView, opencode_endpoint, opencode_tool_name
 from ._errors import (
@@ -18,7 +19,6 @@ from ._errors import (
 from ._isolation import IsolatedRoot
 from ._node import PINNED_VERSION, NodeProcess, find_opencode
 from ._transcript import tool_part
-from ._unit_agent import SESSION_KEY, UnitAgent
 
 __all__ = [
     "PINNED_VERSION",
@@ -28,13 +28,13 @@ __all__ = [
     "NodeProcess",
     "NodeStartError",
     "NodeUnavailable",
+    "OpenCodeAgent",
     "OpenCodeClient",
     "OpenCodeEndpoint",
     "OpenCodeError",
     "OpenCodeHTTPError",
     "OpenCodeNotInstalled",
     "OpenCodeView",
-    "UnitAgent",
     "UnknownOpenCodeSession",
     "find_opencode",
     "opencode_endpoint",

@@ -2,7 +2,7 @@
 
 Every request has a bounded timeout and maps failures onto the provider's errors: no answer is
 `NodeUnavailable`, a 404 on a session is `UnknownOpenCodeSession`, any other error status is
-`OpenCodeHTTPError` with the node's own words. The `/event` stream (see `_events.py`) is opened when the
+`OpenCodeHTTPError` with the node's own words. The `/event` stream (see `_event_stream.py`) is opened when the
 client is entered, so it is subscribed before the first prompt, and `close()` ends it and rejects waiters.
 
 `send` is the session lifecycle the agent needs: it validates a stored session id (creating one when
@@ -24,7 +24,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import BaseModel
 
 from ._errors import NodeUnavailable, OpenCodeError, OpenCodeHTTPError, UnknownOpenCodeSession
-from ._events import EventStream, NodeEvent
+from ._event_stream import EventStream, NodeEvent
 
 log = logging.getLogger("unit_mcp.agent.opencode.client")
 

@@ -2,7 +2,7 @@
 
 `ApprovedTools` offers only what the policy (and its grants) allows outright. OpenCode can also ask: a tool
 whose risk is `ask`, while an approver is attached, is offered here too, OpenCode is told to ask before each
-call (`permission_rules`, per session), and `UnitAgent` answers OpenCode's `permission.asked` from
+call (`permission_rules`, per session), and `OpenCodeAgent` answers OpenCode's `permission.asked` from
 AgentApprovals. An approved answer admits exactly one call of that tool here (`admit`); a call without an
 admission is refused, so the endpoint fails closed even if OpenCode's own rules were loosened or its answer
 was forged.

@@ -1,4 +1,4 @@
-"""Permissions: OpenCode's `permission.asked` for a UnitAgent turn's session, answered from the approvals.
+"""Permissions: OpenCode's `permission.asked` for a OpenCodeAgent turn's session, answered from the approvals.
 
 The node is configured to ask before each call (`OpenCodeView.permission_rules`); the question goes to
 the turn's approvals (policy, grants, the approver), an approved call is admitted by the endpoint, and
@@ -21,7 +21,7 @@ from ..toolsurface import ToolOutput
 from ._client import OpenCodeClient, PermissionReply
 from ._endpoint import OpenCodeEndpoint
 from ._errors import OpenCodeError
-from ._events import NodeEvent
+from ._event_stream import NodeEvent
 
 if TYPE_CHECKING:
     from .._context import TurnContext

@@ -1,4 +1,4 @@
-"""ReplyRecorder: what a UnitAgent turn records of OpenCode's reply, through the shared `TurnRecorder`.
+"""ReplyRecorder: what a OpenCodeAgent turn records of OpenCode's reply, through the shared `TurnRecorder`.
 
 While the node works it follows the event stream: assistant text is streamed into partial messages and each
 tool call is recorded as it starts and its result as it ends. When the reply is complete the read-back,
@@ -19,7 +19,7 @@ from .._recorder import TurnRecorder
 from ..items import MessageItem
 from ..toolsurface import ToolOutput
 from ._client import Sent
-from ._events import NodeEvent
+from ._event_stream import NodeEvent
 from ._transcript import Reply, ToolPart, tool_part
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ An idle waiter counts only what happens after its `since` mark (the event count 
 sent) and needs evidence that the session started working after that mark (a `busy` status or an update
 of one of its messages) before it accepts `idle`: an idle event that precedes our own message, e.g. the
 tail of an aborted turn, does not end the wait. A poll can only say "idle now", so callers confirm the
-end of a turn from the session's messages (see `UnitAgent`).
+end of a turn from the session's messages (see `OpenCodeAgent`).
 """
 
 from __future__ import annotations

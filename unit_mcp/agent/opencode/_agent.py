@@ -1,4 +1,4 @@
-"""UnitAgent: the reference's SpaceAgent, an agent whose model and tool loop run inside an OpenCode node.
+"""OpenCodeAgent: the reference's SpaceAgent, an agent whose model and tool loop run inside an OpenCode node.
 
 Per turn it assembles the system prompt from the prompt utilities (instructions, context enrichers,
 available capabilities, tool guidance), sends the user's input to the OpenCode session kept in
@@ -41,7 +41,7 @@ log = logging.getLogger("unit_mcp.agent.opencode.unit_agent")
 SESSION_KEY = "opencode_session_id"
 
 
-class UnitAgent:
+class OpenCodeAgent:
     def __init__(
         self,
         client: OpenCodeClient,
