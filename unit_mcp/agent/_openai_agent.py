@@ -5,18 +5,22 @@ server, the scripted model in `unit_mcp.testing`). Streaming deltas are recorded
 message (memory only, `on_partial` per delta) that is persisted once complete; tool-call deltas are
 assembled by index, so parallel tool calls come back as one step. Cancelling the turn cancels the stream
 read (the HTTP response is closed) and the tools the loop is running. Without a `client` given, each
-turn opens its own client and closes it at the end, so no connection outlives the turn's event loop.
+turn opens its own client and closes it at the end, so no connection outlives the turn's event loop; those
+clients share one TLS context (building one reads the whole CA bundle: the bulk of a short turn).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from openai import AsyncOpenAI
+import httpx2
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from ._loop import LoopAgent
 from .hooks import ModelRequest, ModelResponse, ToolCall, new_call_id
@@ -26,6 +30,12 @@ if TYPE_CHECKING:
     from ._context import TurnContext
 
 _turn_client: ContextVar[AsyncOpenAI | None] = ContextVar("unit_mcp_openai_turn_client", default=None)
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context every turn's client verifies with: the one the SDK builds by default, built once."""
+    return httpx2.create_ssl_context()
 
 
 class OpenAIAgent(LoopAgent):
@@ -67,7 +77,8 @@ class OpenAIAgent(LoopAgent):
         if self._client is not None:
             yield self._client
             return
-        async with AsyncOpenAI(base_url=self.base_url, api_key=self.api_key) as client:
+        http = DefaultAsyncHttpxClient(verify=_tls())
+        async with AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, http_client=http) as client:
             token = _turn_client.set(client)
             try:
                 yield client
