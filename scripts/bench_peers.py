@@ -107,8 +107,9 @@ def ours(durability: str) -> Callable[[dict[str, Any]], contextlib.AbstractAsync
         from unit_mcp.agent.items import ToolResultItem
         from unit_mcp.agent.sessions import Durability
         from unit_mcp.agent.turns import TurnStatus
+        from unit_mcp.wire import RISKS
 
-        surface = AgentToolSurface(AgentApprovals())
+        surface = AgentToolSurface(AgentApprovals(dict.fromkeys(RISKS, "auto")))  # every tool offered, as the peers do
         registry = AgentRegistry()
         registry.register(
             "bench", lambda deps: OpenAIAgent(id="bench", model=MODEL, base_url=cfg["model_url"], max_steps=64)
