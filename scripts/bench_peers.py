@@ -104,9 +104,9 @@ def ours(durability: str) -> Callable[[dict[str, Any]], contextlib.AbstractAsync
             OpenAIAgent,
             SessionStore,
         )
-        from unit_mcp.agent.items import ToolResultItem
+        from unit_mcp.agent.items import Item, ToolResultItem
         from unit_mcp.agent.sessions import Durability
-        from unit_mcp.agent.turns import TurnStatus
+        from unit_mcp.agent.turns import TurnCallbacks, TurnStatus
         from unit_mcp.wire import RISKS
 
         surface = AgentToolSurface(AgentApprovals(dict.fromkeys(RISKS, "auto")))  # every tool offered, as the peers do
@@ -121,13 +121,13 @@ def ours(durability: str) -> Callable[[dict[str, Any]], contextlib.AbstractAsync
             async with AgentRunner(store=store, registry=registry, tools=surface) as agents:
 
                 async def turn(text: str) -> int:
+                    results: list[Item] = []
+                    seen = TurnCallbacks(on_item=lambda i: results.append(i) if isinstance(i, ToolResultItem) else None)
                     session = await agents.create_session("bench")
-                    handle = await (await agents.run_turn(session.id, text)).wait()
+                    handle = await (await agents.run_turn(session.id, text, seen)).wait()
                     if handle.status != TurnStatus.COMPLETED:
                         raise RuntimeError(f"turn {handle.id} ended {handle.status}: {handle.error}")
-                    done = await agents.get_session(session.id)
-                    assert done is not None
-                    return sum(isinstance(i, ToolResultItem) and not i.is_error for i in done.items)
+                    return sum(isinstance(i, ToolResultItem) and not i.is_error for i in results)
 
                 yield turn
             store.close()
