@@ -5,18 +5,25 @@ server, the scripted model in `unit_mcp.testing`). Streaming deltas are recorded
 message (memory only, `on_partial` per delta) that is persisted once complete; tool-call deltas are
 assembled by index, so parallel tool calls come back as one step. Cancelling the turn cancels the stream
 read (the HTTP response is closed) and the tools the loop is running. Without a `client` given, each
-turn opens its own client and closes it at the end, so no connection outlives the turn's event loop.
+turn opens its own client and closes it at the end, so no connection outlives the turn's event loop; those
+clients share one TLS context, built on a thread when this module loads (it reads the whole CA bundle, which
+was the bulk of a short turn), and the SDK's chat module is imported here rather than inside the first turn.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
+import ssl
+import threading
 from collections.abc import AsyncIterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from openai import AsyncOpenAI
+import httpx2
+import openai.resources.chat.chat  # noqa: F401  (the SDK imports it lazily, inside the first request)
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from ._loop import LoopAgent
 from .hooks import ModelRequest, ModelResponse, ToolCall, new_call_id
@@ -26,6 +33,20 @@ if TYPE_CHECKING:
     from ._context import TurnContext
 
 _turn_client: ContextVar[AsyncOpenAI | None] = ContextVar("unit_mcp_openai_turn_client", default=None)
+
+
+_tls_context: concurrent.futures.Future[ssl.SSLContext] = concurrent.futures.Future()
+
+
+def _build_tls() -> None:
+    """The TLS context every turn's client verifies with: the one the SDK builds by default, built once."""
+    try:
+        _tls_context.set_result(httpx2.create_ssl_context())
+    except BaseException as exc:
+        _tls_context.set_exception(exc)
+
+
+threading.Thread(target=_build_tls, name="unit-mcp-openai-tls", daemon=True).start()
 
 
 class OpenAIAgent(LoopAgent):
@@ -67,7 +88,8 @@ class OpenAIAgent(LoopAgent):
         if self._client is not None:
             yield self._client
             return
-        async with AsyncOpenAI(base_url=self.base_url, api_key=self.api_key) as client:
+        http = DefaultAsyncHttpxClient(verify=_tls_context.result())
+        async with AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, http_client=http) as client:
             token = _turn_client.set(client)
             try:
                 yield client

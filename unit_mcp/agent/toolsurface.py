@@ -208,6 +208,7 @@ class AgentToolSurface:
         self._sources: dict[str, McpToolSource] = {}
         self._unsubscribe: dict[str, Callable[[], None]] = {}
         self._listeners = Listeners("tool surface")
+        self._registered: list[ToolDef] | None = None  # built on demand, dropped on every change
         if presets is not None:
             presets.on_change(self._listeners.notify)
             self._add_preset_tools()
@@ -222,7 +223,7 @@ class AgentToolSurface:
         if tool.name in self._local:
             raise AgentError(f"a local tool named {tool.name!r} is already registered")
         self._local[tool.name] = tool
-        self._listeners.notify()
+        self._changed()
         return tool
 
     def tool(
@@ -247,7 +248,7 @@ class AgentToolSurface:
     def remove_local(self, name: str) -> bool:
         removed = self._local.pop(name, None) is not None
         if removed:
-            self._listeners.notify()
+            self._changed()
         return removed
 
     def add_source(self, source: McpToolSource) -> None:
@@ -255,19 +256,23 @@ class AgentToolSurface:
         if source.name in self._sources or source.name == LOCAL:
             raise AgentError(f"a tool source named {source.name!r} is already registered")
         self._sources[source.name] = source
-        self._unsubscribe[source.name] = source.on_change(self._listeners.notify)
-        self._listeners.notify()
+        self._unsubscribe[source.name] = source.on_change(self._changed)
+        self._changed()
 
     def remove_source(self, name: str) -> bool:
         source = self._sources.pop(name, None)
         if source is None:
             return False
         self._unsubscribe.pop(name)()
-        self._listeners.notify()
+        self._changed()
         return True
 
     def on_change(self, listener: ChangeListener) -> Callable[[], None]:
         return self._listeners.add(listener)
+
+    def _changed(self) -> None:
+        self._registered = None
+        self._listeners.notify()
 
     # -- listing ----------------------------------------------------------------------------------
 
@@ -279,7 +284,13 @@ class AgentToolSurface:
         return [tool for tool in registered if self.presets.includes(tool.name)]
 
     def registered(self) -> list[ToolDef]:
-        """Every tool, active preset or not; on a name clash the earlier registration wins (local tools first)."""
+        """Every tool, active preset or not; on a name clash the earlier registration wins (local tools first).
+        Kept until a tool, a source or a source's tool list changes: a turn asks for it on every step."""
+        if self._registered is None:
+            self._registered = self._register()
+        return list(self._registered)
+
+    def _register(self) -> list[ToolDef]:
         found: dict[str, ToolDef] = {}
         for local in self._local.values():
             found[local.name] = local.definition()
