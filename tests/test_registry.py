@@ -27,7 +27,13 @@ def test_server_json_is_valid_for_the_registry_and_agrees_with_pyproject() -> No
     (package,) = server["packages"]
     assert package["registryType"] == "pypi"
     assert (package["identifier"], package["version"]) == (project["name"], __version__)
-    assert project["scripts"][project["name"]] == "unit_mcp.server:main"  # what the runtime hint starts
+    assert project["scripts"][project["name"]] == "unit_mcp.cli:main"  # what the runtime hint starts
+    assert package["packageArguments"][0] == {  # its subcommand: the unit server
+        "type": "positional",
+        "value": "serve",
+        "valueHint": "command",
+        "description": "The unit server (unit-mcp serve).",
+    }
 
 
 def test_the_schema_check_is_not_a_formality() -> None:

@@ -172,6 +172,7 @@ CANCEL_GRACE = 5.0
 
 
 _CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("unit_mcp_caller", default=NOBODY)
+_REPLAY: contextvars.ContextVar[bool] = contextvars.ContextVar("unit_mcp_replay", default=False)
 R = TypeVar("R")
 MAX_LISTED_SOURCES = 20
 """Sources of one record's change set that unit_changes lists (a rollback's may have hundreds)."""
@@ -182,12 +183,14 @@ MAX_SHOWN_DIFF = 8000
 _CURSOR = re.compile(r"before:([1-9][0-9]{0,18})")
 
 
-def call_as(caller: Caller, call: Callable[[], R]) -> R:
-    """Run `call` on behalf of `caller`: the change log records who made the writes it makes."""
-    token = _CALLER.set(caller)
+def call_as(caller: Caller, call: Callable[[], R], *, replay: bool = False) -> R:
+    """Run `call` on behalf of `caller`: the change log records who made the writes it makes. `replay`: the caller
+    may be repeating a call whose result is in place (`wire.REPLAY_META_KEY`), which then answers `already_applied`."""
+    token, replaying = _CALLER.set(caller), _REPLAY.set(replay)
     try:
         return call()
     finally:
+        _REPLAY.reset(replaying)
         _CALLER.reset(token)
 
 
@@ -942,7 +945,8 @@ class UnitService:
                 text, current = self._current(src, args.expected_hash)
             except StaleHash:
                 assert args.expected_hash is not None
-                repeated = None if args.dry_run else self._already_patched(src, args.expected_hash, mode, edit, undo)
+                replayed = _REPLAY.get() and not args.dry_run
+                repeated = self._already_patched(src, args.expected_hash, mode, edit, undo) if replayed else None
                 if repeated is None:
                     raise
                 return repeated
@@ -1105,7 +1109,7 @@ class UnitService:
         self._compile(src, data)
         digest = paths.hash_bytes(data)
         with self.host.unit_lock(unit_id):
-            if self._current_or_none(src) == data:  # a repeated call (a replayed step): its source is in place
+            if _REPLAY.get() and self._current_or_none(src) == data:  # a replayed call whose source is in place
                 change = self._change_that_made(src, None, digest)
                 return CreateSourceResult(
                     unit_id=unit_id,

@@ -41,7 +41,7 @@ from .confirm import Confirmations, Elicit
 from .errors import Declined, InvalidArgument, UnitError
 from .paging import clip
 from .service import UnitService, call_as
-from .wire import ERROR_META_KEY, Risk, call_risk, risk_meta
+from .wire import ERROR_META_KEY, REPLAY_META_KEY, Risk, call_risk, risk_meta
 from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
@@ -592,7 +592,8 @@ class UnitTools:
         except InvalidArgument as exc:
             return self._error(exc.code, exc.message, exc.hint, exc.details)
         caller = _caller(ctx)
-        call = functools.partial(call_as, caller, functools.partial(spec.handler, self.service, args))
+        replay = (params.meta or {}).get(REPLAY_META_KEY) is True
+        call = functools.partial(call_as, caller, functools.partial(spec.handler, self.service, args), replay=replay)
         target = " ".join(
             f"{key}={_shown(getattr(args, key))}" for key in _LOGGED_ARGS if key in spec.args.model_fields
         )

@@ -15,6 +15,10 @@ RISK_META_KEY = "unit_mcp/risk"
 DRY_RUN_RISK_META_KEY = "unit_mcp/dry_run_risk"
 """The key of a listed tool's `_meta` that holds the risk of a call with `"dry_run": true`, when that is lower
 (a write that reloads runs code, `shell`; its dry run only reads). Apply it with `call_risk`."""
+REPLAY_META_KEY = "unit_mcp/replay"
+"""The key of a call's `_meta` that is true when the caller may be repeating a call whose result is in place (a
+durable step run again after its worker died): such a write answers `already_applied` instead of `stale_hash`.
+Only a caller that declares it gets that answer, so two clients making the same edit at once still conflict."""
 ERROR_META_KEY = "unit_mcp/error"
 """The key of a refused call's `_meta` that holds the refusal: code, message, hint and details."""
 

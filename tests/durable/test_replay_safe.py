@@ -1,20 +1,28 @@
 """Replay-safe tools, over every loader: a durable turn's tool step that its worker died in runs again, so a repeated
 `unit_apply_patch` or `unit_create_source` whose result is in place answers `already_applied` (nothing written, no
-second change-log record), and `unit_reload` / `unit_run_tests` may simply run twice.
+second change-log record) when the caller declares it may be repeating (`wire.REPLAY_META_KEY`, as durable workers
+do); anyone else still gets `stale_hash` / `exists`; `unit_reload` / `unit_run_tests` may simply run twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from conftest import LOADERS, copy_units, store_of
+from mcp import Client
 
-from unit_mcp import Host, UnitService
+from unit_mcp import Host, UnitService, UnitTools
+from unit_mcp.changelog import NOBODY
 from unit_mcp.errors import UnitError
 from unit_mcp.loader import Source
 from unit_mcp.paths import hash_bytes
+from unit_mcp.service import call_as
+from unit_mcp.wire import ERROR_META_KEY, REPLAY_META_KEY
+
+R = TypeVar("R")
 
 
 @pytest.fixture(params=LOADERS)
@@ -38,6 +46,11 @@ def applied(service: UnitService, unit_id: str, source_id: str) -> list[int]:
 EXACT = {"old": "step = 1", "new": "step = 5"}
 
 
+def replayed(call: Callable[[], R]) -> R:
+    """`call` made by a caller that declared it may be repeating a call (`_meta["unit_mcp/replay"]`)."""
+    return call_as(NOBODY, call, replay=True)
+
+
 def diff_of(service: UnitService) -> dict[str, str]:
     """A diff-mode edit of counter/__init__.py making the same change as EXACT."""
     preview = service.apply_patch("counter", "__init__.py", **EXACT, dry_run=True)
@@ -52,7 +65,7 @@ def test_a_repeated_patch_answers_already_applied_with_the_first_ones_result(ser
     after, records = raw(service, "counter", "__init__.py"), applied(service, "counter", "__init__.py")
     assert not first.already_applied and records == [first.change_id]
 
-    again = service.apply_patch("counter", "__init__.py", **edit, expected_hash=read.hash)
+    again = replayed(lambda: service.apply_patch("counter", "__init__.py", **edit, expected_hash=read.hash))
     assert again.already_applied and again.changed and again.mode == mode
     assert (again.hash_before, again.hash, again.diff) == (first.hash_before, first.hash, first.diff)
     assert (again.replacements, again.change_id) == (first.replacements, first.change_id)
@@ -76,7 +89,7 @@ def test_a_patch_whose_writer_died_before_the_reload_is_recognised_and_reloaded(
     service.loader.write(src, patched, expected_hash=read.hash, tool_call="unit_apply_patch")
     assert service.host.module("counter").step == 1  # the dead worker never reloaded
 
-    again = service.apply_patch("counter", "__init__.py", **edit, expected_hash=read.hash)
+    again = replayed(lambda: service.apply_patch("counter", "__init__.py", **edit, expected_hash=read.hash))
     assert again.already_applied and again.hash_before == read.hash and again.hash == hash_bytes(patched)
     assert again.reload is not None and again.reload.reloaded
     assert service.host.module("counter").step == 5
@@ -89,19 +102,19 @@ def test_a_patch_against_a_source_someone_else_changed_differently_is_still_stal
     service.apply_patch("counter", "__init__.py", old="step = 1", new="step = 7", expected_hash=read.hash)
     moved = raw(service, "counter", "__init__.py")
     with pytest.raises(UnitError) as caught:
-        service.apply_patch("counter", "__init__.py", **EXACT, expected_hash=read.hash)
+        replayed(lambda: service.apply_patch("counter", "__init__.py", **EXACT, expected_hash=read.hash))
     assert caught.value.code == "stale_hash"
     assert raw(service, "counter", "__init__.py") == moved and service.host.module("counter").step == 7
 
 
 def test_a_repeated_create_answers_already_applied_and_different_bytes_are_refused(service: UnitService) -> None:
     first = service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
-    again = service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+    again = replayed(lambda: service.create_source("counter", "extras/bonus.py", "BONUS = 3\n"))
     assert again.already_applied and not first.already_applied and again.reload.reloaded
     assert (again.hash, again.size, again.change_id) == (first.hash, first.size, first.change_id)
     assert applied(service, "counter", "extras/bonus.py") == [first.change_id]
     with pytest.raises(UnitError) as caught:
-        service.create_source("counter", "extras/bonus.py", "BONUS = 4\n")
+        replayed(lambda: service.create_source("counter", "extras/bonus.py", "BONUS = 4\n"))
     assert caught.value.code == "exists"
     assert raw(service, "counter", "extras/bonus.py") == b"BONUS = 3\n"
 
@@ -116,3 +129,39 @@ def test_reload_and_run_tests_run_twice_with_the_same_outcome(service: UnitServi
     runs = [service.run_tests("counter") for _ in range(2)]
     assert [r.passed for r in runs] == [True, True]
     assert raw(service, "counter", "__init__.py") == before
+
+
+def test_a_caller_that_does_not_declare_a_replay_gets_stale_hash_for_the_same_edit(service: UnitService) -> None:
+    """Two clients making the same edit from the same base (two increments of one counter) must not both succeed:
+    without the declaration the second is `stale_hash` and a same-bytes create is `exists`, as before."""
+    read = service.read_source("counter", "__init__.py")
+    service.apply_patch("counter", "__init__.py", **EXACT, expected_hash=read.hash)
+    with pytest.raises(UnitError) as caught:
+        service.apply_patch("counter", "__init__.py", **EXACT, expected_hash=read.hash)
+    assert caught.value.code == "stale_hash"
+    service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+    with pytest.raises(UnitError) as caught:
+        service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+    assert caught.value.code == "exists"
+
+
+@pytest.mark.anyio
+async def test_over_mcp_the_replay_is_declared_in_the_calls_meta(service: UnitService) -> None:
+    tools = UnitTools(service)
+    async with Client(tools.server()) as client:
+        read = await client.call_tool("unit_read_source", {"unit_id": "counter", "source_id": "__init__.py"})
+        assert read.structured_content is not None
+        edit = {
+            "unit_id": "counter",
+            "source_id": "__init__.py",
+            **EXACT,
+            "expected_hash": read.structured_content["hash"],
+        }
+        first = await client.call_tool("unit_apply_patch", edit)
+        plain = await client.call_tool("unit_apply_patch", edit)
+        again = await client.call_tool("unit_apply_patch", edit, meta={REPLAY_META_KEY: True})
+    assert not first.is_error and first.structured_content is not None
+    assert plain.is_error and plain.meta is not None and plain.meta[ERROR_META_KEY]["code"] == "stale_hash"
+    assert not again.is_error and again.structured_content is not None
+    assert again.structured_content["already_applied"] is True
+    assert again.structured_content["change_id"] == first.structured_content["change_id"]

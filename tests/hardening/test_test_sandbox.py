@@ -20,7 +20,7 @@ import pytest
 from conftest import copy_units
 
 from unit_mcp.proctree import stopped
-from unit_mcp.testrun import PASSED_ENV, SCRATCH_ENV, WARM, run_test_process
+from unit_mcp.testrun import LIBPQ_ENV, PASSED_ENV, SCRATCH_ENV, WARM, run_test_process
 
 from .clients import call, connect, visible
 from .conftest import Served
@@ -194,7 +194,10 @@ async def test_tests_run_in_a_scratch_folder_without_secrets(
     text, seen = await snoop(served)
     forbidden = [*secrets_in_env.values(), client_token]
     assert [secret for secret in forbidden if secret in text] == [], "no secret of the server reaches a test"
+    # libpq's variables pass by design (a PostgreSQL store's tests reach their database): the session's test cluster
+    # sets PGPASSFILE once any test used it
     set_by_us = {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONUSERBASE", *SCRATCH_ENV}
+    set_by_us |= LIBPQ_ENV
     unexpected = [name for name in seen["env"] if name not in PASSED_ENV | set_by_us and not name.startswith("LC_")]
     assert unexpected == [], "only the allowed list of variables"
     assert seen["cwd"] != "<data>" and seen["client"] is None

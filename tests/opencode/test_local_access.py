@@ -285,10 +285,16 @@ async def test_local_access_on_the_real_opencode(tmp_path: Path, opencode_binary
             (c["tool"], c["outcome"], c["client"]["name"], (c["message"] or "").split(" ")[0])
             for c in await s.changes("counter")
         ]
+        asked_and_approved = [
+            (REQUEST, "asked", CLIENT.name, "question"),
+            (REQUEST, "approved", CLIENT.name, "question"),
+        ]
         assert steps == [
+            *asked_and_approved,
             (REQUEST, "applied", CLIENT.name, "granted"),
             (None, "outside", LOCAL_ACCESS_CLIENT, ""),
             (REQUEST, "applied", "unit-mcp page", "revoked:"),
+            *asked_and_approved,
             (REQUEST, "applied", CLIENT.name, "granted"),
             (REQUEST, "applied", LOCAL_ACCESS_CLIENT, "expired:"),
         ], steps

@@ -39,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - the test extra installs it
 from ._context import TurnContext
 from ._inbox import Inbox
 from ._loop import LoopAgent
+from ._mcpsource import REPLAYING
 from ._paused import DECIDED, DURABLE, REQUESTED
 from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
@@ -369,7 +370,7 @@ class DurableWorker:
                             continue
                         await self._approval(turn, ctx, item)
                         output: ToolOutput = await DBOS.run_step_async(
-                            {"name": f"tool {call.name}"}, self._on_main, agent._execute, ctx, item
+                            {"name": f"tool {call.name}"}, self._on_main, _replayable, agent._execute, ctx, item
                         )
                         await recorder.close_call(call.id, output)
                     if not response.tool_calls:
@@ -453,6 +454,15 @@ class DurableWorker:
         if asyncio.get_running_loop() is self._loop:
             return await fn(*args)
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), self._loop))
+
+
+async def _replayable(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """A tool step, which runs again if its worker died in it: its unit-server calls say they may be repeats."""
+    token = REPLAYING.set(True)
+    try:
+        return await call(*args)
+    finally:
+        REPLAYING.reset(token)
 
 
 async def _request(agent: LoopAgent, ctx: TurnContext, step: int, held: bool) -> ModelResponse:

@@ -8,10 +8,11 @@ re-list, and listeners (the surface, and through it the approval-filtered endpoi
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import anyio.abc
@@ -25,11 +26,14 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
-from ..wire import SSE_PATH
+from ..wire import REPLAY_META_KEY, SSE_PATH
 from ._listeners import ChangeListener, Listeners
 from .turns import describe
 
 log = logging.getLogger("unit_mcp.agent.mcpsource")
+REPLAYING: contextvars.ContextVar[bool] = contextvars.ContextVar("unit_mcp_agent_replaying", default=False)
+"""True while a call may be a repeat of one whose result is in place (a durable step): the unit server is told
+so (`wire.REPLAY_META_KEY`) and answers such a write `already_applied` instead of `stale_hash`."""
 
 
 class McpRefused(ConnectionError):
@@ -157,8 +161,11 @@ class McpToolSource:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Call a tool; raises `ConnectionError` once the connection is gone (an error result stays a result)."""
+        meta: types.RequestParamsMeta | None = None
+        if REPLAYING.get():
+            meta = cast(types.RequestParamsMeta, {REPLAY_META_KEY: True})  # an extra key, which the TypedDict allows
         try:
-            return await self.client.call_tool(name, arguments)
+            return await self.client.call_tool(name, arguments, meta=meta)
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED or not self.connected:
                 raise ConnectionError(f"MCP source {self.name!r} lost its connection during {name}") from None
