@@ -1,5 +1,6 @@
-"""The agent tests' real unit server over loopback HTTP, for the durable tests."""
+"""The agent tests' real unit server over loopback HTTP and the pinned OpenCode binary, for the durable tests."""
 
 from agent.conftest import unit_server
+from opencode.conftest import opencode_binary
 
-__all__ = ["unit_server"]
+__all__ = ["opencode_binary", "unit_server"]

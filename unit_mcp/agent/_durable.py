@@ -47,6 +47,9 @@ from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalReq
 from .errors import AgentError, SessionLocked, StepLimitReached
 from .hooks import ModelResponse
 from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
+from .opencode import OpenCodeAgent
+from .opencode._client import Sent
+from .opencode._transcript import Reply
 from .sessions import STALE_SECONDS, SessionStore
 from .toolsurface import AgentToolSurface, ToolOutput
 from .turns import Turn, TurnHandle, TurnStatus, describe
@@ -321,10 +324,12 @@ class DurableWorker:
         result: str | None = await handle.get_result(polling_interval_sec=WAIT_POLL)
         return result
 
-    def _agent(self, agent_id: str) -> LoopAgent:
+    def _agent(self, agent_id: str) -> LoopAgent | OpenCodeAgent:
         agent = self.registry.require(agent_id)
+        if isinstance(agent, OpenCodeAgent):
+            return agent
         if not isinstance(agent, LoopAgent):
-            raise AgentError(f"agent {agent_id} is not a step-loop agent: only those run durable turns")
+            raise AgentError(f"agent {agent_id} is neither a step-loop nor an OpenCode agent: no durable turns")
         if getattr(agent, "stream", False) or agent.compact_at is not None:
             raise AgentError(f"agent {agent_id} streams or compacts: give it stream=False, compact_at=None")
         return agent
@@ -348,39 +353,55 @@ class DurableWorker:
             started = {"turn_id": turn_id, "agent_id": agent.id, DURABLE: True}
             await turn.append(EventItem(kind="turn-started", data=started), status="running")
             await turn.append(MessageItem(role="user", content=input))
-            async with self._scope(agent, ctx) as held:
-                recorder = TurnRecorder(turn.controller, self.tools)
-                for step in range(1, agent.max_steps + 1):
-                    response = await DBOS.run_step_async(
-                        {"name": "model"}, self._on_main, _request, agent, ctx, step, held
-                    )
-                    message = await turn.append(
-                        MessageItem(
-                            role="assistant",
-                            content=response.content,
-                            usage=response.usage,
-                            model=response.model,
-                            provider=response.provider,
-                        )
-                    )
-                    for call in response.tool_calls:
-                        item = await recorder.open_call(call.id, call.name, call.arguments, parent_id=message.id)
-                        if item is None:
-                            continue
-                        await self._approval(turn, ctx, item)
-                        output: ToolOutput = await DBOS.run_step_async(
-                            {"name": f"tool {call.name}"}, self._on_main, agent._execute, ctx, item
-                        )
-                        await recorder.close_call(call.id, output)
-                    if not response.tool_calls:
-                        await turn.end(TurnStatus.COMPLETED, result=response.content)
-                        return response.content
-                raise StepLimitReached(f"no final answer after {agent.max_steps} model requests (max_steps)")
+            if isinstance(agent, OpenCodeAgent):
+                return await self._opencode(agent, session, ctx, input)
+            return await self._steps(agent, turn, ctx)
         except Exception as exc:
             await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)
             return None
         finally:
             await anyio.to_thread.run_sync(self.store.invalidate, session_id)  # others may write it now
+
+    async def _steps(self, agent: LoopAgent, turn: Turn, ctx: TurnContext) -> str | None:
+        async with self._scope(agent, ctx) as held:
+            recorder = TurnRecorder(turn.controller, self.tools)
+            for step in range(1, agent.max_steps + 1):
+                response = await DBOS.run_step_async({"name": "model"}, self._on_main, _request, agent, ctx, step, held)
+                message = await turn.append(
+                    MessageItem(
+                        role="assistant",
+                        content=response.content,
+                        usage=response.usage,
+                        model=response.model,
+                        provider=response.provider,
+                    )
+                )
+                for call in response.tool_calls:
+                    item = await recorder.open_call(call.id, call.name, call.arguments, parent_id=message.id)
+                    if item is None:
+                        continue
+                    await self._approval(turn, ctx, item)
+                    output: ToolOutput = await DBOS.run_step_async(
+                        {"name": f"tool {call.name}"}, self._on_main, agent._execute, ctx, item
+                    )
+                    await recorder.close_call(call.id, output)
+                if not response.tool_calls:
+                    await turn.end(TurnStatus.COMPLETED, result=response.content)
+                    return response.content
+            raise StepLimitReached(f"no final answer after {agent.max_steps} model requests (max_steps)")
+
+    async def _opencode(self, agent: OpenCodeAgent, session: Session, ctx: TurnContext, input: str) -> str | None:
+        """An OpenCode turn: the node session (its id and newest message id checkpointed), the prompt sent once,
+        then the reply read back from the node once it is idle (bounded), recorded and settled. A worker that
+        resumes the turn re-attaches to that node session and never sends the prompt again."""
+        opened: tuple[str | None, Sent] = await DBOS.run_step_async(
+            {"name": "opencode session"}, self._on_main, agent.open_session, session
+        )
+        stored, sent = opened
+        await agent.note_session(ctx, stored, sent)
+        await DBOS.run_step_async({"name": "opencode prompt"}, self._on_main, agent.prompt_once, ctx, sent, input)
+        reply: Reply = await DBOS.run_step_async({"name": "opencode reply"}, self._on_main, agent.read_back, sent)
+        return await agent.conclude(ctx, reply)
 
     @contextlib.asynccontextmanager
     async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[bool]:
