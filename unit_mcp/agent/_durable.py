@@ -10,7 +10,8 @@ DBOS's system database (SQLite in the data folder by default, PostgreSQL across 
 A worker recovers, at launch, the pending turns of its executor id; with `takeover` it also recovers those of a
 dead worker (`_Beats`: its process gone, or no beat from another host for `DEAD_AFTER` seconds). Turns reach
 workers on the `TURNS` queue (`DurableClient.submit`) or by `DurableWorker.submit`. A durable turn runs its tools
-one at a time, without streaming, steering, compaction or the step hooks (the request and tool hooks run).
+one at a time, without streaming, steering, compaction or the step hooks (the request and tool hooks run). An
+OpenCode turn's steps are its node session, its prompt and the reply read back: a resumed one re-attaches (`_opencode`).
 """
 
 from __future__ import annotations
@@ -327,6 +328,11 @@ class DurableWorker:
     def _agent(self, agent_id: str) -> LoopAgent | OpenCodeAgent:
         agent = self.registry.require(agent_id)
         if isinstance(agent, OpenCodeAgent):
+            if agent.endpoint is not None:
+                raise AgentError(
+                    f"agent {agent_id}'s OpenCode node asks the runner before each tool call (it has an endpoint), "
+                    "which a durable turn cannot answer yet: run its turns without workers"
+                )
             return agent
         if not isinstance(agent, LoopAgent):
             raise AgentError(f"agent {agent_id} is neither a step-loop nor an OpenCode agent: no durable turns")
