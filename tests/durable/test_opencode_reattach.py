@@ -16,10 +16,14 @@ import pytest
 from opencode.opencode_stack import MODEL, scripted_provider, title_step
 from support.item_kinds import item_kinds
 
-from unit_mcp.agent import SessionStore
-from unit_mcp.agent._durable import DurableClient
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, SessionStore
+from unit_mcp.agent._context import TurnContext
+from unit_mcp.agent._durable import DurableClient, _no_delegation
+from unit_mcp.agent._inbox import Inbox
+from unit_mcp.agent._turnapprovals import TurnApprovals
 from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, Session
-from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess
+from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, OpenCodeAgent
+from unit_mcp.agent.turns import Turn
 from unit_mcp.testing import Match, ScriptedModel, say
 
 from .opencode_worker import AGENT
@@ -121,3 +125,41 @@ async def test_a_turn_whose_node_died_with_its_worker_ends_interrupted_on_the_wo
     assert isinstance(error, ErrorItem) and error.code == "interrupted"
     assert "did not finish the reply" in error.message
     assert session.status == "idle"
+
+
+async def test_the_prompt_step_run_again_sends_nothing_the_node_has_already(
+    tmp_path: Path, opencode_binary: Path
+) -> None:
+    """A worker that died after the node took the prompt, before DBOS recorded the step, has the step run again."""
+    steps = [title_step(), say(ANSWER, when=Match(user_contains="greet"), label="the answer")]
+    root = IsolatedRoot(tmp_path / "node")
+    store = SessionStore(tmp_path / "sessions")
+    session = store.create(AGENT, session_id=SESSION)
+    approvals, registry = AgentApprovals(), AgentRegistry()
+    turn = Turn(turn_id="turn-1", session_id=SESSION, agent_id=AGENT, store=store)
+    ctx = TurnContext(
+        session_id=SESSION,
+        turn=turn.controller,
+        tools=AgentToolSurface(approvals),
+        approvals=TurnApprovals(approvals, store, SESSION, turn.controller),
+        inbox=Inbox(),
+        store=store,
+        delegate=_no_delegation,
+        agents=registry,
+    )
+    try:
+        async with ScriptedModel(steps) as model:
+            root.add_config(scripted_provider(model.base_url))
+            async with NodeProcess(binary=opencode_binary, root=root) as node, node.client() as client:
+                agent = OpenCodeAgent(client, model=MODEL, id=AGENT, turn_timeout=120)
+                _, sent = await agent.open_session(session)
+                await agent.prompt_once(ctx, sent, "greet me")
+                await agent.prompt_once(ctx, sent, "greet me")  # the step again, on the worker that took over
+                reply = await agent.read_back(sent)
+                messages = await client.messages(sent.session_id)
+            prompts = [request for request in model.requests if request.label == "the answer"]
+    finally:
+        store.close()
+    assert reply.done and reply.text == ANSWER
+    assert [message["info"]["role"] for message in messages] == ["user", "assistant"]
+    assert len(prompts) == 1

@@ -170,8 +170,8 @@ class OpenCodeAgent:
         )
 
     async def read_back(self, sent: Sent) -> Reply:
-        """The reply once the node has finished it; what it has of it if the node goes idle twice in a row without
-        finishing it (aborted, restarted), stops answering, or `turn_timeout` passes first."""
+        """The reply once the node has finished it; what it has of it if the node, having begun it, goes idle twice in
+        a row without finishing it (restarted), stops answering, or `turn_timeout` passes first."""
         reply, idle = Reply(), 0
         with anyio.move_on_after(self.turn_timeout):
             while True:
@@ -181,7 +181,7 @@ class OpenCodeAgent:
                     if reply.done:
                         return reply
                     busy = (await self.client.session_statuses()).get(sent.session_id, "idle") != "idle"
-                    idle = 0 if busy or not reply.started else idle + 1
+                    idle = 0 if busy or not reply.steps else idle + 1  # (idle before its first step: not yet)
                     if idle >= 2:
                         return reply
                     with contextlib.suppress(TimeoutError):
