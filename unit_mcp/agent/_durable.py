@@ -12,6 +12,7 @@ dead worker (`_Beats`: its process gone, or no beat from another host for `DEAD_
 workers on the `TURNS` queue (`DurableClient.submit`) or by `DurableWorker.submit`. A durable turn runs its tools
 one at a time, without streaming, steering, compaction or the step hooks (the request and tool hooks run). An
 OpenCode turn's steps are its node session, its prompt and the reply read back: a resumed one re-attaches (`_opencode`).
+A Codex turn cannot be resumed: a worker that takes one over ends it `interrupted` (`_codex`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
 from ._turnapprovals import TurnApprovals, save_session_data
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
+from .codex import CodexAgent
 from .errors import AgentError, SessionLocked, StepLimitReached
 from .hooks import ModelResponse
 from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
@@ -67,6 +69,7 @@ WAIT_POLL = 0.1  # seconds between looks at whether a turn ended (DBOS's default
 APPROVAL_TIMEOUT = 7 * 24 * 3600.0  # seconds a durable turn waits for an approval before it counts as denied
 BEAT_SECONDS = 0.25  # how often a worker records that it lives
 DEAD_AFTER = 5.0  # seconds without a beat after which a worker on another host counts as dead
+CODEX_BEGUN = "codex-begun"  # the event a durable Codex turn records before Codex runs on its prompt
 
 _worker: DurableWorker | None = None
 
@@ -92,12 +95,29 @@ class _ReplayedTurn(Turn):
         super().__init__(**options)
         self._replay = replay
 
+    @property
+    def replaying(self) -> bool:
+        return bool(self._replay)
+
     async def append(self, item: Item, *, closing: bool = False, status: Any = None) -> Item:
         if not self._replay:
             return await super().append(item, closing=closing, status=status)
-        stored = self._replay.pop(0)
+        stored = self._replay[0]
         if type(stored) is not type(item):
             raise AgentError(f"turn {self.id} replayed differently from what it recorded (at item {stored.id})")
+        return self._take()
+
+    def adopt(self) -> EventItem | None:
+        """Take every item left to replay as written (a resumed Codex turn's); the turn's end among them, if any."""
+        ended = None
+        while self._replay:
+            stored = self._take()
+            if isinstance(stored, EventItem) and stored.kind.startswith("turn-") and stored.kind != "turn-started":
+                ended = stored
+        return ended
+
+    def _take(self) -> Item:
+        stored = self._replay.pop(0)
         if isinstance(stored, ToolCallItem):
             self._open_calls[stored.call_id] = stored
         elif isinstance(stored, ToolResultItem):
@@ -325,8 +345,10 @@ class DurableWorker:
         result: str | None = await handle.get_result(polling_interval_sec=WAIT_POLL)
         return result
 
-    def _agent(self, agent_id: str) -> LoopAgent | OpenCodeAgent:
+    def _agent(self, agent_id: str) -> LoopAgent | OpenCodeAgent | CodexAgent:
         agent = self.registry.require(agent_id)
+        if isinstance(agent, CodexAgent):
+            return agent
         if isinstance(agent, OpenCodeAgent):
             if agent.endpoint is not None:
                 raise AgentError(
@@ -335,7 +357,7 @@ class DurableWorker:
                 )
             return agent
         if not isinstance(agent, LoopAgent):
-            raise AgentError(f"agent {agent_id} is neither a step-loop nor an OpenCode agent: no durable turns")
+            raise AgentError(f"agent {agent_id} is no step-loop, OpenCode or Codex agent: it runs no durable turns")
         if getattr(agent, "stream", False) or agent.compact_at is not None:
             raise AgentError(f"agent {agent_id} streams or compacts: give it stream=False, compact_at=None")
         return agent
@@ -361,6 +383,8 @@ class DurableWorker:
             await turn.append(MessageItem(role="user", content=input))
             if isinstance(agent, OpenCodeAgent):
                 return await self._opencode(agent, session, ctx, input)
+            if isinstance(agent, CodexAgent):
+                return await self._codex(agent, session, turn, ctx, input)
             return await self._steps(agent, turn, ctx)
         except Exception as exc:
             await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)
@@ -408,6 +432,24 @@ class DurableWorker:
         await DBOS.run_step_async({"name": "opencode prompt"}, self._on_main, agent.prompt_once, ctx, sent, input)
         reply: Reply = await DBOS.run_step_async({"name": "opencode reply"}, self._on_main, agent.read_back, sent)
         return await agent.conclude(ctx, reply)
+
+    async def _codex(
+        self, agent: CodexAgent, session: Session, turn: _ReplayedTurn, ctx: TurnContext, input: str
+    ) -> str | None:
+        """A Codex turn runs whole on the worker that began it: Codex keeps nothing to resume (`--ephemeral`; its home
+        and endpoint die with the worker), so a worker that resumes it keeps the items recorded before and ends it
+        `interrupted`, never running Codex on the prompt again."""
+        resumed = turn.replaying  # (a worker recorded CODEX_BEGUN: it had begun Codex on the prompt)
+        await turn.append(EventItem(kind=CODEX_BEGUN, data={"turn_id": turn.id}))
+        if not resumed:
+            await agent.run(input, session, ctx)
+            return turn.result if turn.status is TurnStatus.COMPLETED else None
+        ended = turn.adopt()
+        if ended is not None:  # its worker died after the turn had ended
+            return ended.data.get("result") if ended.kind == f"turn-{TurnStatus.COMPLETED}" else None
+        error = "the worker running Codex on this turn died, and Codex keeps nothing to resume (what it did is kept)"
+        await turn.end(TurnStatus.FAILED, error=error, code="interrupted")
+        return None
 
     @contextlib.asynccontextmanager
     async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[bool]:

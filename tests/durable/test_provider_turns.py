@@ -1,7 +1,9 @@
-"""Durable OpenCode turns on workers (real processes, the real pinned OpenCode binary, the scripted model): a worker
-SIGKILLed while the node works on its turn's prompt is replaced by a live worker (`--takeover`) that re-attaches to
-the node's session, reads back what happened without sending the prompt again, and completes the turn; if the node
-died too, that worker ends the turn `interrupted` instead of leaving it running."""
+"""Durable OpenCode and Codex turns on workers (real processes, the real pinned binaries, the scripted model): a
+worker SIGKILLed while the node works on its turn's prompt is replaced by a live worker (`--takeover`) that
+re-attaches to the node's session, reads back what happened without sending the prompt again, and completes the turn;
+if the node died too, that worker ends the turn `interrupted` instead of leaving it running. A Codex turn whose worker
+died cannot be resumed (Codex keeps nothing): the worker that takes it over ends it `interrupted`, never running Codex
+on the prompt again."""
 
 from __future__ import annotations
 
@@ -26,13 +28,13 @@ from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, OpenCodeAgent
 from unit_mcp.agent.turns import Turn
 from unit_mcp.testing import Match, ScriptedModel, say
 
-from .opencode_worker import AGENT
+from .provider_worker import AGENT
 from .workers import Workers
 
 pytestmark = pytest.mark.anyio
 
 SESSION = "ses-opencode-durable"
-WORKER = Path(__file__).with_name("opencode_worker.py")
+WORKER = Path(__file__).with_name("provider_worker.py")
 ANSWER = "hello, once"
 
 
@@ -59,7 +61,7 @@ class Stack:
 
 @asynccontextmanager
 async def killed_mid_turn(tmp_path: Path, binary: Path) -> AsyncIterator[Stack]:
-    """A durable turn of the `oc` agent queued for worker A, and A SIGKILLed while the scripted model holds the
+    """A durable turn of the OpenCode agent queued for worker A, and A SIGKILLed while the scripted model holds the
     turn's prompt (it answers 8 s after it came)."""
     data = tmp_path / "data"
     data.mkdir(mode=0o700)
@@ -70,7 +72,7 @@ async def killed_mid_turn(tmp_path: Path, binary: Path) -> AsyncIterator[Stack]:
         root.add_config(scripted_provider(model.base_url))
         async with NodeProcess(binary=binary, root=root) as node:
             assert node.url is not None and node.password is not None
-            command = [sys.executable, str(WORKER), str(data), system_db, node.url, MODEL]
+            command = [sys.executable, str(WORKER), str(data), system_db, "opencode", node.url, MODEL]
             workers = Workers(data, [], command=command, env={"OPENCODE_SERVER_PASSWORD": node.password})
             store = SessionStore(data)
             try:
@@ -163,3 +165,44 @@ async def test_the_prompt_step_run_again_sends_nothing_the_node_has_already(
     assert reply.done and reply.text == ANSWER
     assert [message["info"]["role"] for message in messages] == ["user", "assistant"]
     assert len(prompts) == 1
+
+
+async def test_a_codex_turn_whose_worker_is_killed_ends_interrupted_on_the_worker_that_takes_it_over(
+    tmp_path: Path, codex_binary: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    system_db = f"sqlite:///{data / 'dbos.sqlite'}"
+    steps = [say(ANSWER, when=Match(user_contains="greet"), delay=8, label="the answer")]
+    async with ScriptedModel(steps) as model:
+        command = [sys.executable, str(WORKER), str(data), system_db, "codex", str(codex_binary), model.base_url]
+        workers = Workers(data, [], command=command, env={"TMPDIR": str(tmp_path)})
+        store = SessionStore(data)
+        try:
+            await workers.start("worker-a")
+            store.create(AGENT, session_id=SESSION)
+            async with DurableClient(system_db) as client:
+                turn_id = await client.submit(store, SESSION, "greet me")
+                with anyio.fail_after(120):
+                    while not [request for request in model.requests if request.label == "the answer"]:
+                        await anyio.sleep(0.05)
+                workers.kill("worker-a")  # while the model delays its answer
+                await workers.start("worker-b")
+                with anyio.fail_after(120):
+                    assert await client.wait(turn_id) is None
+        finally:
+            workers.close()
+            store.close()
+        prompts = [request for request in model.requests if request.label == "the answer"]
+    reader = SessionStore(data, read_only=True)
+    session = reader.require(SESSION)
+    reader.close()
+    assert "Recovering 1 workflows for executor worker-a" in workers.log("worker-b").read_text()
+    assert len(prompts) == 1  # Codex never ran on the prompt again
+    kinds = item_kinds(session.items)
+    assert kinds[:3] == ["turn-started", "message", "codex-begun"] and kinds[-2:] == ["error", "turn-failed"]
+    assert len({item.id for item in session.items}) == len(session.items)
+    error = session.items[-2]
+    assert isinstance(error, ErrorItem) and error.code == "interrupted"
+    assert "Codex keeps nothing to resume" in error.message
+    assert session.status == "idle" and session.open_tool_calls() == []
