@@ -7,15 +7,12 @@ completes.
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
-from agent.conftest import REPO, UnitServer, agent_cli
+from agent.conftest import UnitServer, agent_cli
 from support.item_kinds import item_kinds
 from ui.conftest import page_client, serving
 
@@ -24,6 +21,8 @@ from unit_mcp.agent._durable import DurableClient
 from unit_mcp.agent.items import EventItem
 from unit_mcp.paths import hash_bytes
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
+
+from .workers import Workers
 
 pytestmark = pytest.mark.anyio
 
@@ -55,39 +54,6 @@ async def answer_on_the_page(store: SessionStore, client: DurableClient, session
         )
     assert answered.status_code == 200, answered.text
     return answered.text
-
-
-class Workers:
-    """Worker processes of one data dir, each logging to its own file; every one still running is killed at the end."""
-
-    def __init__(self, data: Path, options: list[str]) -> None:
-        self.data, self.options = data, options
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
-
-    async def start(self, executor_id: str) -> subprocess.Popen[bytes]:
-        log = self.data.parent / f"{executor_id}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "unit_mcp.agent", "--data-dir", str(self.data), "worker", *self.options,
-                 "--executor-id", executor_id, "--takeover"],
-                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        self.running[executor_id] = process
-        with anyio.fail_after(60):
-            while f"worker {executor_id} runs durable turns".encode() not in log.read_bytes():
-                assert process.poll() is None, log.read_text()[-3000:]
-                await anyio.sleep(0.05)
-        return process
-
-    def kill(self, executor_id: str) -> None:
-        process = self.running.pop(executor_id)
-        process.kill()
-        assert process.wait(30) == -signal.SIGKILL
-
-    def close(self) -> None:
-        for process in self.running.values():
-            process.kill()
-            process.wait(30)
 
 
 @pytest.fixture

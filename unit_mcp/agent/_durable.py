@@ -10,7 +10,9 @@ DBOS's system database (SQLite in the data folder by default, PostgreSQL across 
 A worker recovers, at launch, the pending turns of its executor id; with `takeover` it also recovers those of a
 dead worker (`_Beats`: its process gone, or no beat from another host for `DEAD_AFTER` seconds). Turns reach
 workers on the `TURNS` queue (`DurableClient.submit`) or by `DurableWorker.submit`. A durable turn runs its tools
-one at a time, without streaming, steering, compaction or the step hooks (the request and tool hooks run).
+one at a time, without streaming, steering, compaction or the step hooks (the request and tool hooks run). An
+OpenCode turn's steps are its node session, its prompt and the reply read back: a resumed one re-attaches (`_opencode`).
+A Codex turn cannot be resumed: a worker that takes one over ends it `interrupted` (`_codex`).
 """
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
 from ._turnapprovals import TurnApprovals, save_session_data
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
+from .codex import CodexAgent
 from .errors import AgentError, SessionLocked, StepLimitReached
 from .hooks import ModelResponse
 from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
+from .opencode import OpenCodeAgent
+from .opencode._client import Sent
+from .opencode._transcript import Reply
 from .sessions import STALE_SECONDS, SessionStore
 from .toolsurface import AgentToolSurface, ToolOutput
 from .turns import Turn, TurnHandle, TurnStatus, describe
@@ -64,6 +70,7 @@ WAIT_POLL = 0.1  # seconds between looks at whether a turn ended (DBOS's default
 APPROVAL_TIMEOUT = 7 * 24 * 3600.0  # seconds a durable turn waits for an approval before it counts as denied
 BEAT_SECONDS = 0.25  # how often a worker records that it lives
 DEAD_AFTER = 5.0  # seconds without a beat after which a worker on another host counts as dead
+CODEX_BEGUN = "codex-begun"  # the event a durable Codex turn records before Codex runs on its prompt
 
 _worker: DurableWorker | None = None
 
@@ -89,12 +96,29 @@ class _ReplayedTurn(Turn):
         super().__init__(**options)
         self._replay = replay
 
+    @property
+    def replaying(self) -> bool:
+        return bool(self._replay)
+
     async def append(self, item: Item, *, closing: bool = False, status: Any = None) -> Item:
         if not self._replay:
             return await super().append(item, closing=closing, status=status)
-        stored = self._replay.pop(0)
+        stored = self._replay[0]
         if type(stored) is not type(item):
             raise AgentError(f"turn {self.id} replayed differently from what it recorded (at item {stored.id})")
+        return self._take()
+
+    def adopt(self) -> EventItem | None:
+        """Take every item left to replay as written (a resumed Codex turn's); the turn's end among them, if any."""
+        ended = None
+        while self._replay:
+            stored = self._take()
+            if isinstance(stored, EventItem) and stored.kind.startswith("turn-") and stored.kind != "turn-started":
+                ended = stored
+        return ended
+
+    def _take(self) -> Item:
+        stored = self._replay.pop(0)
         if isinstance(stored, ToolCallItem):
             self._open_calls[stored.call_id] = stored
         elif isinstance(stored, ToolResultItem):
@@ -322,10 +346,19 @@ class DurableWorker:
         result: str | None = await handle.get_result(polling_interval_sec=WAIT_POLL)
         return result
 
-    def _agent(self, agent_id: str) -> LoopAgent:
+    def _agent(self, agent_id: str) -> LoopAgent | OpenCodeAgent | CodexAgent:
         agent = self.registry.require(agent_id)
+        if isinstance(agent, CodexAgent):
+            return agent
+        if isinstance(agent, OpenCodeAgent):
+            if agent.endpoint is not None:
+                raise AgentError(
+                    f"agent {agent_id}'s OpenCode node asks the runner before each tool call (it has an endpoint), "
+                    "which a durable turn cannot answer yet: run its turns without workers"
+                )
+            return agent
         if not isinstance(agent, LoopAgent):
-            raise AgentError(f"agent {agent_id} is not a step-loop agent: only those run durable turns")
+            raise AgentError(f"agent {agent_id} is no step-loop, OpenCode or Codex agent: it runs no durable turns")
         if getattr(agent, "stream", False) or agent.compact_at is not None:
             raise AgentError(f"agent {agent_id} streams or compacts: give it stream=False, compact_at=None")
         return agent
@@ -349,39 +382,75 @@ class DurableWorker:
             started = {"turn_id": turn_id, "agent_id": agent.id, DURABLE: True}
             await turn.append(EventItem(kind="turn-started", data=started), status="running")
             await turn.append(MessageItem(role="user", content=input))
-            async with self._scope(agent, ctx) as held:
-                recorder = TurnRecorder(turn.controller, self.tools)
-                for step in range(1, agent.max_steps + 1):
-                    response = await DBOS.run_step_async(
-                        {"name": "model"}, self._on_main, _request, agent, ctx, step, held
-                    )
-                    message = await turn.append(
-                        MessageItem(
-                            role="assistant",
-                            content=response.content,
-                            usage=response.usage,
-                            model=response.model,
-                            provider=response.provider,
-                        )
-                    )
-                    for call in response.tool_calls:
-                        item = await recorder.open_call(call.id, call.name, call.arguments, parent_id=message.id)
-                        if item is None:
-                            continue
-                        await self._approval(turn, ctx, item)
-                        output: ToolOutput = await DBOS.run_step_async(
-                            {"name": f"tool {call.name}"}, self._on_main, _replayable, agent._execute, ctx, item
-                        )
-                        await recorder.close_call(call.id, output)
-                    if not response.tool_calls:
-                        await turn.end(TurnStatus.COMPLETED, result=response.content)
-                        return response.content
-                raise StepLimitReached(f"no final answer after {agent.max_steps} model requests (max_steps)")
+            if isinstance(agent, OpenCodeAgent):
+                return await self._opencode(agent, session, ctx, input)
+            if isinstance(agent, CodexAgent):
+                return await self._codex(agent, session, turn, ctx, input)
+            return await self._steps(agent, turn, ctx)
         except Exception as exc:
             await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)
             return None
         finally:
             await anyio.to_thread.run_sync(self.store.invalidate, session_id)  # others may write it now
+
+    async def _steps(self, agent: LoopAgent, turn: Turn, ctx: TurnContext) -> str | None:
+        async with self._scope(agent, ctx) as held:
+            recorder = TurnRecorder(turn.controller, self.tools)
+            for step in range(1, agent.max_steps + 1):
+                response = await DBOS.run_step_async({"name": "model"}, self._on_main, _request, agent, ctx, step, held)
+                message = await turn.append(
+                    MessageItem(
+                        role="assistant",
+                        content=response.content,
+                        usage=response.usage,
+                        model=response.model,
+                        provider=response.provider,
+                    )
+                )
+                for call in response.tool_calls:
+                    item = await recorder.open_call(call.id, call.name, call.arguments, parent_id=message.id)
+                    if item is None:
+                        continue
+                    await self._approval(turn, ctx, item)
+                    output: ToolOutput = await DBOS.run_step_async(
+                        {"name": f"tool {call.name}"}, self._on_main, _replayable, agent._execute, ctx, item
+                    )
+                    await recorder.close_call(call.id, output)
+                if not response.tool_calls:
+                    await turn.end(TurnStatus.COMPLETED, result=response.content)
+                    return response.content
+            raise StepLimitReached(f"no final answer after {agent.max_steps} model requests (max_steps)")
+
+    async def _opencode(self, agent: OpenCodeAgent, session: Session, ctx: TurnContext, input: str) -> str | None:
+        """An OpenCode turn: the node session (its id and newest message id checkpointed), the prompt sent once,
+        then the reply read back from the node once it is idle (bounded), recorded and settled. A worker that
+        resumes the turn re-attaches to that node session and never sends the prompt again."""
+        opened: tuple[str | None, Sent] = await DBOS.run_step_async(
+            {"name": "opencode session"}, self._on_main, agent.open_session, session
+        )
+        stored, sent = opened
+        await agent.note_session(ctx, stored, sent)
+        await DBOS.run_step_async({"name": "opencode prompt"}, self._on_main, agent.prompt_once, ctx, sent, input)
+        reply: Reply = await DBOS.run_step_async({"name": "opencode reply"}, self._on_main, agent.read_back, sent)
+        return await agent.conclude(ctx, reply)
+
+    async def _codex(
+        self, agent: CodexAgent, session: Session, turn: _ReplayedTurn, ctx: TurnContext, input: str
+    ) -> str | None:
+        """A Codex turn runs whole on the worker that began it: Codex keeps nothing to resume (`--ephemeral`; its home
+        and endpoint die with the worker), so a worker that resumes it keeps the items recorded before and ends it
+        `interrupted`, never running Codex on the prompt again."""
+        resumed = turn.replaying  # (a worker recorded CODEX_BEGUN: it had begun Codex on the prompt)
+        await turn.append(EventItem(kind=CODEX_BEGUN, data={"turn_id": turn.id}))
+        if not resumed:
+            await agent.run(input, session, ctx)
+            return turn.result if turn.status is TurnStatus.COMPLETED else None
+        ended = turn.adopt()
+        if ended is not None:  # its worker died after the turn had ended
+            return ended.data.get("result") if ended.kind == f"turn-{TurnStatus.COMPLETED}" else None
+        error = "the worker running Codex on this turn died, and Codex keeps nothing to resume (what it did is kept)"
+        await turn.end(TurnStatus.FAILED, error=error, code="interrupted")
+        return None
 
     @contextlib.asynccontextmanager
     async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[bool]:

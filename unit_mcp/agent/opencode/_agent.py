@@ -16,6 +16,7 @@ claimed is labelled "interrupted"), and the turn closes any call still open with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -93,16 +94,30 @@ class OpenCodeAgent:
                 catch_up=lambda: self._catch_up(state),
             )
         assert reply is not None  # (no timeout given: `_turn` keeps its own deadline)
+        await self._conclude(ctx, state, reply)
+
+    async def _conclude(self, ctx: TurnContext, state: ReplyRecorder, reply: Reply) -> str | None:
+        """Record the reply read back and end the turn: completed with its answer, failed with OpenCode's error, or
+        (a durable turn whose node stopped before finishing) `interrupted`, its unfinished text labelled so."""
         await state.record(reply)
-        if reply.error is not None:
+        last = reply.steps[-1].message_id if reply.steps else None
+        if reply.error is not None or not reply.done:
             await state.recorder.close_partials("unconfirmed")
-            await ctx.turn.fail(f"OpenCode ended the reply with {reply.error}", code="opencode_error")
-            return
+            if reply.error is not None:
+                await ctx.turn.fail(f"OpenCode ended the reply with {reply.error}", code="opencode_error")
+                return None
+            if reply.text:
+                cut = MessageItem(role="assistant", content=reply.text, kind="interrupted", provider=PROVIDER)
+                await state.recorder.put_message(cut, last)
+            unfinished = "the OpenCode node did not finish the reply (it stopped, or took longer than turn_timeout)"
+            await ctx.turn.fail(unfinished, code="interrupted")
+            return None
         usage = Usage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
         final = MessageItem(role="assistant", content=reply.text, provider=PROVIDER, model=reply.model, usage=usage)
-        await state.recorder.put_message(final, reply.steps[-1].message_id if reply.steps else None)
+        await state.recorder.put_message(final, last)
         await state.recorder.close_partials("unconfirmed")
         await ctx.turn.finish(reply.text)
+        return reply.text
 
     # -- the turn ---------------------------------------------------------------------------------
 
@@ -120,14 +135,66 @@ class OpenCodeAgent:
             on_session=lambda session_id: setattr(state, "session_id", session_id),
         )
         state.session_id, state.sent = sent.session_id, sent
-        if sent.session_id != stored:
-            await ctx.save_data(**{SESSION_KEY: sent.session_id})
-            kind = "opencode-session-replaced" if sent.replaced else "opencode-session-created"
-            details: dict[str, Any] = {"opencode_session_id": sent.session_id, "node": self.client.base_url}
-            if sent.replaced:
-                details.update(previous=sent.previous_session_id, reason=sent.replace_reason)
-            await ctx.turn.append_item(EventItem(kind=kind, data=details))
+        await self.note_session(ctx, stored if isinstance(stored, str) else None, sent)
         return await self._wait_reply(sent, deadline=anyio.current_time() + self.turn_timeout)
+
+    async def note_session(self, ctx: TurnContext, stored: str | None, sent: Sent) -> None:
+        """Keep the node session the prompt went to, and record it when it is not the `stored` one."""
+        if sent.session_id == stored:
+            return
+        await ctx.save_data(**{SESSION_KEY: sent.session_id})
+        kind = "opencode-session-replaced" if sent.replaced else "opencode-session-created"
+        details: dict[str, Any] = {"opencode_session_id": sent.session_id, "node": self.client.base_url}
+        if sent.replaced:
+            details.update(previous=sent.previous_session_id, reason=sent.replace_reason)
+        await ctx.turn.append_item(EventItem(kind=kind, data=details))
+
+    # -- a durable turn (`_durable.py`): the node session, the prompt and the read-back are its steps -----------
+
+    async def open_session(self, session: Session) -> tuple[str | None, Sent]:
+        """The session's stored node session and the one a durable turn's prompt goes to (the stored one, else a
+        new one), nothing sent yet."""
+        stored = session.data.get(SESSION_KEY)
+        stored = stored if isinstance(stored, str) else None
+        permission = self.endpoint.view.permission_rules() if self.endpoint is not None else None
+        title = f"{self.name}: {session.title or session.id}"
+        return stored, await self.client.open(stored, title=title, permission=permission)
+
+    async def prompt_once(self, ctx: TurnContext, sent: Sent, input: str) -> None:
+        """Send the prompt, unless the node has it already (a worker died after sending it)."""
+        if (await self._read(sent)).started:
+            return
+        system = await system_prompt(ctx, self.instructions)
+        await self.client.prompt_async(
+            sent.session_id, input, model=self.model, agent=self.opencode_agent, system=system
+        )
+
+    async def read_back(self, sent: Sent) -> Reply:
+        """The reply once the node has finished it; what it has of it if the node, having begun it, goes idle twice in
+        a row without finishing it (restarted), stops answering, or `turn_timeout` passes first."""
+        reply, idle = Reply(), 0
+        with anyio.move_on_after(self.turn_timeout):
+            while True:
+                try:
+                    since = self.client.events.seq
+                    reply = await self._read(sent)
+                    if reply.done:
+                        return reply
+                    busy = (await self.client.session_statuses()).get(sent.session_id, "idle") != "idle"
+                    idle = 0 if busy or not reply.steps else idle + 1  # (idle before its first step: not yet)
+                    if idle >= 2:
+                        return reply
+                    with contextlib.suppress(TimeoutError):
+                        await self.client.wait_idle(sent.session_id, since=since, timeout=1.0, started=True)
+                except OpenCodeError as exc:
+                    log.warning("could not read back the reply in %s: %s", sent.session_id, describe(exc))
+                    return reply
+        log.warning("OpenCode session %s gave no complete reply within %.0f s", sent.session_id, self.turn_timeout)
+        return reply
+
+    async def conclude(self, ctx: TurnContext, reply: Reply) -> str | None:
+        """A durable turn's end: the reply read back recorded, the turn ended (see `_conclude`); its answer."""
+        return await self._conclude(ctx, ReplyRecorder(ctx, self._tool_name), reply)
 
     async def _wait_reply(self, sent: Sent, *, deadline: float) -> Reply:
         """Wait for idle on the shared stream, then confirm from the messages; an early idle (a poll, or

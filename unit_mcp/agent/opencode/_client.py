@@ -264,42 +264,50 @@ class OpenCodeClient:
         system: str | None = None,
         on_session: Callable[[str], None] | None = None,
     ) -> Sent:
-        """Prompt `session_id`, validated first; a missing or unknown session is replaced by a new one
-        (created with `title` and `permission`), and a 404 on the prompt itself is retried once.
-        `on_session` learns the session id before the prompt goes out (so a cancel hook can abort it)."""
-        replaced_reason: str | None = None
-        after: str | None = None
-        current = session_id
-        if current is not None:
-            try:
-                newest = await self.messages(current, limit=1)
-                after = newest[-1]["info"]["id"] if newest else None
-            except UnknownOpenCodeSession:
-                replaced_reason = f"the node no longer knows session {current}"
-                current = None
+        """Prompt `session_id`, validated first (`open`), and if the node answers 404 on the prompt itself (the
+        session vanished in between), replace it once. `on_session` learns the session id before the prompt goes
+        out (so a cancel hook can abort it)."""
+        opened = await self.open(session_id, title=title, permission=permission)
         for attempt in (1, 2):
-            if current is None:
-                current = str((await self.create_session(title=title, permission=permission))["id"])
-                after = None
             if on_session is not None:
-                on_session(current)
+                on_session(opened.session_id)
             try:
-                since = await self.prompt_async(current, text, model=model, agent=agent, system=system)
+                since = await self.prompt_async(opened.session_id, text, model=model, agent=agent, system=system)
             except UnknownOpenCodeSession:
                 if attempt == 2:
                     raise
-                replaced_reason = f"the node lost session {current} before the prompt reached it"
-                current = None
+                lost = opened.session_id
+                opened = await self.open(None, title=title, permission=permission)
+                if session_id is not None:
+                    reason = f"the node lost session {lost} before the prompt reached it"
+                    opened = opened.model_copy(
+                        update={"replaced": True, "previous_session_id": session_id, "replace_reason": reason}
+                    )
                 continue
-            return Sent(
-                session_id=current,
-                since=since,
-                after_message_id=after,
-                replaced=session_id is not None and current != session_id,
-                previous_session_id=session_id if current != session_id else None,
-                replace_reason=replaced_reason if current != session_id else None,
-            )
+            return opened.model_copy(update={"since": since})
         raise OpenCodeError("unreachable")  # pragma: no cover
+
+    async def open(
+        self, session_id: str | None, *, title: str | None = None, permission: list[dict[str, str]] | None = None
+    ) -> Sent:
+        """The session a prompt goes to: `session_id` if the node knows it, else a new one (created with `title` and
+        `permission`), with its newest message id; nothing is sent yet (`since` 0)."""
+        if session_id is not None:
+            try:
+                newest = await self.messages(session_id, limit=1)
+                after = newest[-1]["info"]["id"] if newest else None
+                return Sent(session_id=session_id, since=0, after_message_id=after)
+            except UnknownOpenCodeSession:
+                pass
+        created = str((await self.create_session(title=title, permission=permission))["id"])
+        replaced = session_id is not None
+        return Sent(
+            session_id=created,
+            since=0,
+            replaced=replaced,
+            previous_session_id=session_id,
+            replace_reason=f"the node no longer knows session {session_id}" if replaced else None,
+        )
 
     # -- internals --------------------------------------------------------------------------------
 
