@@ -24,6 +24,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from ..agent.opencode import NodeUnavailable, OpenCodeClient, OpenCodeError, UnknownOpenCodeSession, tool_part
+from ..resource import StackedResource
 
 DEFAULT_USERNAME = "opencode"
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -304,7 +305,7 @@ def simplify(message: Mapping[str, Any], limit: int) -> Message:
     )
 
 
-class Fleet:
+class Fleet(StackedResource):
     """Enter it (`async with Fleet(specs) as fleet`) to open each node's client and event stream."""
 
     def __init__(self, specs: Sequence[NodeSpec], *, timeout: float = 30.0, text_limit: int = 4000) -> None:
@@ -312,24 +313,11 @@ class Fleet:
         self.timeout = timeout
         self.text_limit = text_limit
         self._nodes: dict[str, FleetNode] = {}
-        self._stack: AsyncExitStack | None = None
 
-    async def __aenter__(self) -> Fleet:
-        stack = AsyncExitStack()
-        try:
-            for spec in self.specs:
-                client = OpenCodeClient(spec.url, username=spec.username, password=spec.password, timeout=self.timeout)
-                self._nodes[spec.name] = FleetNode(spec, await stack.enter_async_context(client))
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
+    async def _open(self, stack: AsyncExitStack) -> None:
+        for spec in self.specs:
+            client = OpenCodeClient(spec.url, username=spec.username, password=spec.password, timeout=self.timeout)
+            self._nodes[spec.name] = FleetNode(spec, await stack.enter_async_context(client))
 
     def node(self, name: str) -> FleetNode:
         node = self._nodes.get(name)

@@ -24,6 +24,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from ...resource import StackedResource
 from .._binaries import find_binary
 from ._config import PINNED_VERSION
 from ._errors import CodexError, CodexNotInstalled
@@ -44,7 +45,7 @@ def find_codex(explicit: str | os.PathLike[str] | None = None) -> Path:
     return find_binary("codex", "CODEX_PATH", explicit, error=CodexNotInstalled, install=install)
 
 
-class CodexProcess:
+class CodexProcess(StackedResource):
     def __init__(
         self,
         binary: str | os.PathLike[str],
@@ -66,7 +67,6 @@ class CodexProcess:
         self._stderr: collections.deque[str] = collections.deque(maxlen=stderr_lines)
         self._process: anyio.abc.Process | None = None
         self._stdout: BufferedByteReceiveStream | None = None
-        self._stack: AsyncExitStack | None = None
 
     @property
     def pid(self) -> int | None:
@@ -82,7 +82,9 @@ class CodexProcess:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> CodexProcess:
+    async def _open(self, stack: AsyncExitStack) -> None:
+        """Start the process and its pumps; leaving stops the process (shielded: this also runs when the turn is
+        cancelled), then the pumps."""
         try:
             process = await anyio.open_process(
                 self.command,
@@ -98,21 +100,12 @@ class CodexProcess:
         self._process = process
         assert process.stdout is not None
         self._stdout = BufferedByteReceiveStream(process.stdout)
-        stack = AsyncExitStack()
         stack.push_async_callback(process.aclose)
         tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(tg.cancel_scope.cancel)
         stack.push_async_callback(self._stop_shielded)
         tg.start_soon(self._feed, process)
         tg.start_soon(self._drain_stderr, process)
-        self._stack = stack
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Stop the process (shielded: this also runs when the turn is cancelled), then the pumps."""
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
 
     async def _stop_shielded(self) -> None:
         with anyio.CancelScope(shield=True):
