@@ -22,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from support.recording import TestTool, recording_server
 
 from unit_mcp import Host, UnitService
@@ -32,6 +35,7 @@ from unit_mcp.agent import (
     AgentRegistry,
     AgentRunner,
     AgentToolSurface,
+    ApprovedEndpoint,
     McpToolSource,
     SessionStore,
 )
@@ -142,6 +146,18 @@ async def unit_server(tmp_path: Path) -> AsyncIterator[UnitServer]:
             recording_server(unit_tools, TEST_TOOLS, record), config_root=tmp_path / "unit-opencode"
         ) as bridge:
             yield UnitServer(bridge, units, calls, on_call)
+
+
+@asynccontextmanager
+async def endpoint_client(endpoint: ApprovedEndpoint, mode: str = "auto", **options: Any) -> AsyncIterator[Client]:
+    """An MCP client of the approval-filtered endpoint over streamable HTTP, with its bearer token."""
+    assert endpoint.url is not None
+    headers = {"Authorization": f"Bearer {endpoint.token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=60)) as http,
+        Client(streamable_http_client(endpoint.url, http_client=http), mode=mode, **options) as connected,
+    ):
+        yield connected
 
 
 @asynccontextmanager

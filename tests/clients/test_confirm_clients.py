@@ -13,10 +13,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support.confirm_page import answer_on_page
+from support.confirm_page import answer_on_page, logged_changes
 from support.server_process import ServerProcess
 
-from unit_mcp.changelog import SqliteChangeLog
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .conftest import REPO, SERVER, client_env
@@ -66,11 +65,7 @@ async def test_claude_code_writes_only_after_a_yes_on_the_page(
     else:
         assert result["content"].startswith("[declined] "), result
     assert ("Howdy" in (units / "greeter.py").read_text()) is approve
-    changes = SqliteChangeLog(data / "changes.db", private=True)
-    try:
-        outcomes = [c.outcome for c in reversed(changes.changes())]
-    finally:
-        changes.close()
+    outcomes = [c.outcome for c in logged_changes(data)]
     assert outcomes == (["asked", "approved", "applied"] if approve else ["asked", "declined"])
 
 
