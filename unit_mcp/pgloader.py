@@ -1,13 +1,8 @@
 """The PostgreSQL loader: every unit in one database that several servers (on several machines) share.
 
-The same three tables as the SQLite loader, in a schema `unit_mcp` of their own: `units`, `sources` and the
-append-only `versions` log, filled by a trigger on `sources` (so a change made with `psql` is recorded too) that
-also NOTIFYs `unit_mcp` with `unit_id:version`. The trigger takes one transaction-scoped advisory lock, so
-versions commit in the order they are numbered and "everything after version N" never misses one. A write checks
-the expected hash and writes in one transaction holding the row lock. Each server LISTENs on one connection,
-catches up after every (re)connect and polls slowly as a backstop; it reloads the newest version of each changed
-unit at once (a committed version is whole: no debounce). While the database is unreachable, calls fail at once
-with `store_unavailable`; the connections come back by themselves.
+The SQLite loader's tables in a schema `unit_mcp`, with a trigger that logs and NOTIFYs each version in number
+order; each server LISTENs, catches up after every reconnect and reloads changed units at once. While the
+database is unreachable, calls fail with `store_unavailable` (docs/postgres.md).
 """
 
 from __future__ import annotations

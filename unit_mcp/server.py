@@ -1,13 +1,8 @@
 """`unit-mcp serve` (or `python -m unit_mcp.server`): serve a units root to MCP clients on loopback until SIGINT
 or SIGTERM.
 
-A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge`. Without --units it serves a private
-copy of the built-in example units, so a newcomer can connect at once. Once listening it prints, one per
-line, the URLs, the token, the isolated OpenCode launcher and a ready config or command for each other client
-(`--env-file` writes the same lines to a file), then `UNITS_UI_URL`, the page's login link (it works once: a new
-one is printed after each login). A failure a person can fix (a port in use, a folder it
-cannot write) ends with one line on stderr saying what happened and what to do; `--debug` shows the
-traceback too.
+A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge` that prints the lines clients need once
+listening; a failure a person can fix ends with one line on stderr (`--debug` for the traceback).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """`unit-mcp fleet` (or `python -m unit_mcp.fleet`): serve the fleet tools over stdio, or on the loopback bridge
 until SIGINT/SIGTERM.
 
-Over HTTP it prints, like the unit server, `MCP_URL=`, `MCP_SSE_URL=`, `MCP_TOKEN=`, the
-`OPENCODE_XDG_CONFIG_HOME=` of the deny-all config for a master OpenCode (the fleet its only MCP server),
-`OPENCODE_CMD=`, the launcher that starts that master isolated from every other OpenCode config source
-(`opencode_isolation`), and last the bare `XDG_CONFIG_HOME=… opencode` line. Node passwords come from the
-environment or a 0600 file, never from the command line (other users read it).
+Over HTTP it prints the same lines as the unit server plus the isolated master OpenCode's launcher (docs/fleet.md).
+Node passwords come from the environment or a 0600 file, never from the command line.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The fleet: named OpenCode nodes a master agent dispatches work to, over the existing node client.
 
-Each node gets one `OpenCodeClient` (one shared `/event` stream with its status cache, idle waiters and
-reconnect) and one working session, created lazily on the first message and reused after; a session the node
-no longer knows is replaced (the client's 404 rebuild). Sending is fire-and-forget: the prompt goes out with
-`prompt_async` and the call returns the session id at once; the master polls the status and reads the messages
-when the node is idle. The status of a session this fleet dispatched comes from the event stream's cache (no
-request); any other session's (busy before the fleet connected, or after a restart) is asked of the node, and
-an id the node does not know is refused, never guessed idle. Health with
-capabilities reads the node's merged runtime config (`GET /config`) and its MCP servers' state: no session is
-created, so the working session is never touched.
+Each node has one `OpenCodeClient` and one working session, made on first use. Sending is fire-and-forget
+(the master polls status and reads messages); the status of a session this fleet did not dispatch is asked of
+the node, and an id it does not know is refused, never guessed idle. Health never touches the working session.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The Anthropic Messages face of the scripted model (`POST /v1/messages`, what Claude Code speaks).
 
-A Messages request is first seen as a chat-completions body (the server's `chat_view`), like a Responses one: `system`
-becomes a system message, text blocks user or assistant messages, `tool_use` blocks an assistant message's
-`tool_calls`, and `tool_result` blocks `tool` messages (after the user's text of the same turn, so a turn that
-returns results ends with them) carrying `is_error`. So one script, its matches and its templates answer
-Claude Code too. The answer goes out as a Messages object, or as the SSE events a streaming client expects:
-`message_start`, per content block `content_block_start`, its deltas (`text_delta`, `input_json_delta`) and
-`content_block_stop`, then `message_delta` with the stop reason and `message_stop`.
+A request is read as a chat-completions body (`chat_view`), so one script, its matches and templates answer
+Claude Code too; the answer goes out as a Messages object or its SSE events.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """ScriptedModel: an OpenAI-compatible model server on loopback that answers from a script.
 
-`POST /v1/chat/completions` answers with a JSON completion, or with SSE chunks when the request says
-`stream: true` (text in deltas, tool calls by index, a finish reason, a usage chunk when
-`stream_options.include_usage` is set, then `[DONE]`). The same script is answered in the Responses API
-(`POST /v1/responses`, see `responses.py`; what Codex speaks), the Anthropic Messages API (`POST
-/v1/messages`, see `anthropic.py`; Claude Code) and the Gemini API (`POST
-/v1beta/models/MODEL:streamGenerateContent`, see `gemini.py`; Gemini CLI). Every request is logged with the step
-that answered it and whether the client went away mid-stream, in memory (`requests`), over HTTP
-(`GET /_scripted/requests`) and, if asked, as JSON Lines in a file. `POST /_scripted/steps` appends steps.
-
-Use it as `async with ScriptedModel(steps) as model:` inside an event loop, or `with ScriptedModel(steps)`
-from synchronous code (it then serves from a thread of its own).
+It answers chat completions (JSON or SSE chunks) and, from the same script, the Responses, Anthropic and Gemini
+APIs; every request is logged with the step that answered it. Use it as `async with ScriptedModel(steps)` in an
+event loop, or `with ScriptedModel(steps)` from synchronous code (it serves from a thread of its own).
 """
 
 from __future__ import annotations

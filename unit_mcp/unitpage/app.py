@@ -1,11 +1,7 @@
 """UnitsUI: the unit server's page over a `UnitService`, a Starlette app the bridge mounts at /units.
 
-    ui = UnitsUI(service)                                   # no port: the bridge puts its own Host/Origin guard
-    bridge = Bridge(tools.server(), pages={"/units": ui.app})
-    print(ui.login_url(f"{bridge.base_url}/units"))         # a new link on each call; each works once
-
-Writes made here (roll back, revert, checkpoint) go through the service like a tool call's, recorded in the change
-log as made by the client `PAGE_CALLER`; every one is a dry run first, shown, then confirmed.
+Writes made here (roll back, revert, checkpoint) go through the service like a tool call's, recorded as made by
+`PAGE_CALLER`; each is a dry run first, shown, then confirmed.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """CodexProcess: one `codex exec --json` run, its JSONL events read as they are printed, stopped for sure.
 
-The prompt goes in on stdin (an argument is limited to 128 KiB on Linux, a session's history is not), the
-events come out on stdout a line at a time, and stderr is drained into a bounded tail that error messages
-quote. The process runs in its own process group, so a terminal's Ctrl-C never reaches it and a kill
-reaches whatever it started. `interrupt` sends SIGINT, which Codex handles as a cancel (it stops the model
-stream and cancels an MCP tool call in flight, ~30 ms); leaving the context makes sure the process is
-gone: SIGINT, then SIGKILL to the group after `interrupt_timeout`.
+The prompt goes in on stdin (an argument is limited to 128 KiB), stderr is kept as a bounded tail for error
+messages, and the process runs in a group of its own. `interrupt` sends SIGINT (Codex's cancel); leaving the
+context makes sure it is gone: SIGINT, then SIGKILL to the group after `interrupt_timeout`.
 """
 
 from __future__ import annotations

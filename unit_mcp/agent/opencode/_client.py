@@ -1,13 +1,8 @@
 """OpenCodeClient: REST and the shared event stream of one `opencode serve` node, local or remote.
 
-Every request has a bounded timeout and maps failures onto the provider's errors: no answer is
-`NodeUnavailable`, a 404 on a session is `UnknownOpenCodeSession`, any other error status is
-`OpenCodeHTTPError` with the node's own words. The `/event` stream (see `_event_stream.py`) is opened when the
-client is entered, so it is subscribed before the first prompt, and `close()` ends it and rejects waiters.
-
-`send` is the session lifecycle the agent needs: it validates a stored session id (creating one when
-there is none or the node no longer knows it), sends the prompt, and if the node answers 404 anyway (the
-session vanished in between) replaces the session and retries once.
+Every request has a bounded timeout and fails as the provider's errors (`NodeUnavailable`,
+`UnknownOpenCodeSession`, `OpenCodeHTTPError`). The `/event` stream opens when the client is entered, before
+the first prompt; `send` replaces a session the node no longer knows and retries once.
 """
 
 from __future__ import annotations

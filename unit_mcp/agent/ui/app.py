@@ -1,20 +1,8 @@
 """AgentUI: the approval and audit page of one session store, a Starlette app served on loopback.
 
-Pages: the approvals waiting across all sessions (answered through `AgentRunner.answer_approval`, so a turn
-whose process ended resumes in this one), the sessions (each can be archived or deleted: `SessionStore.retire`),
-and a session's transcript. Pages follow the store's `changes()` over server-sent events, so turns running in
-another process show up live too.
-
-    ui = AgentUI(runner, port=port)          # the port the page is served on (checked against Host)
-    app = Starlette(routes=[Mount("/agents", app=ui.app)])     # or serve `ui.app` alone (see `server.py`)
-    print(ui.login_url("http://127.0.0.1:8000/agents"))        # a new link on each call; each works once
-
-The browser holds no cookie: a login spends its link and leaves the page's script a session secret in
-sessionStorage, sent as a header on every request (see `webpage/auth.py`); a page navigation gets the shell, whose
-script fetches the page itself.
-
-Answering a turn that runs in this process needs a `PendingApprovals` approver on the runner; a turn running
-in another process is answered there.
+It shows the approvals waiting across sessions (answered through `AgentRunner.answer_approval`), the sessions
+(archive or delete) and each transcript, live over server-sent events. The browser holds no cookie: see
+`webpage/auth.py` and docs/ui/access.md.
 """
 
 from __future__ import annotations
