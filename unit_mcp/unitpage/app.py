@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlencode
 
 import anyio
@@ -27,9 +26,9 @@ from ..localaccess import LocalAccess
 from ..paths import validate_unit_id
 from ..service import UnitService, call_as
 from ..webpage import (
-    SESSION_SECONDS,
     DiffLine,
     PageApp,
+    PageOptions,
     diff_lines,
     unified_lines,
 )
@@ -72,12 +71,9 @@ class UnitsUI(PageApp):
         service: UnitService,
         *,
         port: int | None = None,
-        host: str = "127.0.0.1",
-        on_login: Callable[[], None] | None = None,
-        session_seconds: float = SESSION_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
         confirmations: Confirmations | None = None,
         local_access: LocalAccess | None = None,
+        **options: Unpack[PageOptions],
     ) -> None:
         self.service = service
         self.confirmations = confirmations
@@ -100,10 +96,7 @@ class UnitsUI(PageApp):
             ],
             link="UNITS_UI_URL",
             port=port,
-            host=host,
-            on_login=on_login,
-            session_seconds=session_seconds,
-            clock=clock,
+            **options,
         )
 
     # -- reading ----------------------------------------------------------------------------------

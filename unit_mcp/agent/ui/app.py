@@ -11,11 +11,10 @@ import hashlib
 import logging
 import re
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import anyio
 from sse_starlette import ServerSentEvent
@@ -23,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ...webpage import RECONNECT, SESSION_SECONDS, PageApp, event_stream, sse
+from ...webpage import RECONNECT, PageApp, PageOptions, event_stream, sse
 from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
@@ -60,10 +59,7 @@ class AgentUI(PageApp):
         runner: AgentRunner,
         *,
         port: int,
-        host: str = "127.0.0.1",
-        on_login: Callable[[], None] | None = None,
-        session_seconds: float = SESSION_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[PageOptions],
     ) -> None:
         self.runner = runner
         self.browse = SessionStore(runner.store.address, read_only=True)
@@ -84,10 +80,7 @@ class AgentUI(PageApp):
             ],
             link="AGENT_UI_URL",
             port=port,
-            host=host,
-            on_login=on_login,
-            session_seconds=session_seconds,
-            clock=clock,
+            **options,
         )
         self.templates.tests["session_id"] = lambda value: isinstance(value, str) and bool(SESSION_ID.fullmatch(value))
 
