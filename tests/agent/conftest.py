@@ -23,8 +23,10 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from support.recording import TestTool, recording_server
 
@@ -149,13 +151,23 @@ async def unit_server(tmp_path: Path) -> AsyncIterator[UnitServer]:
 
 
 @asynccontextmanager
-async def endpoint_client(endpoint: ApprovedEndpoint, mode: str = "auto", **options: Any) -> AsyncIterator[Client]:
-    """An MCP client of the approval-filtered endpoint over streamable HTTP, with its bearer token."""
+async def endpoint_client(
+    endpoint: ApprovedEndpoint, mode: str = "auto", *, tools_changed: anyio.Event | None = None
+) -> AsyncIterator[Client]:
+    """An MCP client of the approval-filtered endpoint over streamable HTTP, with its bearer token; `tools_changed`
+    is set when the endpoint says its tool list changed."""
+
+    async def on_message(message: IncomingMessage) -> None:
+        if tools_changed is not None and isinstance(message, types.ToolListChangedNotification):
+            tools_changed.set()
+
     assert endpoint.url is not None
     headers = {"Authorization": f"Bearer {endpoint.token}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=60)) as http,
-        Client(streamable_http_client(endpoint.url, http_client=http), mode=mode, **options) as connected,
+        Client(
+            streamable_http_client(endpoint.url, http_client=http), mode=mode, message_handler=on_message
+        ) as connected,
     ):
         yield connected
 

@@ -12,10 +12,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import httpx2
-import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.client.session import IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -172,13 +170,9 @@ async def test_legacy_sse_clients_are_served_too(unit_server: UnitServer, tmp_pa
 async def test_policy_changes_reach_connected_clients_of_both_eras(unit_server: UnitServer, tmp_path: Path) -> None:
     notified = anyio.Event()
 
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            notified.set()
-
     async with (
         approved(unit_server, tmp_path) as endpoint,
-        endpoint_client(endpoint, "legacy", message_handler=on_message) as legacy,
+        endpoint_client(endpoint, "legacy", tools_changed=notified) as legacy,
         endpoint_client(endpoint, "auto") as modern,
     ):
         assert await names(legacy) == NORMAL

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import mcp_types as types
 import pytest
-from mcp.client.session import IncomingMessage
 
 from unit_mcp.agent import (
     AgentApprovals,
@@ -175,14 +173,10 @@ async def test_a_denied_activation_changes_nothing_and_deactivation_never_asks(
 async def test_preset_changes_resync_the_approved_endpoint_over_http(unit_server: UnitServer, tmp_path: Path) -> None:
     notified = anyio.Event()
 
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            notified.set()
-
     async with (
         surface_on(unit_server, AgentApprovals({"filesystem-read": "auto"})) as surface,
         ApprovedEndpoint(surface, config_root=tmp_path / "oc") as endpoint,
-        endpoint_client(endpoint, "legacy", message_handler=on_message) as legacy,
+        endpoint_client(endpoint, "legacy", tools_changed=notified) as legacy,
     ):
         listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
         assert listed == sorted([*CONTROL, "unit_inspect", "unit_list"])
@@ -311,17 +305,13 @@ async def test_presets_follow_the_application_context(unit_server: UnitServer, t
 
     notified = anyio.Event()
 
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            notified.set()
-
     async with (
         unit_server.source() as source,
         ApprovedEndpoint(surface, config_root=tmp_path / "oc") as endpoint,
         running(tmp_path, {"f": lambda deps: FunctionAgent(model, id="f")}, surface=surface) as runner,
     ):
         surface.add_source(source)
-        async with endpoint_client(endpoint, "legacy", message_handler=on_message) as legacy:
+        async with endpoint_client(endpoint, "legacy", tools_changed=notified) as legacy:
             listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
             assert listed == sorted([*CONTROL, "unit_list"])
             idle = await runner.create_session("f", title="idle")

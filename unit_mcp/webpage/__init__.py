@@ -227,6 +227,7 @@ __all__ = [
     "SESSION_SECONDS",
     "DiffLine",
     "PageApp",
+    "PageOptions",
     "diff_lines",
     "duration",
     "event_stream",
