@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .script import Mark
+from .script import Mark, Reply
 
 
 def _text(content: Any) -> str:
@@ -70,14 +70,10 @@ def offered(body: Mapping[str, Any]) -> list[str]:
 
 
 @dataclass
-class MessageAnswer:
+class MessageAnswer(Reply):
     """One scripted answer in Messages terms."""
 
     message_id: str
-    model: str
-    text: str
-    calls: list[dict[str, Any]]
-    usage: Mapping[str, int]
 
     @property
     def stop_reason(self) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .script import Mark
+from .script import Mark, Reply
 
 _UNTRUSTED = re.compile(r"\A<untrusted_context>\n?(.*?)\n?</untrusted_context>\Z", re.DOTALL)
 
@@ -93,13 +93,8 @@ def model_of(path: str) -> str:
 
 
 @dataclass
-class ContentAnswer:
+class ContentAnswer(Reply):
     """One scripted answer in Gemini terms."""
-
-    model: str
-    text: str
-    calls: list[dict[str, Any]]
-    usage: Mapping[str, int]
 
     def _usage(self) -> dict[str, int]:
         prompt, completion = self.usage["prompt_tokens"], self.usage["completion_tokens"]

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .script import Mark, ScriptedToolCall
+from .script import Mark, Reply, ScriptedToolCall
 
 _CODEX_FRAMING = re.compile(r"\AWall time: [0-9.]+ seconds\nOutput:\n?")
 
@@ -89,15 +89,11 @@ def namespace_of(call: ScriptedToolCall, body: Mapping[str, Any]) -> str | None:
 
 
 @dataclass
-class ResponseAnswer:
-    """One scripted answer in Responses terms: its id, model, text, tool calls and usage."""
+class ResponseAnswer(Reply):
+    """One scripted answer in Responses terms."""
 
     response_id: str
-    model: str
     created_at: int
-    text: str
-    calls: list[dict[str, Any]]
-    usage: Mapping[str, int]
 
     def items(self) -> list[dict[str, Any]]:
         """The output items, complete: the message first (if any text), then the function calls in order."""

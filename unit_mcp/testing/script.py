@@ -11,6 +11,7 @@ import enum
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +27,16 @@ class Mark(enum.Enum):
     """Before a piece of text or arguments: a step's `chunk_delay` is waited here."""
     CUT = "cut"
     """Before the first final event: a step that breaks off ends the stream at the first of these."""
+
+
+@dataclass
+class Reply:
+    """A step rendered for one request, before any API's shape: the model answering, its text, tool calls, usage."""
+
+    model: str
+    text: str
+    calls: list[dict[str, Any]]
+    usage: Mapping[str, int]
 
 
 class ScriptError(Exception):

@@ -133,15 +133,17 @@ def _in_api(
     record: RecordedRequest, model: str, text: str, calls: list[dict[str, str]], usage: dict[str, int]
 ) -> Answer:
     """A rendered step in the API of the request it answers."""
-    created, n = int(record.received_at), record.index
+    created, n, reply = int(record.received_at), record.index, (model, text, calls, usage)
     if record.api == "responses":
-        return responses.ResponseAnswer(f"resp_scripted_{n}", model, created, text, calls, usage)
+        return responses.ResponseAnswer(*reply, response_id=f"resp_scripted_{n}", created_at=created)
     if record.api == "anthropic":
-        return anthropic.MessageAnswer(f"msg_scripted_{n}", model, text, calls, usage)
+        return anthropic.MessageAnswer(*reply, message_id=f"msg_scripted_{n}")
     if record.api == "gemini":
-        return gemini.ContentAnswer(model, text, calls, usage)
+        return gemini.ContentAnswer(*reply)
     stream_usage = bool((record.body.get("stream_options") or {}).get("include_usage"))
-    return chat.CompletionAnswer(f"chatcmpl-scripted-{n}", created, model, text, calls, usage, stream_usage)
+    return chat.CompletionAnswer(
+        *reply, completion_id=f"chatcmpl-scripted-{n}", created=created, stream_usage=stream_usage
+    )
 
 
 def _api_key(request: Request) -> str | None:
