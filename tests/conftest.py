@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from support.pgcluster import Cluster
+from support.server_process import ServerProcess
 
 from unit_mcp import Host, UnitService
 
@@ -21,6 +22,15 @@ FIXTURE_UNITS = REPO / "fixtures" / "units"
 def anyio_backend() -> str:
     """The one event loop of every async test: the package is asyncio-only (uvicorn, the SDK's transports)."""
     return "asyncio"
+
+
+@pytest.fixture
+def server_processes() -> Iterator[list[ServerProcess]]:
+    """The servers a test starts in subprocesses (append them): each is killed after the test."""
+    started: list[ServerProcess] = []
+    yield started
+    for process in started:
+        process.kill()
 
 
 def copy_units(target: Path, *, fixtures: bool = True) -> Path:

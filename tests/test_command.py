@@ -46,6 +46,11 @@ def test_each_subcommand_is_its_modules_parser(tmp_path: Path, name: str) -> Non
         (["serve", "--port", "99999"], "unit-mcp serve: error: --port 99999 is not a port number"),
         (["units", "copy", "/no/such/folder", "."], "unit-mcp units: error: /no/such/folder is neither a units folder"),
         (["fleet", "--node", "x"], "unit-mcp fleet: error: a node is NAME=URL"),
+        (
+            ["fleet", "--node", "a=http://127.0.0.1:1", "--stdio", "--port", "1"],
+            "unit-mcp fleet: error: --stdio speaks on stdin/stdout and listens on no port; leave out --port",
+        ),
+        (["fleet", "--node", "a=http://127.0.0.1:1", "--port", "99999"], "unit-mcp fleet: error: --port 99999 is not"),
         (["agent", "run", "--api-key", "k", "hi"], "unit-mcp agent run: error: --api-key puts the API key"),
     ],
 )

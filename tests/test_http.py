@@ -11,7 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -287,19 +287,11 @@ async def test_an_unwritable_config_root_fails_loudly(tools: UnitTools, tmp_path
 # -- the real entry point --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def server_process(tmp_path: Path) -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        process.kill()
-
-
 async def test_entry_point_prints_its_lines_serves_and_stops_on_sigterm(
-    tmp_path: Path, server_process: list[ServerProcess]
+    tmp_path: Path, server_processes: list[ServerProcess]
 ) -> None:
     process = ServerProcess("--no-watch", tmp=tmp_path)
-    server_process.append(process)
+    server_processes.append(process)
     printed = process.ready()
     assert list(printed) == [
         "MCP_URL",
@@ -332,14 +324,14 @@ async def test_entry_point_prints_its_lines_serves_and_stops_on_sigterm(
 
 
 async def test_entry_point_with_options_keeps_its_data_dir_on_sigint(
-    tmp_path: Path, server_process: list[ServerProcess]
+    tmp_path: Path, server_processes: list[ServerProcess]
 ) -> None:
     data = tmp_path / "data"
     process = ServerProcess(
         "--data-dir", str(data), "--tool-prefix", "space_", "--server-name", "space-unit-dev", "--no-auth",
         tmp=tmp_path,
     )  # fmt: skip
-    server_process.append(process)
+    server_processes.append(process)
     printed = process.ready()
     assert "MCP_TOKEN" not in printed
     async with Client(sse_client(printed["MCP_SSE_URL"]), mode="legacy") as client:

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import venv
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -68,19 +67,11 @@ def fresh_venv(where: Path, requirement: str) -> Path:
     return bin_dir
 
 
-@pytest.fixture
-def served() -> Iterator[list[ServerProcess]]:
-    processes: list[ServerProcess] = []
-    yield processes
-    for process in processes:
-        process.kill()
-
-
-def serve(bin_dir: Path, tmp_path: Path, served: list[ServerProcess]) -> dict[str, str]:
+def serve(bin_dir: Path, tmp_path: Path, server_processes: list[ServerProcess]) -> dict[str, str]:
     """`unit-mcp serve` of that environment, on the example units: the lines it printed once ready."""
     program = [str(bin_dir / "unit-mcp"), "serve"]
     process = ServerProcess("--data-dir", str(tmp_path / "data"), tmp=tmp_path, program=program)
-    served.append(process)
+    server_processes.append(process)
     return process.ready(timeout=120)
 
 
@@ -95,7 +86,7 @@ async def list_units(url: str, token: str) -> list[str]:
     return [unit["unit_id"] for unit in result.structured_content["units"]]
 
 
-def test_the_bare_install_is_the_server(wheel: Path, tmp_path: Path, served: list[ServerProcess]) -> None:
+def test_the_bare_install_is_the_server(wheel: Path, tmp_path: Path, server_processes: list[ServerProcess]) -> None:
     bin_dir = fresh_venv(tmp_path / "venv", str(wheel))
     assert _run(bin_dir / "unit-mcp", "--version").stdout == f"unit-mcp {__version__}\n"
     probe = "import importlib.util as u, json, sys; print(json.dumps([m for m in sys.argv[1:] if not u.find_spec(m)]))"
@@ -109,14 +100,16 @@ def test_the_bare_install_is_the_server(wheel: Path, tmp_path: Path, served: lis
             "",
             f"unit-mcp {name}: error: needs the agent extra (openai, httpx not installed); install 'unit-mcp[agent]'\n",
         )
-    printed = serve(bin_dir, tmp_path, served)
+    printed = serve(bin_dir, tmp_path, server_processes)
     units = anyio.run(list_units, printed["MCP_URL"], printed["MCP_TOKEN"])
     assert {"greeter", "counter", "notes", "weather"} <= set(units), units
 
 
-def test_the_agent_extra_runs_a_scripted_turn(wheel: Path, tmp_path: Path, served: list[ServerProcess]) -> None:
+def test_the_agent_extra_runs_a_scripted_turn(
+    wheel: Path, tmp_path: Path, server_processes: list[ServerProcess]
+) -> None:
     bin_dir = fresh_venv(tmp_path / "venv", f"{wheel}[agent]")
-    printed = serve(bin_dir, tmp_path, served)
+    printed = serve(bin_dir, tmp_path, server_processes)
     script = [call(tool_call("unit_list")), say("the units are listed", when=Match(last_role="tool"))]
     agent = [bin_dir / "unit-mcp", "agent", "--data-dir", tmp_path / "sessions", "run"]
     with ScriptedModel(script) as model:

@@ -11,7 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,6 @@ from mcp.client.streamable_http import streamable_http_client
 from support.server_process import ServerProcess
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def servers() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        process.kill()
 
 
 @asynccontextmanager
@@ -64,13 +56,13 @@ def comparable(listed: dict[str, Any]) -> list[tuple[Any, ...]]:
     ]
 
 
-async def test_a_database_served_by_two_servers(tmp_path: Path, servers: list[ServerProcess]) -> None:
+async def test_a_database_served_by_two_servers(tmp_path: Path, server_processes: list[ServerProcess]) -> None:
     folder = copy_units(tmp_path / "units")
     db = f"sqlite:{tmp_path / 'db' / 'units.db'}"
     subprocess.run([sys.executable, "-m", "unit_mcp.units", "copy", str(folder), db], check=True, capture_output=True)
     for units in (str(folder), db, db):
-        servers.append(ServerProcess("--units", units, tmp=tmp_path))
-    printed = [process.ready() for process in servers]
+        server_processes.append(ServerProcess("--units", units, tmp=tmp_path))
+    printed = [process.ready() for process in server_processes]
     async with AsyncExitStack() as stack:
         on_folder, first, second = [await stack.enter_async_context(connect(p)) for p in printed]
         assert comparable(await ok(first, "unit_list")) == comparable(await ok(on_folder, "unit_list"))
@@ -120,7 +112,7 @@ async def test_a_database_served_by_two_servers(tmp_path: Path, servers: list[Se
             for n in range(50):
                 group.start_soon(attempt, (first, second)[n % 2], n)
         assert sorted(outcomes) == ["stale_hash"] * 49 + ["won"]
-    for process in servers:
+    for process in server_processes:
         assert process.stop() == 0
 
 
@@ -176,13 +168,15 @@ def test_sigkill_during_database_writes_leaves_it_whole(tmp_path: Path) -> None:
     assert changed >= 3, "the writer must have been killed between writes as well as during them"
 
 
-async def test_a_missing_database_is_created_and_served_empty(tmp_path: Path, servers: list[ServerProcess]) -> None:
+async def test_a_missing_database_is_created_and_served_empty(
+    tmp_path: Path, server_processes: list[ServerProcess]
+) -> None:
     path = tmp_path / "new" / "units.db"
-    servers.append(ServerProcess("--units", f"sqlite:{path}", "--no-watch", tmp=tmp_path))
-    async with connect(servers[0].ready()) as client:
+    server_processes.append(ServerProcess("--units", f"sqlite:{path}", "--no-watch", tmp=tmp_path))
+    async with connect(server_processes[0].ready()) as client:
         assert (await ok(client, "unit_list"))["units"] == []
         assert await refused(client, "unit_inspect", unit_id="counter") == "unknown_unit"
-    assert servers[0].stop() == 0
+    assert server_processes[0].stop() == 0
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} >= {

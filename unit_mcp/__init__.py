@@ -6,9 +6,9 @@ service, the MCP SDK or the HTTP stack.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from ._version import __version__ as __version__
 
 _EXPORTS = {
@@ -31,10 +31,4 @@ if TYPE_CHECKING:
     from .tools import UnitTools, tool_risks
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'unit_mcp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

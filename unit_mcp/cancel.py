@@ -1,11 +1,8 @@
 """Cancellation that reaches blocking work running in a worker thread.
 
-A thread cannot be interrupted, so work that may run long checks a flag instead: the tool layer opens a
-`cancellation()` around each call it runs in a thread (the thread sees it through a context variable, which
-anyio copies into the worker) and sets it when the client cancels the request. The test runner then kills
-the test's process group; a reload stops waiting for unit code that hangs, as at its timeout. Python code
-calling the service from its own thread can do the same: `with cancellation() as cancel: ...`, and
-`cancel.set()` from another thread.
+A thread cannot be interrupted, so long work checks a flag: the tool layer opens `cancellation()` around each
+call it runs in a thread and sets it when the client cancels. Python code can do the same:
+`with cancellation() as cancel: ...`, then `cancel.set()` from another thread.
 """
 
 from __future__ import annotations

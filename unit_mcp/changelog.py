@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, Unpack
 
 from .paths import UnsafePath, hash_bytes, open_private
 from .sqlitedb import SharedConnection
@@ -105,39 +105,43 @@ class Checkpoint:
     """The newest change id when the checkpoint was taken: a rollback undoes every change after it."""
 
 
+class Entry(TypedDict):
+    """What `ChangeLog.record` writes: one call (or outside change) and the sources it changed."""
+
+    caller: Caller
+    tool: str | None
+    unit_id: str | None
+    source_id: str | None
+    outcome: Outcome
+    error_code: NotRequired[str | None]
+    message: NotRequired[str | None]
+    duration_ms: NotRequired[float]
+    sources: NotRequired[Sequence[SourceChange]]
+
+
+class Wanted(TypedDict, total=False):
+    """Which records `ChangeLog.changes` lists (at most `limit`, 50 unless given): of a unit (and source), of a
+    client name, at or after the ISO time `since`, with ids in (after_id, before_id)."""
+
+    unit_id: str | None
+    source_id: str | None
+    client: str | None
+    since: str | None
+    after_id: int
+    before_id: int | None
+    limit: int
+
+
 class ChangeLog(Protocol):
     """What the service and the host need of a change log; a loader whose store is a database returns one from
     `change_log(retention)` (see `SqliteChangeLog`), else the host keeps one in its data dir."""
 
-    def record(
-        self,
-        *,
-        caller: Caller,
-        tool: str | None,
-        unit_id: str | None,
-        source_id: str | None,
-        outcome: Outcome,
-        error_code: str | None = None,
-        message: str | None = None,
-        duration_ms: float = 0.0,
-        sources: Sequence[SourceChange] = (),
-    ) -> int:
+    def record(self, **entry: Unpack[Entry]) -> int:
         """Write one record (one transaction) and return its change id."""
         ...
 
-    def changes(
-        self,
-        *,
-        unit_id: str | None = None,
-        source_id: str | None = None,
-        client: str | None = None,
-        since: str | None = None,
-        after_id: int = 0,
-        before_id: int | None = None,
-        limit: int = 50,
-    ) -> list[Change]:
-        """Records newest first (change sets without bytes): of a unit (and source), of a client name, at or after
-        the ISO time `since`, with ids in (after_id, before_id)."""
+    def changes(self, **wanted: Unpack[Wanted]) -> list[Change]:
+        """Records newest first (change sets without bytes), as `Wanted` says."""
         ...
 
     def change(self, change_id: int) -> Change | None:
@@ -279,48 +283,13 @@ class SqlChangeLog:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def record(
-        self,
-        *,
-        caller: Caller,
-        tool: str | None,
-        unit_id: str | None,
-        source_id: str | None,
-        outcome: Outcome,
-        error_code: str | None = None,
-        message: str | None = None,
-        duration_ms: float = 0.0,
-        sources: Sequence[SourceChange] = (),
-    ) -> int:
+    def record(self, **entry: Unpack[Entry]) -> int:
         with self._transaction() as conn:
-            return self._insert(
-                conn,
-                caller=caller,
-                tool=tool,
-                unit_id=unit_id,
-                source_id=source_id,
-                outcome=outcome,
-                error_code=error_code,
-                message=message,
-                duration_ms=duration_ms,
-                sources=sources,
-            )
+            return self._insert(conn, entry)
 
-    def _insert(
-        self,
-        conn: Any,
-        *,
-        caller: Caller,
-        tool: str | None,
-        unit_id: str | None,
-        source_id: str | None,
-        outcome: Outcome,
-        error_code: str | None,
-        message: str | None,
-        duration_ms: float,
-        sources: Sequence[SourceChange],
-    ) -> int:
+    def _insert(self, conn: Any, entry: Entry) -> int:
         """One record, in the caller's transaction; every PRUNE_EVERY records the retention is applied too."""
+        caller = entry["caller"]
         row = self._run(
             conn,
             "INSERT INTO changes (time, client_name, client_version, session_id, tool, unit_id, source_id, "
@@ -330,13 +299,13 @@ class SqlChangeLog:
                 caller.name,
                 caller.version,
                 caller.session_id,
-                tool,
-                unit_id,
-                source_id,
-                outcome,
-                error_code,
-                message,
-                duration_ms,
+                entry["tool"],
+                entry["unit_id"],
+                entry["source_id"],
+                entry["outcome"],
+                entry.get("error_code"),
+                entry.get("message"),
+                entry.get("duration_ms", 0.0),
             ),
         ).fetchone()
         change_id = int(row[0])
@@ -358,7 +327,7 @@ class SqlChangeLog:
                     s.data_before,
                     s.data_after,
                 )
-                for s in sources
+                for s in entry.get("sources", ())
             ],
         )
         if change_id % PRUNE_EVERY == 0:
@@ -401,19 +370,11 @@ class SqlChangeLog:
     def latest_id(self) -> int:
         return int(self._rows("SELECT coalesce(max(id), 0) FROM changes")[0][0])
 
-    def changes(
-        self,
-        *,
-        unit_id: str | None = None,
-        source_id: str | None = None,
-        client: str | None = None,
-        since: str | None = None,
-        after_id: int = 0,
-        before_id: int | None = None,
-        limit: int = 50,
-    ) -> list[Change]:
+    def changes(self, **wanted: Unpack[Wanted]) -> list[Change]:
+        unit_id, source_id = wanted.get("unit_id"), wanted.get("source_id")
+        since, client, before_id = wanted.get("since"), wanted.get("client"), wanted.get("before_id")
         where: list[str] = ["c.id > ?"]
-        args: list[object] = [after_id]
+        args: list[object] = [wanted.get("after_id", 0)]
         if before_id is not None:
             where.append("c.id < ?")
             args.append(before_id)
@@ -433,7 +394,7 @@ class SqlChangeLog:
             args.extend(pair + pair)
         rows = self._rows(
             f"SELECT {_COLUMNS} FROM changes c WHERE {' AND '.join(where)} ORDER BY c.id DESC LIMIT ?",
-            [*args, limit],
+            [*args, wanted.get("limit", 50)],
         )
         return self._with_sources(rows, data=False)
 
@@ -473,15 +434,16 @@ class SqlChangeLog:
                 return None
             return self._insert(
                 conn,
-                caller=caller,
-                tool=None,
-                unit_id=unit_id,
-                source_id=sources[0].source_id if len(sources) == 1 else None,
-                outcome="outside",
-                error_code=None if error is None else "reload_failed",
-                message=error,
-                duration_ms=0.0,
-                sources=sources,
+                Entry(
+                    caller=caller,
+                    tool=None,
+                    unit_id=unit_id,
+                    source_id=sources[0].source_id if len(sources) == 1 else None,
+                    outcome="outside",
+                    error_code=None if error is None else "reload_failed",
+                    message=error,
+                    sources=sources,
+                ),
             )
 
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None:

@@ -1,11 +1,7 @@
 """Ready-to-use client configs for one run of the server, written into its data folder at start.
 
-Each points at this run's URL and token and, where the client allows, offers the model only the unit tools:
-the isolated OpenCode launcher (see `opencode_isolation`), Claude Code's `--mcp-config` file and command
-(`--strict-mcp-config` ignores every other MCP config, `--tools ""` removes the built-in tools), a Gemini
-CLI home (`GEMINI_CLI_HOME`: an allow-list of only this server's tools, telemetry and updates off), Cursor's and
-VS Code's `mcp.json` shapes, and an MCP Inspector command line using the project's pinned copy when there is
-one. No printed line carries the token: it is in the files, which only the user can read.
+Each points at this run's URL and token and, where the client allows, offers the model only the unit tools
+(docs/clients.md). No printed line carries the token: it is in files only the user can read.
 `write_client_configs()` returns the lines the server prints, `NAME=value` each.
 """
 

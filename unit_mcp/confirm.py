@@ -108,22 +108,26 @@ class Confirmations:
             self._changed()
         return sorted(self._grants.values(), key=lambda g: g.id)
 
-    async def ask(
+    def question(
         self,
         caller: Caller,
         tool: str,
         risk: str,
         summary: str,
         diff: str | None,
-        elicit: Elicit | None,
         *,
         unit_id: str | None = None,
         source_id: str | None = None,
-        gone: Callable[[], Awaitable[None]] | None = None,
+    ) -> Question:
+        """A new question about one call, to `ask` now or `park` for the client's next round."""
+        return Question(next(self._ids), caller, tool, risk, summary, diff, self.clock(), unit_id, source_id)
+
+    async def ask(
+        self, question: Question, elicit: Elicit | None, *, gone: Callable[[], Awaitable[None]] | None = None
     ) -> None:
         """Wait for a yes (returns), a no ([declined]) or the timeout ([confirmation_timeout]); cancelled, or
         `gone` returned (the client went away: `unit_mcp.cancel.client_gone`), the question is withdrawn."""
-        question = Question(next(self._ids), caller, tool, risk, summary, diff, self.clock(), unit_id, source_id)
+        tool = question.tool
         if elicit is None and not self.on_page:
             await self._record(question, "declined", "declined", "nobody can be asked: no elicitation and no page")
             raise Declined(
@@ -158,23 +162,11 @@ class Confirmations:
             raise Withdrawn(f"{tool} was withdrawn: the client went away before an answer.")
         await self._close(question)
 
-    async def park(
-        self,
-        caller: Caller,
-        tool: str,
-        risk: str,
-        summary: str,
-        diff: str | None,
-        *,
-        unit_id: str | None = None,
-        source_id: str | None = None,
-    ) -> Question:
+    async def park(self, question: Question) -> None:
         """Open a question the client asks its person between two rounds (2026-07-28): its `token` goes into the
         call's request state; the page can answer it too, until `resume` or the timeout."""
-        question = Question(next(self._ids), caller, tool, risk, summary, diff, self.clock(), unit_id, source_id)
         question.token = secrets.token_urlsafe(16)
         await self._open(question)
-        return question
 
     async def resume(self, token: str, yes: bool | None) -> None:
         """The client's retry of a parked question with its person's answer (None: the question was dismissed or

@@ -1,11 +1,8 @@
 """History for a units folder inside a git work tree: every accepted write is one commit of that file only.
 
-Runs the `git` executable. Mode `ref` (the default) records on a ref of its own, `refs/unit-mcp/history`, with
-plumbing only (`hash-object`, `mktree`, `commit-tree`, `update-ref`): HEAD, the index and the work tree of the
-user's branch are never touched. Its first commit sits on the branch's commit of that moment, so a source's
-history reaches back into the branch's. Mode `branch` commits on the user's branch, naming only the written path
-(`git commit --only`), so whatever else the user has changed or staged stays as it was. Versions of a source are
-numbered from 1 (its oldest commit) upwards.
+Mode `ref` (the default) commits with plumbing on `refs/unit-mcp/history`, never touching HEAD, the index or the
+work tree; mode `branch` commits only the written path on the user's branch. Versions of a source are numbered
+from 1 (its oldest commit).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The escape hatch (`--allow-local-access`): a person lets an isolated OpenCode use its own read and edit tools in
 one unit's folder for a while (docs/local-access.md).
 
-A grant is a link `<config home>/local-access/<grant id>` to the unit's folder, listed in that folder's
-`grants.json`: an OpenCode launched from OPENCODE_CMD while the grant lasts may read and edit inside the link only
-(`opencode_isolation.local_access_rules`). When the grant is revoked or expires, the link is replaced by an empty
-file, so a session still running with the rule reaches nothing, and the next launch has no rule. Grants, their
-end, and the edits made in a granted folder meanwhile (attributed by `caller_for`) go to the change log.
+A grant is a link to the unit's folder that a launched OpenCode may use; when it ends the link leads nowhere.
+Grants, their end, and the edits made meanwhile go to the change log.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""`McpHttpServer`: one low-level MCP server on loopback over Streamable HTTP (`/mcp`) and legacy SSE (`/sse`,
-posting to `/messages/`), served by the bridge and by every agent endpoint alike.
+"""`McpHttpServer`: one low-level MCP server on loopback over Streamable HTTP (`/mcp`) and legacy SSE (`/sse`),
+served by the bridge and by every agent endpoint alike.
 
-Every request is checked before any MCP code runs: a `Host` or `Origin` that is not loopback is refused
-(DNS rebinding: 421 / 403) and, unless auth is off, so is a request without the per-run bearer token (401).
-What one client can take is bounded (`Limits`), so a buggy or hostile one cannot starve the rest: request
-bodies (413), open event streams (503), Streamable HTTP sessions (503, idle ones expire), open connections
-(one without a request in flight makes room for a new one; 503 when none does), idle keep-alive connections
-(closed after a few seconds) and requests that do not arrive whole in time (a silent or trickling client is
-disconnected).
-
-A handshake-era Streamable HTTP request that asks for no progress is answered with one `application/json` body
-rather than an event stream (`_PerRequestTransport`): the same answer, without the SSE framing both sides pay for
-per byte. A request with a progress token keeps its stream, so `unit_run_tests` still reports progress. Either way
-its handler can wait for its connection to drop (`unit_mcp.cancel.client_gone`): a call waiting for a person's yes
-withdraws its question then.
+Every request is checked before any MCP code runs (loopback `Host`/`Origin`, the per-run bearer token), and what
+one client can hold is bounded (`Limits`), so a buggy or hostile client cannot starve the rest (docs/safety.md).
 """
 
 from __future__ import annotations

@@ -1,32 +1,8 @@
 """The isolated OpenCode config, and the launch that keeps every other OpenCode config source out of it.
 
-`opencode_config()` is the deny-all config (every native tool denied, only one MCP server's tools allowed)
-and `write_opencode_config()` its one writer; `ConfigHome` is the folder holding it, for the bridge and
-every agent endpoint.
-
-A deny-all file alone is not isolation: the pinned OpenCode (1.18.33; see its `Config.loadInstanceState`)
-merges, in this order, remote "wellknown" config of stored credentials, the global config folder,
-`OPENCODE_CONFIG`, project `opencode.json` files up to the git root, config folders (project `.opencode/`,
-`~/.opencode/`, `OPENCODE_CONFIG_DIR`; each can bring plugins, agents and commands), `OPENCODE_CONFIG_CONTENT`,
-an account organisation's remote config, managed config (`/etc/opencode`) and `OPENCODE_PERMISSION`. A later
-source cannot be out-voted by an earlier deny-all (a permission map keeps the key order of its first
-appearance, and the last matching rule wins), so `plan_launch()` keeps them out instead: it drops every
-`OPENCODE_*` variable but a few harmless ones, points `XDG_CONFIG_HOME` at the isolated folder and `HOME`
-(and OpenCode's own home hook) at an empty one while data, cache and state stay the user's (so stored
-credentials still work), turns project config off, redirects the managed folder to an empty one, runs from
-the config folder itself (OpenCode's newer loader skips the project search only there, and takes the folder
-from `PWD`), turns external plugins, Claude Code files and external skills off, and passes the deny-all
-config plus only `provider`, `model` and `small_model` from the user's `OPENCODE_CONFIG` file in
-`OPENCODE_CONFIG_CONTENT`. Sources it cannot neutralise (remote config of stored "wellknown" credentials, an
-active account organisation, another OpenCode version whose hooks may differ, a project folder or another
-OpenCode server given on the command line) are refused before OpenCode starts.
-
-`write_launcher()` writes the one executable a user runs (`"$OPENCODE_CMD" run …`); it calls `main()`.
-
-Local access (`--allow-local-access`, docs/local-access.md): `write_local_grants()` lists the live grants in the
-config home; a launch turns each into rules letting OpenCode's own read and edit tools into that grant's link
-folder only (`local_access_rules`). OpenCode reads its permissions once, at start: a grant needs a new launch, and
-its end is enforced on a running session by the link itself, which stops leading to the unit's folder.
+`opencode_config()` is the deny-all config and `write_opencode_config()` its one writer. A deny-all file alone is
+not isolation: `plan_launch()` keeps out every config source the pinned OpenCode would merge over it and refuses
+the ones it cannot neutralise (docs/safety.md). `write_launcher()` writes the one executable a user runs.
 """
 
 from __future__ import annotations

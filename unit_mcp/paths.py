@@ -1,17 +1,8 @@
 """Handles, not paths: unit and source id validation, and file access that never leaves the units root.
 
-Every access walks from the units root one segment at a time with directory
-file descriptors opened `O_NOFOLLOW`, so a symlinked ancestor or target is
-refused and a symlink swapped in between a check and the open cannot redirect
-it. Writes are atomic: a hidden temporary file in the same directory, fsync,
-then `os.replace` (or `os.link` when the file must not exist yet). The folder is
-not fsynced after the rename: a crash leaves the old or the new content, never a
-torn or empty file, but a power cut just after an edit may bring the old version
-back. That fsync cost about as much as the rest of an edit (bench/RESULTS.md).
-
-A data dir is trusted only when it is ours (`private_dir`): like ssh with ~/.ssh, a folder that is a symbolic
-link, owned by another user or writable by group or others is refused, and the folders it creates are 0700.
-Secrets come from the environment or a file only its owner can read (`read_secret`), never from argv.
+Every access walks from the root one `O_NOFOLLOW` directory descriptor at a time, so no symlink can redirect it;
+writes are atomic (temporary file, fsync, rename). A data dir is trusted only when it is ours (`private_dir`),
+and secrets come from the environment or a private file, never argv.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The PostgreSQL loader: every unit in one database that several servers (on several machines) share.
 
-The same three tables as the SQLite loader, in a schema `unit_mcp` of their own: `units`, `sources` and the
-append-only `versions` log, filled by a trigger on `sources` (so a change made with `psql` is recorded too) that
-also NOTIFYs `unit_mcp` with `unit_id:version`. The trigger takes one transaction-scoped advisory lock, so
-versions commit in the order they are numbered and "everything after version N" never misses one. A write checks
-the expected hash and writes in one transaction holding the row lock. Each server LISTENs on one connection,
-catches up after every (re)connect and polls slowly as a backstop; it reloads the newest version of each changed
-unit at once (a committed version is whole: no debounce). While the database is unreachable, calls fail at once
-with `store_unavailable`; the connections come back by themselves.
+The SQLite loader's tables in a schema `unit_mcp`, with a trigger that logs and NOTIFYs each version in number
+order; each server LISTENs, catches up after every reconnect and reloads changed units at once. While the
+database is unreachable, calls fail with `store_unavailable` (docs/postgres.md).
 """
 
 from __future__ import annotations
@@ -46,7 +41,7 @@ from .loader import (
     artifact_kind,
     primary_source_id,
 )
-from .paths import hash_bytes, validate_unit_id
+from .paths import hash_bytes, is_unit_id
 from .pgconnect import CONNECT_OPTIONS, CONNECT_TIMEOUT, ForeignSchema, first_line, schema_is_ours
 
 SCHEMA = "unit_mcp"
@@ -127,14 +122,6 @@ log = logging.getLogger("unit_mcp.pgloader")
 
 def _key(source: Source) -> tuple[str, str]:
     return source.unit_id, source.source_id
-
-
-def _valid_unit_id(unit_id: str) -> bool:
-    try:
-        validate_unit_id(unit_id)
-    except Exception:
-        return False
-    return True
 
 
 def _check_tables(
@@ -305,7 +292,7 @@ class PostgresLoader:
     def discover(self) -> dict[str, UnitKind]:
         found: dict[str, UnitKind] = {}
         for unit_id, kind in self._query(f"{_UNITS} ORDER BY u.unit_id"):
-            if _valid_unit_id(unit_id):
+            if is_unit_id(unit_id):
                 found[unit_id] = kind
             elif unit_id not in self._skipped:
                 self._skipped.add(unit_id)
@@ -313,7 +300,7 @@ class PostgresLoader:
         return found
 
     def kind(self, unit_id: str) -> UnitKind | None:
-        if not _valid_unit_id(unit_id):
+        if not is_unit_id(unit_id):
             return None
         rows = self._query(f"{_UNITS} AND u.unit_id = %s", (unit_id,))
         return rows[0][1] if rows else None
@@ -594,7 +581,7 @@ class _Listener:
                             outside.add(source_id)
                 newest = {unit_id: loader._stored.get(unit_id, 0) for unit_id in changed}
             for unit_id, sources in changed.items():
-                if _valid_unit_id(unit_id):
+                if is_unit_id(unit_id):
                     self._apply(conn, unit_id, newest[unit_id], sources)
                     unsettled.discard(unit_id)
         except BaseException:

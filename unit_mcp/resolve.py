@@ -212,13 +212,9 @@ class ResolveIndex:
                 for gram in _grams(token):
                     self._grams.setdefault(gram, set()).add(token)
             self._postings[token][unit_id] = weight
-        counts_seen: set[tuple[str, str]] = set()
-        for field, _, value_tokens in entry.fields:
-            for token in value_tokens:
-                if (token, field) not in counts_seen:
-                    counts_seen.add((token, field))
-                    counts = self._field_counts[token]
-                    counts[field] = counts.get(field, 0) + 1
+        for token, field in _token_fields(entry):
+            counts = self._field_counts[token]
+            counts[field] = counts.get(field, 0) + 1
 
     def _forget(self, entry: _Entry) -> None:
         unit_id = entry.facts.unit_id
@@ -226,15 +222,11 @@ class ResolveIndex:
         lower.discard(unit_id)
         if not lower:
             del self._by_lower[unit_id.lower()]
-        counts_seen: set[tuple[str, str]] = set()
-        for field, _, value_tokens in entry.fields:
-            for token in value_tokens:
-                if (token, field) not in counts_seen:
-                    counts_seen.add((token, field))
-                    counts = self._field_counts[token]
-                    counts[field] -= 1
-                    if not counts[field]:
-                        del counts[field]
+        for token, field in _token_fields(entry):
+            counts = self._field_counts[token]
+            counts[field] -= 1
+            if not counts[field]:
+                del counts[field]
         for token in entry.weights:
             postings = self._postings[token]
             del postings[unit_id]
@@ -318,3 +310,8 @@ def _discard(index: dict[str, set[str]], key: str, token: str) -> None:
     tokens_.discard(token)
     if not tokens_:
         del index[key]
+
+
+def _token_fields(entry: _Entry) -> list[tuple[str, str]]:
+    """Each (token, field) of the entry once: a field counts a token once however often its value repeats it."""
+    return list(dict.fromkeys((token, field) for field, _, value_tokens in entry.fields for token in value_tokens))

@@ -1,13 +1,8 @@
 """`unit-mcp serve` (or `python -m unit_mcp.server`): serve a units root to MCP clients on loopback until SIGINT
 or SIGTERM.
 
-A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge`. Without --units it serves a private
-copy of the built-in example units, so a newcomer can connect at once. Once listening it prints, one per
-line, the URLs, the token, the isolated OpenCode launcher and a ready config or command for each other client
-(`--env-file` writes the same lines to a file), then `UNITS_UI_URL`, the page's login link (it works once: a new
-one is printed after each login). A failure a person can fix (a port in use, a folder it
-cannot write) ends with one line on stderr saying what happened and what to do; `--debug` shows the
-traceback too.
+A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge` that prints the lines clients need once
+listening; a failure a person can fix ends with one line on stderr (`--debug` for the traceback).
 """
 
 from __future__ import annotations
@@ -36,7 +31,6 @@ from .githistory import GIT_MODES
 from .host import Host
 from .loader import SQLITE_PREFIX
 from .localaccess import LocalAccess
-from .loopback import is_loopback
 from .service import UnitService
 from .sqliteloader import units_database_problem
 from .stdio import stdio_streams
@@ -80,16 +74,11 @@ def command_parser(prog: str = PROG) -> CommandParser:
         help="keep the app log, the OpenCode config (and the example copy) here instead of a temporary folder "
         "removed at exit",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port to bind (default: a free port)")
     parser.add_argument("--tool-prefix", default="", help="prefix for every tool name, e.g. space_ → space_unit_list")
-    parser.add_argument(
-        "--server-name", default="unit-dev", help="name of this server in the OpenCode config (default: unit-dev)"
-    )
-    parser.add_argument(
-        "--stdio",
-        action="store_true",
-        help="speak MCP on stdin/stdout instead of HTTP (for clients that launch the server); prints nothing else",
+    parser.add_serving_options(
+        server_name="unit-dev",
+        stdio_help="speak MCP on stdin/stdout instead of HTTP (for clients that launch the server); prints nothing "
+        "else",
     )
     parser.add_argument(
         "--env-file",
@@ -165,19 +154,13 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
     if "none" in args.confirm and len(args.confirm) > 1:
         parser.error("--confirm none turns the questions off; leave out the other --confirm options")
     args.confirm = [risk for risk in args.confirm if risk != "none"]
-    if not is_loopback(args.host):
-        parser.error(f"--host {args.host} is not a loopback address; unit-mcp serves on loopback only")
+    parser.check_serving_options(args)
     if args.stdio and args.allow_local_access:
         parser.error("--allow-local-access works with the OpenCode config of the HTTP server; leave out --stdio")
-    if args.stdio and (args.port is not None or args.env_file is not None):
-        option = "--port" if args.port is not None else "--env-file"
-        parser.error(f"--stdio speaks on stdin/stdout and listens on no port; leave out {option}")
+    if args.stdio and args.env_file is not None:
+        parser.error("--stdio speaks on stdin/stdout and listens on no port; leave out --env-file")
     if not args.change_retention > 0:
         parser.error(f"--change-retention {args.change_retention:g} must be a number of days above 0")
-    if args.port is None:
-        args.port = 0
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port} is not a port number")
     try:
         check_prefix(args.tool_prefix)
     except ValueError as exc:

@@ -981,19 +981,13 @@ class UnitService:
                 continue
             if self._encode(src, after_text) != data:
                 continue
-            return ApplyPatchResult(
-                unit_id=src.unit_id,
-                source_id=src.source_id,
-                mode=mode,  # type: ignore[arg-type]
-                dry_run=False,
-                changed=True,
-                replacements=count,
-                hash_before=expected_hash,
-                hash=current,
-                diff=clip(unified_diff(before_text, after_text, src.source_id), RESULT_BYTES // 2),
-                reload=self._reload(src.unit_id),
-                change_id=None if change is None else change.id,
-                already_applied=True,
+            result = _patch_result(src, mode, count, (expected_hash, before_text), (current, after_text), dry_run=False)
+            return result.model_copy(
+                update={
+                    "reload": self._reload(src.unit_id),
+                    "change_id": None if change is None else change.id,
+                    "already_applied": True,
+                }
             )
         return None
 
@@ -1057,17 +1051,7 @@ class UnitService:
         )
         if changed and not (dry_run and proven):
             self._compile(src, new_data)
-        result = ApplyPatchResult(
-            unit_id=unit_id,
-            source_id=source_id,
-            mode=mode,  # type: ignore[arg-type]
-            dry_run=dry_run,
-            changed=changed,
-            replacements=count,
-            hash_before=current,
-            hash=new_hash,
-            diff=clip(unified_diff(text, new_text, source_id), RESULT_BYTES // 2),
-        )
+        result = _patch_result(src, mode, count, (current, text), (new_hash, new_text), dry_run=dry_run)
         if dry_run or not changed:
             return result
         try:
@@ -1642,3 +1626,20 @@ def _unb64(text: str) -> str:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("ascii")
     except ValueError:
         return ""
+
+
+def _patch_result(
+    src: Source, mode: str, count: int, before: tuple[str, str], after: tuple[str, str], *, dry_run: bool
+) -> ApplyPatchResult:
+    """What an edit of `src` answers, from the (hash, text) it had `before` to the one it has `after`."""
+    return ApplyPatchResult(
+        unit_id=src.unit_id,
+        source_id=src.source_id,
+        mode=mode,  # type: ignore[arg-type]
+        dry_run=dry_run,
+        changed=after[1] != before[1],
+        replacements=count,
+        hash_before=before[0],
+        hash=after[0],
+        diff=clip(unified_diff(before[1], after[1], src.source_id), RESULT_BYTES // 2),
+    )

@@ -1,19 +1,8 @@
 """MCP over this process's stdin/stdout on asyncio pipes, for clients that launch the server.
 
-The SDK's `stdio_server()` reads and writes through `anyio.wrap_file`: every line read and every reply written
-is a trip to a worker thread, about a third of a small call's time here (bench/RESULTS.md), and each message also
-passes a reader or writer task. When stdin and stdout are pipes or sockets (how MCP clients launch servers) the
-server reads and writes asyncio pipes itself, in the task that asks: a line is parsed with the SDK's own message
-adapter when the server reads it, and a reply is written by the task that sends it. Anything else (a regular file,
-a tty) gets the SDK's own transport.
-
-Like the SDK, it claims the standard descriptors while serving: fd 0 reads the null device and fd 1 writes to
-stderr, so unit code that prints or reads stdin cannot corrupt the wire. Both are restored on exit.
-
-On either path, the end of stdin reaches the server only once every request read has been answered (or
-`DRAIN_SECONDS` passed): the SDK cancels the requests still running when its input ends, so a client that
-writes its requests and closes stdin (`python -m unit_mcp.server --stdio < requests.jsonl`) lost answers. A request
-that waits for the client's own answer (a person's yes asked by elicitation) cannot get it then: it is cancelled.
+On pipes or sockets it reads and writes itself instead of through the SDK's worker-thread transport (anything
+else gets the SDK's). While serving, fd 0 reads the null device and fd 1 writes to stderr so unit code cannot
+corrupt the wire, and the end of stdin reaches the server only once every request read has been answered.
 """
 
 from __future__ import annotations

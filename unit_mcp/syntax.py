@@ -1,12 +1,8 @@
 """Proving that an edited Python source compiles by compiling only the top-level statements the edit touched.
 
-A dry run must refuse exactly what the real edit would, and a full `compile()` of a 20 KB source is most of its
-cost. When the source before the edit is known to compile, the edit lies between two top-level statement starts
-and those lines compile on their own, the whole edited source compiles too: Python's tokenizer is in its initial
-state at the start of a top-level statement, the grammar reads a module as one statement after another, and the
-only checks that span statements (module-level `global`/`nonlocal`, `from __future__`, an encoding declaration)
-are sent to the full compile. Anything else the shortcut cannot prove (including every rejection, whose message
-must be the full compile's) is also left to the full compile.
+When the source before compiles and the edited lines compile on their own between two top-level statement
+starts, the whole source compiles too. Whatever the shortcut cannot prove, every rejection included, is left to
+the full `compile()`, so a dry run refuses exactly what the real edit would.
 """
 
 from __future__ import annotations

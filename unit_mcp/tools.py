@@ -608,11 +608,11 @@ class UnitTools:
             elif self.confirmations is not None and (spec.always_confirm or self.confirmations.needed(risk, caller)):
                 diff = await self._dry_run(spec, args, caller)
                 summary = f"{params.name} (risk {risk}) from client {caller.name or '(unnamed)'}: {target or 'no unit'}"
+                question = self.confirmations.question(caller, params.name, risk, summary, diff, **where)
                 if _asks_between_rounds(ctx):
-                    question = await self.confirmations.park(caller, params.name, risk, summary, diff, **where)
+                    await self.confirmations.park(question)
                     return _input_required(self.confirmations.message(question), question.token)
-                elicit, gone = _elicitor(ctx), client_gone.get()
-                await self.confirmations.ask(caller, params.name, risk, summary, diff, elicit, gone=gone, **where)
+                await self.confirmations.ask(question, _elicitor(ctx), gone=client_gone.get())
             if isinstance(args, RunTestsArgs):
                 result = await self._with_progress(ctx, call, f"test_{args.test_name} of unit {args.unit_id}")
             elif isinstance(args, TestStatusArgs) and args.wait_s > 0:

@@ -1,24 +1,8 @@
 """A warm test host: a process started ahead of the test runs, with the test host's code imported, that forks one
 child per `unit_run_tests` call.
 
-A cold run pays for a new interpreter and for importing `unit_mcp` before the test starts; the fork costs a
-millisecond. The warm process never opens a loader or imports a unit: each child builds its own headless `Host`
-(`unit_mcp.testhost`), which imports the unit's current source from its loader, so an edit made a moment before
-is what the test sees. The child calls `setsid` (its own process group, like a cold run), takes the run's
-environment and folder, writes to the pipes of the caller, and is killed by the caller (`proctree.kill_tree`) at
-the timeout, on cancellation or when it ends.
-
-The warm process is a child subreaper: a test process that dies leaving detached descendants (setsid, double fork)
-hands them to it, and it kills them (`proctree.reap_strays`) before it reports that child's exit. A child whose
-caller is gone (its reply socket closed before the child ended) is killed too.
-
-Protocol, over a SOCK_SEQPACKET socket pair (one message per datagram, file descriptors passed with SCM_RIGHTS):
-the caller sends a JSON request `{"argv": [...], "cwd": ..., "env": {...}}` with three descriptors (the child's
-stdout and stderr pipes and one end of a reply socket pair); the warm process answers on the reply socket with
-`{"pid": N}` once forked and `{"exit": code}` once the child has ended (a code as `Popen.returncode` gives it).
-The child is reaped only when the caller closes its reply socket: until then its pid cannot be reused, so the
-caller's kill of the child's process group and stray descendants can never hit an unrelated process.
-The warm process exits when the caller's end of the control socket closes (the caller closed it or died).
+Each child builds its own headless `Host` from the loader, so it sees the latest edit; strays a dead child left
+are killed, and a child is reaped only once its caller closes the reply socket (no reused pid is ever hit).
 """
 
 from __future__ import annotations
@@ -37,7 +21,12 @@ MAX_REQUEST = 1 << 16
 
 
 def serve(control: socket.socket) -> None:
-    """The warm process's loop: fork a child per request, report its pid and, once reaped, its exit code."""
+    """The warm process's loop: fork a child per request, report its pid and, once reaped, its exit code.
+
+    Over a SOCK_SEQPACKET pair (one message per datagram, descriptors passed with SCM_RIGHTS) the caller sends
+    `{"argv": [...], "cwd": ..., "env": {...}}` with the child's stdout and stderr pipes and one end of a reply
+    socket pair; the answers on the reply socket are `{"pid": N}` once forked and `{"exit": code}` once the child
+    has ended. The loop ends when the caller's end of the control socket closes."""
     from . import testhost  # imported once, here, so that each child starts with it loaded
 
     selector = selectors.DefaultSelector()

@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
+import mcp_types as types
 import pytest
+from mcp import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
 from support.recording import TestTool, recording_server
 
 from unit_mcp import Host, UnitService
@@ -32,6 +37,7 @@ from unit_mcp.agent import (
     AgentRegistry,
     AgentRunner,
     AgentToolSurface,
+    ApprovedEndpoint,
     McpToolSource,
     SessionStore,
 )
@@ -142,6 +148,28 @@ async def unit_server(tmp_path: Path) -> AsyncIterator[UnitServer]:
             recording_server(unit_tools, TEST_TOOLS, record), config_root=tmp_path / "unit-opencode"
         ) as bridge:
             yield UnitServer(bridge, units, calls, on_call)
+
+
+@asynccontextmanager
+async def endpoint_client(
+    endpoint: ApprovedEndpoint, mode: str = "auto", *, tools_changed: anyio.Event | None = None
+) -> AsyncIterator[Client]:
+    """An MCP client of the approval-filtered endpoint over streamable HTTP, with its bearer token; `tools_changed`
+    is set when the endpoint says its tool list changed."""
+
+    async def on_message(message: IncomingMessage) -> None:
+        if tools_changed is not None and isinstance(message, types.ToolListChangedNotification):
+            tools_changed.set()
+
+    assert endpoint.url is not None
+    headers = {"Authorization": f"Bearer {endpoint.token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=60)) as http,
+        Client(
+            streamable_http_client(endpoint.url, http_client=http), mode=mode, message_handler=on_message
+        ) as connected,
+    ):
+        yield connected
 
 
 @asynccontextmanager

@@ -12,10 +12,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import httpx2
-import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.client.session import IncomingMessage
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -33,7 +31,7 @@ from unit_mcp.agent import (
 from unit_mcp.agent.errors import EndpointError
 from unit_mcp.tools import ERROR_META_KEY
 
-from .conftest import UnitServer, reload, running
+from .conftest import UnitServer, endpoint_client, reload, running
 
 pytestmark = pytest.mark.anyio
 INITIALIZE = {
@@ -43,17 +41,6 @@ INITIALIZE = {
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-
-@asynccontextmanager
-async def client(endpoint: ApprovedEndpoint, mode: str = "auto", **options: Any) -> AsyncIterator[Client]:
-    assert endpoint.url is not None
-    headers = {"Authorization": f"Bearer {endpoint.token}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=60)) as http,
-        Client(streamable_http_client(endpoint.url, http_client=http), mode=mode, **options) as connected,
-    ):
-        yield connected
 
 
 async def names(connected: Client) -> list[str]:
@@ -149,7 +136,7 @@ async def test_the_users_own_opencode_config_is_never_written(tmp_path: Path, mo
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_only_approved_tools_are_listed_and_callable(unit_server: UnitServer, tmp_path: Path, mode: str) -> None:
-    async with approved(unit_server, tmp_path) as endpoint, client(endpoint, mode) as connected:
+    async with approved(unit_server, tmp_path) as endpoint, endpoint_client(endpoint, mode) as connected:
         listed = (await connected.list_tools()).tools
         assert sorted(tool.name for tool in listed) == NORMAL
         assert all(tool.meta == {"unit_mcp/risk": "normal"} for tool in listed)
@@ -161,7 +148,10 @@ async def test_only_approved_tools_are_listed_and_callable(unit_server: UnitServ
 
 
 async def test_endpoint_grants_widen_what_is_listed_and_callable(unit_server: UnitServer, tmp_path: Path) -> None:
-    async with approved(unit_server, tmp_path, grants=["filesystem-read"]) as endpoint, client(endpoint) as connected:
+    async with (
+        approved(unit_server, tmp_path, grants=["filesystem-read"]) as endpoint,
+        endpoint_client(endpoint) as connected,
+    ):
         assert "unit_read_source" in await names(connected)
         read = await connected.call_tool("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})
         assert not read.is_error and read.structured_content is not None
@@ -180,14 +170,10 @@ async def test_legacy_sse_clients_are_served_too(unit_server: UnitServer, tmp_pa
 async def test_policy_changes_reach_connected_clients_of_both_eras(unit_server: UnitServer, tmp_path: Path) -> None:
     notified = anyio.Event()
 
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            notified.set()
-
     async with (
         approved(unit_server, tmp_path) as endpoint,
-        client(endpoint, "legacy", message_handler=on_message) as legacy,
-        client(endpoint, "auto") as modern,
+        endpoint_client(endpoint, "legacy", tools_changed=notified) as legacy,
+        endpoint_client(endpoint, "auto") as modern,
     ):
         assert await names(legacy) == NORMAL
         async with modern.listen(tools_list_changed=True) as subscription:
@@ -279,7 +265,7 @@ async def test_a_failed_tool_call_keeps_the_servers_error_meta_through_the_endpo
         Client(streamable_http_client(unit_server.url, http_client=http)) as direct,
     ):
         through_bridge = await direct.call_tool("unit_inspect", arguments)
-    async with approved(unit_server, tmp_path) as endpoint, client(endpoint) as connected:
+    async with approved(unit_server, tmp_path) as endpoint, endpoint_client(endpoint) as connected:
         through_endpoint = await connected.call_tool("unit_inspect", arguments)
     assert through_bridge.is_error and through_endpoint.is_error
     error = (through_bridge.meta or {}).get(ERROR_META_KEY)

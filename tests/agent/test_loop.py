@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -15,6 +18,7 @@ from unit_mcp.agent import (
     AgentToolSurface,
     FunctionAgent,
     Hooks,
+    LocalTool,
     ModelRequest,
     ModelResponse,
     TurnContext,
@@ -32,6 +36,20 @@ pytestmark = pytest.mark.anyio
 
 def user_texts(request: ModelRequest) -> list[str]:
     return [m["content"] for m in request.messages if m["role"] == "user"]
+
+
+def parent_and_helper(
+    tmp_path: Path, parent: Callable[..., Any], helper: Callable[..., Any], *tools: LocalTool
+) -> AbstractAsyncContextManager[AgentRunner]:
+    """A runner with the agents "parent" and "helper" (these functions as their models) and `tools`."""
+    surface = AgentToolSurface(AgentApprovals())
+    for tool in tools:
+        surface.add_local(tool)
+    agents = {
+        "parent": lambda deps: FunctionAgent(parent, id="parent"),
+        "helper": lambda deps: FunctionAgent(helper, id="helper"),
+    }
+    return running(tmp_path, agents, surface=surface)
 
 
 async def settle(runner: AgentRunner, session_id: str, turns: int) -> Session:
@@ -258,13 +276,7 @@ async def test_delegation_runs_another_agent_in_a_linked_child_session(tmp_path:
     def helper(request: ModelRequest, ctx: TurnContext) -> str:
         return f"4 units ({user_texts(request)[-1]})"
 
-    surface = AgentToolSurface(AgentApprovals())
-    surface.add_local(delegation_tool("helper"))
-    agents = {
-        "parent": lambda deps: FunctionAgent(parent, id="parent"),
-        "helper": lambda deps: FunctionAgent(helper, id="helper"),
-    }
-    async with running(tmp_path, agents, surface=surface) as runner:
+    async with parent_and_helper(tmp_path, parent, helper, delegation_tool("helper")) as runner:
         session = await runner.create_session("parent")
         handle = await (await runner.run_turn(session.id, "how many units?")).wait(5)
         assert handle.result == "helper said: 4 units (count the units)"
@@ -287,13 +299,7 @@ async def test_a_reusing_delegation_tool_continues_the_same_child_session(tmp_pa
     def helper(request: ModelRequest, ctx: TurnContext) -> str:
         return " then ".join(user_texts(request))  # everything this child session was asked so far
 
-    surface = AgentToolSurface(AgentApprovals())
-    surface.add_local(delegation_tool("helper", reuse=True))
-    agents = {
-        "parent": lambda deps: FunctionAgent(parent, id="parent"),
-        "helper": lambda deps: FunctionAgent(helper, id="helper"),
-    }
-    async with running(tmp_path, agents, surface=surface) as runner:
+    async with parent_and_helper(tmp_path, parent, helper, delegation_tool("helper", reuse=True)) as runner:
         session = await runner.create_session("parent")
         first = await (await runner.run_turn(session.id, "count")).wait(5)
         second = await (await runner.run_turn(session.id, "double it")).wait(5)
@@ -322,11 +328,7 @@ async def test_an_agent_resolves_another_through_ctx_agents_and_names_the_child_
     def helper(request: ModelRequest, ctx: TurnContext) -> str:
         return f"{ctx.session_id} heard {len(user_texts(request))}"
 
-    agents = {
-        "parent": lambda deps: FunctionAgent(parent, id="parent"),
-        "helper": lambda deps: FunctionAgent(helper, id="helper"),
-    }
-    async with running(tmp_path, agents) as runner:
+    async with parent_and_helper(tmp_path, parent, helper) as runner:
         session = await runner.create_session("parent")
         stranger = await runner.create_session("helper")  # a helper session, but not this parent's child
         for child in ("ses-named-child", "ses-named-child", stranger.id):
@@ -348,13 +350,7 @@ async def test_cancelling_the_parent_cancels_the_delegated_turn(tmp_path: Path) 
     def parent(request: ModelRequest, ctx: TurnContext) -> ModelResponse:
         return ModelResponse.calling(("delegate_to_helper", {"task": "slow work"}))
 
-    surface = AgentToolSurface(AgentApprovals())
-    surface.add_local(delegation_tool("helper"))
-    agents = {
-        "parent": lambda deps: FunctionAgent(parent, id="parent"),
-        "helper": lambda deps: FunctionAgent(helper, id="helper"),
-    }
-    async with running(tmp_path, agents, surface=surface) as runner:
+    async with parent_and_helper(tmp_path, parent, helper, delegation_tool("helper")) as runner:
         session = await runner.create_session("parent")
         handle = await runner.run_turn(session.id, "go")
         with anyio.fail_after(5):

@@ -9,17 +9,14 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from unit_mcp.agent import AgentApprovals, AgentRunner, AgentToolSurface, ApprovedEndpoint, OpenAIAgent, TurnStatus
 from unit_mcp.agent._projections import display_messages
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.testing import Match, ScriptedModel, Step, call, say, tool_call
 
-from .conftest import NONCE, UnitServer, reload, running
+from .conftest import NONCE, UnitServer, endpoint_client, reload, running
 
 pytestmark = pytest.mark.anyio
 
@@ -110,20 +107,15 @@ async def test_approval_boundary(tmp_path: Path, unit_server: UnitServer) -> Non
         say("wipe_units is not available to me.", when=Match(last_contains="approval_denied")),
     ]
     async with online(tmp_path, unit_server, steps, approvals) as (runner, model, surface):
-        async with ApprovedEndpoint(surface, config_root=tmp_path / "agent-opencode") as endpoint:
-            assert endpoint.url is not None
-            headers = {"Authorization": f"Bearer {endpoint.token}"}
-            async with (
-                httpx2.AsyncClient(headers=headers, timeout=10) as http,
-                Client(streamable_http_client(endpoint.url, http_client=http), mode="legacy") as client,
-            ):
-                listed = {
-                    tool.name: (tool.meta or {}).get("unit_mcp/risk") for tool in (await client.list_tools()).tools
-                }
-                assert "wipe_units" not in listed and "unit_reload" not in listed and "unit_apply_patch" not in listed
-                assert set(listed.values()) == {"normal"} and "echo_token" in listed
-                refused = await client.call_tool("wipe_units", {})
-                assert refused.is_error
+        async with (
+            ApprovedEndpoint(surface, config_root=tmp_path / "agent-opencode") as endpoint,
+            endpoint_client(endpoint, "legacy") as client,
+        ):
+            listed = {tool.name: (tool.meta or {}).get("unit_mcp/risk") for tool in (await client.list_tools()).tools}
+            assert "wipe_units" not in listed and "unit_reload" not in listed and "unit_apply_patch" not in listed
+            assert set(listed.values()) == {"normal"} and "echo_token" in listed
+            refused = await client.call_tool("wipe_units", {})
+            assert refused.is_error
 
         session = await runner.create_session("unit-agent")
         handle = await (await runner.run_turn(session.id, "Call wipe_units now.")).wait(20)

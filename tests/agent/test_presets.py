@@ -10,12 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
-import mcp_types as types
 import pytest
-from mcp import Client
-from mcp.client.session import IncomingMessage
-from mcp.client.streamable_http import streamable_http_client
 
 from unit_mcp.agent import (
     AgentApprovals,
@@ -33,7 +28,7 @@ from unit_mcp.agent.opencode import OpenCodeView
 from unit_mcp.agent.presets import Preset, PresetError, PresetManager, load_presets
 from unit_mcp.agent.prompts import format_presets
 
-from .conftest import UnitServer, reload, running
+from .conftest import UnitServer, endpoint_client, reload, running
 
 pytestmark = pytest.mark.anyio
 CONTROL = ["preset_activate", "preset_deactivate"]
@@ -178,40 +173,29 @@ async def test_a_denied_activation_changes_nothing_and_deactivation_never_asks(
 async def test_preset_changes_resync_the_approved_endpoint_over_http(unit_server: UnitServer, tmp_path: Path) -> None:
     notified = anyio.Event()
 
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            notified.set()
-
     async with (
         surface_on(unit_server, AgentApprovals({"filesystem-read": "auto"})) as surface,
         ApprovedEndpoint(surface, config_root=tmp_path / "oc") as endpoint,
+        endpoint_client(endpoint, "legacy", tools_changed=notified) as legacy,
     ):
-        assert endpoint.url is not None
-        headers = {"Authorization": f"Bearer {endpoint.token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=10) as http,
-            Client(
-                streamable_http_client(endpoint.url, http_client=http), mode="legacy", message_handler=on_message
-            ) as legacy,
-        ):
-            listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
-            assert listed == sorted([*CONTROL, "unit_inspect", "unit_list"])
-            surface.presets.activate("edit")
-            with anyio.fail_after(5):
-                await notified.wait()
-            listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
-            # edit's readers are approved by the policy; its writer only for dry runs (filesystem-read), not writes
-            assert listed == sorted(
-                [*CONTROL, "unit_apply_patch", "unit_inspect", "unit_list", "unit_read_log", "unit_read_source"]
-            )
-            patch = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello", "new": "Hi"}
-            written = await legacy.call_tool("unit_apply_patch", patch)
-            assert written.is_error and "[approval_denied] unit_apply_patch (risk: shell)" in str(written.content)
-            previewed = await legacy.call_tool("unit_apply_patch", {**patch, "dry_run": True})
-            assert not previewed.is_error and previewed.structured_content["dry_run"] is True  # type: ignore[index]
-            over_http = await legacy.call_tool("preset_activate", {"name": "shell"})
-            assert over_http.is_error  # no one can approve a shell preset for this endpoint
-            assert not surface.presets.is_active("shell")
+        listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
+        assert listed == sorted([*CONTROL, "unit_inspect", "unit_list"])
+        surface.presets.activate("edit")
+        with anyio.fail_after(5):
+            await notified.wait()
+        listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
+        # edit's readers are approved by the policy; its writer only for dry runs (filesystem-read), not writes
+        assert listed == sorted(
+            [*CONTROL, "unit_apply_patch", "unit_inspect", "unit_list", "unit_read_log", "unit_read_source"]
+        )
+        patch = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello", "new": "Hi"}
+        written = await legacy.call_tool("unit_apply_patch", patch)
+        assert written.is_error and "[approval_denied] unit_apply_patch (risk: shell)" in str(written.content)
+        previewed = await legacy.call_tool("unit_apply_patch", {**patch, "dry_run": True})
+        assert not previewed.is_error and previewed.structured_content["dry_run"] is True  # type: ignore[index]
+        over_http = await legacy.call_tool("preset_activate", {"name": "shell"})
+        assert over_http.is_error  # no one can approve a shell preset for this endpoint
+        assert not surface.presets.is_active("shell")
 
 
 async def test_prompts_and_the_turn_context_show_the_presets(unit_server: UnitServer, tmp_path: Path) -> None:
@@ -321,24 +305,13 @@ async def test_presets_follow_the_application_context(unit_server: UnitServer, t
 
     notified = anyio.Event()
 
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            notified.set()
-
     async with (
         unit_server.source() as source,
         ApprovedEndpoint(surface, config_root=tmp_path / "oc") as endpoint,
         running(tmp_path, {"f": lambda deps: FunctionAgent(model, id="f")}, surface=surface) as runner,
     ):
         surface.add_source(source)
-        assert endpoint.url is not None
-        headers = {"Authorization": f"Bearer {endpoint.token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=10) as http,
-            Client(
-                streamable_http_client(endpoint.url, http_client=http), mode="legacy", message_handler=on_message
-            ) as legacy,
-        ):
+        async with endpoint_client(endpoint, "legacy", tools_changed=notified) as legacy:
             listed = sorted(t.name for t in (await legacy.list_tools(cache_mode="refresh")).tools)
             assert listed == sorted([*CONTROL, "unit_list"])
             idle = await runner.create_session("f", title="idle")

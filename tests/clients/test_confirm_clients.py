@@ -13,10 +13,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support.confirm_page import answer_on_page
+from support.confirm_page import answer_on_page, logged_changes
 from support.server_process import ServerProcess
 
-from unit_mcp.changelog import SqliteChangeLog
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .conftest import REPO, SERVER, client_env
@@ -24,29 +23,42 @@ from .conftest import REPO, SERVER, client_env
 pytestmark = pytest.mark.anyio
 DISMISSED = "was not answered through the client (the client dismissed the question without a choice"
 PATCH = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Hello", "new": "Howdy"}
+SCRIPT = [
+    call(tool_call(f"mcp__{SERVER}__unit_apply_patch", PATCH), when=Match(has_tools=True)),
+    say("Done.", when=Match(last_role="tool")),
+]
+
+
+def confirming_server(tmp_path: Path) -> tuple[Path, Path, ServerProcess]:
+    """A server asking before every shell call, on a copy of the example units: the units, its data dir, itself."""
+    units, data = tmp_path / "units", tmp_path / "data"
+    shutil.copytree(REPO / "unit_mcp" / "examples" / "units", units, ignore=shutil.ignore_patterns("__pycache__"))
+    args = ["--no-watch", "--confirm", "shell", "--units", str(units), "--data-dir", str(data)]
+    return units, data, ServerProcess(*args, tmp=tmp_path)
+
+
+def headless_claude(
+    claude: Path, printed: dict[str, str], model: ScriptedModel, home: Path, *options: str
+) -> tuple[list[str], dict[str, str]]:
+    """`claude -p` from the printed CLAUDE_CMD on the scripted model, with `options`: its argv and environment."""
+    command = shlex.split(printed["CLAUDE_CMD"])
+    env = client_env(
+        home, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="scripted-key", MCP_CONNECTION_NONBLOCKING="0"
+    )
+    argv = [str(claude), *command[1:], *options, "--output-format", "stream-json", "--verbose"]
+    return [*argv, "--no-session-persistence", "--model", "claude-scripted"], env
 
 
 @pytest.mark.parametrize("approve", [True, False])
 async def test_claude_code_writes_only_after_a_yes_on_the_page(
     tmp_path: Path, client_binaries: dict[str, Path], approve: bool
 ) -> None:
-    units = tmp_path / "units"
-    shutil.copytree(REPO / "unit_mcp" / "examples" / "units", units, ignore=shutil.ignore_patterns("__pycache__"))
-    data = tmp_path / "data"
-    args = ["--no-watch", "--confirm", "shell", "--units", str(units), "--data-dir", str(data)]
-    server = ServerProcess(*args, tmp=tmp_path)
-    patch = f"mcp__{SERVER}__unit_apply_patch"
-    script = [call(tool_call(patch, PATCH), when=Match(has_tools=True)), say("Done.", when=Match(last_role="tool"))]
+    units, data, server = confirming_server(tmp_path)
     try:
         printed = server.ready(last="UNITS_UI_URL")
-        with ScriptedModel(script) as model:
-            command = shlex.split(printed["CLAUDE_CMD"])
+        with ScriptedModel(SCRIPT) as model:
             home = tmp_path / "home"
-            env = client_env(
-                home, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="scripted-key", MCP_CONNECTION_NONBLOCKING="0"
-            )
-            argv = [str(client_binaries["claude"]), *command[1:], "-p", "Greet with Howdy.", "--output-format"]
-            argv += ["stream-json", "--verbose", "--no-session-persistence", "--model", "claude-scripted"]
+            argv, env = headless_claude(client_binaries["claude"], printed, model, home, "-p", "Greet with Howdy.")
             with anyio.fail_after(180):
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(lambda: anyio.run_process(argv, env=env, cwd=home, check=False))
@@ -66,11 +78,7 @@ async def test_claude_code_writes_only_after_a_yes_on_the_page(
     else:
         assert result["content"].startswith("[declined] "), result
     assert ("Howdy" in (units / "greeter.py").read_text()) is approve
-    changes = SqliteChangeLog(data / "changes.db", private=True)
-    try:
-        outcomes = [c.outcome for c in reversed(changes.changes())]
-    finally:
-        changes.close()
+    outcomes = [c.outcome for c in logged_changes(data)]
     assert outcomes == (["asked", "approved", "applied"] if approve else ["asked", "declined"])
 
 
@@ -91,36 +99,19 @@ async def test_claude_code_answers_through_its_elicitation_hook(
     tmp_path: Path, client_binaries: dict[str, Path], approve: bool
 ) -> None:
     """The hook stands for the person: it gets the question (with the diff) and gives the answer it is told."""
-    units = tmp_path / "units"
-    shutil.copytree(REPO / "unit_mcp" / "examples" / "units", units, ignore=shutil.ignore_patterns("__pycache__"))
-    data, person = tmp_path / "data", tmp_path / "person"
+    units, data, server = confirming_server(tmp_path)
+    person = tmp_path / "person"
     person.mkdir()
     (person / "hook.py").write_text(HOOK)
     hook = {"type": "command", "command": f"{shlex.quote(sys.executable)} {person / 'hook.py'} {person}"}
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({"hooks": {"Elicitation": [{"matcher": SERVER, "hooks": [hook]}]}}))
-    server = ServerProcess(
-        "--no-watch", "--confirm", "shell", "--units", str(units), "--data-dir", str(data), tmp=tmp_path
-    )
-    patch = f"mcp__{SERVER}__unit_apply_patch"
-    script = [call(tool_call(patch, PATCH), when=Match(has_tools=True)), say("Done.", when=Match(last_role="tool"))]
     try:
         printed = server.ready(last="UNITS_UI_URL")
-        with ScriptedModel(script) as model:
-            command = shlex.split(printed["CLAUDE_CMD"])
+        with ScriptedModel(SCRIPT) as model:
             home = tmp_path / "home"
-            env = client_env(
-                home, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="scripted-key", MCP_CONNECTION_NONBLOCKING="0"
-            )
-            argv = [str(client_binaries["claude"]), *command[1:], "--settings", str(settings), "-p", "Greet."]
-            argv += [
-                "--output-format",
-                "stream-json",
-                "--verbose",
-                "--no-session-persistence",
-                "--model",
-                "claude-scripted",
-            ]
+            claude = client_binaries["claude"]
+            argv, env = headless_claude(claude, printed, model, home, "--settings", str(settings), "-p", "Greet.")
             with anyio.fail_after(180):
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(lambda: anyio.run_process(argv, env=env, cwd=home, check=False))

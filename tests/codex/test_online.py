@@ -11,10 +11,8 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from agent.conftest import endpoint_client
 from support.item_kinds import item_kinds
 
 from unit_mcp.agent import AgentApprovals, ApprovedEndpoint, TurnStatus
@@ -136,12 +134,7 @@ async def test_approval_boundary(tmp_path: Path, codex_binary: Path) -> None:
         codex_stack(tmp_path, codex_binary, steps, approvals=approvals) as stack,
         ApprovedEndpoint(stack.surface, server_name=SERVER, config_root=tmp_path / "endpoint") as endpoint,
     ):
-        assert endpoint.url is not None
-        headers = {"Authorization": f"Bearer {endpoint.token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=10) as http,
-            Client(streamable_http_client(endpoint.url, http_client=http), mode="legacy") as client,
-        ):
+        async with endpoint_client(endpoint, "legacy") as client:
             listed = {tool.name: (tool.meta or {}).get("unit_mcp/risk") for tool in (await client.list_tools()).tools}
             assert set(listed.values()) == {"normal"} and "echo_token" in listed
             assert not {"wipe_units", "unit_reload", "unit_apply_patch", "unit_read_source"} & set(listed)

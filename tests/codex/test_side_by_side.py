@@ -9,6 +9,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from opencode.opencode_stack import MODEL as OPENCODE_MODEL
+from opencode.opencode_stack import scripted_provider
 
 from unit_mcp.agent import OpenAIAgent, TurnStatus
 from unit_mcp.agent.items import MessageItem, ToolCallItem
@@ -18,24 +20,6 @@ from unit_mcp.testing import Match, call, say, tool_call
 from .codex_stack import AGENT_ID, MODEL, SERVER, TURN_TIMEOUT, codex_stack, reload
 
 pytestmark = pytest.mark.anyio
-
-OPENCODE_MODEL = "scripted/m"
-
-
-def opencode_provider(base_url: str) -> dict[str, object]:
-    """OpenCode config adding only the scripted model as its provider (no permissions, no MCP servers)."""
-    return {
-        "provider": {
-            "scripted": {
-                "npm": "@ai-sdk/openai-compatible",
-                "name": "Scripted",
-                "options": {"baseURL": base_url, "apiKey": "unused"},
-                "models": {"m": {"name": "m", "tool_call": True}},
-            }
-        },
-        "model": OPENCODE_MODEL,
-        "small_model": OPENCODE_MODEL,
-    }
 
 
 @pytest.mark.slow  # an OpenCode node takes ~5 s to start and ~5 s for its first turn here
@@ -62,7 +46,7 @@ async def test_openai_opencode_and_codex_agents_in_one_runner(
         endpoint = await node.enter_async_context(
             opencode_endpoint(stack.surface, server_name=SERVER, config_root=root.config_home)
         )
-        root.add_config(opencode_provider(stack.model.base_url))
+        root.add_config(scripted_provider(stack.model.base_url))
         process = await node.enter_async_context(NodeProcess(binary=opencode_binary, root=root))
         client = await node.enter_async_context(process.client())
         stack.runner.registry.register(

@@ -11,7 +11,6 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -259,16 +258,8 @@ def inside_and_plain(ground: Ground, source_id: str) -> bool:
     return True
 
 
-@pytest.fixture
-def server_process(tmp_path: Path) -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        process.kill()
-
-
 def test_hypothesis_source_ids_through_the_tools(
-    tmp_path: Path, units_root: Path, server_process: list[ServerProcess], figures: Report
+    tmp_path: Path, units_root: Path, server_processes: list[ServerProcess], figures: Report
 ) -> None:
     """A sync property test: `python -m unit_mcp.server` in a child process, driven by a raw JSON-RPC client.
 
@@ -281,7 +272,7 @@ def test_hypothesis_source_ids_through_the_tools(
     process = ServerProcess(
         "--units", str(units_root), "--data-dir", str(tmp_path / "data"), "--no-watch", tmp=tmp_path
     )
-    server_process.append(process)
+    server_processes.append(process)
     printed = process.ready()
     with RawMcp(printed["MCP_URL"], printed["MCP_TOKEN"]) as client:
         before = {key: value for key, value in ground.tree().items() if not key.startswith(f"units/{ground.unit}/")}

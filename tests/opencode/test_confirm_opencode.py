@@ -10,11 +10,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support.confirm_page import answer_on_page
+from support.confirm_page import answer_on_page, logged_changes
 from support.server_process import ServerProcess
 
 from unit_mcp.agent.opencode import IsolatedRoot, opencode_tool_name
-from unit_mcp.changelog import SqliteChangeLog
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .opencode_stack import EXAMPLE_UNITS, MODEL, scripted_provider, title_step
@@ -64,9 +63,5 @@ async def test_opencode_writes_only_after_a_yes_on_the_page(
     assert ("Howdy" in (units / "greeter.py").read_text()) is approve
     output = uses[0]["state"].get("output") or uses[0]["state"].get("error") or ""
     assert ("[declined]" in output) is not approve, uses[0]
-    changes = SqliteChangeLog(data / "changes.db", private=True)
-    try:
-        outcomes = [c.outcome for c in reversed(changes.changes())]
-    finally:
-        changes.close()
+    outcomes = [c.outcome for c in logged_changes(data)]
     assert outcomes == (["asked", "approved", "applied"] if approve else ["asked", "declined"])

@@ -10,10 +10,8 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from agent.conftest import endpoint_client
 from support.item_kinds import item_kinds
 
 from unit_mcp.agent import AgentApprovals, TurnStatus
@@ -97,12 +95,7 @@ async def test_approval_boundary(tmp_path: Path, opencode_binary: Path) -> None:
     ]
     async with agent_stack(tmp_path, opencode_binary, steps, approvals=AgentApprovals()) as stack:
         endpoint = stack.node.endpoint
-        assert endpoint.url is not None
-        headers = {"Authorization": f"Bearer {endpoint.token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=10) as http,
-            Client(streamable_http_client(endpoint.url, http_client=http), mode="legacy") as client,
-        ):
+        async with endpoint_client(endpoint, "legacy") as client:
             listed = {tool.name: (tool.meta or {}).get("unit_mcp/risk") for tool in (await client.list_tools()).tools}
         assert {"wipe_units", "unit_apply_patch", "unit_run_tests", "unit_reload", "unit_read_source"}.isdisjoint(
             listed

@@ -4,11 +4,13 @@ for a call that waits for a yes, and answers it, as the page's own buttons do.""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import anyio
 import httpx
 
+from unit_mcp.changelog import Change, SqliteChangeLog
 from unit_mcp.webpage.auth import SESSION_HEADER
 
 QUESTION = re.compile(r'<li class="request question".*?</li>', re.S)
@@ -34,3 +36,12 @@ async def answer_on_page(login_url: str, approve: bool) -> str:
         answered = await page.post(action.group(1) + ("approve" if approve else "deny"), headers={"Origin": origin})
         assert answered.status_code in (200, 303), answered.text
         return shown
+
+
+def logged_changes(data: Path) -> list[Change]:
+    """The change log the server kept in its data dir `data`, oldest first: what the answer let through."""
+    changes = SqliteChangeLog(data / "changes.db", private=True)
+    try:
+        return list(reversed(changes.changes()))
+    finally:
+        changes.close()

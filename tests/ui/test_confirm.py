@@ -359,14 +359,17 @@ def test_the_confirm_options() -> None:
 
 async def test_without_a_page_a_client_that_cannot_ask_is_declined_at_once() -> None:
     confirmations = Confirmations(["shell"])  # --stdio: no page
+    reload_question = confirmations.question(
+        Caller("c", None, None), "unit_reload", "shell", "unit_reload of greeter", None
+    )
     with pytest.raises(Declined, match="nobody can be asked"):
-        await confirmations.ask(Caller("c", None, None), "unit_reload", "shell", "unit_reload of greeter", None, None)
+        await confirmations.ask(reload_question, None)
 
     async def cannot(message: str) -> bool:
         raise RuntimeError("no back-channel")
 
     with pytest.raises(Declined, match="nobody"):
-        await confirmations.ask(Caller("c", None, None), "unit_reload", "shell", "unit_reload of greeter", None, cannot)
+        await confirmations.ask(reload_question, cannot)
     assert confirmations.questions() == []
 
 

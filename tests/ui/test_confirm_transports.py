@@ -20,8 +20,7 @@ import pytest
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
-
-from unit_mcp.changelog import SqliteChangeLog
+from support.confirm_page import logged_changes
 
 from .conftest import page_client
 from .test_confirm import EXAMPLE_UNITS, PATCH, WAIT, Served, answering, refusal, served, waiting, withdrawn
@@ -111,12 +110,7 @@ async def stdio_server(tmp_path: Path) -> AsyncIterator[tuple[Path, list[str]]]:
 
 
 def logged(data: Path) -> list[tuple[str, str | None]]:
-    changes = SqliteChangeLog(data / "changes.db", private=True)
-    try:
-        found = changes.changes(limit=50)
-    finally:
-        changes.close()
-    return [(c.outcome, c.error_code) for c in reversed(found) if c.outcome != "applied"]
+    return [(c.outcome, c.error_code) for c in logged_changes(data) if c.outcome != "applied"]
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -8,8 +8,9 @@ browsing sessions from the command line does not pay for the MCP SDK or the Open
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AgentRunner": "_runner",
@@ -90,10 +91,4 @@ if TYPE_CHECKING:
     from .turns import TurnHandle, TurnStatus
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

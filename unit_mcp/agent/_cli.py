@@ -1,30 +1,8 @@
 """`unit-mcp agent` (or `python -m unit_mcp.agent`): run one turn against a unit server, browse stored sessions,
 and answer an approval that a turn was waiting for when its process ended.
 
-    MCP_TOKEN=… unit-mcp agent run --mcp-url URL --base-url URL --model M "add a reset button"
-    MCP_TOKEN=… unit-mcp agent run --agents agents.toml --agent reviewer ... "review the counter unit"
-    unit-mcp agent sessions list [--limit N] [--after CURSOR]
-    unit-mcp agent --sessions postgresql://USER@HOST:PORT/DB sessions list   # a shared store
-    unit-mcp agent sessions show SESSION_ID
-    unit-mcp agent sessions pending SESSION_ID
-    unit-mcp agent sessions delete|archive SESSION_ID     (sessions audit lists what was removed)
-    unit-mcp agent sessions import DIR        # the journals of the old file store
-    unit-mcp agent answer SESSION_ID REQUEST_ID approve --mcp-url URL ... --model M
-    unit-mcp agent ui [--port P] --mcp-url URL ... --model M
-    unit-mcp agent worker [--executor-id ID] [--takeover] --mcp-url URL ... --model M   (durable turns)
-    unit-mcp agent run --workers ... "add a reset button"     (the turn runs on a worker)
-
-`run` streams the reply to stdout and each tool call and result to stderr, and asks on the terminal
-before a tool whose risk needs approval (without a terminal such a call is denied; `--allow RISK` grants
-a risk up front). Ctrl-C cancels the turn cleanly. If the process ends while it asks (the terminal was
-closed), `sessions pending` lists the question and `answer` resumes the turn: an approved call runs then,
-and the model goes on (`answer` takes the same model and server options as `run`). Defaults come from
-OPENAI_BASE_URL, OPENAI_API_KEY, MCP_URL and MCP_TOKEN (the names the unit server prints; UNIT_MCP_URL and
-UNIT_MCP_TOKEN are read too), UNIT_MCP_AGENT_DATA and UNIT_MCP_AGENT_SESSIONS. Secrets never go on the
-command line (other users read it): the token and the key come from those variables or from
-`--mcp-token-file`/`--api-key-file`. A failure a
-person can fix (a server that does not answer, a refused token or key, a session that does not exist) ends with
-one line saying what happened and what to do; `--debug` shows the traceback too.
+Secrets come from the environment or `--mcp-token-file`/`--api-key-file`, never the command line; a failure a
+person can fix ends with one line (`--debug` for the traceback). Usage and defaults: docs/agent.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Durable turns (`unit-mcp[durable]`): a step-loop turn is a DBOS workflow, so it survives the death of its worker.
 
-Each model request and each tool call is a DBOS step: a completed step never runs again, one its worker died in
-runs again (tools must be replay-safe). A risky call's approval is a durable receive in the workflow: it waits
-through any number of dead workers until `AgentRunner.answer_approval` sends the answer (`DurableClient`). The
-workflow writes the turn's items in a deterministic order, so a recovered turn takes the items it finds in the
-session store in that order instead of writing them again: every item once. The session store stays the journal;
-DBOS's system database (SQLite in the data folder by default, PostgreSQL across machines) holds execution state.
-
-A worker recovers, at launch, the pending turns of its executor id; with `takeover` it also recovers those of a
-dead worker (`_Beats`: its process gone, or no beat from another host for `DEAD_AFTER` seconds). Turns reach
-workers on the `TURNS` queue (`DurableClient.submit`) or by `DurableWorker.submit`. A durable turn runs its tools
-one at a time, without streaming, steering, compaction or the step hooks (the request and tool hooks run). An
-OpenCode turn's steps are its node session, its prompt and the reply read back: a resumed one re-attaches (`_opencode`).
-A Codex turn cannot be resumed: a worker that takes one over ends it `interrupted` (`_codex`).
+Each model request and tool call is a DBOS step (tools must be replay-safe) and an approval is a durable receive;
+a recovered turn takes the items it finds in the session store instead of writing them again: every item once.
+OpenCode turns re-attach to their node session, Codex turns end `interrupted`. Workers, takeover and what a
+durable turn leaves out: docs/durable.md.
 """
 
 from __future__ import annotations

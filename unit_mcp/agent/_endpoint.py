@@ -1,14 +1,8 @@
 """ApprovedEndpoint: a loopback MCP server exposing only the tools the approval policy allows right now.
 
-Provider-side tool callers (OpenCode, Codex) never see the unit server directly: they get this endpoint,
-which lists `AgentToolSurface.mcp_tool_defs()` (risk-filtered, with the risk in each tool's `_meta`), checks
-the policy again on every call, and tells connected clients `tools/list_changed` when the policy or an
-upstream tool list changes (a notification for handshake-era clients, a `subscriptions/listen` event for
-2026-era ones). It is served like the unit bridge, by the same `McpHttpServer` (loopback only, `Host`/`Origin`
-guard, a per-run bearer token, the same bounds on what one client can hold), and writes an isolated
-`<config_root>/opencode/opencode.json` that denies every native OpenCode tool and enables only this server.
-Which tools it offers, and how a call is admitted, is its `view`: by default `ApprovedTools` (what the policy
-and the grants allow outright); OpenCode's and Codex's views also offer the tools a user may approve per call.
+Provider-side tool callers (OpenCode, Codex) never see the unit server: they get this endpoint, which lists the
+surface's risk-filtered tools (its `view`), checks the policy again on every call, and tells connected clients
+when the list changes. It is served by the bridge's `McpHttpServer` and writes an isolated `opencode.json`.
 """
 
 from __future__ import annotations

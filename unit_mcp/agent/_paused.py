@@ -1,14 +1,8 @@
 """Approvals that outlive their turn: which requests still wait for an answer, and what a resumed turn runs.
 
-A turn that asks for approval records `approval-requested` (with the model's tool call id) before it waits.
-If the process ends meanwhile, loading the session closes that call with the synthetic `[interrupted]` result
-and marks the turn interrupted; the request stays unanswered in the session. `AgentRunner.answer_approval`
-records the answer (`approval-decided`) and, once every such request of that turn is answered, starts a turn
-that resumes it (`LoopAgent.resume`): an approved call runs then, a denied one is answered with the denial,
-the result takes the synthetic one's place, and the model goes on from there.
-
-It fails closed: nothing runs without an answer, a request whose turn was cancelled or that has no tool call
-to resume is not pending, and every answer is in the session.
+A turn whose process ended while it asked is marked interrupted, its call closed with a synthetic result; once
+every request of that turn is answered (`AgentRunner.answer_approval`), a new turn resumes it. It fails closed:
+nothing runs without an answer, and every answer is in the session.
 """
 
 from __future__ import annotations

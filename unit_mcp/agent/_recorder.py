@@ -1,12 +1,8 @@
 """TurnRecorder: how every agent writes what happens in its turn into the session, in one place.
 
-The step-loop agents, Codex and OpenCode use it alike. A tool call is opened once, as it starts, with the
-risk the surface knows for it (so a turn cancelled mid-call has the call on disk and the turn closes it with
-a synthetic result), and closed once, its result linked to the call; a repeated report of the same call (a
-provider's stream, then its read-back) is ignored. Streamed assistant text is one partial message per
-provider message, held in memory (`on_partial` per delta) and made final in place; text nothing confirmed
-is labelled (`interrupted` after a cancel, `unconfirmed` otherwise) so it is never taken for an answer.
-`drive` is the one choreography of a turn run by an external process (Codex, OpenCode).
+A tool call is opened once as it starts and closed once with its result; streamed text is one partial message
+made final in place, and text nothing confirmed is labelled so it is never taken for an answer. `drive` is the
+one choreography of a turn run by an external process (Codex, OpenCode).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Agents from a file: `[[agent]]` tables (TOML) or a JSON list, registered with a runner's `AgentRegistry`.
 
-    [[agent]]
-    id = "reviewer"
-    provider = "openai"            # openai (any OpenAI-compatible endpoint), codex or opencode
-    model = "gpt-4.1"
-    base_url = "http://127.0.0.1:8000/v1"    # default: the command line's --base-url
-    api_key_env = "REVIEWER_KEY"   # the variable holding its key (a key never sits in the file)
-    system_prompt = "You review units; you never edit them."
-    presets = ["reading"]          # capability presets (of --presets) a new session of it starts with
-
-Each agent is its own model's choice (`model` at `base_url`, an OpenAI-compatible endpoint for openai and opencode,
-a Responses one for codex); `start_agents` registers and builds them all at once, so a broken entry (a binary
-that is missing, say) fails at start in one line, and `ctx.agents` sees every one of them. An opencode agent
-gets its own isolated `opencode serve` node and approval-filtered endpoint over the runner's tool surface, both
-stopped with the given exit stack; its key reaches the node only through its environment.
+Each entry names its provider (openai, codex or opencode), model and endpoint; a key is named by its variable,
+never written in the file. `start_agents` builds them all at once, so a broken entry fails at start in one line.
+The file format: docs/agent.md.
 """
 
 from __future__ import annotations

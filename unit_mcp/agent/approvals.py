@@ -73,6 +73,10 @@ class ApprovalDecision(BaseModel):
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision | bool] | ApprovalDecision | bool]
 
 
+def _denied(request: ApprovalRequest, by: DecidedBy, reason: str) -> ApprovalDecision:
+    return ApprovalDecision(request_id=request.id, risk=request.risk, approved=False, decided_by=by, reason=reason)
+
+
 class AgentApprovals:
     """The risk policy, the attached approver and the listeners that resync what tools are visible."""
 
@@ -128,25 +132,15 @@ class AgentApprovals:
             )
         approver = self.approver
         if approver is None:
-            return ApprovalDecision(
-                request_id=request.id,
-                risk=request.risk,
-                approved=False,
-                decided_by="no-approver",
-                reason=f"{normalise_risk(request.risk)} needs approval and no approver is attached",
+            return _denied(
+                request, "no-approver", f"{normalise_risk(request.risk)} needs approval and no approver is attached"
             )
         try:
             answer = approver(request)
             outcome = await answer if inspect.isawaitable(answer) else answer
         except Exception as exc:
             log.warning("approver failed for %s; denying", request.id, exc_info=True)
-            return ApprovalDecision(
-                request_id=request.id,
-                risk=request.risk,
-                approved=False,
-                decided_by="approver-failed",
-                reason=f"the approver failed ({type(exc).__name__}: {exc}); denied",
-            )
+            return _denied(request, "approver-failed", f"the approver failed ({type(exc).__name__}: {exc}); denied")
         if isinstance(outcome, ApprovalDecision):
             return outcome.model_copy(update={"request_id": request.id, "risk": request.risk})
         return ApprovalDecision(request_id=request.id, risk=request.risk, approved=outcome is True)

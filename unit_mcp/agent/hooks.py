@@ -1,12 +1,8 @@
 """Hook points of the step loop and the shapes they see.
 
-Each point is a list run in order (a waterfall where a hook may replace the value): before each model
-request; on each step's result before it is recorded (`step_result`, may replace the model's answer); after
-each step; before each tool call (may rewrite the arguments or refuse the call); around each tool's execution
-(`execute_tool`, the reference's `tools/execute`: may run the tool or not, and replace its result or its error,
-seeing how long it took); the decision whether the turn continues; and compaction (`compact`, a shorter
-history once the agent's `compact_at` size is passed). A hook that raises ends the turn with a `HookError`
-naming the point and the hook; the runner itself is never affected.
+Each point is a list run in order, where a hook may replace the value: before a request, on a step's result,
+after a step, before and around each tool call, whether to continue, and compaction. A hook that raises ends
+the turn with a `HookError` naming the point and the hook; the runner itself is never affected.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Capability presets: named bundles of tools an agent is offered only while the bundle is active.
 
-A preset names tools (exact names or shell-style patterns such as `unit_read_*`) from any source of the tool
-surface, MCP or local; its risk is the highest risk among the tools it resolves to right now. With a
-`PresetManager` attached, `AgentToolSurface` offers only the tools of active presets (still filtered by the
-approval policy) plus two control tools: `preset_activate` (its risk is the preset's, so activating a preset
-above `normal` is an ordinary approval request, durable and answerable later) and `preset_deactivate`
-(always `normal`). Every change tells the surface's listeners, so each approval-filtered endpoint resyncs
-(`tools/list_changed`); a change made in a turn is recorded in its session as a `preset-activated` or
-`preset-deactivated` event item.
-
-The active set belongs to the manager (one per surface, like the reference's app-wide preset manager);
-with `state_path` it survives the process. A preset declared for `contexts` is offered only while the
-application's context (`set_context`, `AgentRunner.set_context`) is one of them: context narrows what is
-offered, it never activates a preset by itself. Presets come from Python or a TOML / JSON file (`load_presets`).
+A preset names tools (exact or `unit_read_*` patterns) and its risk is the highest of theirs, so activating one
+through `preset_activate` is an ordinary approval request. Every change resyncs the endpoints and is recorded in
+the session; a preset's `contexts` narrow what is offered, never activate it. Files and options: docs/agent.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
-"""SessionStore: agent sessions in one database per store, read through this module only: the runner, the approval
-page and the CLI ask it, none of them knows the tables. A folder holds a SQLite database (`<root>/sessions.db`,
-WAL); a `postgresql://USER@HOST:PORT/DB` address a schema `unit_mcp_sessions` in that database, which runners and
-pages on several machines share (`_sessiondb.py`: the two databases, the same tables and SQL).
+"""SessionStore: agent sessions in one SQLite or PostgreSQL database, read and written through this module only.
 
-Every append, item update and session update is one transaction that excludes other writers, so a killed process
-loses at most the write it had not acknowledged and never leaves a torn store. Durability maps onto SQLite's
-`PRAGMA synchronous` and PostgreSQL's `synchronous_commit`: `"always"` (FULL / on: every acknowledged write
-survives a power loss), `"flush"` (NORMAL / off: a power loss may lose writes since the last `flush()`, which
-commits synchronously; a crash of the writing process loses nothing acknowledged), `"never"` (OFF / off).
-Streaming partial updates (`persist=False`) stay in memory until a persisted update or `flush()`.
-
-One writer per session: a writable store claims a session when it loads it (a row in `writers` with its host,
-pid, a heartbeat and a token) and every write checks the claim, so a second writer is refused with
-`SessionLocked`. A claim is dead when its process is gone (same host) or its heartbeat is stale; no `/proc`.
-Loading repairs what a dead turn left (`_paused.repair`: the one function; the writer stores its result),
-readers only read. `read_only=True` gives a store that never claims, repairs or writes.
-
-`retire` deletes a session or moves it to the archive store (`archive/`; on PostgreSQL the schema
-`unit_mcp_sessions_archive`), refused while a turn runs in it and recorded in
-the store's audit (`audit()`).
-
-A store-wide counter (`clock`) numbers every write: `changes(session_id, after)` returns what changed since a
-number (the approval page follows sessions with it) and `version()` changes whenever anything a page shows may.
-
-All methods are blocking and thread-safe; async callers run them in a worker thread.
+Every write is one transaction that excludes other writers, with the durability the store was opened with; one
+writer claims a session at a time (`SessionLocked` for a second), and loading repairs what a dead turn left.
+All methods are blocking and thread-safe. Durability, sharing and retiring: docs/sessions.md.
 """
 
 from __future__ import annotations

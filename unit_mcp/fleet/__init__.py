@@ -9,8 +9,9 @@ instructions. Names load lazily, so `python -m unit_mcp.fleet` can name a missin
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     "Fleet": "nodes",
@@ -29,8 +30,4 @@ if TYPE_CHECKING:
     from .server import INSTRUCTIONS, TOOLS, FleetTools
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,11 +1,8 @@
 """`unit-mcp fleet` (or `python -m unit_mcp.fleet`): serve the fleet tools over stdio, or on the loopback bridge
 until SIGINT/SIGTERM.
 
-Over HTTP it prints, like the unit server, `MCP_URL=`, `MCP_SSE_URL=`, `MCP_TOKEN=`, the
-`OPENCODE_XDG_CONFIG_HOME=` of the deny-all config for a master OpenCode (the fleet its only MCP server),
-`OPENCODE_CMD=`, the launcher that starts that master isolated from every other OpenCode config source
-(`opencode_isolation`), and last the bare `XDG_CONFIG_HOME=… opencode` line. Node passwords come from the
-environment or a 0600 file, never from the command line (other users read it).
+Over HTTP it prints the same lines as the unit server plus the isolated master OpenCode's launcher (docs/fleet.md).
+Node passwords come from the environment or a 0600 file, never from the command line.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import anyio
 
 from ..bridge import Bridge, BridgeError, serve_until_stopped
 from ..commandline import CommandParser, print_error
-from ..loopback import is_loopback
 from ..opencode_isolation import write_launcher
 from ..paths import UnsafeSecret
 from ..secret_options import add_secret_option, secret_value
@@ -48,14 +44,7 @@ def command_parser(prog: str = PROG) -> CommandParser:
     )
     parser.add_argument("--username", help="basic-auth user of the nodes (default: $FLEET_USERNAME or opencode)")
     add_secret_option(parser, "--password", env=("FLEET_PASSWORD",), what="shared basic-auth password of the nodes")
-    parser.add_argument("--stdio", action="store_true", help="speak MCP on stdin/stdout instead of HTTP")
-    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port to bind (default: 0, a free port)")
-    parser.add_argument(
-        "--server-name",
-        default="opencode-fleet",
-        help="its name in the OpenCode config (default: %(default)s)",
-    )
+    parser.add_serving_options(server_name="opencode-fleet", stdio_help="speak MCP on stdin/stdout instead of HTTP")
     parser.add_argument(
         "--timeout", type=float, default=30.0, help="seconds for each request to a node (default: %(default)g)"
     )
@@ -66,8 +55,7 @@ def command_parser(prog: str = PROG) -> CommandParser:
 def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> tuple[argparse.Namespace, list[NodeSpec]]:
     parser = command_parser(prog)
     args = parser.parse_args(argv)
-    if not is_loopback(args.host):
-        parser.error(f"--host {args.host} is not a loopback address; the fleet serves on loopback only")
+    parser.check_serving_options(args)
     try:
         password = secret_value(args.password_file, "--password", ("FLEET_PASSWORD",))
         specs = node_specs(args.node, username=args.username, password=password)

@@ -1,14 +1,8 @@
 """The fleet: named OpenCode nodes a master agent dispatches work to, over the existing node client.
 
-Each node gets one `OpenCodeClient` (one shared `/event` stream with its status cache, idle waiters and
-reconnect) and one working session, created lazily on the first message and reused after; a session the node
-no longer knows is replaced (the client's 404 rebuild). Sending is fire-and-forget: the prompt goes out with
-`prompt_async` and the call returns the session id at once; the master polls the status and reads the messages
-when the node is idle. The status of a session this fleet dispatched comes from the event stream's cache (no
-request); any other session's (busy before the fleet connected, or after a restart) is asked of the node, and
-an id the node does not know is refused, never guessed idle. Health with
-capabilities reads the node's merged runtime config (`GET /config`) and its MCP servers' state: no session is
-created, so the working session is never touched.
+Each node has one `OpenCodeClient` and one working session, made on first use. Sending is fire-and-forget
+(the master polls status and reads messages); the status of a session this fleet did not dispatch is asked of
+the node, and an id it does not know is refused, never guessed idle. Health never touches the working session.
 """
 
 from __future__ import annotations
@@ -24,6 +18,7 @@ import anyio
 from pydantic import BaseModel, Field
 
 from ..agent.opencode import NodeUnavailable, OpenCodeClient, OpenCodeError, UnknownOpenCodeSession, tool_part
+from ..resource import StackedResource
 
 DEFAULT_USERNAME = "opencode"
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -304,7 +299,7 @@ def simplify(message: Mapping[str, Any], limit: int) -> Message:
     )
 
 
-class Fleet:
+class Fleet(StackedResource):
     """Enter it (`async with Fleet(specs) as fleet`) to open each node's client and event stream."""
 
     def __init__(self, specs: Sequence[NodeSpec], *, timeout: float = 30.0, text_limit: int = 4000) -> None:
@@ -312,24 +307,11 @@ class Fleet:
         self.timeout = timeout
         self.text_limit = text_limit
         self._nodes: dict[str, FleetNode] = {}
-        self._stack: AsyncExitStack | None = None
 
-    async def __aenter__(self) -> Fleet:
-        stack = AsyncExitStack()
-        try:
-            for spec in self.specs:
-                client = OpenCodeClient(spec.url, username=spec.username, password=spec.password, timeout=self.timeout)
-                self._nodes[spec.name] = FleetNode(spec, await stack.enter_async_context(client))
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
+    async def _open(self, stack: AsyncExitStack) -> None:
+        for spec in self.specs:
+            client = OpenCodeClient(spec.url, username=spec.username, password=spec.password, timeout=self.timeout)
+            self._nodes[spec.name] = FleetNode(spec, await stack.enter_async_context(client))
 
     def node(self, name: str) -> FleetNode:
         node = self._nodes.get(name)

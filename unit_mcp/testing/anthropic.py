@@ -1,12 +1,7 @@
 """The Anthropic Messages face of the scripted model (`POST /v1/messages`, what Claude Code speaks).
 
-A Messages request is first seen as a chat-completions body (the server's `chat_view`), like a Responses one: `system`
-becomes a system message, text blocks user or assistant messages, `tool_use` blocks an assistant message's
-`tool_calls`, and `tool_result` blocks `tool` messages (after the user's text of the same turn, so a turn that
-returns results ends with them) carrying `is_error`. So one script, its matches and its templates answer
-Claude Code too. The answer goes out as a Messages object, or as the SSE events a streaming client expects:
-`message_start`, per content block `content_block_start`, its deltas (`text_delta`, `input_json_delta`) and
-`content_block_stop`, then `message_delta` with the stop reason and `message_stop`.
+A request is read as a chat-completions body (`chat_view`), so one script, its matches and templates answer
+Claude Code too; the answer goes out as a Messages object or its SSE events.
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .script import Mark
+from .script import Mark, Reply
 
 
 def _text(content: Any) -> str:
@@ -75,14 +70,10 @@ def offered(body: Mapping[str, Any]) -> list[str]:
 
 
 @dataclass
-class MessageAnswer:
+class MessageAnswer(Reply):
     """One scripted answer in Messages terms."""
 
     message_id: str
-    model: str
-    text: str
-    calls: list[dict[str, Any]]
-    usage: Mapping[str, int]
 
     @property
     def stop_reason(self) -> str:

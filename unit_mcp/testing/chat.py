@@ -8,19 +8,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .script import Mark
+from .script import Mark, Reply
 
 
 @dataclass
-class CompletionAnswer:
+class CompletionAnswer(Reply):
     """One scripted answer in chat-completions terms."""
 
     completion_id: str
     created: int
-    model: str
-    text: str
-    calls: list[dict[str, Any]]
-    usage: dict[str, int]
     stream_usage: bool
     """Whether a stream ends with a usage chunk (`stream_options.include_usage`)."""
 

@@ -1,13 +1,8 @@
-"""The Gemini face of the scripted model (`POST /v1beta/models/MODEL:streamGenerateContent?alt=sse` and
-`:generateContent`, what Gemini CLI speaks; `:countTokens` is answered with an estimate).
+"""The Gemini face of the scripted model (`:streamGenerateContent` and `:generateContent`, what Gemini CLI speaks;
+`:countTokens` is answered with an estimate).
 
-A request is first seen as a chat-completions body (the server's `chat_view`): `systemInstruction` becomes a system
-message, `user` and `model` contents user and assistant messages, `functionCall` parts an assistant message's
-`tool_calls` and `functionResponse` parts `tool` messages whose text is the result's `output` (or, for a
-refusal, its `error`, flagged `is_error`), unwrapped from Gemini CLI's `<untrusted_context>` tags. Calls
-without an id are matched to their responses by name. So one script answers Gemini CLI too. The answer goes
-out as `GenerateContentResponse` objects: text parts in chunks, then the function calls with
-`finishReason: "STOP"` and the usage.
+A request is read as a chat-completions body (`chat_view`), calls without an id matched to their responses by
+name, so one script answers Gemini CLI too; the answer goes out as `GenerateContentResponse` objects.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .script import Mark
+from .script import Mark, Reply
 
 _UNTRUSTED = re.compile(r"\A<untrusted_context>\n?(.*?)\n?</untrusted_context>\Z", re.DOTALL)
 
@@ -98,13 +93,8 @@ def model_of(path: str) -> str:
 
 
 @dataclass
-class ContentAnswer:
+class ContentAnswer(Reply):
     """One scripted answer in Gemini terms."""
-
-    model: str
-    text: str
-    calls: list[dict[str, Any]]
-    usage: Mapping[str, int]
 
     def _usage(self) -> dict[str, int]:
         prompt, completion = self.usage["prompt_tokens"], self.usage["completion_tokens"]

@@ -1,12 +1,7 @@
 """The Responses API face of the scripted model (`POST /v1/responses`, what Codex speaks).
 
-A Responses request is first seen as a chat-completions body (the server's `chat_view`): `instructions` and `input`
-become chat messages, function calls become an assistant message's `tool_calls`, their outputs `tool`
-messages, and tools offered inside a `namespace` (how Codex groups an MCP server's tools) are listed by
-their bare names. So one script, its matches and its templates answer chat-completions, OpenCode and Codex
-clients alike. The answer goes out as Responses objects: a JSON response, or the SSE events a streaming
-client expects (`response.created`, per output item `response.output_item.added`, deltas and
-`response.output_item.done`, then `response.completed` with the usage).
+A request is read as a chat-completions body (`chat_view`; tools in a `namespace` by their bare names), so one
+script answers Codex too; the answer goes out as a Responses object or its SSE events.
 """
 
 from __future__ import annotations
@@ -17,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .script import Mark, ScriptedToolCall
+from .script import Mark, Reply, ScriptedToolCall
 
 _CODEX_FRAMING = re.compile(r"\AWall time: [0-9.]+ seconds\nOutput:\n?")
 
@@ -94,15 +89,11 @@ def namespace_of(call: ScriptedToolCall, body: Mapping[str, Any]) -> str | None:
 
 
 @dataclass
-class ResponseAnswer:
-    """One scripted answer in Responses terms: its id, model, text, tool calls and usage."""
+class ResponseAnswer(Reply):
+    """One scripted answer in Responses terms."""
 
     response_id: str
-    model: str
     created_at: int
-    text: str
-    calls: list[dict[str, Any]]
-    usage: Mapping[str, int]
 
     def items(self) -> list[dict[str, Any]]:
         """The output items, complete: the message first (if any text), then the function calls in order."""

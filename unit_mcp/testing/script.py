@@ -1,13 +1,8 @@
 """The script a scripted model answers from: ordered steps, each optionally matching the request.
 
-For each request the model takes the first unused step whose `match` holds (a step without `match`
-matches anything), so a plain list plays back in order while matched steps can answer out of order (e.g.
-when several agents share one model). A `repeat` step is never used up (e.g. a title-generator answer).
-
-Text and tool-call arguments may use templates filled from the request: `{{last}}` (the last message's
-text), `{{user}}` (the last user message), `{{tool:NAME}}` (the latest result of tool NAME), and a dotted
-path into a JSON text (`{{last.nonce}}`, `{{tool:get_nonce.nonce}}`). A template that cannot be filled is
-an error the client sees, never a silent blank.
+Each request takes the first unused step whose `match` holds; a `repeat` step is never used up. Text and
+arguments may use templates from the request (`{{last}}`, `{{user}}`, `{{tool:NAME}}`, dotted JSON paths); one
+that cannot be filled is an error the client sees, never a silent blank.
 """
 
 from __future__ import annotations
@@ -16,6 +11,7 @@ import enum
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +27,16 @@ class Mark(enum.Enum):
     """Before a piece of text or arguments: a step's `chunk_delay` is waited here."""
     CUT = "cut"
     """Before the first final event: a step that breaks off ends the stream at the first of these."""
+
+
+@dataclass
+class Reply:
+    """A step rendered for one request, before any API's shape: the model answering, its text, tool calls, usage."""
+
+    model: str
+    text: str
+    calls: list[dict[str, Any]]
+    usage: Mapping[str, int]
 
 
 class ScriptError(Exception):

@@ -1,16 +1,8 @@
 """ScriptedModel: an OpenAI-compatible model server on loopback that answers from a script.
 
-`POST /v1/chat/completions` answers with a JSON completion, or with SSE chunks when the request says
-`stream: true` (text in deltas, tool calls by index, a finish reason, a usage chunk when
-`stream_options.include_usage` is set, then `[DONE]`). The same script is answered in the Responses API
-(`POST /v1/responses`, see `responses.py`; what Codex speaks), the Anthropic Messages API (`POST
-/v1/messages`, see `anthropic.py`; Claude Code) and the Gemini API (`POST
-/v1beta/models/MODEL:streamGenerateContent`, see `gemini.py`; Gemini CLI). Every request is logged with the step
-that answered it and whether the client went away mid-stream, in memory (`requests`), over HTTP
-(`GET /_scripted/requests`) and, if asked, as JSON Lines in a file. `POST /_scripted/steps` appends steps.
-
-Use it as `async with ScriptedModel(steps) as model:` inside an event loop, or `with ScriptedModel(steps)`
-from synchronous code (it then serves from a thread of its own).
+It answers chat completions (JSON or SSE chunks) and, from the same script, the Responses, Anthropic and Gemini
+APIs; every request is logged with the step that answered it. Use it as `async with ScriptedModel(steps)` in an
+event loop, or `with ScriptedModel(steps)` from synchronous code (it serves from a thread of its own).
 """
 
 from __future__ import annotations
@@ -141,15 +133,17 @@ def _in_api(
     record: RecordedRequest, model: str, text: str, calls: list[dict[str, str]], usage: dict[str, int]
 ) -> Answer:
     """A rendered step in the API of the request it answers."""
-    created, n = int(record.received_at), record.index
+    created, n, reply = int(record.received_at), record.index, (model, text, calls, usage)
     if record.api == "responses":
-        return responses.ResponseAnswer(f"resp_scripted_{n}", model, created, text, calls, usage)
+        return responses.ResponseAnswer(*reply, response_id=f"resp_scripted_{n}", created_at=created)
     if record.api == "anthropic":
-        return anthropic.MessageAnswer(f"msg_scripted_{n}", model, text, calls, usage)
+        return anthropic.MessageAnswer(*reply, message_id=f"msg_scripted_{n}")
     if record.api == "gemini":
-        return gemini.ContentAnswer(model, text, calls, usage)
+        return gemini.ContentAnswer(*reply)
     stream_usage = bool((record.body.get("stream_options") or {}).get("include_usage"))
-    return chat.CompletionAnswer(f"chatcmpl-scripted-{n}", created, model, text, calls, usage, stream_usage)
+    return chat.CompletionAnswer(
+        *reply, completion_id=f"chatcmpl-scripted-{n}", created=created, stream_usage=stream_usage
+    )
 
 
 def _api_key(request: Request) -> str | None:

@@ -1,22 +1,17 @@
 """UnitsUI: the unit server's page over a `UnitService`, a Starlette app the bridge mounts at /units.
 
-    ui = UnitsUI(service)                                   # no port: the bridge puts its own Host/Origin guard
-    bridge = Bridge(tools.server(), pages={"/units": ui.app})
-    print(ui.login_url(f"{bridge.base_url}/units"))         # a new link on each call; each works once
-
-Writes made here (roll back, revert, checkpoint) go through the service like a tool call's, recorded in the change
-log as made by the client `PAGE_CALLER`; every one is a dry run first, shown, then confirmed.
+Writes made here (roll back, revert, checkpoint) go through the service like a tool call's, recorded as made by
+`PAGE_CALLER`; each is a dry run first, shown, then confirmed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlencode
 
 import anyio
@@ -31,9 +26,9 @@ from ..localaccess import LocalAccess
 from ..paths import validate_unit_id
 from ..service import UnitService, call_as
 from ..webpage import (
-    SESSION_SECONDS,
     DiffLine,
     PageApp,
+    PageOptions,
     diff_lines,
     unified_lines,
 )
@@ -76,12 +71,9 @@ class UnitsUI(PageApp):
         service: UnitService,
         *,
         port: int | None = None,
-        host: str = "127.0.0.1",
-        on_login: Callable[[], None] | None = None,
-        session_seconds: float = SESSION_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
         confirmations: Confirmations | None = None,
         local_access: LocalAccess | None = None,
+        **options: Unpack[PageOptions],
     ) -> None:
         self.service = service
         self.confirmations = confirmations
@@ -104,10 +96,7 @@ class UnitsUI(PageApp):
             ],
             link="UNITS_UI_URL",
             port=port,
-            host=host,
-            on_login=on_login,
-            session_seconds=session_seconds,
-            clock=clock,
+            **options,
         )
 
     # -- reading ----------------------------------------------------------------------------------

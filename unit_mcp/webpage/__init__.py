@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import anyio
 import jinja2
@@ -123,6 +123,16 @@ def unified_lines(diff: str) -> list[DiffLine]:
     return rows
 
 
+class PageOptions(TypedDict, total=False):
+    """How a page is served: the `host` it is reached on (127.0.0.1 unless given), `on_login` called after each
+    login, how long an unused page session lives (`session_seconds`) and the `clock` that counts it."""
+
+    host: str
+    on_login: Callable[[], None] | None
+    session_seconds: float
+    clock: Callable[[], float]
+
+
 class PageApp:
     """A page's Starlette app behind the loopback guard (Host/Origin) and `PageAuth` (the page's credential).
 
@@ -138,12 +148,9 @@ class PageApp:
         routes: Sequence[BaseRoute],
         link: str,
         port: int | None,
-        host: str = "127.0.0.1",
-        on_login: Callable[[], None] | None = None,
-        session_seconds: float = SESSION_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[PageOptions],
     ) -> None:
-        self.on_login = on_login
+        self.on_login = options.get("on_login")
         self.closing = False  # set by close_streams: the open event streams end within a poll
         self.templates = jinja2.Environment(
             loader=jinja2.ChoiceLoader(
@@ -161,12 +168,12 @@ class PageApp:
             shell=self.shell,
             link=link,
             on_login=self._logged_in,
-            session_seconds=session_seconds,
-            clock=clock,
+            session_seconds=options.get("session_seconds", SESSION_SECONDS),
+            clock=options.get("clock", time.monotonic),
         )
         self.app: ASGIApp = self.auth
         if port is not None:
-            self.app = Guard(self.auth, security=security_settings(host, port), token=None)
+            self.app = Guard(self.auth, security=security_settings(options.get("host", "127.0.0.1"), port), token=None)
 
     def close_streams(self) -> None:
         """End the open event streams (within a poll), e.g. before the server stops; pages reconnect."""
@@ -220,6 +227,7 @@ __all__ = [
     "SESSION_SECONDS",
     "DiffLine",
     "PageApp",
+    "PageOptions",
     "diff_lines",
     "duration",
     "event_stream",

@@ -1,22 +1,8 @@
 """Who may use a page (the agent runner's, the unit server's): the page's own script, holding a session secret
 that no other server ever sees.
 
-Browsers send a 127.0.0.1 cookie to every port, so any loopback server the browser visits would receive a
-cookie credential and could replay it. The page therefore keeps no cookie. Behind the project's Host/Origin
-guard (`loopback.Guard`, as for the MCP endpoints) this middleware
-
-- spends a login token (`?token=…`, from `new_login()`) on its first GET: the answer is the page's shell carrying
-  a new per-login session secret, which the script keeps in sessionStorage (scoped to this origin, port
-  included) and takes out of the address bar; a second use is refused (410) with how to get a new link;
-- answers a request carrying a live secret in `X-Page-Session` (only the page's own script can set it: a form
-  cannot, and another origin's script would need a CORS preflight this server never allows, so the header is
-  the CSRF check too); a secret expires `session_seconds` after its last use, and every answer renews it, every
-  chunk of an event stream included;
-- answers any other GET with the shell (401, no data: the script fetches the page with its secret) and any other
-  POST with 401; static files need no secret, methods other than GET/HEAD/POST are refused (405);
-- refuses a POST whose `Origin` is not exactly this server's or that a browser says came from another site;
-- sets a strict Content-Security-Policy and no-store headers on every answer; the referrer goes to this server
-  only (never the login URL elsewhere).
+Browsers send a 127.0.0.1 cookie to every port, so the page keeps no cookie: a one-use login link gives the
+script a secret it sends in `X-Page-Session`, which is the CSRF check too (docs/ui/access.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """CodexAgent: an agent whose model and tool loop run inside the real Codex CLI (`codex exec --json`).
 
-Each turn is one Codex run in a fresh `CodexHome`: the agent writes its config (its own model, the
-approval-filtered endpoint as the only MCP server, the system prompt from the prompt utilities as
-developer instructions), hands Codex the input (after a transcript of the session's earlier turns), and
-records Codex's JSONL events as session items as they arrive. Codex calls the tools itself, over MCP,
-through the endpoint only: by default one with a `TurnView` of the runner's tool surface for this turn,
-which lists what the approval policy and the session's grants allow (plus the tools to ask about, when an
-approver is attached), checks every call again and asks the approver for those (Codex itself never asks). An
-`endpoint` given to the agent is used as it is instead (it asks nobody).
-
-The turn ends from what Codex reported: `turn.completed` finishes it with the last assistant message (its
-usage recorded), `turn.failed`, a top-level `error` or a non-zero exit fails it with Codex's own words.
-Cancelling the turn sends SIGINT (Codex stops the model stream and cancels the MCP call in flight), waits
-for the process (then kills it), records whatever Codex still completed, and the turn closes any tool call
-left open with a synthetic result. A turn past `turn_timeout` is stopped the same way and fails.
+Each turn is one Codex run in a fresh `CodexHome` whose only MCP server is the approval-filtered endpoint;
+Codex's JSONL events become session items as they arrive. The turn ends as Codex reports it; a cancel or a
+timeout interrupts Codex, records what it still completed and closes any open call with a synthetic result.
 """
 
 from __future__ import annotations

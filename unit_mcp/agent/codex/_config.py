@@ -1,15 +1,8 @@
 """The isolated `config.toml` a Codex run reads: one model, one MCP server, nothing else Codex could reach.
 
-Codex (pinned: the keys below are checked against 0.171.0, which runs with `--strict-config`) gets the
-agent's model as a custom Responses-API provider; no native shell, sub-agents, web search, image viewer,
-goals, apps, skills or plugins (what stays native: the MCP-resource readers, which see only the one
-server, and `request_user_input`, which nobody answers in `exec`); analytics and update checks off
-(offline they cost seconds per run); no retries, bounded or not (a dead model fails the turn instead of
-being retried forever); and the approval-filtered endpoint as its only MCP server: required, so an
-unreachable endpoint fails the run instead of silently running without tools, and with its tools
-approved, because the endpoint lists only what the approval policy already allows and checks each call
-again. Secrets (the model's key, the endpoint's bearer token) are never written: the config names the
-environment variables that carry them.
+No native tools, retries, analytics or update checks (the keys are checked against the pinned Codex with
+`--strict-config`); the approval-filtered endpoint is the one required MCP server. Secrets are never written:
+the config names the environment variables that carry them.
 """
 
 from __future__ import annotations

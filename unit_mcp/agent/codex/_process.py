@@ -1,11 +1,8 @@
 """CodexProcess: one `codex exec --json` run, its JSONL events read as they are printed, stopped for sure.
 
-The prompt goes in on stdin (an argument is limited to 128 KiB on Linux, a session's history is not), the
-events come out on stdout a line at a time, and stderr is drained into a bounded tail that error messages
-quote. The process runs in its own process group, so a terminal's Ctrl-C never reaches it and a kill
-reaches whatever it started. `interrupt` sends SIGINT, which Codex handles as a cancel (it stops the model
-stream and cancels an MCP tool call in flight, ~30 ms); leaving the context makes sure the process is
-gone: SIGINT, then SIGKILL to the group after `interrupt_timeout`.
+The prompt goes in on stdin (an argument is limited to 128 KiB), stderr is kept as a bounded tail for error
+messages, and the process runs in a group of its own. `interrupt` sends SIGINT (Codex's cancel); leaving the
+context makes sure it is gone: SIGINT, then SIGKILL to the group after `interrupt_timeout`.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from ...resource import StackedResource
 from .._binaries import find_binary
 from ._config import PINNED_VERSION
 from ._errors import CodexError, CodexNotInstalled
@@ -44,7 +42,7 @@ def find_codex(explicit: str | os.PathLike[str] | None = None) -> Path:
     return find_binary("codex", "CODEX_PATH", explicit, error=CodexNotInstalled, install=install)
 
 
-class CodexProcess:
+class CodexProcess(StackedResource):
     def __init__(
         self,
         binary: str | os.PathLike[str],
@@ -66,7 +64,6 @@ class CodexProcess:
         self._stderr: collections.deque[str] = collections.deque(maxlen=stderr_lines)
         self._process: anyio.abc.Process | None = None
         self._stdout: BufferedByteReceiveStream | None = None
-        self._stack: AsyncExitStack | None = None
 
     @property
     def pid(self) -> int | None:
@@ -82,7 +79,9 @@ class CodexProcess:
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> CodexProcess:
+    async def _open(self, stack: AsyncExitStack) -> None:
+        """Start the process and its pumps; leaving stops the process (shielded: this also runs when the turn is
+        cancelled), then the pumps."""
         try:
             process = await anyio.open_process(
                 self.command,
@@ -98,21 +97,12 @@ class CodexProcess:
         self._process = process
         assert process.stdout is not None
         self._stdout = BufferedByteReceiveStream(process.stdout)
-        stack = AsyncExitStack()
         stack.push_async_callback(process.aclose)
         tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(tg.cancel_scope.cancel)
         stack.push_async_callback(self._stop_shielded)
         tg.start_soon(self._feed, process)
         tg.start_soon(self._drain_stderr, process)
-        self._stack = stack
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        """Stop the process (shielded: this also runs when the turn is cancelled), then the pumps."""
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
 
     async def _stop_shielded(self) -> None:
         with anyio.CancelScope(shield=True):

@@ -1,17 +1,8 @@
-"""OpenCodeAgent: the reference's SpaceAgent, an agent whose model and tool loop run inside an OpenCode node.
+"""OpenCodeAgent: an agent whose model and tool loop run inside an OpenCode node (the reference's SpaceAgent).
 
-Per turn it assembles the system prompt from the prompt utilities (instructions, context enrichers,
-available capabilities, tool guidance), sends the user's input to the OpenCode session kept in
-`session.data["opencode_session_id"]` (validated before reuse, replaced when the node no longer knows
-it), registers `abort` as the turn's cancel hook, and waits on the node's shared event stream. OpenCode
-runs the tools itself, through the approval-filtered endpoint only; `_permissions.py` answers its questions.
-
-While the node works, `_reply.py` records what it does as it happens; when the reply is complete the agent
-reads it back from the node, which is authoritative, and records it (the final message with provider, model
-and usage). If that read fails, the turn fails and records no answer: streamed text it could not confirm
-is labelled `kind="unconfirmed"` (the calls seen running are kept: they did run). A cancelled turn aborts
-the node's session, reads back what had happened (shielded, bounded) and records it (streamed text not
-claimed is labelled "interrupted"), and the turn closes any call still open with a synthetic result.
+Per turn it sends the input to the session's OpenCode session and waits on the node's event stream; OpenCode
+runs the tools through the approval-filtered endpoint only. The reply is read back from the node, which is
+authoritative; text it could not confirm is labelled, and a cancel aborts the node's session and records the rest.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """OpenCodeClient: REST and the shared event stream of one `opencode serve` node, local or remote.
 
-Every request has a bounded timeout and maps failures onto the provider's errors: no answer is
-`NodeUnavailable`, a 404 on a session is `UnknownOpenCodeSession`, any other error status is
-`OpenCodeHTTPError` with the node's own words. The `/event` stream (see `_event_stream.py`) is opened when the
-client is entered, so it is subscribed before the first prompt, and `close()` ends it and rejects waiters.
-
-`send` is the session lifecycle the agent needs: it validates a stored session id (creating one when
-there is none or the node no longer knows it), sends the prompt, and if the node answers 404 anyway (the
-session vanished in between) replaces the session and retries once.
+Every request has a bounded timeout and fails as the provider's errors (`NodeUnavailable`,
+`UnknownOpenCodeSession`, `OpenCodeHTTPError`). The `/event` stream opens when the client is entered, before
+the first prompt; `send` replaces a session the node no longer knows and retries once.
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream
 from pydantic import BaseModel
 
+from ...resource import StackedResource
 from ._errors import NodeUnavailable, OpenCodeError, OpenCodeHTTPError, UnknownOpenCodeSession
 from ._event_stream import EventStream, NodeEvent
 
@@ -68,7 +64,7 @@ class Sent(BaseModel):
     replace_reason: str | None = None
 
 
-class OpenCodeClient:
+class OpenCodeClient(StackedResource):
     def __init__(
         self,
         base_url: str,
@@ -96,43 +92,30 @@ class OpenCodeClient:
         self.poll_interval = poll_interval
         self._http: httpx.AsyncClient | None = None
         self._events: EventStream | None = None
-        self._stack: AsyncExitStack | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> OpenCodeClient:
-        stack = AsyncExitStack()
-        try:
-            auth = httpx.BasicAuth(self.username, self.password) if self.password is not None else None
-            params = {"directory": self.directory} if self.directory else None
-            self._http = await stack.enter_async_context(
-                httpx.AsyncClient(base_url=self.base_url, auth=auth, params=params, timeout=self.timeout)
-            )
-            self._events = EventStream(
-                self._http,
-                self.session_statuses,
-                heartbeat_timeout=self.heartbeat_timeout,
-                reconnect_delay=self.reconnect_delay,
-                poll_interval=self.poll_interval,
-            )
-            tg = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(tg.cancel_scope.cancel)
-            stack.callback(self._events.close)
-            tg.start_soon(self._events.run)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    async def _open(self, stack: AsyncExitStack) -> None:
+        auth = httpx.BasicAuth(self.username, self.password) if self.password is not None else None
+        params = {"directory": self.directory} if self.directory else None
+        self._http = await stack.enter_async_context(
+            httpx.AsyncClient(base_url=self.base_url, auth=auth, params=params, timeout=self.timeout)
+        )
+        self._events = EventStream(
+            self._http,
+            self.session_statuses,
+            heartbeat_timeout=self.heartbeat_timeout,
+            reconnect_delay=self.reconnect_delay,
+            poll_interval=self.poll_interval,
+        )
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(tg.cancel_scope.cancel)
+        stack.callback(self._events.close)
+        tg.start_soon(self._events.run)
 
     async def aclose(self) -> None:
         """End the event stream, reject pending waiters, close the connections."""
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
+        await super().aclose()
         self._http = None
 
     @property

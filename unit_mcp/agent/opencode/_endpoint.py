@@ -1,15 +1,8 @@
 """OpenCode's view of the approval-filtered endpoint: the tools a user may approve one call at a time too.
 
-`ApprovedTools` offers only what the policy (and its grants) allows outright. OpenCode can also ask: a tool
-whose risk is `ask`, while an approver is attached, is offered here too, OpenCode is told to ask before each
-call (`permission_rules`, per session), and `OpenCodeAgent` answers OpenCode's `permission.asked` from
-AgentApprovals. An approved answer admits exactly one call of that tool here (`admit`); a call without an
-admission is refused, so the endpoint fails closed even if OpenCode's own rules were loosened or its answer
-was forged.
-
-`preset_activate` is always asked for: `Permissions` puts the request to the turn's approvals (a preset above
-`normal` waits for the user, on the page or the CLI) and activates it in that turn, recording it in its session;
-OpenCode's call here then only reports the preset's state, and activates nothing the policy does not allow.
+A tool whose risk is `ask` is offered while an approver is attached, OpenCode is told to ask before each call,
+and an approved answer admits exactly one call here (`admit`): a call without one is refused, so the endpoint
+fails closed even if OpenCode's rules were loosened or its answer forged.
 """
 
 from __future__ import annotations

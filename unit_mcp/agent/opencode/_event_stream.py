@@ -1,17 +1,8 @@
 """EventStream: the one persistent `GET /event` SSE stream of an OpenCode node, shared by every caller.
 
-Opened when the client is entered (before any prompt), it keeps a status cache per session (`busy`,
-`idle`, `retry`), wakes one-shot idle waiters, and fans events out to listeners. It mirrors the OpenCode
-desktop client: the node sends a `server.heartbeat` every 10 s, so a stream silent for `heartbeat_timeout`
-is treated as dead and reopened after `reconnect_delay` (backing off while the node is down). While the
-stream is down, and right after every reconnect (events may have been missed), the status of sessions that
-someone waits for is polled from `GET /session/status`, so a waiter never depends on the stream alone.
-
-An idle waiter counts only what happens after its `since` mark (the event count when the prompt was
-sent) and needs evidence that the session started working after that mark (a `busy` status or an update
-of one of its messages) before it accepts `idle`: an idle event that precedes our own message, e.g. the
-tail of an aborted turn, does not end the wait. A poll can only say "idle now", so callers confirm the
-end of a turn from the session's messages (see `OpenCodeAgent`).
+It keeps a status cache per session, wakes idle waiters and fans events out; a stream silent past
+`heartbeat_timeout` is reopened, and while it is down the statuses waited for are polled. A waiter accepts
+`idle` only after evidence that the session worked since its `since` mark.
 """
 
 from __future__ import annotations

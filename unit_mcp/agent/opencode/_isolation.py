@@ -1,14 +1,8 @@
 """IsolatedRoot: a folder that is a whole private world for one OpenCode process, and its environment.
 
-OpenCode reads and writes its config, data, cache and state under HOME and the XDG folders, uses TMPDIR
-(else `/tmp/opencode`), merges a project `opencode.json` found walking up from its working directory, and
-honours a dozen `OPENCODE_*` variables. A process run with `env()` sees none of the user's: its own HOME,
-XDG_DATA/CACHE/STATE_HOME and TMPDIR under the root, the given config root (the isolated `opencode.json` of
-an MCP endpoint) as XDG_CONFIG_HOME, an empty managed-config folder, project config, external plugins, the
-model catalogue fetch and autoupdate off, and no variable inherited from the caller except PATH and the
-locale. It runs in the config folder itself, `PWD` included: OpenCode's newer config loader ignores the
-project-config switch and loads (and runs the plugins of) every `.opencode/` folder above its working
-directory, except when that directory is the config folder.
+A process run with `env()` sees none of the user's config, data or variables: its own HOME, XDG folders and
+TMPDIR under the root, the given config root as XDG_CONFIG_HOME, and only PATH and the locale inherited. It runs
+in the config folder itself, the one place OpenCode's loader skips the project config search (docs/safety.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """NodeProcess: `opencode serve` on loopback for the runner, fully isolated, started and stopped by its id.
 
-The process runs in an `IsolatedRoot` (its own HOME, XDG folders, TMPDIR and empty working directory,
-the agent endpoint's isolated config as XDG_CONFIG_HOME), behind a per-run basic-auth password, in a
-process group of its own. `start` waits (bounded) for the "listening on" line and a healthy
-`/global/health`; a process that exits first, or never gets there, fails with its last output. `stop`
-sends SIGTERM to that group, then SIGKILL after `stop_timeout`: OpenCode's graceful shutdown waits for
-open `/event` streams, and notices a client that went away only at its next heartbeat (up to 10 s), or
-never while a client stays connected; its session store survives the kill. `restart` brings it back on the same port,
-so clients attached to it reconnect. To use a node that runs elsewhere, build an `OpenCodeClient` on its
-URL instead.
+It runs in an `IsolatedRoot`, behind a per-run basic-auth password, in a process group of its own; `start`
+waits (bounded) until it is healthy, `stop` sends SIGTERM then SIGKILL after `stop_timeout`, and `restart`
+brings it back on the same port. For a node that runs elsewhere, build an `OpenCodeClient` on its URL.
 """
 
 from __future__ import annotations

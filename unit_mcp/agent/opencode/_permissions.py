@@ -1,11 +1,7 @@
-"""Permissions: OpenCode's `permission.asked` for a OpenCodeAgent turn's session, answered from the approvals.
+"""Permissions: OpenCode's `permission.asked` for an OpenCodeAgent turn's session, answered from the approvals.
 
-The node is configured to ask before each call (`OpenCodeView.permission_rules`); the question goes to
-the turn's approvals (policy, grants, the approver), an approved call is admitted by the endpoint, and
-OpenCode gets `once` or `reject`, so an `ask` policy works in server mode instead of hanging. A question the
-event stream missed (it was down) is found by polling, so nothing waits forever. A question about
-`preset_activate` is the agent asking for a preset: the turn activates it through its approvals (and records it)
-before OpenCode is told `once`.
+The question goes to the turn's approvals, an approved call is admitted by the endpoint and OpenCode gets `once`
+or `reject`; a question the event stream missed is found by polling, so nothing waits forever.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """AgentUI: the approval and audit page of one session store, a Starlette app served on loopback.
 
-Pages: the approvals waiting across all sessions (answered through `AgentRunner.answer_approval`, so a turn
-whose process ended resumes in this one), the sessions (each can be archived or deleted: `SessionStore.retire`),
-and a session's transcript. Pages follow the store's `changes()` over server-sent events, so turns running in
-another process show up live too.
-
-    ui = AgentUI(runner, port=port)          # the port the page is served on (checked against Host)
-    app = Starlette(routes=[Mount("/agents", app=ui.app)])     # or serve `ui.app` alone (see `server.py`)
-    print(ui.login_url("http://127.0.0.1:8000/agents"))        # a new link on each call; each works once
-
-The browser holds no cookie: a login spends its link and leaves the page's script a session secret in
-sessionStorage, sent as a header on every request (see `webpage/auth.py`); a page navigation gets the shell, whose
-script fetches the page itself.
-
-Answering a turn that runs in this process needs a `PendingApprovals` approver on the runner; a turn running
-in another process is answered there.
+It shows the approvals waiting across sessions (answered through `AgentRunner.answer_approval`), the sessions
+(archive or delete) and each transcript, live over server-sent events. The browser holds no cookie: see
+`webpage/auth.py` and docs/ui/access.md.
 """
 
 from __future__ import annotations
@@ -23,11 +11,10 @@ import hashlib
 import logging
 import re
 import secrets
-import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import anyio
 from sse_starlette import ServerSentEvent
@@ -35,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ...webpage import RECONNECT, SESSION_SECONDS, PageApp, event_stream, sse
+from ...webpage import RECONNECT, PageApp, PageOptions, event_stream, sse
 from ..errors import AgentError, SessionLocked
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
@@ -72,10 +59,7 @@ class AgentUI(PageApp):
         runner: AgentRunner,
         *,
         port: int,
-        host: str = "127.0.0.1",
-        on_login: Callable[[], None] | None = None,
-        session_seconds: float = SESSION_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        **options: Unpack[PageOptions],
     ) -> None:
         self.runner = runner
         self.browse = SessionStore(runner.store.address, read_only=True)
@@ -96,10 +80,7 @@ class AgentUI(PageApp):
             ],
             link="AGENT_UI_URL",
             port=port,
-            host=host,
-            on_login=on_login,
-            session_seconds=session_seconds,
-            clock=clock,
+            **options,
         )
         self.templates.tests["session_id"] = lambda value: isinstance(value, str) and bool(SESSION_ID.fullmatch(value))
 
