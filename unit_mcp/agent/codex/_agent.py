@@ -26,7 +26,7 @@ from ..toolsurface import ToolOutput
 from ._config import CodexModel, McpServer
 from ._history import codex_prompt
 from ._home import CodexHome
-from ._jsonl_items import EventRecorder
+from ._output_items import EventRecorder
 from ._process import CodexProcess, find_codex
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from ...resource import StackedResource
 from .._binaries import find_binary
 from ._config import PINNED_VERSION
 from ._errors import CodexError, CodexNotInstalled
-from ._jsonl import CodexEvent, parse_line
+from ._output import CodexEvent, parse_line
 
 log = logging.getLogger("unit_mcp.agent.codex.process")
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .._recorder import TurnRecorder
 from ..items import EventItem, MessageItem
 from ..toolsurface import ToolOutput
-from ._jsonl import CodexEvent, CodexUsage, McpToolCall
+from ._output import CodexEvent, CodexUsage, McpToolCall
 
 if TYPE_CHECKING:
     from .._context import TurnContext
