@@ -10,7 +10,7 @@ Quick and partial runs print their figures and leave bench/ alone (--write repla
 
 The machine is shared and noisy: the two sides of every ratio are interleaved call by call in the same
 run, so drift hits both alike. Absolute times are context only. Nothing here is asserted; a figure that
-misses its goal is marked in the report; why, goes between the report's notes markers (kept when it is rewritten).
+misses its goal is marked in the report; why, goes under its "## Notes kept by hand" (kept when it is rewritten).
 """
 
 from __future__ import annotations
