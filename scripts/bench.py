@@ -1342,7 +1342,14 @@ def merged(results: dict[str, Any]) -> dict[str, Any]:
     ran = set(results["sections"])
     before["sections"].update(results["sections"])
     before["ratios"] = [r for r in before["ratios"] if r["section"] not in ran] + results["ratios"]
-    before["merged"] = f"{', '.join(sorted(ran))} from a run at {results['when']} ({results['load']})"
+    earlier = [
+        note
+        for note in before.get("merged", "").split("; ")
+        if note and not set(note.split(" from ")[0].split(", ")) <= ran
+    ]
+    before["merged"] = "; ".join(
+        [*earlier, f"{', '.join(sorted(ran))} from a run at {results['when']} ({results['load']})"]
+    )
     return before
 
 
