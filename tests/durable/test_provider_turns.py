@@ -129,11 +129,14 @@ async def test_a_turn_whose_node_died_with_its_worker_ends_interrupted_on_the_wo
     assert session.status == "idle"
 
 
+@pytest.mark.parametrize("again", ["at once", "while answering", "after the answer"])
 async def test_the_prompt_step_run_again_sends_nothing_the_node_has_already(
-    tmp_path: Path, opencode_binary: Path
+    tmp_path: Path, opencode_binary: Path, again: str
 ) -> None:
-    """A worker that died after the node took the prompt, before DBOS recorded the step, has the step run again."""
-    steps = [title_step(), say(ANSWER, when=Match(user_contains="greet"), label="the answer")]
+    """A worker that died after sending the prompt, before DBOS recorded the step, has the step run again: at once
+    (the node may not have stored the first yet: the race CI once lost), while the model answers, or after."""
+    delay = 3.0 if again == "while answering" else 0.0
+    steps = [title_step(), say(ANSWER, when=Match(user_contains="greet"), delay=delay, label="the answer")]
     root = IsolatedRoot(tmp_path / "node")
     store = SessionStore(tmp_path / "sessions")
     session = store.create(AGENT, session_id=SESSION)
@@ -153,17 +156,25 @@ async def test_the_prompt_step_run_again_sends_nothing_the_node_has_already(
         async with ScriptedModel(steps) as model:
             root.add_config(scripted_provider(model.base_url))
             async with NodeProcess(binary=opencode_binary, root=root) as node, node.client() as client:
-                agent = OpenCodeAgent(client, model=MODEL, id=AGENT, turn_timeout=120)
+                agent = OpenCodeAgent(client, model=MODEL, id=AGENT, turn_timeout=60)
                 _, sent = await agent.open_session(session)
                 await agent.prompt_once(ctx, sent, "greet me")
+                if again == "while answering":
+                    with anyio.fail_after(30):
+                        while not [request for request in model.requests if request.label == "the answer"]:
+                            await anyio.sleep(0.02)
+                elif again == "after the answer":
+                    assert (await agent.read_back(sent)).done
                 await agent.prompt_once(ctx, sent, "greet me")  # the step again, on the worker that took over
                 reply = await agent.read_back(sent)
+                await anyio.sleep(0.5)  # room for a second answer, were one coming
                 messages = await client.messages(sent.session_id)
             prompts = [request for request in model.requests if request.label == "the answer"]
     finally:
         store.close()
     assert reply.done and reply.text == ANSWER
     assert [message["info"]["role"] for message in messages] == ["user", "assistant"]
+    assert messages[0]["info"]["id"] == sent.message_id
     assert len(prompts) == 1
 
 

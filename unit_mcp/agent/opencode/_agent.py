@@ -152,12 +152,16 @@ class OpenCodeAgent:
         return stored, await self.client.open(stored, title=title, permission=permission)
 
     async def prompt_once(self, ctx: TurnContext, sent: Sent, input: str) -> None:
-        """Send the prompt, unless the node has it already (a worker died after sending it)."""
-        if (await self._read(sent)).started:
-            return
+        """Send the prompt under the message id `open_session` minted: run again (a worker died after sending it,
+        maybe before the node stored it), the node takes it once and answers it once."""
         system = await system_prompt(ctx, self.instructions)
         await self.client.prompt_async(
-            sent.session_id, input, model=self.model, agent=self.opencode_agent, system=system
+            sent.session_id,
+            input,
+            model=self.model,
+            agent=self.opencode_agent,
+            system=system,
+            message_id=sent.message_id,
         )
 
     async def read_back(self, sent: Sent) -> Reply:

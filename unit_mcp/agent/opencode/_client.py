@@ -8,8 +8,10 @@ the first prompt; `send` replaces a session the node no longer knows and retries
 from __future__ import annotations
 
 import logging
+import secrets
+import string
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any, Literal
 
 import anyio
@@ -52,13 +54,32 @@ class ModelRef(BaseModel):
         return f"{self.provider_id}/{self.model_id}"
 
 
+_ID_ALPHABET = string.digits + string.ascii_letters
+_ID_MASK = (1 << 48) - 1
+
+
+def message_id_after(previous: str | None, *, created_ms: int) -> str:
+    """A user message id minted as OpenCode mints its own (`msg_`, 12 hex digits of `ms << 12 | counter` cut to 48
+    bits, 14 random characters), on the node's clock: just after `previous` (the session's newest message), else at
+    the session's creation. A prompt sent again with the same id is taken once: the node rewrites the same message
+    and its loop answers it once (measured on the pinned binary), which makes a replayed prompt step harmless.
+    Every message of the reply, stamped later by the node, sorts after it."""
+    value = ((created_ms << 12) + 1) & _ID_MASK
+    if previous is not None:
+        with suppress(ValueError):
+            value = max(value, int(previous.removeprefix("msg_")[:12], 16) + 1)
+    random = "".join(secrets.choice(_ID_ALPHABET) for _ in range(14))
+    return f"msg_{value & _ID_MASK:012x}{random}"
+
+
 class Sent(BaseModel):
-    """A prompt the node accepted: the session it went to, the event mark to wait from, and the newest
-    message id before it (every message of the reply sorts after it)."""
+    """A prompt the node accepted: the session it went to, the event mark to wait from, the newest message id
+    before it (every message of the reply sorts after it) and the id of the prompt's own message."""
 
     session_id: str
     since: int
     after_message_id: str | None = None
+    message_id: str | None = None
     replaced: bool = False
     previous_session_id: str | None = None
     replace_reason: str | None = None
@@ -175,9 +196,11 @@ class OpenCodeClient(StackedResource):
         agent: str | None = None,
         system: str | None = None,
         tools: Mapping[str, bool] | None = None,
+        message_id: str | None = None,
     ) -> int:
         """Send a prompt without waiting for the reply; returns the event mark to wait from. The event
-        stream is subscribed first (bounded wait), and the session is marked busy at once."""
+        stream is subscribed first (bounded wait), and the session is marked busy at once. With `message_id`
+        (`message_id_after`) the same prompt sent twice is taken once."""
         events = self.events
         if not events.connected:
             await events.wait_connected(self.connect_wait)
@@ -191,6 +214,8 @@ class OpenCodeClient(StackedResource):
             body["system"] = system
         if tools is not None:
             body["tools"] = dict(tools)
+        if message_id is not None:
+            body["messageID"] = message_id
         await self._request(
             "POST", f"/session/{session_id}/prompt_async", json=body, session_id=session_id, expect=(200, 204)
         )
@@ -255,7 +280,9 @@ class OpenCodeClient(StackedResource):
             if on_session is not None:
                 on_session(opened.session_id)
             try:
-                since = await self.prompt_async(opened.session_id, text, model=model, agent=agent, system=system)
+                since = await self.prompt_async(
+                    opened.session_id, text, model=model, agent=agent, system=system, message_id=opened.message_id
+                )
             except UnknownOpenCodeSession:
                 if attempt == 2:
                     raise
@@ -274,18 +301,26 @@ class OpenCodeClient(StackedResource):
         self, session_id: str | None, *, title: str | None = None, permission: list[dict[str, str]] | None = None
     ) -> Sent:
         """The session a prompt goes to: `session_id` if the node knows it, else a new one (created with `title` and
-        `permission`), with its newest message id; nothing is sent yet (`since` 0)."""
+        `permission`), with its newest message id and the id of the prompt to come; nothing is sent yet (`since` 0)."""
         if session_id is not None:
             try:
                 newest = await self.messages(session_id, limit=1)
-                after = newest[-1]["info"]["id"] if newest else None
-                return Sent(session_id=session_id, since=0, after_message_id=after)
+                after = str(newest[-1]["info"]["id"]) if newest else None
+                created_ms = 0 if after else _created_ms(await self.get_session(session_id))
+                return Sent(
+                    session_id=session_id,
+                    since=0,
+                    after_message_id=after,
+                    message_id=message_id_after(after, created_ms=created_ms),
+                )
             except UnknownOpenCodeSession:
                 pass
-        created = str((await self.create_session(title=title, permission=permission))["id"])
+        info = await self.create_session(title=title, permission=permission)
+        created = str(info["id"])
         replaced = session_id is not None
         return Sent(
             session_id=created,
+            message_id=message_id_after(None, created_ms=_created_ms(info)),
             since=0,
             replaced=replaced,
             previous_session_id=session_id,
@@ -329,3 +364,10 @@ class OpenCodeClient(StackedResource):
                 status=response.status_code,
                 body=response.text[:1000],
             ) from exc
+
+
+def _created_ms(session: Any) -> int:
+    """A node session's creation time in ms (its `time.created`), 0 where it has none."""
+    time = session.get("time") if isinstance(session, dict) else None
+    created = time.get("created") if isinstance(time, dict) else None
+    return created if isinstance(created, int) else 0
