@@ -152,8 +152,10 @@ class OpenCodeAgent:
         return stored, await self.client.open(stored, title=title, permission=permission)
 
     async def prompt_once(self, ctx: TurnContext, sent: Sent, input: str) -> None:
-        """Send the prompt under the message id `open_session` minted: run again (a worker died after sending it,
-        maybe before the node stored it), the node takes it once and answers it once."""
+        """Send the prompt, unless the node has it already, under the message id `open_session` minted: run again
+        (a worker died after sending it, maybe before the node stored it), the node takes it once."""
+        if (await self._read(sent)).started:
+            return
         system = await system_prompt(ctx, self.instructions)
         await self.client.prompt_async(
             sent.session_id,

@@ -200,7 +200,8 @@ class OpenCodeClient(StackedResource):
     ) -> int:
         """Send a prompt without waiting for the reply; returns the event mark to wait from. The event
         stream is subscribed first (bounded wait), and the session is marked busy at once. With `message_id`
-        (`message_id_after`) the same prompt sent twice is taken once."""
+        (`message_id_after`) the same prompt sent twice is taken once, but the pinned node then misses a change of
+        its MCP tools during the reply (a preset activated mid-turn), so only a prompt that may be replayed uses it."""
         events = self.events
         if not events.connected:
             await events.wait_connected(self.connect_wait)
@@ -280,9 +281,7 @@ class OpenCodeClient(StackedResource):
             if on_session is not None:
                 on_session(opened.session_id)
             try:
-                since = await self.prompt_async(
-                    opened.session_id, text, model=model, agent=agent, system=system, message_id=opened.message_id
-                )
+                since = await self.prompt_async(opened.session_id, text, model=model, agent=agent, system=system)
             except UnknownOpenCodeSession:
                 if attempt == 2:
                     raise
