@@ -13,10 +13,10 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Protocol, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from .errors import InvalidArgument
-from .wire import validation_problems
+from .tooldecl import Refusal, validated
 
 MAX_LOG_LINES = 1000
 MAX_LOG_OFFSET = 10**9
@@ -46,20 +46,12 @@ class Operation(Protocol[R_co]):
     def __call__(self, *args: Any, **arguments: Any) -> R_co: ...
 
 
-def problems(exc: ValidationError) -> str:
-    """What a validation error found, argument by argument."""
-    return validation_problems(exc.errors())
-
-
 def checked(model: type[A], tool: str, arguments: Mapping[str, Any]) -> A:
-    """`arguments` as `model`, or an `InvalidArgument` naming each one that is wrong."""
-    try:
-        return model.model_validate(arguments)
-    except ValidationError as exc:
-        raise InvalidArgument(
-            f"Invalid arguments for {tool}: {problems(exc)}.",
-            hint="Check the argument names and types against the tool's input schema.",
-        ) from None
+    """`arguments` as `model`, or an `InvalidArgument` naming each one that is wrong, as the tools word it."""
+    args = validated(model, tool, arguments)
+    if isinstance(args, Refusal):
+        raise InvalidArgument(args.message, hint=args.hint)
+    return args
 
 
 def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:

@@ -17,7 +17,7 @@ import threading
 import time
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -30,18 +30,17 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import is_version_at_least
 from opentelemetry import trace
 from pydantic import BaseModel
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
-from pydantic_core import core_schema
 
 from ._version import __version__
-from .arguments import Args, Operation, RunTestsArgs, TestStatusArgs, checked
+from .arguments import Operation, RunTestsArgs, TestStatusArgs
 from .cancel import cancellation, client_gone
 from .changelog import Caller
 from .confirm import Confirmations, Elicit
 from .errors import Declined, InvalidArgument, UnitError
 from .paging import clip
 from .service import UnitService, call_as
-from .wire import ERROR_META_KEY, REPLAY_META_KEY, Risk, call_risk, risk_meta
+from .tooldecl import Refusal, ToolDecl
+from .wire import ERROR_META_KEY, REPLAY_META_KEY, call_risk
 from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
@@ -110,21 +109,17 @@ HISTORY_INSTRUCTIONS = """
 checked and reloaded like an edit."""
 
 
-@dataclass(frozen=True)
-class ToolSpec:
-    """One tool: its models, its service method, its risk and what its annotations promise."""
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec(ToolDecl):
+    """A unit tool: its `UnitService` method (which names its argument model and returns its result model), its
+    risk, what its annotations promise and when a person is asked."""
 
-    name: str
-    title: str
-    description: str
     handler: Operation[BaseModel]
     """The `UnitService` method the tool calls with the service and its validated argument model."""
-    risk: Risk
-    read_only: bool
-    destructive: bool
-    idempotent: bool
-    dry_run_risk: Risk | None = None
-    """The risk of a call with dry_run=true, published in `_meta` for approval policies that decide per call."""
+    args: type[BaseModel] = field(init=False)
+    result: type[BaseModel] | None = field(init=False)
+    open_world: bool | None = False
+    compact_schema: bool = True
     always_confirm: bool = False
     """Every call waits for a person's yes, whatever --confirm says and whatever the page allowed for a while."""
     question: Callable[[UnitService, Any], str] | None = None
@@ -132,16 +127,9 @@ class ToolSpec:
     at_once: Callable[[UnitService, Any], BaseModel | None] | None = None
     """Answers on the event loop when the call is cheaper than the hop to a worker thread, else None."""
 
-    @property
-    def args(self) -> type[Args]:
-        """The argument model: the input schema and the one validation of a call."""
-        return self.handler.model
-
-    @property
-    def result(self) -> type[BaseModel]:
-        """The result model: the output schema and the structured content (the method's return annotation)."""
-        result: type[BaseModel] = typing.get_type_hints(self.handler)["return"]
-        return result
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "args", self.handler.model)
+        object.__setattr__(self, "result", typing.get_type_hints(self.handler)["return"])
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -151,8 +139,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "List every unit of the application, sorted by unit_id: its loader, source handle (kind and primary "
         "source_id), whether it is loaded (and its load error), what can be edited, its test names and "
         "whether it can be committed. Start here.",
-        UnitService.list,
-        "normal",
+        handler=UnitService.list,
+        risk="normal",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -162,8 +150,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Find a unit by description",
         "Find the unit meant by a natural-language description. Returns ranked candidates with a confidence "
         "from 0 to 1 and the evidence that matched (unit id, module, file names, docstring, symbols).",
-        UnitService.resolve,
-        "normal",
+        handler=UnitService.resolve,
+        risk="normal",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -174,8 +162,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Describe one unit: loader, module, source handle, load state, docstring, lifecycle exports "
         "(init/drop/snapshot/restore), registered activities, test names and every source artifact with "
         "its kind, size and hash. Use it to learn the source_ids before reading or editing.",
-        UnitService.inspect,
-        "normal",
+        handler=UnitService.inspect,
+        risk="normal",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -185,8 +173,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Read a unit source",
         "Read one UTF-8 text file of a unit. Returns its content, its hash (pass it as expected_hash to "
         "unit_apply_patch), its size and its line endings. Binary files are refused.",
-        UnitService.read_source,
-        "filesystem-read",
+        handler=UnitService.read_source,
+        risk="filesystem-read",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -201,8 +189,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "error writes nothing. If the reload fails, the previous source is restored and the error is "
         "returned. dry_run shows the diff without writing. Risk shell: the reload runs the new code in the "
         "application; a dry run only reads.",
-        UnitService.apply_patch,
-        "shell",
+        handler=UnitService.apply_patch,
+        risk="shell",
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -215,8 +203,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "reload the unit. Python is compiled first. If the reload fails, the new file is removed again. "
         "Name a test module test_<name>.py to make it runnable with unit_run_tests. Risk shell: the reload runs "
         "the new code in the application.",
-        UnitService.create_source,
-        "shell",
+        handler=UnitService.create_source,
+        risk="shell",
         read_only=False,
         destructive=False,
         idempotent=False,
@@ -229,8 +217,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "stderr, duration and timed_out. A run past the timeout is killed and reported as [test_timeout]. "
         "Sends progress notifications while it runs. wait=false, or a run longer than the server's longest "
         "call, answers state 'running' with a run_id: follow it with unit_test_status.",
-        UnitService.run_tests,
-        "shell",
+        handler=UnitService.run_tests,
+        risk="shell",
         read_only=False,
         destructive=False,
         idempotent=True,
@@ -240,8 +228,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Status of a test run",
         "The result of a run started by unit_run_tests (by its run_id), exactly as unit_run_tests would have "
         "returned it, or state 'running' with the time so far. wait_s waits up to that many seconds for the end.",
-        UnitService.test_status,
-        "normal",
+        handler=UnitService.test_status,
+        risk="normal",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -251,8 +239,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Cancel a test run",
         "Stop a run started by unit_run_tests: its processes are killed. Its status then answers [cancelled]. "
         "Risk shell, like the run: it kills processes (normal stays for calls that only read).",
-        UnitService.cancel_test,
-        "shell",
+        handler=UnitService.cancel_test,
+        risk="shell",
         read_only=False,
         destructive=False,
         idempotent=True,
@@ -264,8 +252,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "re-activate); on failure the previous version keeps running. Returns evidence: reloaded, whether "
         "state was restored, and the activity active before and after. Edits through unit_apply_patch and "
         "unit_create_source reload by themselves.",
-        UnitService.reload,
-        "shell",
+        handler=UnitService.reload,
+        risk="shell",
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -277,8 +265,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "`grep`, with their absolute line_numbers. Units log as 'units.<unit_id>'. Page back with "
         "before=line_numbers[0]; or read forward from a line number with offset (and limit). has_more says "
         "whether more matching lines exist in the direction read.",
-        UnitService.read_log,
-        "filesystem-read",
+        handler=UnitService.read_log,
+        risk="filesystem-read",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -289,8 +277,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Return the live state of a loaded unit as its snapshot() export gives it (the state a reload "
         "carries over), host paths redacted, and a snapshot_id to put it back later with unit_restore_snapshot "
         "(the newest snapshots are kept in memory). supported is false when the unit has no snapshot().",
-        UnitService.snapshot,
-        "normal",
+        handler=UnitService.snapshot,
+        risk="normal",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -301,8 +289,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Hand the state captured by unit_snapshot (its snapshot_id) back to the loaded unit's restore(). If "
         "restore() fails, the state it had just before is put back and the error returned. Risk shell: it runs "
         "the unit's restore() code in the application.",
-        UnitService.restore_snapshot,
-        "shell",
+        handler=UnitService.restore_snapshot,
+        risk="shell",
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -314,8 +302,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "rolled back after a failed reload, failed) and every change made outside these tools, with the client "
         "that made it, the tool, unit, source, hashes before and after and the sources changed. Filter by "
         "unit_id (and source_id) and since (ISO time); page with cursor=next_cursor.",
-        UnitService.changes,
-        "filesystem-read",
+        handler=UnitService.changes,
+        risk="filesystem-read",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -325,8 +313,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Take a checkpoint",
         "Mark the current state of every unit's sources (optionally with a label); unit_rollback with the "
         "returned checkpoint_id puts back every source changed after it. Writes no source.",
-        UnitService.checkpoint,
-        "normal",
+        handler=UnitService.checkpoint,
+        risk="normal",
         read_only=False,
         destructive=False,
         idempotent=False,
@@ -338,8 +326,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "those units, all or nothing: if one reload fails every source is put back and nothing changes. A source "
         "changed outside these tools since then is reported in conflicts and left alone unless force. dry_run "
         "returns each source's diff and the conflicts without writing. Risk destructive; a dry run only reads.",
-        UnitService.rollback,
-        "destructive",
+        handler=UnitService.rollback,
+        risk="destructive",
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -351,8 +339,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Put every source of one change (change_id from unit_changes or a write's result) back to its bytes "
         "before it and reload, all or nothing; refused with [stale_hash] when a source changed since. dry_run "
         "shows the diff. Risk shell: the reload runs the reverted code; a dry run only reads.",
-        UnitService.revert_change,
-        "shell",
+        handler=UnitService.revert_change,
+        risk="shell",
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -368,8 +356,8 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "List the accepted versions of one source of a unit, newest first: version number, hash, size, time "
         "and the tool call that wrote it (null for a change made outside these tools). Offered when the "
         "unit's loader keeps history.",
-        UnitService.history,
-        "filesystem-read",
+        handler=UnitService.history,
+        risk="filesystem-read",
         read_only=True,
         destructive=False,
         idempotent=True,
@@ -381,8 +369,8 @@ HISTORY_TOOLS: tuple[ToolSpec, ...] = (
         "unit_apply_patch: pass expected_hash from unit_read_source; if the reload fails, the source is "
         "restored and the error returned. dry_run shows the diff without writing. The revert is itself "
         "recorded as a new version. Risk shell: the reload runs the reverted code; a dry run only reads.",
-        UnitService.revert,
-        "shell",
+        handler=UnitService.revert,
+        risk="shell",
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -400,8 +388,8 @@ LOCAL_ACCESS_TOOLS: tuple[ToolSpec, ...] = (
         "approved, the folder to use and when the access ends; OpenCode must be restarted from $OPENCODE_CMD "
         "to get it. Edits made there skip the stale-content check and reach the application through the file "
         "watcher. Offered when the server runs with --allow-local-access; always asks a person.",
-        UnitService.request_local_access,
-        "destructive",
+        handler=UnitService.request_local_access,
+        risk="destructive",
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -424,37 +412,6 @@ def tool_risks(prefix: str = "", *, history: bool = False, local_access: bool = 
     check_prefix(prefix)
     extra = (*(HISTORY_TOOLS if history else ()), *(LOCAL_ACCESS_TOOLS if local_access else ()))
     return {prefix + spec.name: spec.risk for spec in (*TOOLS, *extra)}
-
-
-class _InputSchema(GenerateJsonSchema):
-    """Optional arguments as their plain type (no `anyOf` with null, no `default: null`), which every
-    client's function-calling dialect accepts; leaving them out means the same as null. No titles: the
-    names and descriptions say it all, in fewer tokens."""
-
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
-
-    def generate(self, schema: core_schema.CoreSchema, mode: JsonSchemaMode = "validation") -> JsonSchemaValue:
-        out = super().generate(schema, mode)
-        out.pop("title", None)
-        return out
-
-    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
-        return self.generate_inner(schema["schema"])
-
-    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
-        out = super().default_schema(schema)
-        if out.get("default", ...) is None:
-            del out["default"]
-        return out
-
-
-@functools.cache
-def _schemas(spec: ToolSpec) -> tuple[dict[str, Any], dict[str, Any]]:
-    return (
-        spec.args.model_json_schema(schema_generator=_InputSchema),
-        spec.result.model_json_schema(mode="serialization"),
-    )
 
 
 def _shown(value: object) -> str:
@@ -521,33 +478,19 @@ class UnitTools:
         history = service.loader.capabilities.history
         self.instructions = self._prefixed(INSTRUCTIONS + (HISTORY_INSTRUCTIONS if history else ""))
         offered = {spec.name for spec in (*TOOLS, *(HISTORY_TOOLS if history else ()), *local)}
-        self.tools = [self._tool(name, spec) for name, spec in self.specs.items() if spec.name in offered]
+        self.tools = [
+            spec.mcp_tool(name=name, description=self._prefixed(spec.description))
+            for name, spec in self.specs.items()
+            if spec.name in offered
+        ]
 
     def _prefixed(self, text: str) -> str:
         """Names the tools with the prefix in descriptions, instructions and hints."""
         return _TOOL_NAME.sub(lambda m: self.prefix + m.group(0), text) if self.prefix else text
 
-    def _tool(self, name: str, spec: ToolSpec) -> types.Tool:
-        input_schema, output_schema = _schemas(spec)
-        return types.Tool(
-            name=name,
-            title=spec.title,
-            description=self._prefixed(spec.description),
-            input_schema=input_schema,
-            output_schema=output_schema,
-            annotations=types.ToolAnnotations(
-                title=spec.title,
-                read_only_hint=spec.read_only,
-                destructive_hint=spec.destructive,
-                idempotent_hint=spec.idempotent,
-                open_world_hint=False,
-            ),
-            _meta=risk_meta(spec.risk, spec.dry_run_risk),
-        )
-
     def input_schema(self, name: str) -> dict[str, Any] | None:
         spec = self.specs.get(name)
-        return None if spec is None else _schemas(spec)[0]
+        return None if spec is None else spec.input_schema
 
     def server(self, name: str = "unit-mcp") -> Server[Any]:
         """A low-level MCP server for these tools: `Bridge` serves it over HTTP, `Client(server)` in memory.
@@ -585,12 +528,9 @@ class UnitTools:
         spec = self.specs.get(params.name)
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        try:
-            args = checked(
-                spec.args, params.name, without_client_arguments(params.arguments or {}, spec.args.model_fields)
-            )
-        except InvalidArgument as exc:
-            return self._error(exc.code, exc.message, exc.hint, exc.details)
+        args = spec.validate(without_client_arguments(params.arguments or {}, spec.args.model_fields), name=params.name)
+        if isinstance(args, Refusal):  # published as invalid_argument, like the service's own argument checks
+            return self._error(InvalidArgument.code, args.message, args.hint, None)
         caller = _caller(ctx)
         replay = (params.meta or {}).get(REPLAY_META_KEY) is True
         call = functools.partial(call_as, caller, functools.partial(spec.handler, self.service, args), replay=replay)
@@ -638,7 +578,7 @@ class UnitTools:
             structured_content=result.model_dump(mode="json"),
         )
 
-    async def _dry_run(self, spec: ToolSpec, args: Args, caller: Caller) -> str | None:
+    async def _dry_run(self, spec: ToolSpec, args: BaseModel, caller: Caller) -> str | None:
         """The diff a write would make, for the person asked (a tool with a dry run only), or the tool's own
         `question`; a refusal ends the call."""
         if spec.question is not None:

@@ -96,7 +96,9 @@ async def test_local_tools_validate_arguments_and_contain_failures() -> None:
     assert added.structured == {"sum": 3} and json.loads(added.text) == {"sum": 3}
     invalid = await surface.call("add", {"a": "two", "c": 1})
     assert (
-        invalid.is_error and invalid.text.startswith("[invalid_arguments] add:") and "c: Extra inputs" in invalid.text
+        invalid.is_error
+        and invalid.text.startswith("[invalid_arguments] Invalid arguments for add:")
+        and "c: Extra inputs" in invalid.text
     )
     assert (await surface.call("refuse", {"reason": "no"})).text == "[tool_error] cannot: no"
     with pytest.raises(ToolFailed, match="local tool crash failed: ZeroDivisionError"):

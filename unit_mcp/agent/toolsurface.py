@@ -1,18 +1,6 @@
-"""AgentToolSurface: the one list of tools every provider sees, with approval enforced twice.
-
-Tools come from MCP servers (their risk read from the tool's `_meta`) and from local Python functions
-(registered with a risk and a pydantic argument model). The surface renders them as MCP tool definitions
-(for provider-side callers such as OpenCode, through the approval-filtered endpoint) and as OpenAI function
-tools (for client-side loops), filtered by what the approval policy allows; `call` checks approval again,
-because a model can name a tool it was never offered.
-
-With a `PresetManager` (see `presets.py`) the surface offers only the tools of active presets, plus the
-preset control tools; a preset change tells the surface's listeners like any other tool-list change.
-
-A refusal the model can act on (denied, unknown tool, bad arguments, a tool's own error) comes back as an
-error `ToolOutput`. A tool that crashes or a server that cannot be reached raises `ToolFailed`: that ends
-the turn, never the runner.
-"""
+"""AgentToolSurface: the one list of tools every provider sees (MCP sources' and local functions'), offered as
+MCP definitions or OpenAI functions as far as the approval policy allows, and checked again on every call.
+A refusal the model can act on is an error `ToolOutput`; a crash raises `ToolFailed` (docs/agent.md, Tools)."""
 
 from __future__ import annotations
 
@@ -26,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Protocol, get_type_hints
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..wire import DRY_RUN_RISK_META_KEY, RISK_META_KEY, RISKS, call_risk, risk_meta, validation_problems
+from ..tooldecl import Refusal, ToolDecl, mcp_tool_definition
+from ..wire import DRY_RUN_RISK_META_KEY, RISK_META_KEY, RISKS, call_risk
 from ._listeners import ChangeListener, Listeners
 from ._mcpsource import McpToolSource
 from ._toolnames import openai_tool_name
@@ -80,6 +69,10 @@ class ToolDef(BaseModel):
         return min(filter(None, (self.risk, self.dry_run_risk)), key=RISKS.index)
 
 
+_LISTED = {"name", "title", "description", "input_schema", "output_schema"}
+"""The fields of a `ToolDef` an MCP client is shown as they are (its annotations and risk are rendered)."""
+
+
 class ToolOutput(BaseModel):
     """What a tool call gives back to the model: text, an error flag, structured content if any, and the MCP
     result's `_meta` (a unit-mcp server's tool error carries its code and hint there), passed on as it came."""
@@ -116,16 +109,14 @@ class _ActivateArgs(_PresetArgs):
     reason: str = Field("", max_length=500, description="why the task needs it (the user sees it when asked)")
 
 
-@dataclass
-class LocalTool:
+@dataclass(frozen=True, kw_only=True)
+class LocalTool(ToolDecl):
     """A Python function offered as a tool. `fn` gets the validated argument model (or its fields as keyword
     arguments when `spread`), plus `ctx=` when `needs_context`. Sync functions run in a worker thread."""
 
-    name: str
-    fn: Callable[..., Any]
-    args: type[BaseModel]
-    risk: Risk = "normal"
+    title: str | None = None
     description: str = ""
+    fn: Callable[..., Any]
     prompt: str | None = None
     spread: bool = False
     needs_context: bool = False
@@ -150,22 +141,26 @@ class LocalTool:
         doc = description if description is not None else inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0]
         hint = hints.get(params[0].name) if len(params) == 1 else None
         if isinstance(hint, type) and issubclass(hint, BaseModel):
-            return cls(tool_name, fn, hint, normalise_risk(risk), doc, prompt, needs_context=needs_context)
-        fields: dict[str, Any] = {
-            p.name: (hints.get(p.name, Any), ... if p.default is inspect.Parameter.empty else p.default) for p in params
-        }
-        model = create_model(f"{tool_name}_args", __base__=_StrictArgs, **fields)
-        return cls(tool_name, fn, model, normalise_risk(risk), doc, prompt, spread=True, needs_context=needs_context)
+            model, spread = hint, False
+        else:
+            fields: dict[str, Any] = {
+                p.name: (hints.get(p.name, Any), ... if p.default is inspect.Parameter.empty else p.default)
+                for p in params
+            }
+            model, spread = create_model(f"{tool_name}_args", __base__=_StrictArgs, **fields), True
+        return cls(
+            tool_name,
+            description=doc,
+            args=model,
+            fn=fn,
+            risk=normalise_risk(risk),
+            prompt=prompt,
+            spread=spread,
+            needs_context=needs_context,
+        )
 
     def definition(self) -> ToolDef:
-        return ToolDef(
-            name=self.name,
-            upstream_name=self.name,
-            source=LOCAL,
-            risk=self.risk,
-            description=self.description,
-            input_schema=self.args.model_json_schema(),
-        )
+        return _definition(self.mcp_tool(), LOCAL)
 
 
 def _output(value: Any) -> ToolOutput:
@@ -296,7 +291,7 @@ class AgentToolSurface:
             found[local.name] = local.definition()
         for source in self._sources.values():
             for tool in source.tools:
-                definition = self._from_mcp(source, tool)
+                definition = _definition(tool, source.name, source.prefix)
                 if definition.name in found:
                     log.warning("tool %s of source %s hidden by an earlier tool of that name", tool.name, source.name)
                     continue
@@ -319,14 +314,8 @@ class AgentToolSurface:
 
     def mcp_tool_defs(self, grants: Iterable[str] = (), *, interactive: bool = False) -> list[types.Tool]:
         return [
-            types.Tool(
-                name=tool.name,
-                title=tool.title,
-                description=tool.description,
-                input_schema=tool.input_schema,
-                output_schema=tool.output_schema,
-                annotations=types.ToolAnnotations.model_validate(tool.annotations) if tool.annotations else None,
-                _meta=risk_meta(tool.risk, tool.dry_run_risk),
+            mcp_tool_definition(
+                tool.risk, tool.dry_run_risk, **tool.model_dump(include=_LISTED), annotations=tool.annotations or None
             )
             for tool in self.visible(grants, interactive=interactive)
         ]
@@ -421,11 +410,9 @@ class AgentToolSurface:
         return await self._call_mcp(self._sources[tool.source], tool, {**arguments, "dry_run": True})
 
     async def _call_local(self, tool: LocalTool, arguments: dict[str, Any], ctx: CallContext | None) -> ToolOutput:
-        try:
-            args = tool.args.model_validate(arguments)
-        except ValidationError as exc:
-            problems = validation_problems(exc.errors())
-            return ToolOutput(text=f"[invalid_arguments] {tool.name}: {problems}", is_error=True)
+        args = tool.validate(arguments)
+        if isinstance(args, Refusal):
+            return ToolOutput(text=f"[{args.code}] {args.message}", is_error=True)
         call_args: tuple[Any, ...] = () if tool.spread else (args,)
         kwargs: dict[str, Any] = {k: getattr(args, k) for k in type(args).model_fields} if tool.spread else {}
         if tool.needs_context:
@@ -502,8 +489,8 @@ class AgentToolSurface:
         self.add_local(
             LocalTool(
                 ACTIVATE,
-                activate,
-                _ActivateArgs,
+                args=_ActivateArgs,
+                fn=activate,
                 description="Activate a capability preset, offering its tools from the next step on. A preset above "
                 "normal risk needs the user's approval.",
                 spread=True,
@@ -514,26 +501,28 @@ class AgentToolSurface:
         self.add_local(
             LocalTool(
                 DEACTIVATE,
-                deactivate,
-                _PresetArgs,
+                args=_PresetArgs,
+                fn=deactivate,
                 description="Deactivate a capability preset when its tools are no longer needed.",
                 spread=True,
                 needs_context=True,
             )
         )
 
-    def _from_mcp(self, source: McpToolSource, tool: types.Tool) -> ToolDef:
-        meta = tool.meta or {}
-        dry_run_risk = meta.get(DRY_RUN_RISK_META_KEY)
-        return ToolDef(
-            name=source.prefix + tool.name,
-            upstream_name=tool.name,
-            source=source.name,
-            risk=normalise_risk(meta.get(RISK_META_KEY)),
-            dry_run_risk=None if dry_run_risk is None else normalise_risk(dry_run_risk),
-            description=tool.description or "",
-            title=tool.title,
-            input_schema=dict(tool.input_schema),
-            output_schema=dict(tool.output_schema) if tool.output_schema else None,
-            annotations=tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None,
-        )
+
+def _definition(tool: types.Tool, source: str, prefix: str = "") -> ToolDef:
+    """A listed tool (of an MCP source, or a local tool's) as the surface knows it: its risk from `_meta`."""
+    meta = tool.meta or {}
+    dry_run_risk = meta.get(DRY_RUN_RISK_META_KEY)
+    return ToolDef(
+        name=prefix + tool.name,
+        upstream_name=tool.name,
+        source=source,
+        risk=normalise_risk(meta.get(RISK_META_KEY)),
+        dry_run_risk=None if dry_run_risk is None else normalise_risk(dry_run_risk),
+        description=tool.description or "",
+        title=tool.title,
+        input_schema=dict(tool.input_schema),
+        output_schema=dict(tool.output_schema) if tool.output_schema else None,
+        annotations=tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None,
+    )

@@ -12,18 +12,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import mcp_types as types
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from .._version import __version__
 from ..agent.opencode import OpenCodeError
 from ..agent.toolsurface import ToolOutput
-from ..wire import ERROR_META_KEY, RISK_META_KEY, Risk, validation_problems
+from ..tooldecl import Refusal, ToolDecl
+from ..wire import ERROR_META_KEY
 from .nodes import (
     Dispatched,
     Fleet,
@@ -109,16 +110,17 @@ Handler = Callable[[Fleet, Any], Awaitable[BaseModel] | BaseModel]
 
 
 @dataclass(frozen=True)
-class FleetTool:
-    name: str
-    title: str
-    description: str
-    args: type[BaseModel]
-    result: type[BaseModel]
+class FleetTool(ToolDecl):
+    """A fleet tool: its handler runs on the entered `Fleet`. Read-only and idempotent unless it says otherwise;
+    open-world, since a node may do anything its rules allow."""
+
+    result: type[BaseModel] = field()  # required here (the base's default is None)
     handler: Handler
-    risk: Risk = "normal"
-    read_only: bool = True
-    destructive: bool = False
+    _: KW_ONLY
+    read_only: bool | None = True
+    destructive: bool | None = False
+    idempotent: bool | None = True
+    open_world: bool | None = True
 
 
 TOOLS = [
@@ -151,6 +153,7 @@ TOOLS = [
         lambda fleet, args: fleet.send(args.node, args.message, model=args.model, new_session=args.new_session),
         risk="shell",
         read_only=False,
+        idempotent=False,
     ),
     FleetTool(
         "fleet_get_session_status",
@@ -179,6 +182,7 @@ TOOLS = [
         Interrupted,
         lambda fleet, args: fleet.interrupt(args.node, args.session_id),
         read_only=False,
+        idempotent=False,
     ),
     FleetTool(
         "fleet_list_sessions",
@@ -199,6 +203,7 @@ TOOLS = [
         lambda fleet, args: fleet.reset(args.node, delete=args.delete),
         risk="destructive",
         read_only=False,
+        idempotent=False,
         destructive=True,
     ),
     FleetTool(
@@ -220,24 +225,7 @@ class FleetTools:
         self.specs = {tool.name: tool for tool in TOOLS}
 
     def definitions(self) -> list[types.Tool]:
-        return [
-            types.Tool(
-                name=tool.name,
-                title=tool.title,
-                description=tool.description,
-                input_schema=tool.args.model_json_schema(),
-                output_schema=tool.result.model_json_schema(mode="serialization"),
-                annotations=types.ToolAnnotations(
-                    title=tool.title,
-                    read_only_hint=tool.read_only,
-                    destructive_hint=tool.destructive,
-                    idempotent_hint=tool.read_only,
-                    open_world_hint=True,
-                ),
-                _meta={RISK_META_KEY: tool.risk},
-            )
-            for tool in TOOLS
-        ]
+        return [tool.mcp_tool() for tool in TOOLS]
 
     def server(self, name: str = "opencode-fleet") -> Server[Any]:
         return Server(
@@ -258,11 +246,9 @@ class FleetTools:
         tool = self.specs.get(name)
         if tool is None:
             return _error("unknown_tool", f"no fleet tool named {name!r}; use one of: {', '.join(self.specs)}")
-        try:
-            args = tool.args.model_validate(arguments)
-        except ValidationError as exc:
-            problems = validation_problems(exc.errors())
-            return _error("invalid_arguments", f"{name}: {problems}")
+        args = tool.validate(arguments)
+        if isinstance(args, Refusal):
+            return _error(args.code, args.message)
         try:
             outcome = tool.handler(self.fleet, args)
             result = await outcome if isinstance(outcome, Awaitable) else outcome
