@@ -6,7 +6,7 @@
 
 Each side is a real `python -m unit_mcp.server` child (watching its units, as the load test runs it): the base
 side imports `unit_mcp` exported from the `--base` commit, the other side this work tree's. Lean client processes
-(plain keep-alive POSTs, so the clients' CPU is small) send the load test's mix (tests/hardening/mix.py): 35 % a read
+(plain keep-alive POSTs, so the clients' CPU is small) send the load test's mix (tests/support/load_mix.py): 35 % a read
 then a hash-checked patch of a tally unit, the rest reads, lists, inspects, snapshots, log reads, resolves,
 reloads and dry runs. The sides take turns, round by round, so drift on this shared machine hits both alike.
 The figure is the server's user+system CPU (from /proc) over the calls it answered, with the calls per second and each
@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from hardening.mix import EDIT, KINDS, copy_units, cpu_seconds, home_of, next_call, tally_patch  # noqa: E402
+from support.load_mix import EDIT, KINDS, copy_units, cpu_seconds, home_of, next_call, tally_patch  # noqa: E402
 
 HANDSHAKE = "2025-11-25"
 

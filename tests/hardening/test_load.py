@@ -22,10 +22,20 @@ from typing import Any
 
 import anyio
 import pytest
+from support.load_mix import (
+    EDIT,
+    TALLIES,
+    copy_units,
+    cpu_seconds,
+    home_of,
+    next_call,
+    read_tally,
+    tally_count,
+    tally_patch,
+)
 from support.server_process import ServerProcess
 
 from .clients import call, connect
-from .mix import EDIT, TALLIES, copy_units, cpu_seconds, home_of, next_call, read_tally, tally_count, tally_patch
 from .report import Report
 
 pytestmark = pytest.mark.anyio
