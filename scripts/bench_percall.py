@@ -6,7 +6,7 @@
 
 Each side is a real `python -m unit_mcp.server` child (watching its units, as the load test runs it): the base
 side imports `unit_mcp` exported from the `--base` commit, the other side this work tree's. Lean client processes
-(plain keep-alive POSTs, so the clients' CPU is small) send the mix of tests/hardening/test_load.py: 35 % a read
+(plain keep-alive POSTs, so the clients' CPU is small) send the load test's mix (tests/support/load_mix.py): 35 % a read
 then a hash-checked patch of a tally unit, the rest reads, lists, inspects, snapshots, log reads, resolves,
 reloads and dry runs. The sides take turns, round by round, so drift on this shared machine hits both alike.
 The figure is the server's user+system CPU (from /proc) over the calls it answered, with the calls per second and each
@@ -20,8 +20,6 @@ import http.client
 import json
 import os
 import random
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,21 +29,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
-TALLIES = 4
-COUNT = re.compile(r"^COUNT = (\d+)$", re.MULTILINE)
-TALLY = '"""A tally."""\n\nCOUNT = 0\n\n\ndef snapshot():\n    return {"count": COUNT}\n'
-READS = [
-    ("counter", "__init__.py"),
-    ("counter", "panel.py"),
-    ("weather", "forecast.py"),
-    ("weather", "data/cities.json"),
-    ("notes", "__init__.py"),
-    ("greeter", "greeter.py"),
-]
+sys.path.insert(0, str(REPO / "tests"))
+
+from support.load_mix import EDIT, KINDS, copy_units, cpu_seconds, home_of, next_call, tally_patch  # noqa: E402
+
 HANDSHAKE = "2025-11-25"
 
 
-class Session:
+class McpSession:
     """One MCP session over one keep-alive connection, answered as JSON bodies (no progress asked)."""
 
     def __init__(self, url: str, token: str) -> None:
@@ -93,51 +84,14 @@ class Session:
         return result
 
 
-KINDS = {
-    "edit": 0.1,
-    "read": 0.4,
-    "list": 0.6,
-    "inspect": 0.7,
-    "snapshot": 0.8,
-    "log": 0.87,
-    "resolve": 0.91,
-    "reload": 0.93,
-    "dry_run": 0.97,
-}
-"""Each kind of step, by a draw that picks it in `step`."""
-
-
-def step(session: Session, rng: random.Random, home: str, kind: str | None = None) -> tuple[int, int]:
+def step(session: McpSession, rng: random.Random, home: str, kind: str | None = None) -> tuple[int, int]:
     """One step of the load test's mix (or of one `kind` of it): (calls made, unexpected errors)."""
-    choice = rng.random() if kind is None else KINDS[kind]
-    if choice < 0.35:
-        read = session.call("unit_read_source", {"unit_id": home, "source_id": "__init__.py"})
-        content, digest = read["structuredContent"]["content"], read["structuredContent"]["hash"]
-        value = int(COUNT.search(content).group(1))  # type: ignore[union-attr]
-        patch = {"unit_id": home, "source_id": "__init__.py", "old": f"COUNT = {value}\n"}
-        patch |= {"new": f"COUNT = {value + 1}\n", "expected_hash": digest}
-        result = session.call("unit_apply_patch", patch)
+    name, arguments = next_call(rng, home, None if kind is None else KINDS[kind])
+    if name == EDIT:
+        read = session.call("unit_read_source", arguments)
+        result = session.call("unit_apply_patch", tally_patch(home, read["structuredContent"]))
         stale = result.get("isError") and "[stale_hash]" in result["content"][0]["text"]
         return 2, int(bool(result.get("isError")) and not stale)
-    if choice < 0.55:
-        unit, source = rng.choice(READS)
-        name, arguments = "unit_read_source", {"unit_id": unit, "source_id": source}
-    elif choice < 0.65:
-        name, arguments = "unit_list", {}
-    elif choice < 0.75:
-        name, arguments = "unit_inspect", {"unit_id": rng.choice(["counter", "weather", "notes", home])}
-    elif choice < 0.85:
-        name, arguments = "unit_snapshot", {"unit_id": rng.choice(["counter", home])}
-    elif choice < 0.90:
-        name, arguments = "unit_read_log", {"grep": "reloaded", "lines": 20}
-    elif choice < 0.92:
-        name, arguments = "unit_resolve", {"description": "weather forecast for a city"}
-    elif choice < 0.95:
-        name, arguments = "unit_reload", {"unit_id": home}
-    else:
-        name = "unit_apply_patch"
-        arguments = {"unit_id": "counter", "source_id": "__init__.py", "old": "step = 1", "new": "step = 2"}
-        arguments["dry_run"] = True
     return 1, int(bool(session.call(name, arguments).get("isError")))
 
 
@@ -145,32 +99,23 @@ def client(number: int, targets: dict[str, tuple[str, str]]) -> None:
     """A client process: one session per side; each stdin line `SIDE SECONDS CALLS [KIND]` runs the mix (or steps of
     one kind) against that side for SECONDS or until CALLS calls (whichever is not 0) and answers
     `{"calls": …, "errors": …, "waited": …}`. Each side gets the same sequence of steps."""
-    sessions = {side: Session(url, token) for side, (url, token) in targets.items()}
-    rngs, home = {side: random.Random(number) for side in targets}, f"tally{number % TALLIES}"
+    mcp_sessions = {side: McpSession(url, token) for side, (url, token) in targets.items()}
+    rngs, home = {side: random.Random(number) for side in targets}, home_of(number)
     print("connected", flush=True)
     for line in sys.stdin:
         side, seconds, most, *kind = line.split()
         calls = errors = 0
-        sessions[side].waited = {}
+        mcp_sessions[side].waited = {}
         end = time.monotonic() + float(seconds)
         while (time.monotonic() < end) if float(seconds) else calls < int(most):
-            made, failed = step(sessions[side], rngs[side], home, *kind)
+            made, failed = step(mcp_sessions[side], rngs[side], home, *kind)
             calls, errors = calls + made, errors + failed
-        print(json.dumps({"calls": calls, "errors": errors, "waited": sessions[side].waited}), flush=True)
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        print(json.dumps({"calls": calls, "errors": errors, "waited": mcp_sessions[side].waited}), flush=True)
 
 
 def start_server(work: Path, side: str, pythonpath: str | None) -> tuple[subprocess.Popen[str], str, str]:
     units = work / side / "units"
-    shutil.copytree(REPO / "unit_mcp" / "examples" / "units", units, ignore=shutil.ignore_patterns("__pycache__"))
-    for number in range(TALLIES):
-        (units / f"tally{number}").mkdir()
-        (units / f"tally{number}" / "__init__.py").write_text(TALLY)
+    copy_units(units)
     env = dict(os.environ, TMPDIR=str(work / side))
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
@@ -293,7 +238,8 @@ def main() -> None:
                 f"{turn.split()[-1] if args.per_kind else 'mix'} {side}: {calls} calls, {figures['errors']} unexpected "
                 f"errors, server CPU {per_call[side]:.3f} ms a call ({calls / figures['wall']:.0f} calls/s)"
             )
-        print(f"  work / base per call: {per_call['work'] / per_call['base']:.3f}")
+        ratio = f"{per_call['work'] / per_call['base']:.3f}" if per_call["base"] else "n/a (no base CPU measured)"
+        print(f"  work / base per call: {ratio}")
     for name in sorted(latency["work"]):
         shown = [f"{1000 * s / max(1, n):.1f}" for n, s in (latency[side].get(name, [0, 0.0]) for side in servers)]
         print(f"  {name}: mean latency base {shown[0]} ms, work {shown[1]} ms")

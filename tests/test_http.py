@@ -20,6 +20,7 @@ import httpx2
 import jsonschema
 import mcp_types as types
 import pytest
+from hardening.rpc import INITIALIZE, JSON_HEADERS
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
@@ -34,13 +35,6 @@ pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parent.parent
 TRANSPORTS = ["streamable-http", "streamable-http-legacy", "sse-legacy"]
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
+from hardening.rpc import ACCEPT, INITIALIZE
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
@@ -29,8 +30,6 @@ from unit_mcp.mcphttp import McpHttpServer, wants_progress
 from unit_mcp.tools import UnitTools
 
 pytestmark = pytest.mark.anyio
-
-ACCEPT_BOTH = "application/json, text/event-stream"
 
 
 def chatty_server() -> Server[Any]:
@@ -190,17 +189,7 @@ async def test_accept_is_checked_as_for_a_stream_either_way(meta: dict[str, Any]
     """Clients must accept both; whether a request asks for progress does not change what is refused."""
     server = McpHttpServer(auth=False)
     await server.start(chatty_server())
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-            **meta,
-        },
-    }
+    body = {**INITIALIZE, "params": {**INITIALIZE["params"], **meta}}
     try:
         assert server.url is not None
         async with httpx2.AsyncClient(timeout=10) as http:
@@ -209,7 +198,7 @@ async def test_accept_is_checked_as_for_a_stream_either_way(meta: dict[str, Any]
             )
             assert refused.status_code == 406
             accepted = await http.post(
-                server.url, json=body, headers={"Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
+                server.url, json=body, headers={"Accept": ACCEPT, "Content-Type": "application/json"}
             )
             assert accepted.status_code == 200
             kind = accepted.headers["content-type"].split(";")[0]

@@ -1,10 +1,6 @@
-"""Stores by address: `open_loader` opens a units folder (`DIR`), a database (`sqlite:PATH`, created if missing) or a
-PostgreSQL database (`postgresql://USER@HOST:PORT/DB`, the password from PGPASSWORD or PGPASSFILE), and
-`unit-mcp units copy SRC DST [--replace]` (or `python -m unit_mcp.units copy …`) copies every unit between two
-stores, bytes exact.
-
-Units that already exist in DST are refused, all of them named and nothing copied, unless --replace. This module
-sits above the loaders it picks from (they import only `loader.py`), so choosing one is no import circle.
+"""Stores by address: `open_loader` opens a units folder (`DIR`), a database (`sqlite:PATH`) or a PostgreSQL
+database (`postgresql://…`), and `unit-mcp units copy SRC DST [--replace]` copies units between two stores
+(docs/loaders.md). It sits above the loaders it picks from (they import only `loader.py`), so no import circle.
 """
 
 from __future__ import annotations

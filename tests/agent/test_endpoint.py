@@ -13,6 +13,7 @@ import anyio
 import anyio.abc
 import httpx2
 import pytest
+from hardening.rpc import INITIALIZE, JSON_HEADERS
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
@@ -34,13 +35,6 @@ from unit_mcp.tools import ERROR_META_KEY
 from .conftest import UnitServer, endpoint_client, reload, running
 
 pytestmark = pytest.mark.anyio
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
-HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
 async def names(connected: Client) -> list[str]:
@@ -110,10 +104,10 @@ async def test_guards_token_host_origin_and_loopback_only(unit_server: UnitServe
     async with approved(unit_server, tmp_path) as endpoint:
         assert endpoint.url is not None
         async with httpx2.AsyncClient(timeout=10) as http:
-            assert (await http.post(endpoint.url, headers=HEADERS, json=INITIALIZE)).status_code == 401
-            wrong = {**HEADERS, "Authorization": "Bearer nope"}
+            assert (await http.post(endpoint.url, headers=JSON_HEADERS, json=INITIALIZE)).status_code == 401
+            wrong = {**JSON_HEADERS, "Authorization": "Bearer nope"}
             assert (await http.post(endpoint.url, headers=wrong, json=INITIALIZE)).status_code == 401
-            good = {**HEADERS, "Authorization": f"Bearer {endpoint.token}"}
+            good = {**JSON_HEADERS, "Authorization": f"Bearer {endpoint.token}"}
             assert (
                 await http.post(endpoint.url, headers={**good, "Host": "evil.example"}, json=INITIALIZE)
             ).status_code == 421

@@ -10,11 +10,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
+from support.online import NONCE_PROMPT, echo_token, nonce_steps
 
 from unit_mcp.agent import AgentApprovals, AgentRunner, AgentToolSurface, ApprovedEndpoint, OpenAIAgent, TurnStatus
 from unit_mcp.agent._projections import display_messages
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
-from unit_mcp.testing import Match, ScriptedModel, Step, call, say, tool_call
+from unit_mcp.testing import Match, ScriptedModel, Step, call, say
 
 from .conftest import NONCE, UnitServer, endpoint_client, reload, running
 
@@ -44,16 +45,7 @@ async def online(
 
 async def test_echo_token(tmp_path: Path, unit_server: UnitServer) -> None:
     marker = f"marker-{secrets.token_hex(6)}"
-    prompt = (
-        f"Use echo_token exactly once with token {marker}. Then reply with exactly the tool output and no extra text."
-    )
-    steps = [
-        call(
-            tool_call("echo_token", {"token": marker}),
-            when=Match(user_contains="echo_token", tools_offered=["echo_token"]),
-        ),
-        say("{{last}}", when=Match(last_role="tool")),
-    ]
+    prompt, steps = echo_token(marker)
     async with online(tmp_path, unit_server, steps) as (runner, _, _):
         session = await runner.create_session("unit-agent")
         handle = await (await runner.run_turn(session.id, prompt)).wait(20)
@@ -79,12 +71,7 @@ async def test_echo_token(tmp_path: Path, unit_server: UnitServer) -> None:
 
 
 async def test_nonce_sequencing(tmp_path: Path, unit_server: UnitServer) -> None:
-    prompt = "Call get_nonce, then call record_value with the nonce you received. Reply exactly done:<nonce>."
-    steps = [
-        call("get_nonce", when=Match(last_role="user")),
-        call(tool_call("record_value", {"value": "{{tool:get_nonce.nonce}}"}), when=Match(last_contains="nonce")),
-        say("done:{{tool:get_nonce.nonce}}", when=Match(last_contains="recorded:")),
-    ]
+    prompt, steps = NONCE_PROMPT, nonce_steps()
     async with online(tmp_path, unit_server, steps) as (runner, _, _):
         session = await runner.create_session("unit-agent")
         handle = await (await runner.run_turn(session.id, prompt)).wait(20)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from agent.conftest import endpoint_client
 from support.item_kinds import item_kinds
+from support.online import NONCE_PROMPT, echo_token, nonce_steps
 
 from unit_mcp.agent import AgentApprovals, ApprovedEndpoint, TurnStatus
 from unit_mcp.agent.codex import register
@@ -49,16 +50,7 @@ def namespaces(body: dict) -> dict[str, list[str]]:
 
 async def test_echo_token(tmp_path: Path, codex_binary: Path) -> None:
     marker = f"marker-{secrets.token_hex(6)}"
-    prompt = (
-        f"Use echo_token exactly once with token {marker}. Then reply with exactly the tool output and no extra text."
-    )
-    steps = [
-        call(
-            tool_call("echo_token", {"token": marker}),
-            when=Match(user_contains="echo_token", tools_offered=["echo_token"]),
-        ),
-        say("{{last}}", when=Match(last_role="tool")),
-    ]
+    prompt, steps = echo_token(marker)
     async with codex_stack(tmp_path, codex_binary, steps) as stack:
         session = await stack.new_session()
         handle = await (await stack.runner.run_turn(session.id, prompt)).wait(TURN_TIMEOUT)
@@ -96,12 +88,7 @@ async def test_echo_token(tmp_path: Path, codex_binary: Path) -> None:
 
 
 async def test_nonce_sequencing(tmp_path: Path, codex_binary: Path) -> None:
-    prompt = "Call get_nonce, then call record_value with the nonce you received. Reply exactly done:<nonce>."
-    steps = [
-        call("get_nonce", when=Match(last_role="user")),
-        call(tool_call("record_value", {"value": "{{tool:get_nonce.nonce}}"}), when=Match(last_contains="nonce")),
-        say("done:{{tool:get_nonce.nonce}}", when=Match(last_contains="recorded:")),
-    ]
+    prompt, steps = NONCE_PROMPT, nonce_steps()
     async with codex_stack(tmp_path, codex_binary, steps) as stack:
         session = await stack.new_session()
         handle = await (await stack.runner.run_turn(session.id, prompt)).wait(TURN_TIMEOUT)

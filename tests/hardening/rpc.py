@@ -19,6 +19,14 @@ from unit_mcp.tools import ERROR_META_KEY
 
 PROTOCOL_VERSION = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
+JSON_HEADERS = {"Content-Type": "application/json", "Accept": ACCEPT}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+"""The first request of a raw client (no session yet)."""
 
 
 def messages(response: httpx.Response) -> list[dict[str, Any]]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import collections
 import os
 import random
-import re
-import shutil
 import signal
 import statistics
 import time
@@ -24,6 +22,17 @@ from typing import Any
 
 import anyio
 import pytest
+from support.load_mix import (
+    EDIT,
+    TALLIES,
+    copy_units,
+    cpu_seconds,
+    home_of,
+    next_call,
+    read_tally,
+    tally_count,
+    tally_patch,
+)
 from support.server_process import ServerProcess
 
 from .clients import call, connect
@@ -31,28 +40,9 @@ from .report import Report
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[2]
 CLIENTS = 16
-TALLIES = 4
 WARM_UP = 5.0
 SECONDS = float(os.environ.get("UNIT_MCP_LOAD_SECONDS", "60"))
-COUNT = re.compile(r"^COUNT = (\d+)$", re.MULTILINE)
-READS = [
-    ("counter", "__init__.py"),
-    ("counter", "panel.py"),
-    ("weather", "forecast.py"),
-    ("weather", "data/cities.json"),
-    ("notes", "__init__.py"),
-    ("greeter", "greeter.py"),
-]
-TALLY = '''"""A tally the load test moves one step per successful edit."""
-
-COUNT = 0
-
-
-def snapshot():
-    return {"count": COUNT}
-'''
 
 
 def rss_kib(pid: int) -> int:
@@ -61,13 +51,6 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -90,10 +73,7 @@ class Tally:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
     units = tmp_path / "units"
-    shutil.copytree(REPO / "unit_mcp" / "examples" / "units", units, ignore=shutil.ignore_patterns("__pycache__"))
-    for number in range(TALLIES):
-        (units / f"tally{number}").mkdir()
-        (units / f"tally{number}" / "__init__.py").write_text(TALLY)
+    copy_units(units)
     process = ServerProcess("--units", str(units), "--data-dir", str(tmp_path / "data"), tmp=tmp_path)
     yield process
     process.kill()
@@ -118,18 +98,9 @@ async def test_sixteen_clients_for_a_minute(server: ServerProcess, tmp_path: Pat
         return result
 
     async def increment(client: object, unit: str) -> None:
-        read = await timed("unit_read_source", {"unit_id": unit, "source_id": "__init__.py"}, client)
+        read = await timed("unit_read_source", read_tally(unit), client)
         assert read.structured is not None, read.text  # type: ignore[attr-defined]
-        content, digest = read.structured["content"], read.structured["hash"]  # type: ignore[attr-defined]
-        value = int(COUNT.search(content).group(1))  # type: ignore[union-attr]
-        arguments = {
-            "unit_id": unit,
-            "source_id": "__init__.py",
-            "old": f"COUNT = {value}\n",
-            "new": f"COUNT = {value + 1}\n",
-            "expected_hash": digest,
-        }
-        result = await timed("unit_apply_patch", arguments, client)
+        result = await timed("unit_apply_patch", tally_patch(unit, read.structured), client)  # type: ignore[attr-defined]
         if not result.is_error:  # type: ignore[attr-defined]
             tally.successes[unit] += 1
             tally.run_successes += phase["name"] == "run"
@@ -139,36 +110,16 @@ async def test_sixteen_clients_for_a_minute(server: ServerProcess, tmp_path: Pat
             tally.errors.append(f"apply_patch: {result.text[:200]}")  # type: ignore[attr-defined]
 
     async def one_step(client: object, rng: random.Random, home: str) -> None:
-        choice = rng.random()
-        if choice < 0.35:
+        name, arguments = next_call(rng, home)
+        if name == EDIT:
             await increment(client, home)
             return
-        if choice < 0.55:
-            unit, source = rng.choice(READS)
-            name, arguments = "unit_read_source", {"unit_id": unit, "source_id": source}
-        elif choice < 0.65:
-            name, arguments = "unit_list", {}
-        elif choice < 0.75:
-            name, arguments = "unit_inspect", {"unit_id": rng.choice(["counter", "weather", "notes", home])}
-        elif choice < 0.85:
-            name, arguments = "unit_snapshot", {"unit_id": rng.choice(["counter", home])}
-        elif choice < 0.90:
-            name, arguments = "unit_read_log", {"grep": "reloaded", "lines": 20}
-        elif choice < 0.92:
-            name, arguments = "unit_resolve", {"description": "weather forecast for a city"}
-        elif choice < 0.95:  # a reload racing the edits of the same unit
-            name, arguments = "unit_reload", {"unit_id": home}
-        else:
-            name = "unit_apply_patch"
-            arguments = {"unit_id": "counter", "source_id": "__init__.py", "old": "step = 1", "new": "step = 2"}
-            arguments["dry_run"] = True
         result = await timed(name, arguments, client)
         if result.is_error:  # type: ignore[attr-defined]
             tally.errors.append(f"{name}: {result.text[:200]}")  # type: ignore[attr-defined]
 
     async def client_task(number: int) -> None:
-        rng = random.Random(number)
-        home = f"tally{number % TALLIES}"
+        rng, home = random.Random(number), home_of(number)
         async with connect(url, token) as client:
             for gate in (resume, finished):  # the warm-up, then the measured run; both end at rest
                 while time.monotonic() < phase["until"]:
@@ -207,9 +158,9 @@ async def test_sixteen_clients_for_a_minute(server: ServerProcess, tmp_path: Pat
             counts = {}
             for number in range(TALLIES):
                 unit = f"tally{number}"
-                read = await call(checker, "unit_read_source", {"unit_id": unit, "source_id": "__init__.py"})
+                read = await call(checker, "unit_read_source", read_tally(unit))
                 assert read.structured is not None
-                counts[unit] = int(COUNT.search(read.structured["content"]).group(1))  # type: ignore[union-attr]
+                counts[unit] = tally_count(read.structured["content"])
                 snapshot = await call(checker, "unit_snapshot", {"unit_id": unit})
                 assert snapshot.structured and snapshot.structured["state"] == {"count": counts[unit]}, "and runs it"
         finished.set()

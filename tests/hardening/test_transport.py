@@ -27,16 +27,10 @@ from unit_mcp.mcphttp import DEFAULT_LIMITS
 from .clients import call, connect
 from .conftest import Served, serve
 from .report import Report
-from .rpc import ACCEPT, PROTOCOL_VERSION
+from .rpc import ACCEPT, INITIALIZE, PROTOCOL_VERSION
 
 pytestmark = pytest.mark.anyio
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
 PATCH_CALL = {
     "jsonrpc": "2.0",
     "id": 7,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from agent.conftest import endpoint_client
 from support.item_kinds import item_kinds
+from support.online import NONCE_PROMPT
 
 from unit_mcp.agent import AgentApprovals, TurnStatus
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
@@ -63,7 +64,6 @@ async def test_echo_token(tmp_path: Path, opencode_binary: Path) -> None:
 
 
 async def test_nonce_sequencing(tmp_path: Path, opencode_binary: Path) -> None:
-    prompt = "Call get_nonce, then call record_value with the nonce you received. Reply exactly done:<nonce>."
     nonce = "{{tool:" + oc("get_nonce") + ".nonce}}"  # filled by the scripted model from the tool's result
     steps = [
         call(oc("get_nonce"), when=Match(last_role="user", has_tools=True)),
@@ -72,7 +72,7 @@ async def test_nonce_sequencing(tmp_path: Path, opencode_binary: Path) -> None:
     ]
     async with agent_stack(tmp_path, opencode_binary, steps) as stack:
         session = await stack.new_session()
-        handle = await (await stack.runner.run_turn(session.id, prompt)).wait(TURN_TIMEOUT)
+        handle = await (await stack.runner.run_turn(session.id, NONCE_PROMPT)).wait(TURN_TIMEOUT)
         assert handle.status is TurnStatus.COMPLETED, handle.error
         stack.model.assert_done()
 

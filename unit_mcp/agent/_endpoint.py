@@ -35,7 +35,7 @@ from .toolsurface import AgentToolSurface, ToolOutput
 
 log = logging.getLogger("unit_mcp.agent.endpoint")
 
-_MAX_TRACKED_SESSIONS = 256
+_MAX_TRACKED_MCP_SESSIONS = 256
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class ApprovedEndpoint(Generic[V]):
         self._bridge: Bridge | None = None
         self._stack: AsyncExitStack | None = None
         self._bus = InMemorySubscriptionBus()
-        self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
+        self._mcp_sessions: OrderedDict[Any, ServerSession] = OrderedDict()
         self._listed = self._signature()
         self._wake = anyio.Event()
         self._unsubscribe = [self.approvals.on_change(self._changed), surface.on_change(self._changed)]
@@ -158,14 +158,14 @@ class ApprovedEndpoint(Generic[V]):
         return "\n\n".join(fragments) or None
 
     def _track(self, ctx: ServerRequestContext[Any]) -> None:
-        """Remember handshake-era client sessions, which get change notifications on their standalone stream."""
+        """Remember handshake-era MCP client sessions, which get change notifications on their standalone stream."""
         key: Any = ctx.request.headers.get("mcp-session-id") if isinstance(ctx.request, Request) else None
         if key is None:
             key = id(ctx.session.client_params) if ctx.session.client_params is not None else id(ctx.session)
-        self._sessions[key] = ctx.session
-        self._sessions.move_to_end(key)
-        while len(self._sessions) > _MAX_TRACKED_SESSIONS:
-            self._sessions.popitem(last=False)
+        self._mcp_sessions[key] = ctx.session
+        self._mcp_sessions.move_to_end(key)
+        while len(self._mcp_sessions) > _MAX_TRACKED_MCP_SESSIONS:
+            self._mcp_sessions.popitem(last=False)
 
     # -- change propagation -----------------------------------------------------------------------
 
@@ -181,11 +181,11 @@ class ApprovedEndpoint(Generic[V]):
         if signature == self._listed:
             return False
         self._listed = signature
-        for session in list(self._sessions.values()):
+        for mcp_session in list(self._mcp_sessions.values()):
             try:
-                await session.send_tool_list_changed()
+                await mcp_session.send_tool_list_changed()
             except Exception:
-                log.debug("a client session could not be notified of the tool-list change", exc_info=True)
+                log.debug("an MCP client session could not be notified of the tool-list change", exc_info=True)
         await self._bus.publish(ToolsListChanged())
         return True
 

@@ -1,18 +1,7 @@
 """LoopAgent: the client-side step loop shared by agents whose model cannot run tools itself.
 
-Each step: deliver steering messages, build the request from the item stream, run the before-request
-hooks, ask the model (`request`, the one method a concrete agent supplies), record the answer and its tool
-calls, run the tools (in parallel by default, approval checked by the surface), run the after-step hooks,
-and decide whether to continue (by default: while the model calls tools or steering is waiting).
-
-Steering messages are drained right before each model request and again if a hook let time pass, so a
-message that arrived during a step is always in the next request. Whatever is left when the turn ends is
-re-queued by the runner as input for the next turn. Anything that raises ends the turn, never the runner.
-
-With `compact_at` set, a request whose history (as JSON) passes that many characters is built from a shorter
-history the `compact` hooks return (by default, old tool results summarised to one line each). The shorter
-history is recorded as a `compaction` event item and later requests start from it; the journal keeps every
-item as it was.
+A concrete agent supplies only `request` (ask the model); the loop owns steering, hooks, tool calls and
+compaction, so every such agent behaves the same (user-facing detail: docs/agent.md, "Hooks").
 """
 
 from __future__ import annotations

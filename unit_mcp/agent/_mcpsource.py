@@ -196,7 +196,7 @@ class McpToolSource:
 
     async def _on_message(self, message: IncomingMessage) -> None:
         """Handshake-era change notifications arrive here; the re-list runs in its own task (the handler
-        runs on the session's receive loop, which must stay free to read the answer)."""
+        runs on the MCP session's receive loop, which must stay free to read the answer)."""
         if isinstance(message, types.ToolListChangedNotification) and self._tg is not None:
             self._tg.start_soon(self._refresh_quietly)
 

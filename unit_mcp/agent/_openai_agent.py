@@ -1,13 +1,7 @@
 """OpenAIAgent: an OpenAI-compatible chat-completions model driving the client-side tool loop.
 
-The `openai` SDK is used directly with a `base_url`, so any compatible endpoint works (OpenAI, a local
-server, the scripted model in `unit_mcp.testing`). Streaming deltas are recorded as one partial assistant
-message (memory only, `on_partial` per delta) that is persisted once complete; tool-call deltas are
-assembled by index, so parallel tool calls come back as one step. Cancelling the turn cancels the stream
-read (the HTTP response is closed) and the tools the loop is running. Without a `client` given, each
-turn opens its own client and closes it at the end, so no connection outlives the turn's event loop; those
-clients share one TLS context, built on a thread when this module loads (it reads the whole CA bundle, which
-was the bulk of a short turn), and the SDK's chat module is imported here rather than inside the first turn.
+The `openai` SDK is used directly with a `base_url`, so any compatible endpoint works. A client per turn keeps
+connections inside the turn's event loop; the TLS context they share is built once (bench/RESULTS.md).
 """
 
 from __future__ import annotations

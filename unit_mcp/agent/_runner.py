@@ -1,14 +1,7 @@
 """AgentRunner: sessions, one active turn per session, the inbox, and turn lifecycle.
 
-`run_turn` returns a TurnHandle at once: it records the user message, marks the session running and
-starts the agent in the runner's task group, inside a cancel scope the handle can cancel. A new turn on a
-busy session cancels the old one first and records why. `steer` delivers into the running turn; `enqueue`
-waits for it. The runner knows nothing about providers: agents own that, and report through the context.
-`pending_approvals` / `answer_approval` answer approval requests, also those of a turn that ended with the
-process while it waited: once answered, that turn resumes (see `_paused.py`).
-
-Use it as an async context manager (`async with AgentRunner(...) as runner:`); leaving it cancels every
-active turn (each closes its tool calls), flushes the store, and closes it if the runner opened it.
+The runner knows nothing about providers (agents own that and report through the context), so one runner
+serves every kind of agent; usage is in docs/agent.md.
 """
 
 from __future__ import annotations

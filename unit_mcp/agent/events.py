@@ -1,14 +1,7 @@
-"""Runner-wide events: one subscription across every session of a runner.
+"""Runner-wide events: one subscription across every session of a runner, for a UI or supervisor following live.
 
-The runner publishes what a UI or a supervisor wants to follow live: turn status changes (`queued`,
-`running`, `waiting-for-approval`, `completed`, `failed`, `cancelled`, `disposed`), each agent's status
-(`agent-status`: `running` while any turn of it runs, then `idle`; `disposed` when the runner stops), streamed
-text chunks, tool calls starting and finishing, approvals requested and answered. Publishing never waits: each
-subscriber has a bounded buffer, and when a slow subscriber's buffer is full its oldest event is dropped
-and counted; the subscriber then reads one `gap` event saying how many it missed before the next event.
-Events are for following a run live; the session journal stays the record of what happened.
-
-`events_app(runner)` serves the same stream as server-sent events for an application to mount.
+Publishing never waits (a slow subscriber loses its oldest events and reads a `gap`); the session journal stays
+the record. The kinds and `events_app` are in docs/agent.md, "Runner events".
 """
 
 from __future__ import annotations

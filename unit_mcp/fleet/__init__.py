@@ -1,10 +1,7 @@
 """opencode-fleet: an MCP server that lets a master agent coordinate several `opencode serve` nodes.
 
-    unit-mcp fleet --node build=http://127.0.0.1:4096 --node review=http://127.0.0.1:4097 [--stdio]
-
-`Fleet` holds one OpenCode client (REST + one shared event stream) and one working session per node;
-`FleetTools` serves the `fleet_*` tools over it, with the operating protocol for master agents in the server's
-instructions. Names load lazily, so `python -m unit_mcp.fleet` can name a missing extra before importing them.
+`Fleet` holds one OpenCode client and one working session per node; `FleetTools` serves the `fleet_*` tools over
+it (usage: docs/fleet.md). Names load lazily, so `python -m unit_mcp.fleet` can name a missing extra first.
 """
 
 from __future__ import annotations

@@ -207,11 +207,11 @@ class PageApp:
         html = self.templates.get_template(template).render(root=self.root(request), now=time.time(), **context)
         return HTMLResponse(html, status_code=status_code)
 
-    def shell(self, scope: Scope, status: int, session: str | None, message: str) -> Response:
-        """The page without its data: its script fetches the page with its session secret, or shows `message`."""
+    def shell(self, scope: Scope, status: int, page_secret: str | None, message: str) -> Response:
+        """The page without its data: its script fetches the page with its page-session secret, or shows `message`."""
         root = str(scope.get("root_path", "")).rstrip("/")
         html = self.templates.get_template("shell.html").render(
-            root=root, status=status, session=session, message=message
+            root=root, status=status, page_secret=page_secret, message=message
         )
         return HTMLResponse(html, status_code=status)
 

@@ -84,7 +84,7 @@ class PageAuth:
         self.clock = clock
         self.logins: OrderedDict[bytes, float] = OrderedDict()  # digests of unspent login tokens
         self.spent: OrderedDict[bytes, float] = OrderedDict()
-        self.sessions: OrderedDict[bytes, float] = OrderedDict()  # secret digest -> expiry
+        self.page_sessions: OrderedDict[bytes, float] = OrderedDict()  # secret digest -> expiry
 
     def new_login(self) -> str:
         """A login token that works once."""
@@ -96,24 +96,24 @@ class PageAuth:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        session = self._session(Headers(scope=scope))
+        page_session = self._page_session(Headers(scope=scope))
 
         async def secured(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS.items():
                     headers.setdefault(name, value)
-            elif session is not None:
-                self._renew(session)
+            elif page_session is not None:
+                self._renew(page_session)
             await send(message)
 
-        refusal = self.refusal(scope, session)
+        refusal = self.refusal(scope, page_session)
         if refusal is not None:
             await refusal(scope, receive, secured)
             return
         await self.app(scope, receive, secured)
 
-    def refusal(self, scope: Scope, session: bytes | None) -> Response | None:
+    def refusal(self, scope: Scope, page_session: bytes | None) -> Response | None:
         method = scope["method"]
         if method not in ("GET", "HEAD", "POST"):
             return PlainTextResponse("Method not allowed.", status_code=405, headers={"Allow": "GET, HEAD, POST"})
@@ -124,7 +124,7 @@ class PageAuth:
             return self._login(scope, given[0])
         if reading and scope["path"][len(scope.get("root_path", "")) :].startswith("/static/"):
             return None
-        if session is None:
+        if page_session is None:
             refused = self.unauthorized
             return self.shell(scope, 401, None, refused) if reading else PlainTextResponse(refused, 401)
         if method == "POST":
@@ -152,17 +152,17 @@ class PageAuth:
             self.on_login()
         return self.shell(scope, 200, secret, "")
 
-    def _session(self, headers: Headers) -> bytes | None:
+    def _page_session(self, headers: Headers) -> bytes | None:
         given = headers.get(SESSION_HEADER)
         if not given:
             return None
         digest = _digest(given)
-        expiry = self.sessions.get(digest)
+        expiry = self.page_sessions.get(digest)
         if expiry is None or expiry <= self.clock():
-            self.sessions.pop(digest, None)
+            self.page_sessions.pop(digest, None)
             return None
         self._renew(digest)
         return digest
 
     def _renew(self, digest: bytes) -> None:
-        _remember(self.sessions, digest, self.clock() + self.session_seconds)
+        _remember(self.page_sessions, digest, self.clock() + self.session_seconds)

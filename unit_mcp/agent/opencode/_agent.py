@@ -67,8 +67,8 @@ class OpenCodeAgent:
         permissions = Permissions(self.client, self.endpoint, ctx, state)
 
         async def abort() -> None:
-            if state.session_id is not None:
-                await self.client.abort(state.session_id)
+            if state.node_session_id is not None:
+                await self.client.abort(state.node_session_id)
 
         system = await system_prompt(ctx, self.instructions)
         async with self.client.listen() as events, self.client.listen() as progress:
@@ -123,9 +123,9 @@ class OpenCodeAgent:
             model=self.model,
             agent=self.opencode_agent,
             system=system,
-            on_session=lambda session_id: setattr(state, "session_id", session_id),
+            on_session=lambda node_session_id: setattr(state, "node_session_id", node_session_id),
         )
-        state.session_id, state.sent = sent.session_id, sent
+        state.node_session_id, state.sent = sent.session_id, sent
         await self.note_session(ctx, stored if isinstance(stored, str) else None, sent)
         return await self._wait_reply(sent, deadline=anyio.current_time() + self.turn_timeout)
 
@@ -184,7 +184,9 @@ class OpenCodeAgent:
                     with contextlib.suppress(TimeoutError):
                         await self.client.wait_idle(sent.session_id, since=since, timeout=1.0, started=True)
                 except OpenCodeError as exc:
-                    log.warning("could not read back the reply in %s: %s", sent.session_id, describe(exc))
+                    log.warning(
+                        "reading back the reply of OpenCode session %s failed: %s", sent.session_id, describe(exc)
+                    )
                     return reply
         log.warning("OpenCode session %s gave no complete reply within %.0f s", sent.session_id, self.turn_timeout)
         return reply
@@ -234,7 +236,9 @@ class OpenCodeAgent:
                 await self.client.wait_idle(sent.session_id, since=sent.since, timeout=self.settle_timeout)
                 await state.record(await self._read(sent))
             except Exception as exc:
-                log.warning("could not read back the cancelled turn of %s: %s", sent.session_id, describe(exc))
+                log.warning(
+                    "reading back OpenCode session %s after a cancel failed: %s", sent.session_id, describe(exc)
+                )
         if scope.cancelled_caught:
             log.warning(
                 "OpenCode session %s did not settle within %.0f s of an abort", sent.session_id, self.settle_timeout

@@ -159,7 +159,7 @@ class EventStream:
             self._listeners.remove(listener)
             send.close()
             if listener.dropped:
-                log.warning("an event listener of session %s dropped %d events", session_id, listener.dropped)
+                log.warning("an event listener of OpenCode session %s dropped %d events", session_id, listener.dropped)
 
     # -- running ----------------------------------------------------------------------------------
 

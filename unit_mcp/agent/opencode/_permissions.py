@@ -33,7 +33,7 @@ class Permissions:
         self.client = client
         self.endpoint = endpoint
         self.ctx = ctx
-        self.reply = reply  # its session id is the one whose questions are answered
+        self.reply = reply  # its node session is the one whose questions are answered
         self.answered: set[str] = set()
 
     async def listen(self, events: Any) -> None:
@@ -44,7 +44,7 @@ class Permissions:
     async def poll(self, interval: float) -> None:
         while True:
             await anyio.sleep(interval)
-            if self.reply.session_id is None:
+            if self.reply.node_session_id is None:
                 continue
             try:
                 pending = await self.client.permissions()
@@ -55,7 +55,7 @@ class Permissions:
                 await self._answer(request)
 
     async def _answer(self, request: Mapping[str, Any]) -> None:
-        request_id, session_id = request.get("id"), self.reply.session_id
+        request_id, session_id = request.get("id"), self.reply.node_session_id
         if (
             not isinstance(request_id, str)
             or request_id in self.answered

@@ -32,13 +32,14 @@ PROVIDER = "opencode"
 
 @dataclass
 class ReplyRecorder:
-    """One turn's OpenCode side: its session and sent prompt (shared with the cancel hook and the permission
+    """One turn's OpenCode side: its node session and sent prompt (shared with the cancel hook and the permission
     answerer), and what has been recorded of the reply."""
 
     ctx: TurnContext
     tool_name: Callable[[str], str]
     """OpenCode's tool name → the surface's."""
-    session_id: str | None = None
+    node_session_id: str | None = None
+    """The OpenCode session the prompt went to (not the runner's session)."""
     sent: Sent | None = None
     recorder: TurnRecorder = field(init=False)
     texts: set[str] = field(default_factory=set)
@@ -83,7 +84,7 @@ class ReplyRecorder:
         turns are skipped, and a failure here is logged, never fatal to the turn."""
         try:
             async for event in events:
-                if isinstance(event, NodeEvent) and self.sent is not None and event.session_id == self.session_id:
+                if isinstance(event, NodeEvent) and self.sent is not None and event.session_id == self.node_session_id:
                     # (nothing of this reply can be told apart before the prompt was sent)
                     with anyio.CancelScope(shield=True):  # an item is recorded whole, with its bookkeeping
                         await self._follow_event(event)
