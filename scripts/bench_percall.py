@@ -3,6 +3,7 @@
     .venv/bin/python scripts/bench_percall.py --base 0deba14            # that commit against this work tree
     .venv/bin/python scripts/bench_percall.py --base HEAD --rounds 6 --seconds 3 --clients 8
     .venv/bin/python scripts/bench_percall.py --base 0deba14 --rounds 3 --per-kind 150   # each kind of call alone
+    .venv/bin/python scripts/bench_percall.py --base HEAD --rounds 5 --sdk 100    # one call at a time, SDK client
 
 Each side is a real `python -m unit_mcp.server` child (watching its units, as the load test runs it): the base
 side imports `unit_mcp` exported from the `--base` commit, the other side this work tree's. Lean client processes
@@ -11,15 +12,27 @@ then a hash-checked patch of a tally unit, the rest reads, lists, inspects, snap
 reloads and dry runs. The sides take turns, round by round, so drift on this shared machine hits both alike.
 The figure is the server's user+system CPU (from /proc) over the calls it answered, with the calls per second and each
 tool's mean latency. Prints figures only; bench/RESULTS.md has the figures that were kept.
+
+`--sdk CALLS` asks where the wall time of one call goes instead: this process calls, one call at a time, through the
+SDK's own `mcp.Client` over Streamable HTTP, `unit_list` (and `unit_list` with an invalid argument) on both sides,
+and a trivial tool on two bare SDK servers: the SDK's own Starlette app on uvicorn (answering each POST with one
+JSON body, as ours does when no progress is asked), and the same server behind this work tree's `McpHttpServer`
+(token, guard, joined writes). Per call: the median wall time, the client's CPU, the time the client spent
+checking the result against the tool's output schema, and the server's CPU. Each turn also
+opens three new sessions: "session" is the handshake, "first call" the first call in it (the client lists the tools
+and compiles the output schema's validator there).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import http.client
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,6 +148,50 @@ def start_server(work: Path, side: str, pythonpath: str | None) -> tuple[subproc
         env=env,
         cwd=work / side,
     )
+    return read_address(server, side)
+
+
+FRESH = 3
+"""Fresh sessions a turn of `--sdk`: how long a new session takes to connect and to answer its first call."""
+BARE_SIDES = ("sdk", "bridge")
+"""Bare servers of `--sdk`: one trivial tool on the SDK's own app, and on unit_mcp's `McpHttpServer`."""
+SDK_CALLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "unit_list": ("unit_list", {}),
+    "invalid": ("unit_list", {"bogus": 1}),
+    "trivial": ("ping", {}),
+}
+
+
+def bare_server(kind: str) -> None:
+    """A bare SDK server with one trivial tool on loopback, printing MCP_URL= and MCP_TOKEN= as the unit server."""
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    from unit_mcp.loopback import bind_loopback
+    from unit_mcp.mcphttp import McpHttpServer
+
+    server = MCPServer(name="bare", log_level="WARNING")
+
+    @server.tool(name="ping")
+    def ping() -> str:
+        return "pong"
+
+    async def serve() -> None:
+        if kind == "bridge":
+            http = McpHttpServer()
+            await http.start(server._lowlevel_server)
+            print(f"MCP_URL={http.url}\nMCP_TOKEN={http.token}", flush=True)
+            await asyncio.Event().wait()
+        sock = bind_loopback("127.0.0.1", 0)
+        print(f"MCP_URL=http://127.0.0.1:{sock.getsockname()[1]}/mcp\nMCP_TOKEN=", flush=True)
+        config = uvicorn.Config(server.streamable_http_app(json_response=True), log_level="warning")
+        await uvicorn.Server(config).serve(sockets=[sock])
+
+    asyncio.run(serve())
+
+
+def read_address(server: subprocess.Popen[str], side: str) -> tuple[subprocess.Popen[str], str, str]:
+    """The server and the MCP_URL and MCP_TOKEN it printed."""
     printed: dict[str, str] = {}
     assert server.stdout is not None
     while "MCP_TOKEN" not in printed or "MCP_URL" not in printed:
@@ -144,6 +201,128 @@ def start_server(work: Path, side: str, pythonpath: str | None) -> tuple[subproc
         key, _, value = line.rstrip("\n").partition("=")
         printed[key] = value
     return server, printed["MCP_URL"], printed["MCP_TOKEN"]
+
+
+async def sdk_calls(
+    servers: dict[str, tuple[subprocess.Popen[str], str, str]], calls: int, rounds: int, mode: str
+) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """`calls` calls of each kind on each side per round, sides in turn; per (side, kind) each call's wall, client
+    CPU and schema check, and each turn's server CPU (seconds; /proc counts it in ticks, so a turn's total)."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    checking = [0.0]
+    check = ClientSession.validate_tool_result
+
+    async def timed_check(self: ClientSession, name: str, result: Any) -> None:
+        started = time.perf_counter()
+        try:
+            await check(self, name, result)
+        finally:
+            checking[0] += time.perf_counter() - started
+
+    ClientSession.validate_tool_result = timed_check  # type: ignore[method-assign]
+    figures: dict[tuple[str, str], dict[str, list[float]]] = {}
+
+    def record(side: str, kind: str, walls: list[float], cpus: list[float], checks: list[float], *cpu: float) -> None:
+        figure = figures.setdefault((side, kind), {"wall": [], "cpu": [], "check": [], "server": []})
+        figure["wall"] += walls
+        figure["cpu"] += cpus
+        figure["check"] += checks
+        figure["server"] += cpu
+
+    async def fresh(side: str, kind: str, counted: bool) -> None:
+        """`FRESH` new sessions, each timed to its handshake's end ("session") and through its first call; the
+        server's CPU is that of the whole sessions (handshake, first call, closing), on the "session" row."""
+        _, url, token = servers[side]
+        name, arguments = SDK_CALLS[kind]
+        times: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        server_cpu = cpu_seconds(servers[side][0].pid)
+        for _ in range(FRESH):
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            checking[0] = 0.0
+            cpu, started = time.process_time(), time.perf_counter()
+            async with (
+                httpx2.AsyncClient(headers=headers) as http,
+                Client(streamable_http_client(url, http_client=http), mode=mode) as session,
+            ):
+                for step in ("session", "first"):
+                    if step == "first":
+                        await session.call_tool(name, arguments)
+                    walls, cpus, checks = times.setdefault(step, ([], [], []))
+                    walls.append(time.perf_counter() - started)
+                    cpus.append(time.process_time() - cpu)
+                    checks.append(checking[0])
+                    checking[0] = 0.0
+                    cpu, started = time.process_time(), time.perf_counter()
+        if counted:
+            walls, cpus, checks = times["session"]
+            record(side, "session", walls, cpus, checks, cpu_seconds(servers[side][0].pid) - server_cpu)
+            record(side, "first call", *times["first"])
+
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {}
+        for side, (_, url, token) in servers.items():
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+            transport = streamable_http_client(url, http_client=http)
+            clients[side] = await stack.enter_async_context(Client(transport, mode=mode))
+            await clients[side].list_tools()
+        for round_ in range(rounds + 1):  # round 0 warms every side up and is not counted
+            for side, client in clients.items():
+                kinds = ["trivial"] if side in BARE_SIDES else ["unit_list", "invalid"]
+                await fresh(side, kinds[0], bool(round_))
+                for kind in kinds:
+                    name, arguments = SDK_CALLS[kind]
+                    walls, cpus, checks = [], [], []
+                    server_cpu = cpu_seconds(servers[side][0].pid)
+                    for _ in range(calls):
+                        checking[0] = 0.0
+                        cpu, started = time.process_time(), time.perf_counter()
+                        result = await client.call_tool(name, arguments)
+                        walls.append(time.perf_counter() - started)
+                        cpus.append(time.process_time() - cpu)
+                        checks.append(checking[0])
+                        if result.is_error != (kind == "invalid"):
+                            raise RuntimeError(f"{side} {name}: unexpected answer {result.content}")
+                    if round_:
+                        record(side, kind, walls, cpus, checks, cpu_seconds(servers[side][0].pid) - server_cpu)
+    return figures
+
+
+def sdk_main(args: argparse.Namespace, work: Path) -> None:
+    """`--sdk`: the unit servers of both sides and the two bare servers, one SDK client calling them in turn."""
+    servers = {
+        "base": start_server(work, "base", str(work / "base-code")),
+        "work": start_server(work, "work", None),
+    }
+    for kind in BARE_SIDES:
+        bare = subprocess.Popen(
+            [sys.executable, __file__, "--bare-server", kind], stdout=subprocess.PIPE, text=True, cwd=work
+        )
+        servers[kind] = read_address(bare, kind)
+    try:
+        figures = asyncio.run(sdk_calls(servers, args.sdk, args.rounds, args.mode))
+    finally:
+        for server, _, _ in servers.values():
+            server.kill()
+            server.wait()
+    load = os.getloadavg()[0]
+    print(f"base {args.base} against this work tree; the SDK's client ({args.mode} mode), one call at a time, ")
+    print(f"{args.sdk} calls of each kind a turn, {args.rounds} rounds; load average {load:.1f} after; ms a call:")
+    print("side      call        wall median  client CPU  schema check  server CPU (mean)")
+    for (side, kind), figure in sorted(figures.items(), key=lambda item: list(servers).index(item[0][0])):
+        wall, cpu, check = (1000 * statistics.median(figure[key]) for key in ("wall", "cpu", "check"))
+        served = f"{1000 * sum(figure['server']) / len(figure['wall']):11.2f}" if figure["server"] else "          -"
+        print(f"{side:9} {kind:11} {wall:11.2f} {cpu:11.2f} {check:13.2f} {served}")
+    walls = {key: statistics.median(figure["wall"]) for key, figure in figures.items()}
+    trivial = walls["sdk", "trivial"]
+    print(f"  work unit_list / bare SDK trivial: {walls['work', 'unit_list'] / trivial:.2f}")
+    print(f"  work invalid / bare SDK trivial: {walls['work', 'invalid'] / trivial:.2f}")
+    print(f"  bridge trivial / bare SDK trivial: {walls['bridge', 'trivial'] / trivial:.2f}")
+    print(f"  work / base unit_list: {walls['work', 'unit_list'] / walls['base', 'unit_list']:.2f}")
 
 
 def main() -> None:
@@ -158,10 +337,22 @@ def main() -> None:
         metavar="CALLS",
         help="instead of the mix: one client, CALLS steps of each kind a turn, the server's CPU per kind",
     )
+    parser.add_argument(
+        "--sdk",
+        type=int,
+        metavar="CALLS",
+        help="instead of the mix: CALLS calls of each kind a turn from the SDK's client, one at a time, against the "
+        "unit servers and two bare SDK servers; where the wall time of a call goes",
+    )
+    parser.add_argument("--mode", choices=["legacy", "auto"], default="legacy", help="the SDK client's era (--sdk)")
     parser.add_argument("--client", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--bare-server", choices=BARE_SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client is not None:
         client(args.client, json.loads(os.environ.pop("PERCALL_TARGETS")))
+        return
+    if args.bare_server is not None:
+        bare_server(args.bare_server)
         return
     turns = [f"0 {args.per_kind} {kind}" for kind in KINDS] if args.per_kind else [f"{args.seconds} 0"]
     clients_count = 1 if args.per_kind else args.clients
@@ -172,6 +363,9 @@ def main() -> None:
             ["git", "-C", str(REPO), "archive", args.base, "unit_mcp"], check=True, capture_output=True
         )
         subprocess.run(["tar", "-x", "-C", str(work / "base-code")], input=code.stdout, check=True)
+        if args.sdk:
+            sdk_main(args, work)
+            return
         servers = {
             "base": start_server(work, "base", str(work / "base-code")),
             "work": start_server(work, "work", None),

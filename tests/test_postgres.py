@@ -16,6 +16,7 @@ from conftest import copy_units, postgres_copy
 from support.pgcluster import Cluster
 
 from unit_mcp import Host, UnitService
+from unit_mcp.arguments import ListArgs, UnitArgs
 from unit_mcp.errors import UnitError
 from unit_mcp.loader import Source, SourceTooLarge, StaleSource
 from unit_mcp.paths import hash_bytes
@@ -126,6 +127,40 @@ def test_unit_ids_the_folder_loader_would_refuse_are_skipped_with_a_log_line(
     assert loader.kind("bad-id") is None
     assert "'bad-id' in the units database is not a valid unit id: skipped" in caplog.text and "'class'" in caplog.text
     loader.close()
+
+
+HOSTILE_SOURCE_IDS = ["../escape.py", "/etc/passwd", "a//b.py", "./x.py", "line\nbreak.py", "test_" + "x" * 300 + ".py"]
+
+
+def test_source_ids_the_folder_loader_would_refuse_are_skipped_with_a_log_line(
+    database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = ", ".join("('counter', %s, 'X = 1')" for _ in HOSTILE_SOURCE_IDS)
+    sql(database, f"INSERT INTO unit_mcp.sources VALUES {rows}", tuple(HOSTILE_SOURCE_IDS))
+    loader = open_loader(database)
+    assert loader.source_ids("counter", "directory") == ["__init__.py", "panel.py", "test_init.py"]
+    assert [s.source_id for s in loader.sources("counter", "directory")] == ["__init__.py", "panel.py", "test_init.py"]
+    skipped = [r.getMessage() for r in caplog.records if "is not a valid source id: skipped" in r.getMessage()]
+    assert len(skipped) == len(HOSTILE_SOURCE_IDS), skipped  # once each, however often it is listed
+    assert "source id '../escape.py' of unit 'counter' in the units database" in skipped[0]
+    assert "'line\\nbreak.py'" in caplog.text and "\nbreak" not in caplog.text  # one line each, shown escaped
+    host = Host(loader, tmp_path / "data").start()
+    service = UnitService(host)
+    try:
+        listed = {u.unit_id: u for u in service.list(ListArgs()).units}
+        assert listed["counter"].loaded and listed["counter"].test_capabilities == ["init"]
+        inspected = service.inspect(UnitArgs(unit_id="counter"))
+        assert [s.source_id for s in inspected.source_artifacts] == ["__init__.py", "panel.py", "test_init.py"]
+    finally:
+        host.close()
+        loader.close()
+    back = tmp_path / "back"
+    back.mkdir()
+    copied = run("-m", "unit_mcp.units", "copy", database, str(back))
+    assert copied.returncode == 0, copied.stderr
+    units = tmp_path / "units"  # what the database was copied from: the copy back has those files and no others
+    expected = {path.relative_to(units) for path in units.rglob("*") if "__pycache__" not in path.parts}
+    assert {path.relative_to(back) for path in back.rglob("*")} == expected
 
 
 def test_copy_to_and_from_postgres_is_bytes_exact(pg_cluster: Cluster, tmp_path: Path) -> None:

@@ -64,6 +64,15 @@ def is_unit_id(name: object) -> bool:
     return True
 
 
+def is_source_id(source_id: object) -> bool:
+    """Whether `source_id` may name a source: the rule every loader applies to what its store lists."""
+    try:
+        validate_source_id(source_id)
+    except InvalidSourceId:
+        return False
+    return True
+
+
 def validate_source_id(source_id: object) -> tuple[str, ...]:
     """Split a source id into segments, refusing anything that is not a plain relative handle."""
     if not isinstance(source_id, str) or not source_id:

@@ -41,7 +41,7 @@ from .loader import (
     artifact_kind,
     primary_source_id,
 )
-from .paths import hash_bytes, is_unit_id
+from .paths import hash_bytes, is_source_id, is_unit_id
 from .pgconnect import CONNECT_OPTIONS, CONNECT_TIMEOUT, ForeignSchema, first_line, schema_is_ours
 
 SCHEMA = "unit_mcp"
@@ -242,6 +242,7 @@ class PostgresLoader:
         self._stored: dict[str, int] = {}
         self._errors: dict[str, str] = {}
         self._skipped: set[str] = set()
+        self._skipped_sources: set[tuple[str, str]] = set()
         self._unsettled: set[str] = set()  # units whose failed write could not be rolled back: reload them
         self._prepare()
 
@@ -309,7 +310,20 @@ class PostgresLoader:
         if kind == "file":
             return [f"{unit_id}.py"]
         rows = self._query(f"SELECT source_id FROM {SCHEMA}.sources WHERE unit_id = %s ORDER BY 1", (unit_id,))
-        return [str(r[0]) for r in rows]
+        return [str(r[0]) for r in rows if self._valid_source(unit_id, str(r[0]))]
+
+    def _valid_source(self, unit_id: str, source_id: str) -> bool:
+        """Whether a source id read from the database is one the folder loader would accept too; another (a path
+        out of the unit's folder, say) is skipped, logged once."""
+        if is_source_id(source_id):
+            return True
+        if (unit_id, source_id) not in self._skipped_sources:
+            self._skipped_sources.add((unit_id, source_id))
+            shown = ascii(source_id)[:120]
+            log.warning(
+                "source id %s of unit %r in the units database is not a valid source id: skipped", shown, unit_id
+            )
+        return False
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         primary = primary_source_id(unit_id, kind)

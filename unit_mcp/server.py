@@ -31,6 +31,7 @@ from .githistory import GIT_MODES
 from .host import Host
 from .loader import SQLITE_PREFIX
 from .localaccess import LocalAccess
+from .proctree import keep_memory_private
 from .service import UnitService
 from .sqliteloader import units_database_problem
 from .stdio import stdio_streams
@@ -340,6 +341,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     logging.getLogger().addHandler(handler)
     if args.debug:
         logging.getLogger("unit_mcp").setLevel(logging.DEBUG)
+    keep_memory_private()
     try:
         anyio.run(serve, args, backend="asyncio")
     except BaseException as exc:

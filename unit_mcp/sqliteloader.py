@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 from .changelog import Retention, SqliteChangeLog
-from .errors import InvalidSourceId
 from .loader import (
     SQLITE_PREFIX,
     Capabilities,
@@ -39,7 +38,7 @@ from .loader import (
     artifact_kind,
     primary_source_id,
 )
-from .paths import hash_bytes, is_unit_id, validate_source_id
+from .paths import hash_bytes, is_source_id, is_unit_id
 from .sqlitedb import SharedConnection
 
 log = logging.getLogger("unit_mcp.sqliteloader")
@@ -135,14 +134,6 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, flags, 0o600))
 
 
-def _is_source_id(source_id: str) -> bool:
-    try:
-        validate_source_id(source_id)
-    except InvalidSourceId:
-        return False
-    return True
-
-
 class SqliteLoader:
     """Units as rows of one SQLite database (created if missing unless read-only)."""
 
@@ -222,7 +213,7 @@ class SqliteLoader:
         if kind == "file":
             return [f"{unit_id}.py"]
         rows = self._db.query("SELECT source_id FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
-        return [str(r[0]) for r in rows if _is_source_id(str(r[0]))]
+        return [str(r[0]) for r in rows if is_source_id(str(r[0]))]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         primary = primary_source_id(unit_id, kind)

@@ -22,6 +22,7 @@ import anyio
 
 from ..commandline import CommandParser, print_error
 from ..paths import UnsafeSecret, UntrustedFolder, private_dir
+from ..proctree import keep_memory_private
 from ..secret_options import add_secret_option, secret_value
 from ._paused import RESUMED_OUTPUT
 from ._projections import transcript_line
@@ -675,6 +676,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                 return 2
             commands = {"run": run_command, "answer": answer_command, "ui": ui_command, "worker": worker_command}
             command = commands[args.command]
+            keep_memory_private()  # the API key and the MCP token
             outcome: Any = anyio.run(command, args, store)
             return int(outcome)
         return sessions_command(args, store)
