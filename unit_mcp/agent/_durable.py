@@ -71,6 +71,31 @@ def system_database(data_dir: str | Path, url: str | None = None) -> str:
     return url or f"sqlite:///{Path(data_dir).resolve() / 'dbos.sqlite'}"
 
 
+def sqlite_engine(url: str) -> sa.Engine:
+    """A SQLite system database as DBOS opens one (its pool; IMMEDIATE writes, busy timeout, foreign keys), in WAL
+    with `synchronous=NORMAL`: a step's commit writes the log without syncing it, and a killed worker loses nothing
+    committed (a power loss may lose the last commits). `test_dbos_contract.py` pins the settings DBOS's own has."""
+    engine = sa.create_engine(url, pool_size=20, max_overflow=0, pool_timeout=30, pool_pre_ping=True)
+
+    @sa.event.listens_for(engine, "connect")
+    def configure(dbapi_conn: Any, _: object) -> None:
+        dbapi_conn.isolation_level = "IMMEDIATE"
+        dbapi_conn.execute("PRAGMA busy_timeout=30000")
+        dbapi_conn.execute("PRAGMA foreign_keys=ON")
+        if dbapi_conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] != "wal":
+            raise AgentError(f"{url}: the system database needs SQLite's WAL mode, which this file system refuses")
+        dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+
+    return engine
+
+
+def system_engine(url: str) -> sa.Engine:
+    """An engine on the system database: `sqlite_engine`'s for SQLite, else psycopg 3's (DBOS's driver)."""
+    if url.startswith("sqlite"):
+        return sqlite_engine(url)
+    return sa.create_engine("postgresql+psycopg://" + url.removeprefix("postgresql://"))
+
+
 def default_executor_id() -> str:
     """A worker's identity when none is given: stable on one host, so a restarted worker resumes its turns."""
     return f"worker@{socket.gethostname()}"
@@ -127,10 +152,8 @@ class _Beats:
     host is dead once its process is gone (or it stopped beating for `STALE_SECONDS`, its pid reused), one on another
     host once it stopped beating for `DEAD_AFTER` seconds."""
 
-    def __init__(self, url: str) -> None:
-        if url.startswith("postgresql://"):
-            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-        self.engine = sa.create_engine(url)
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
         self.table = sa.Table(
             "unit_mcp_workers",
             sa.MetaData(),
@@ -262,6 +285,7 @@ class DurableWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beats: _Beats | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._started: dict[str, WorkflowHandleAsync[str | None]] = {}  # turns submitted here, until waited for
 
     async def __aenter__(self) -> DurableWorker:
         global _worker
@@ -275,7 +299,10 @@ class DurableWorker:
             "executor_id": self.executor_id,
         }
         try:
-            self._beats = await anyio.to_thread.run_sync(_Beats, self.system_database_url)
+            engine = system_engine(self.system_database_url)
+            if engine.dialect.name == "sqlite":
+                config["system_database_engine"] = engine  # DBOS's own syncs every step's commit: see sqlite_engine
+            self._beats = await anyio.to_thread.run_sync(_Beats, engine)
             await anyio.to_thread.run_sync(self._beats.beat, self.executor_id)
             DBOS(config=config)
             await anyio.to_thread.run_sync(DBOS.launch)
@@ -328,12 +355,15 @@ class DurableWorker:
         self._agent(session.agent_id)
         turn_id = new_turn_id()
         with SetWorkflowID(turn_id):
-            await DBOS.start_workflow_async(_durable_turn, session_id, turn_id, input)
+            self._started[turn_id] = await DBOS.start_workflow_async(_durable_turn, session_id, turn_id, input)
         return turn_id
 
     async def wait(self, turn_id: str) -> str | None:
-        """The turn's final answer once it ends (None if it failed: the session says why)."""
-        handle: WorkflowHandleAsync[str | None] = await DBOS.retrieve_workflow_async(turn_id)
+        """The turn's final answer once it ends (None if it failed: the session says why); one this worker started
+        is awaited where it runs, any other polled for in the system database."""
+        handle = self._started.pop(turn_id, None)
+        if handle is None:
+            handle = await DBOS.retrieve_workflow_async(turn_id)
         result: str | None = await handle.get_result(polling_interval_sec=WAIT_POLL)
         return result
 
