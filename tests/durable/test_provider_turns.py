@@ -122,7 +122,8 @@ async def test_a_turn_whose_node_died_with_its_worker_ends_interrupted_on_the_wo
         with anyio.fail_after(180):
             assert await stack.client.wait(stack.turn_id) is None
         session = stack.session()
-    assert item_kinds(session.items) == ["turn-started", "message", "opencode-session-created", "error", "turn-failed"]
+    kinds = ["turn-started", "message", "opencode-session-created", "error", "turn-interrupted"]
+    assert item_kinds(session.items) == kinds
     error = session.items[-2]
     assert isinstance(error, ErrorItem) and error.code == "interrupted"
     assert "did not finish the reply" in error.message
@@ -211,7 +212,7 @@ async def test_a_codex_turn_whose_worker_is_killed_ends_interrupted_on_the_worke
     assert "Recovering 1 workflows for executor worker-a" in workers.log("worker-b").read_text()
     assert len(prompts) == 1  # Codex never ran on the prompt again
     kinds = item_kinds(session.items)
-    assert kinds[:3] == ["turn-started", "message", "codex-begun"] and kinds[-2:] == ["error", "turn-failed"]
+    assert kinds[:3] == ["turn-started", "message", "codex-begun"] and kinds[-2:] == ["error", "turn-interrupted"]
     assert len({item.id for item in session.items}) == len(session.items)
     error = session.items[-2]
     assert isinstance(error, ErrorItem) and error.code == "interrupted"

@@ -470,7 +470,7 @@ class DurableWorker:
         if ended is not None:  # its worker died after the turn had ended
             return ended.data.get("result") if ended.kind == f"turn-{TurnStatus.COMPLETED}" else None
         error = "the worker running Codex on this turn died, and Codex keeps nothing to resume (what it did is kept)"
-        await turn.end(TurnStatus.FAILED, error=error, code="interrupted")
+        await turn.controller.interrupted(error)
         return None
 
     @contextlib.asynccontextmanager
