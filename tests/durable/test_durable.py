@@ -1,6 +1,7 @@
 """A durable turn survives its worker: worker A (a real process: the step-loop agent on the scripted model, the
 unit tools over HTTP, DBOS on SQLite) is SIGKILLed while the model delays its second answer; worker B, started
-with A's executor id, resumes the workflow; the session has every item once and no tool call ran twice.
+with A's executor id, resumes the workflow (on DBOS's event loop, with one model client for the rest of the turn);
+the session has every item once and no tool call ran twice.
 """
 
 from __future__ import annotations
@@ -30,9 +31,21 @@ import sys
 from pathlib import Path
 
 import anyio
+import openai
 
 from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, McpToolSource, OpenAIAgent, SessionStore
 from unit_mcp.agent._durable import DurableWorker
+
+made = []
+construct = openai.AsyncOpenAI.__init__
+
+
+def counted(self, *args, **kwargs):
+    made.append(self)
+    construct(self, *args, **kwargs)
+
+
+openai.AsyncOpenAI.__init__ = counted  # each model client this worker makes
 
 
 async def main(root, model_url, mcp_url, token_file, turn_id):
@@ -52,6 +65,7 @@ async def main(root, model_url, mcp_url, token_file, turn_id):
                     turn_id = await worker.submit("ses-durable", "record one, then two")
                     print("submitted", turn_id, flush=True)
                 print("result", await worker.wait(turn_id), flush=True)
+                print("model clients", len(made), flush=True)
     finally:
         store.close()
 
@@ -105,7 +119,9 @@ async def test_a_turn_resumes_on_a_restarted_worker_after_a_kill_mid_turn(
         with anyio.fail_after(120):
             second = await anyio.run_process(worker(tmp_path, model, unit_server, turn_id), check=False)
         assert second.returncode == 0, second.stderr.decode()[-2000:]
-        assert "result done" in second.stdout.decode().splitlines()
+        said = second.stdout.decode().splitlines()
+        assert "result done" in said
+        assert "model clients 1" in said  # the resumed turn's two model requests share one client
         model.assert_done()
 
     # Each tool call ran once: the first was checkpointed before the kill, the second ran after it.

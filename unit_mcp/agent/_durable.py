@@ -9,7 +9,9 @@ durable turn leaves out: docs/durable.md.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -17,7 +19,6 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -325,7 +326,7 @@ class DurableWorker:
         finally:
             # DBOS made its executor the loop's default one and has shut it down: asyncio.to_thread needs another
             assert self._loop is not None
-            self._loop.set_default_executor(ThreadPoolExecutor())
+            self._loop.set_default_executor(concurrent.futures.ThreadPoolExecutor())
             await self._close_beats()
             _worker = None
 
@@ -415,10 +416,12 @@ class DurableWorker:
             await anyio.to_thread.run_sync(self.store.invalidate, session_id)  # others may write it now
 
     async def _steps(self, agent: LoopAgent, turn: Turn, ctx: TurnContext) -> str | None:
-        async with self._scope(agent, ctx) as held:
+        async with self._scope(agent, ctx) as scope:
             recorder = TurnRecorder(turn.controller, self.tools)
             for step in range(1, agent.max_steps + 1):
-                response = await DBOS.run_step_async({"name": "model"}, self._on_main, _request, agent, ctx, step, held)
+                response = await DBOS.run_step_async(
+                    {"name": "model"}, self._on_main, _request, agent, ctx, step, context=scope
+                )
                 message = await turn.append(
                     MessageItem(
                         role="assistant",
@@ -474,14 +477,37 @@ class DurableWorker:
         return None
 
     @contextlib.asynccontextmanager
-    async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[bool]:
-        """The agent's turn scope (its model client) held for the whole turn when the turn runs on the worker's own
-        loop (True); a recovered turn runs on DBOS's, so each model step enters it (False)."""
-        if asyncio.get_running_loop() is not self._loop:
-            yield False
+    async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[contextvars.Context | None]:
+        """The agent's turn scope (its model client) held for the whole turn on the worker's own loop, where the
+        steps run: in this task when the turn runs there (None); a recovered turn runs on DBOS's loop, so a task on
+        the worker's holds it and the steps run in that task's context (yielded)."""
+        assert self._loop is not None
+        if asyncio.get_running_loop() is self._loop:
+            async with agent.turn_scope(ctx):
+                yield None
             return
-        async with agent.turn_scope(ctx):
-            yield True
+        entered: concurrent.futures.Future[contextvars.Context] = concurrent.futures.Future()
+        release = asyncio.Event()  # set on the worker's loop
+
+        async def hold() -> None:
+            async with agent.turn_scope(ctx):
+                entered.set_result(contextvars.copy_context())
+                await release.wait()
+
+        def ended(holder: concurrent.futures.Future[None]) -> None:
+            if not entered.done():
+                failed = None if holder.cancelled() else holder.exception()
+                entered.set_exception(failed or AgentError(f"agent {agent.id}'s turn scope ended before it opened"))
+
+        holder = asyncio.run_coroutine_threadsafe(hold(), self._loop)
+        holder.add_done_callback(ended)
+        try:
+            context: contextvars.Context = await asyncio.wrap_future(entered)
+            yield context
+        finally:
+            self._loop.call_soon_threadsafe(release.set)
+            with anyio.CancelScope(shield=True):
+                await asyncio.wrap_future(holder)
 
     async def _claim(self, session_id: str) -> Session:
         """The session, held for writing: a dead worker's claim on it may still look alive (an unreaped process,
@@ -538,12 +564,15 @@ class DurableWorker:
     async def _asks(self, ctx: TurnContext, risk: str) -> bool:
         return self.approvals.check_risk(risk, ctx.approvals.grants()) == "needs-approval"
 
-    async def _on_main(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
-        """Run a step on the worker's own event loop (a recovered workflow runs on DBOS's): its clients live there."""
+    async def _on_main(
+        self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, context: contextvars.Context | None = None
+    ) -> T:
+        """Run a step on the worker's own event loop (a recovered workflow runs on DBOS's): its clients live there;
+        in `context` there when given (a recovered turn's scope, `_scope`)."""
         assert self._loop is not None
         if asyncio.get_running_loop() is self._loop:
             return await fn(*args)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), self._loop))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_in_context(context, fn(*args)), self._loop))
 
 
 async def _replayable(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
@@ -555,10 +584,13 @@ async def _replayable(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -
         REPLAYING.reset(token)
 
 
-async def _request(agent: LoopAgent, ctx: TurnContext, step: int, held: bool) -> ModelResponse:
-    async with contextlib.nullcontext() if held else agent.turn_scope(ctx):
-        system = await agent.system_prompt(ctx)
-        return await agent.request(await agent._prepare(ctx, system, step), ctx)
+async def _in_context(context: contextvars.Context | None, step: Coroutine[Any, Any, T]) -> T:
+    return await (step if context is None else asyncio.get_running_loop().create_task(step, context=context))
+
+
+async def _request(agent: LoopAgent, ctx: TurnContext, step: int) -> ModelResponse:
+    system = await agent.system_prompt(ctx)
+    return await agent.request(await agent._prepare(ctx, system, step), ctx)
 
 
 def recover(executor_id: str) -> None:
