@@ -12,7 +12,7 @@ from support.item_kinds import item_kinds
 from unit_mcp.agent import AgentError, FunctionAgent, ModelRequest, ModelResponse, SessionStore, TurnContext, TurnStatus
 from unit_mcp.agent._projections import chat_messages
 from unit_mcp.agent.errors import TurnClosed
-from unit_mcp.agent.items import ErrorItem, EventItem, Session, ToolResultItem
+from unit_mcp.agent.items import ErrorItem, EventItem, Session, ToolCallItem, ToolResultItem
 from unit_mcp.agent.turns import TurnCallbacks
 
 from .conftest import reload, running
@@ -30,6 +30,7 @@ class Scripted:
         self.outcome = "finish"
         self.hook = hook
         self.runs = 0
+        self.ctx: TurnContext | None = None  # the turn it interrupted
 
     async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
         self.runs += 1
@@ -42,6 +43,10 @@ class Scripted:
             await ctx.turn.fail("the provider said no", code="provider_error")
         elif self.outcome == "raise":
             raise RuntimeError("boom")
+        elif self.outcome == "interrupt":
+            await ctx.turn.append_item(ToolCallItem(name="probe", call_id="c1", arguments="{}"))
+            await ctx.turn.interrupted("the node died before it answered")
+            self.ctx = ctx
 
 
 def kinds(session: Session) -> list[str]:
@@ -100,6 +105,33 @@ async def test_failure_is_recorded_and_the_runner_goes_on(tmp_path: Path, outcom
     )
     assert (error.message, error.code) == expected
     assert kinds(on_disk).count("turn-failed") == 1 and on_disk.status == "idle"
+
+
+async def test_an_interrupted_turn_ends_interrupted_with_its_reason_and_closes_its_open_call(tmp_path: Path) -> None:
+    agent = Scripted()
+    agent.outcome = "interrupt"
+    errors: list[str | None] = []
+    async with running(tmp_path, {"scripted": lambda deps: agent}) as runner:
+        session = await runner.create_session("scripted")
+        handle = await runner.run_turn(session.id, "x")
+        handle.on_error(lambda h: errors.append(h.error))
+        agent.release.set()
+        await handle.wait(5)
+        assert handle.status is TurnStatus.INTERRUPTED and errors == ["the node died before it answered"]
+        assert agent.ctx is not None
+        with pytest.raises(TurnClosed, match=r"had already ended \(interrupted\)"):
+            await agent.ctx.turn.interrupted("again")
+
+    on_disk = reload(tmp_path, session.id)
+    assert kinds(on_disk) == ["turn-started", "message", "tool-call", "tool-result", "error", "turn-interrupted"]
+    result, error, ended = on_disk.items[-3:]
+    assert isinstance(result, ToolResultItem) and result.synthetic and result.output.startswith("[interrupted]")
+    assert isinstance(error, ErrorItem) and (error.message, error.code) == (
+        "the node died before it answered",
+        "interrupted",
+    )
+    assert isinstance(ended, EventItem) and ended.data["error"] == "the node died before it answered"
+    assert on_disk.status == "idle" and on_disk.open_tool_calls() == []
 
 
 async def test_cancel_runs_the_hook_exactly_once_and_persists_the_status(tmp_path: Path) -> None:

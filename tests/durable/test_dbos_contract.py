@@ -1,11 +1,13 @@
-"""What `_durable.recover` relies on of DBOS: the private `DBOS._recover_pending_workflows([executor_id])` makes a
-live process resume the workflows another executor left pending when it was SIGKILLed (DBOS 3 dropped the admin
-server that offered this), completed steps are not run again, and a message sent meanwhile is received.
+"""What `_durable` relies on of DBOS: the private `DBOS._recover_pending_workflows([executor_id])` makes a live
+process resume the workflows another executor left pending when it was SIGKILLed (DBOS 3 dropped the admin server
+that offered this), completed steps are not run again, and a message sent meanwhile is received; and the SQLite
+system database engine it builds itself (`sqlite_engine`) sets what DBOS's own would.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import signal
 import subprocess
 import sys
@@ -13,9 +15,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from dbos import DBOS
+import sqlalchemy as sa
+from dbos import DBOS, DBOSClient
+from dbos._sys_db_sqlite import SQLiteSystemDatabase
 
-from unit_mcp.agent._durable import DurableClient, recover
+from unit_mcp.agent._durable import DurableClient, recover, sqlite_engine
 
 pytestmark = pytest.mark.anyio
 
@@ -80,3 +84,34 @@ async def test_a_live_process_resumes_the_workflow_a_killed_executor_left_pendin
     assert live.returncode == 0, live.stderr.decode()[-2000:]
     assert "result got yes" in live.stdout.decode().splitlines()
     assert (tmp_path / "first-ran").read_text() == "gone\n"  # the completed step was not run again
+
+
+PRAGMAS = ["busy_timeout", "foreign_keys", "journal_mode", "synchronous"]
+
+
+def connection_settings(engine: sa.Engine) -> dict[str, object]:
+    with engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        settings = {pragma: raw.execute(f"PRAGMA {pragma}").fetchone()[0] for pragma in PRAGMAS}
+        return {"isolation_level": raw.isolation_level, **settings}  # type: ignore[attr-defined]
+
+
+def test_our_sqlite_system_engine_sets_what_dbos_sets_on_its_own_and_commits_without_syncing(tmp_path: Path) -> None:
+    """`sqlite_engine` stands in for the engine DBOS makes (`system_database_engine`): it copies DBOS's connection
+    settings (a PRAGMA DBOS adds in a new version fails this) and adds WAL and synchronous=NORMAL."""
+    url = f"sqlite:///{tmp_path / 'dbos.sqlite'}"
+    client = DBOSClient(system_database_url=url, application_name="contract", lazy=True)
+    try:
+        theirs = connection_settings(client._sys_db.engine)
+    finally:
+        client.destroy()
+    ours_engine = sqlite_engine(url)
+    try:
+        ours = connection_settings(ours_engine)
+    finally:
+        ours_engine.dispose()
+    assert ours == {**theirs, "journal_mode": "wal", "synchronous": 1}
+    assert theirs["isolation_level"] == "IMMEDIATE" and theirs["foreign_keys"] == 1
+    dbos_pragmas = set(re.findall(r"PRAGMA \w+=\w+", inspect.getsource(SQLiteSystemDatabase._create_engine)))
+    assert dbos_pragmas and dbos_pragmas <= set(re.findall(r"PRAGMA \w+=\w+", inspect.getsource(sqlite_engine)))

@@ -1,77 +1,30 @@
 """A durable turn survives its worker: worker A (a real process: the step-loop agent on the scripted model, the
-unit tools over HTTP, DBOS on SQLite) is SIGKILLed while the model delays its second answer; worker B, started
-with A's executor id, resumes the workflow; the session has every item once and no tool call ran twice.
+unit tools over HTTP, DBOS on SQLite) is SIGKILLed while the model delays its second answer; A restarted (same
+executor id) resumes the workflow (on DBOS's event loop, with one model client for the rest of the turn); the
+session has every item once and no tool call ran twice.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 from agent.conftest import UnitServer, reload
-from anyio.streams.buffered import BufferedByteReceiveStream
 from support.item_kinds import item_kinds
 
 from unit_mcp.agent import AgentApprovals, AgentError, AgentRegistry, AgentToolSurface, OpenAIAgent, SessionStore
-from unit_mcp.agent._durable import DurableWorker
+from unit_mcp.agent._durable import DurableClient, DurableWorker
 from unit_mcp.agent.items import EventItem, MessageItem
 from unit_mcp.agent.opencode import OpenCodeAgent, OpenCodeClient, opencode_endpoint
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
+from .provider_worker import AGENT
+from .workers import Workers
+
 pytestmark = pytest.mark.anyio
 
 SESSION = "ses-durable"
-WORKER = r"""
-import sys
-from pathlib import Path
-
-import anyio
-
-from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, McpToolSource, OpenAIAgent, SessionStore
-from unit_mcp.agent._durable import DurableWorker
-
-
-async def main(root, model_url, mcp_url, token_file, turn_id):
-    surface = AgentToolSurface(AgentApprovals())
-    registry = AgentRegistry()
-    agent = OpenAIAgent(id="recorder", model="scripted", base_url=model_url, stream=False)
-    registry.register("recorder", lambda deps: agent)
-    store = SessionStore(root / "sessions")
-    try:
-        async with McpToolSource(mcp_url, token=Path(token_file).read_text().strip()) as source:
-            surface.add_source(source)
-            async with DurableWorker(
-                store=store, registry=registry, tools=surface, data_dir=root, executor_id="worker-a"
-            ) as worker:
-                if turn_id == "new":
-                    store.create("recorder", session_id="ses-durable")
-                    turn_id = await worker.submit("ses-durable", "record one, then two")
-                    print("submitted", turn_id, flush=True)
-                print("result", await worker.wait(turn_id), flush=True)
-    finally:
-        store.close()
-
-
-if __name__ == "__main__":
-    anyio.run(main, Path(sys.argv[1]), *sys.argv[2:])
-"""
-
-
-def worker(root: Path, model: ScriptedModel, unit_server: UnitServer, turn_id: str) -> list[str]:
-    (root / "worker.py").write_text(WORKER)
-    return [
-        sys.executable,
-        str(root / "worker.py"),
-        str(root),
-        model.base_url,
-        unit_server.url,
-        unit_server.token_file(root),
-        turn_id,
-    ]
 
 
 async def test_a_turn_resumes_on_a_restarted_worker_after_a_kill_mid_turn(
@@ -83,37 +36,41 @@ async def test_a_turn_resumes_on_a_restarted_worker_after_a_kill_mid_turn(
         call(tool_call("record_value", {"value": "two"}), when=Match(last_role="tool"), label="second call"),
         say("done", when=Match(last_role="tool"), label="final"),
     ]
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    system_db = f"sqlite:///{data / 'dbos.sqlite'}"
     async with ScriptedModel(script) as model:
-        first = await anyio.open_process(worker(tmp_path, model, unit_server, "new"), stderr=subprocess.DEVNULL)
+        env = {"MCP_TOKEN": unit_server.token}
+        workers = Workers.script(data, system_db, "openai", unit_server.url, model.base_url, env)
+        store = SessionStore(data)
         try:
-            assert first.stdout is not None
-            lines = BufferedByteReceiveStream(first.stdout)
-            with anyio.fail_after(60):
-                line = [""]
-                while line[:1] != ["submitted"]:  # DBOS logs on stdout too
-                    line = (await lines.receive_until(b"\n", 65536)).decode().split()
-            turn_id = line[1]
-            with anyio.fail_after(60):
-                while len(model.requests) < 2:
-                    await anyio.sleep(0.05)
+            await workers.start("worker-a")
+            store.create(AGENT, session_id=SESSION)
+            async with DurableClient(system_db) as client:
+                turn_id = await client.submit(store, SESSION, "record one, then two")
+                with anyio.fail_after(60):
+                    while len(model.requests) < 2:
+                        await anyio.sleep(0.05)
+                workers.kill("worker-a")  # while the model delays its second answer
+                assert [c.arguments for c in unit_server.calls if c.name == "record_value"] == [{"value": "one"}]
+                await workers.start("worker-a")  # restarted with the same identity: it resumes the turn at launch
+                with anyio.fail_after(120):
+                    assert await client.wait(turn_id) == "done"
         finally:
-            first.send_signal(signal.SIGKILL)
-            await first.wait()
-        assert first.returncode == -signal.SIGKILL
-        assert [c.arguments for c in unit_server.calls if c.name == "record_value"] == [{"value": "one"}]
-
-        with anyio.fail_after(120):
-            second = await anyio.run_process(worker(tmp_path, model, unit_server, turn_id), check=False)
-        assert second.returncode == 0, second.stderr.decode()[-2000:]
-        assert "result done" in second.stdout.decode().splitlines()
+            workers.close()
+            store.close()
         model.assert_done()
+    # The resumed turn (on DBOS's event loop) made one model client for its two model requests.
+    assert workers.log("worker-a").read_text().count("model client made") == 1
 
     # Each tool call ran once: the first was checkpointed before the kill, the second ran after it.
     assert [c.arguments for c in unit_server.calls if c.name == "record_value"] == [
         {"value": "one"},
         {"value": "two"},
     ]
-    session = reload(tmp_path, SESSION)
+    reader = SessionStore(data, read_only=True)
+    session = reader.require(SESSION)
+    reader.close()
     assert item_kinds(session.items) == [
         "turn-started",
         "message",

@@ -7,7 +7,6 @@ on the prompt again."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -34,7 +33,6 @@ from .workers import Workers
 pytestmark = pytest.mark.anyio
 
 SESSION = "ses-opencode-durable"
-WORKER = Path(__file__).with_name("provider_worker.py")
 ANSWER = "hello, once"
 
 
@@ -72,8 +70,8 @@ async def killed_mid_turn(tmp_path: Path, binary: Path) -> AsyncIterator[Stack]:
         root.add_config(scripted_provider(model.base_url))
         async with NodeProcess(binary=binary, root=root) as node:
             assert node.url is not None and node.password is not None
-            command = [sys.executable, str(WORKER), str(data), system_db, "opencode", node.url, MODEL]
-            workers = Workers(data, [], command=command, env={"OPENCODE_SERVER_PASSWORD": node.password})
+            env = {"OPENCODE_SERVER_PASSWORD": node.password}
+            workers = Workers.script(data, system_db, "opencode", node.url, MODEL, env)
             store = SessionStore(data)
             try:
                 await workers.start("worker-a")
@@ -122,7 +120,8 @@ async def test_a_turn_whose_node_died_with_its_worker_ends_interrupted_on_the_wo
         with anyio.fail_after(180):
             assert await stack.client.wait(stack.turn_id) is None
         session = stack.session()
-    assert item_kinds(session.items) == ["turn-started", "message", "opencode-session-created", "error", "turn-failed"]
+    kinds = ["turn-started", "message", "opencode-session-created", "error", "turn-interrupted"]
+    assert item_kinds(session.items) == kinds
     error = session.items[-2]
     assert isinstance(error, ErrorItem) and error.code == "interrupted"
     assert "did not finish the reply" in error.message
@@ -186,8 +185,7 @@ async def test_a_codex_turn_whose_worker_is_killed_ends_interrupted_on_the_worke
     system_db = f"sqlite:///{data / 'dbos.sqlite'}"
     steps = [say(ANSWER, when=Match(user_contains="greet"), delay=8, label="the answer")]
     async with ScriptedModel(steps) as model:
-        command = [sys.executable, str(WORKER), str(data), system_db, "codex", str(codex_binary), model.base_url]
-        workers = Workers(data, [], command=command, env={"TMPDIR": str(tmp_path)})
+        workers = Workers.script(data, system_db, "codex", str(codex_binary), model.base_url, {"TMPDIR": str(tmp_path)})
         store = SessionStore(data)
         try:
             await workers.start("worker-a")
@@ -211,7 +209,7 @@ async def test_a_codex_turn_whose_worker_is_killed_ends_interrupted_on_the_worke
     assert "Recovering 1 workflows for executor worker-a" in workers.log("worker-b").read_text()
     assert len(prompts) == 1  # Codex never ran on the prompt again
     kinds = item_kinds(session.items)
-    assert kinds[:3] == ["turn-started", "message", "codex-begun"] and kinds[-2:] == ["error", "turn-failed"]
+    assert kinds[:3] == ["turn-started", "message", "codex-begun"] and kinds[-2:] == ["error", "turn-interrupted"]
     assert len({item.id for item in session.items}) == len(session.items)
     error = session.items[-2]
     assert isinstance(error, ErrorItem) and error.code == "interrupted"

@@ -91,10 +91,7 @@ async def test_a_turn_survives_a_kill_in_a_tool_call_and_a_kill_in_its_approval_
             store.create("unit-agent", session_id=SESSION)
             async with DurableClient(system_db) as client:
                 turn_id = await client.submit(store, SESSION, "record one, patch the greeter, then wipe")
-                with anyio.fail_after(60):
-                    while first.poll() is None:
-                        await anyio.sleep(0.05)
-                workers.running.pop("worker-a").wait(30)
+                await workers.died("worker-a")
                 await workers.start("worker-b")  # a live worker: it takes over A's turn
 
                 with anyio.fail_after(120):

@@ -1,4 +1,5 @@
-"""Worker processes of one data dir for the durable tests, each logging to its own file."""
+"""Worker processes of one data dir for the durable tests, each logging to its own file: the CLI's `worker`, or
+`provider_worker.py` running one agent (`Workers.script`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import anyio
 from agent.conftest import REPO
+
+SCRIPT = Path(__file__).with_name("provider_worker.py")
 
 
 class Workers:
@@ -23,6 +26,12 @@ class Workers:
         self.command = command or [sys.executable, "-m", "unit_mcp.agent", "--data-dir", str(data), "worker", *options]
         self.env = {**os.environ, **(env or {})}
         self.running: dict[str, subprocess.Popen[bytes]] = {}
+
+    @classmethod
+    def script(cls, data: Path, system_db: str, provider: str, target: str, model: str, env: dict[str, str]) -> Workers:
+        """Workers running `provider_worker.py` (its agent `provider_worker.AGENT`), secrets in `env`."""
+        command = [sys.executable, str(SCRIPT), str(data), system_db, provider, target, model]
+        return cls(data, [], command=command, env=env)
 
     def log(self, executor_id: str) -> Path:
         return self.data.parent / f"{executor_id}.log"
@@ -45,6 +54,13 @@ class Workers:
         process = self.running.pop(executor_id)
         process.kill()
         assert process.wait(30) == -signal.SIGKILL
+
+    async def died(self, executor_id: str) -> None:
+        """Wait (bounded) for a worker that something else kills to be gone, and reap it."""
+        process = self.running.pop(executor_id)
+        with anyio.fail_after(60):
+            while process.poll() is None:
+                await anyio.sleep(0.05)
 
     def close(self) -> None:
         for process in self.running.values():

@@ -20,8 +20,10 @@ from unit_mcp.agent import (
     ModelResponse,
     ToolError,
     TurnContext,
+    TurnStatus,
     delegation_tool,
 )
+from unit_mcp.agent.items import Session
 
 from .conftest import page_client, serving
 
@@ -120,3 +122,28 @@ async def test_a_session_is_archived_or_deleted_from_the_list_but_not_while_its_
         release.set()
         await turn.wait(10)
         assert f"Deleted session {busy.id} (busy)" in await retire(busy.id, "delete")  # idle now
+
+
+class Interrupted:
+    """An agent whose node dies mid-turn: it ends the turn interrupted."""
+
+    id = name = "interrupted"
+
+    async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
+        await ctx.turn.interrupted("the node died before it answered")
+
+
+async def test_an_interrupted_turn_is_shown_interrupted_with_its_reason(tmp_path: Path) -> None:
+    registry = AgentRegistry()
+    registry.register("interrupted", lambda deps: Interrupted())
+    async with (
+        AgentRunner(store=tmp_path / "sessions", registry=registry, tools=AgentToolSurface(AgentApprovals())) as runner,
+        serving(runner) as (ui, base),
+        page_client(ui.login_url(base)) as client,
+    ):
+        session = await runner.create_session("interrupted")
+        handle = await (await runner.run_turn(session.id, "go")).wait(10)
+        page = (await client.get(f"/sessions/{session.id}")).text
+    assert handle.status is TurnStatus.INTERRUPTED
+    assert re.search(rf"turn {handle.id} interrupted", page) and "badge-interrupted" in page
+    assert page.count("the node died before it answered") >= 2  # the error item and the turn's end

@@ -448,7 +448,10 @@ async def submit_command(args: argparse.Namespace, runner: AgentRunner, session_
     answer = await durable.wait(turn_id)
     print(f"session: {session_id}", file=sys.stderr)
     if answer is None:
-        print(f"turn {turn_id} failed: `sessions show {session_id}` says why", file=sys.stderr)
+        print(
+            f"turn {turn_id} ended without an answer (failed or interrupted): `sessions show {session_id}` says how",
+            file=sys.stderr,
+        )
         return 1
     print(answer)
     return 0

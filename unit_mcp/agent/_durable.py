@@ -9,7 +9,9 @@ durable turn leaves out: docs/durable.md.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -17,7 +19,6 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,6 +70,31 @@ _worker: DurableWorker | None = None
 def system_database(data_dir: str | Path, url: str | None = None) -> str:
     """The system database workers and clients share: `url`, else SQLite in the data folder."""
     return url or f"sqlite:///{Path(data_dir).resolve() / 'dbos.sqlite'}"
+
+
+def sqlite_engine(url: str) -> sa.Engine:
+    """A SQLite system database as DBOS opens one (its pool; IMMEDIATE writes, busy timeout, foreign keys), in WAL
+    with `synchronous=NORMAL`: a step's commit writes the log without syncing it, and a killed worker loses nothing
+    committed (a power loss may lose the last commits). `test_dbos_contract.py` pins the settings DBOS's own has."""
+    engine = sa.create_engine(url, pool_size=20, max_overflow=0, pool_timeout=30, pool_pre_ping=True)
+
+    @sa.event.listens_for(engine, "connect")
+    def configure(dbapi_conn: Any, _: object) -> None:
+        dbapi_conn.isolation_level = "IMMEDIATE"
+        dbapi_conn.execute("PRAGMA busy_timeout=30000")
+        dbapi_conn.execute("PRAGMA foreign_keys=ON")
+        if dbapi_conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] != "wal":
+            raise AgentError(f"{url}: the system database needs SQLite's WAL mode, which this file system refuses")
+        dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+
+    return engine
+
+
+def system_engine(url: str) -> sa.Engine:
+    """An engine on the system database: `sqlite_engine`'s for SQLite, else psycopg 3's (DBOS's driver)."""
+    if url.startswith("sqlite"):
+        return sqlite_engine(url)
+    return sa.create_engine("postgresql+psycopg://" + url.removeprefix("postgresql://"))
 
 
 def default_executor_id() -> str:
@@ -127,10 +153,8 @@ class _Beats:
     host is dead once its process is gone (or it stopped beating for `STALE_SECONDS`, its pid reused), one on another
     host once it stopped beating for `DEAD_AFTER` seconds."""
 
-    def __init__(self, url: str) -> None:
-        if url.startswith("postgresql://"):
-            url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-        self.engine = sa.create_engine(url)
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
         self.table = sa.Table(
             "unit_mcp_workers",
             sa.MetaData(),
@@ -262,6 +286,7 @@ class DurableWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beats: _Beats | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._started: dict[str, WorkflowHandleAsync[str | None]] = {}  # turns submitted here, until waited for
 
     async def __aenter__(self) -> DurableWorker:
         global _worker
@@ -275,7 +300,10 @@ class DurableWorker:
             "executor_id": self.executor_id,
         }
         try:
-            self._beats = await anyio.to_thread.run_sync(_Beats, self.system_database_url)
+            engine = system_engine(self.system_database_url)
+            if engine.dialect.name == "sqlite":
+                config["system_database_engine"] = engine  # DBOS's own syncs every step's commit: see sqlite_engine
+            self._beats = await anyio.to_thread.run_sync(_Beats, engine)
             await anyio.to_thread.run_sync(self._beats.beat, self.executor_id)
             DBOS(config=config)
             await anyio.to_thread.run_sync(DBOS.launch)
@@ -298,7 +326,7 @@ class DurableWorker:
         finally:
             # DBOS made its executor the loop's default one and has shut it down: asyncio.to_thread needs another
             assert self._loop is not None
-            self._loop.set_default_executor(ThreadPoolExecutor())
+            self._loop.set_default_executor(concurrent.futures.ThreadPoolExecutor())
             await self._close_beats()
             _worker = None
 
@@ -328,12 +356,15 @@ class DurableWorker:
         self._agent(session.agent_id)
         turn_id = new_turn_id()
         with SetWorkflowID(turn_id):
-            await DBOS.start_workflow_async(_durable_turn, session_id, turn_id, input)
+            self._started[turn_id] = await DBOS.start_workflow_async(_durable_turn, session_id, turn_id, input)
         return turn_id
 
     async def wait(self, turn_id: str) -> str | None:
-        """The turn's final answer once it ends (None if it failed: the session says why)."""
-        handle: WorkflowHandleAsync[str | None] = await DBOS.retrieve_workflow_async(turn_id)
+        """The turn's final answer once it ends (None if it failed: the session says why); one this worker started
+        is awaited where it runs, any other polled for in the system database."""
+        handle = self._started.pop(turn_id, None)
+        if handle is None:
+            handle = await DBOS.retrieve_workflow_async(turn_id)
         result: str | None = await handle.get_result(polling_interval_sec=WAIT_POLL)
         return result
 
@@ -385,10 +416,12 @@ class DurableWorker:
             await anyio.to_thread.run_sync(self.store.invalidate, session_id)  # others may write it now
 
     async def _steps(self, agent: LoopAgent, turn: Turn, ctx: TurnContext) -> str | None:
-        async with self._scope(agent, ctx) as held:
+        async with self._scope(agent, ctx) as scope:
             recorder = TurnRecorder(turn.controller, self.tools)
             for step in range(1, agent.max_steps + 1):
-                response = await DBOS.run_step_async({"name": "model"}, self._on_main, _request, agent, ctx, step, held)
+                response = await DBOS.run_step_async(
+                    {"name": "model"}, self._on_main, _request, agent, ctx, step, context=scope
+                )
                 message = await turn.append(
                     MessageItem(
                         role="assistant",
@@ -440,18 +473,41 @@ class DurableWorker:
         if ended is not None:  # its worker died after the turn had ended
             return ended.data.get("result") if ended.kind == f"turn-{TurnStatus.COMPLETED}" else None
         error = "the worker running Codex on this turn died, and Codex keeps nothing to resume (what it did is kept)"
-        await turn.end(TurnStatus.FAILED, error=error, code="interrupted")
+        await turn.controller.interrupted(error)
         return None
 
     @contextlib.asynccontextmanager
-    async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[bool]:
-        """The agent's turn scope (its model client) held for the whole turn when the turn runs on the worker's own
-        loop (True); a recovered turn runs on DBOS's, so each model step enters it (False)."""
-        if asyncio.get_running_loop() is not self._loop:
-            yield False
+    async def _scope(self, agent: LoopAgent, ctx: TurnContext) -> AsyncIterator[contextvars.Context | None]:
+        """The agent's turn scope (its model client) held for the whole turn on the worker's own loop, where the
+        steps run: in this task when the turn runs there (None); a recovered turn runs on DBOS's loop, so a task on
+        the worker's holds it and the steps run in that task's context (yielded)."""
+        assert self._loop is not None
+        if asyncio.get_running_loop() is self._loop:
+            async with agent.turn_scope(ctx):
+                yield None
             return
-        async with agent.turn_scope(ctx):
-            yield True
+        entered: concurrent.futures.Future[contextvars.Context] = concurrent.futures.Future()
+        release = asyncio.Event()  # set on the worker's loop
+
+        async def hold() -> None:
+            async with agent.turn_scope(ctx):
+                entered.set_result(contextvars.copy_context())
+                await release.wait()
+
+        def ended(holder: concurrent.futures.Future[None]) -> None:
+            if not entered.done():
+                failed = None if holder.cancelled() else holder.exception()
+                entered.set_exception(failed or AgentError(f"agent {agent.id}'s turn scope ended before it opened"))
+
+        holder = asyncio.run_coroutine_threadsafe(hold(), self._loop)
+        holder.add_done_callback(ended)
+        try:
+            context: contextvars.Context = await asyncio.wrap_future(entered)
+            yield context
+        finally:
+            self._loop.call_soon_threadsafe(release.set)
+            with anyio.CancelScope(shield=True):
+                await asyncio.wrap_future(holder)
 
     async def _claim(self, session_id: str) -> Session:
         """The session, held for writing: a dead worker's claim on it may still look alive (an unreaped process,
@@ -508,12 +564,15 @@ class DurableWorker:
     async def _asks(self, ctx: TurnContext, risk: str) -> bool:
         return self.approvals.check_risk(risk, ctx.approvals.grants()) == "needs-approval"
 
-    async def _on_main(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
-        """Run a step on the worker's own event loop (a recovered workflow runs on DBOS's): its clients live there."""
+    async def _on_main(
+        self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, context: contextvars.Context | None = None
+    ) -> T:
+        """Run a step on the worker's own event loop (a recovered workflow runs on DBOS's): its clients live there;
+        in `context` there when given (a recovered turn's scope, `_scope`)."""
         assert self._loop is not None
         if asyncio.get_running_loop() is self._loop:
             return await fn(*args)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(*args), self._loop))
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_in_context(context, fn(*args)), self._loop))
 
 
 async def _replayable(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
@@ -525,10 +584,13 @@ async def _replayable(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -
         REPLAYING.reset(token)
 
 
-async def _request(agent: LoopAgent, ctx: TurnContext, step: int, held: bool) -> ModelResponse:
-    async with contextlib.nullcontext() if held else agent.turn_scope(ctx):
-        system = await agent.system_prompt(ctx)
-        return await agent.request(await agent._prepare(ctx, system, step), ctx)
+async def _in_context(context: contextvars.Context | None, step: Coroutine[Any, Any, T]) -> T:
+    return await (step if context is None else asyncio.get_running_loop().create_task(step, context=context))
+
+
+async def _request(agent: LoopAgent, ctx: TurnContext, step: int) -> ModelResponse:
+    system = await agent.system_prompt(ctx)
+    return await agent.request(await agent._prepare(ctx, system, step), ctx)
 
 
 def recover(executor_id: str) -> None:

@@ -32,10 +32,15 @@ HandleCallback = Callable[["TurnHandle"], Any]
 
 
 class TurnStatus(enum.StrEnum):
+    """How a turn stands; each end is recorded as a `turn-<status>` event. INTERRUPTED: its work stopped unfinished
+    (its worker or node died), what it did is kept (the load-time repair of a turn that ended with its process
+    records the same `turn-interrupted`)."""
+
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
 
 
 @dataclass
@@ -296,7 +301,7 @@ class Turn:
                 ),
                 closing=True,
             )
-        if status is TurnStatus.FAILED and error:
+        if status in (TurnStatus.FAILED, TurnStatus.INTERRUPTED) and error:
             await self.append(ErrorItem(message=error, code=code), closing=True)
         if status is TurnStatus.CANCELLED and self._hook_error:
             await self.append(ErrorItem(message=self._hook_error, code="cancel_hook_failed"), closing=True)
@@ -376,8 +381,8 @@ class TurnHandle(_TurnView):
         self._turn.on(frozenset({TurnStatus.COMPLETED}), callback)
 
     def on_error(self, callback: HandleCallback) -> None:
-        """Called when the turn fails or is cancelled."""
-        self._turn.on(frozenset({TurnStatus.FAILED, TurnStatus.CANCELLED}), callback)
+        """Called when the turn fails, is cancelled or is interrupted."""
+        self._turn.on(frozenset({TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.INTERRUPTED}), callback)
 
     def __repr__(self) -> str:
         return f"<TurnHandle {self.id} session={self.session_id} {self.status}>"
@@ -412,4 +417,10 @@ class TurnController(_TurnView):
         if code is None and isinstance(error, BaseException):
             code = type(error).__name__
         if not await self._turn.end(TurnStatus.FAILED, error=message, code=code):
+            raise TurnClosed(f"turn {self._turn.id} had already ended ({self._turn.status})")
+
+    async def interrupted(self, reason: str) -> None:
+        """End the turn interrupted: its work stopped unfinished (the node or worker doing it died); `reason` is
+        recorded as an error coded `interrupted`."""
+        if not await self._turn.end(TurnStatus.INTERRUPTED, error=reason, code=str(TurnStatus.INTERRUPTED)):
             raise TurnClosed(f"turn {self._turn.id} had already ended ({self._turn.status})")

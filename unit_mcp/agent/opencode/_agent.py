@@ -101,7 +101,7 @@ class OpenCodeAgent:
                 cut = MessageItem(role="assistant", content=reply.text, kind="interrupted", provider=PROVIDER)
                 await state.recorder.put_message(cut, last)
             unfinished = "the OpenCode node did not finish the reply (it stopped, or took longer than turn_timeout)"
-            await ctx.turn.fail(unfinished, code="interrupted")
+            await ctx.turn.interrupted(unfinished)
             return None
         usage = Usage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
         final = MessageItem(role="assistant", content=reply.text, provider=PROVIDER, model=reply.model, usage=usage)

@@ -20,7 +20,7 @@ from .folding import Folded, fold_arguments, fold_text, fold_value
 
 MESSAGE_SHOW = 20_000  # characters of one message shown (models can write a lot)
 PRETTY_LIMIT = 1_000_000  # a JSON output longer than this is shown as it is, not parsed
-TURN_ENDS = {"turn-completed", "turn-failed", "turn-cancelled"}
+TURN_ENDS = {"turn-completed", "turn-failed", "turn-cancelled", "turn-interrupted"}
 
 
 @dataclass
@@ -174,7 +174,7 @@ class Transcript:
             self._turn_started.setdefault(turn_id, item.created_at)
             resumes = data.get("resumes")
             return self._base(item, "turn", f"turn {turn_id} started", note=f"resumes {resumes}" if resumes else None)
-        if item.kind in TURN_ENDS or item.kind == "turn-interrupted":
+        if item.kind in TURN_ENDS:
             status = item.kind.removeprefix("turn-")
             turn_id = str(data.get("turn_id") or item.turn_id or "")
             started = self._turn_started.get(turn_id)
