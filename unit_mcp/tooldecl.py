@@ -135,9 +135,9 @@ class PlainSchema(GenerateJsonSchema):
 
 
 class CompactSchema(PlainSchema):
-    """Optional arguments as their plain type (no `anyOf` with null, no `default: null`), which every
-    client's function-calling dialect accepts; leaving them out means the same as null. No titles: the
-    names and descriptions say it all, in fewer tokens."""
+    """Optional arguments as their plain type (no `anyOf` with null, no `default: null`, no `type` array), which
+    every client's function-calling dialect accepts; leaving them out means the same as null. No titles: the
+    names and descriptions say it all, in fewer tokens. `$ref`s inlined as `PlainSchema` does."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
