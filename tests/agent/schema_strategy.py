@@ -37,7 +37,7 @@ def from_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) -> s
         target: Any = root
         for part in path:
             target = target[part]
-        return from_schema(target, root)
+        return st.deferred(lambda: from_schema(target, root))  # lazily: a `$ref` cycle is a recursive model
     if "const" in schema:
         return st.just(schema["const"])
     if "enum" in schema:

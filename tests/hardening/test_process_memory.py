@@ -1,9 +1,10 @@
-"""The server and the agent runner hold the run's token and API keys in memory (and an API key may be in their
-environment): another process of the same user must not read them through /proc or ptrace, and a crash must leave
-no core file. `proctree.keep_memory_private` makes the process non-dumpable (PR_SET_DUMPABLE 0).
+"""The server, the agent runner and the fleet server hold the run's token, API keys and node passwords in memory
+(and an API key or password may be in their environment): another process of the same user must not read them
+through /proc or ptrace, and a crash must leave no core file. `proctree.keep_memory_private` makes the process
+non-dumpable (PR_SET_DUMPABLE 0).
 
 The tests run as root, whose CAP_SYS_PTRACE reads any process: the threat itself is shown with two processes of
-uid 65534 (the system Python, stdlib only, as the attacker in test_idle_sockets), and the real server and agent
+uid 65534 (the system Python, stdlib only, as the attacker in test_idle_sockets), and the real servers and agent
 runner are checked as root without CAP_SYS_PTRACE (dropped from the bounding set before exec), for which a
 non-dumpable process's memory is closed as well."""
 
@@ -142,3 +143,20 @@ async def test_the_server_and_the_agent_runner_keep_their_memory_private_and_sti
             assert ui.stop() == 0
     finally:
         assert server.stop() == 0
+
+
+async def test_the_fleet_server_keeps_its_memory_private_and_still_answers(tmp_path: Path) -> None:
+    password = secrets.token_urlsafe(16)
+    fleet = ServerProcess(
+        "--node", "a=http://127.0.0.1:9", tmp=tmp_path, program=without_ptrace("-m", "unit_mcp.fleet"),
+        env={"FLEET_PASSWORD": password},
+    )  # fmt: skip
+    try:
+        printed = await anyio.to_thread.run_sync(lambda: fleet.ready(WAIT))
+        assert not opens_memory(fleet.proc.pid), "the fleet server's memory is open to another process of its user"
+        async with connect(printed["MCP_URL"], printed["MCP_TOKEN"]) as client:
+            listed = await call(client, "fleet_list_nodes", {})
+        assert not listed.is_error and listed.structured is not None, listed
+        assert [node["name"] for node in listed.structured["nodes"]] == ["a"]
+    finally:
+        assert fleet.stop() == 0

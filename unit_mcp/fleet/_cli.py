@@ -21,6 +21,7 @@ from ..bridge import Bridge, BridgeError, serve_until_stopped
 from ..commandline import CommandParser, print_error
 from ..opencode_isolation import write_launcher
 from ..paths import UnsafeSecret
+from ..proctree import keep_memory_private
 from ..secret_options import add_secret_option, secret_value
 from ..stdio import stdio_streams
 from .nodes import Fleet, FleetError, NodeSpec, node_specs
@@ -94,6 +95,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     logging.getLogger().addHandler(handler)
     if args.debug:
         logging.getLogger("unit_mcp").setLevel(logging.DEBUG)
+    keep_memory_private()  # the nodes' passwords and the MCP token
     try:
         anyio.run(serve, args, specs, backend="asyncio")
     except BridgeError as exc:
