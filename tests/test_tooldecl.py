@@ -178,7 +178,7 @@ def test_validation_answers_the_model_or_one_refusal() -> None:
     assert tool.validate({"count": 2}) == Args(count=2)
     refusal = tool.validate({"count": 0, "colour": "red"}, name="x_count_up")
     assert refusal == Refusal(
-        "invalid_arguments",
+        "invalid_argument",
         "Invalid arguments for x_count_up: count: Input should be greater than or equal to 1; "
         "colour: Extra inputs are not permitted.",
         ARGUMENTS_HINT,
@@ -198,7 +198,7 @@ async def test_the_unit_fleet_and_local_tools_word_a_bad_call_alike(service: Uni
     fleet = await FleetTools(None).call("fleet_list_nodes", {"node": "a"})  # type: ignore[arg-type]  # never reached
     assert fleet.is_error and fleet.meta is not None
     assert fleet.meta[ERROR_META_KEY] == {
-        "code": "invalid_arguments",
+        "code": "invalid_argument",
         "message": "Invalid arguments for fleet_list_nodes: node: Extra inputs are not permitted.",
     }
 
@@ -208,6 +208,6 @@ async def test_the_unit_fleet_and_local_tools_word_a_bad_call_alike(service: Uni
     surface = AgentToolSurface(AgentApprovals(), local=[LocalTool.from_function(count_up)])
     local = await surface.call("count_up", {"count": "many"})
     assert local.is_error and local.text == (
-        "[invalid_arguments] Invalid arguments for count_up: count: Input should be a valid integer, unable to "
+        "[invalid_argument] Invalid arguments for count_up: count: Input should be a valid integer, unable to "
         "parse string as an integer."
     )

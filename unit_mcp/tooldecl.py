@@ -13,11 +13,13 @@ from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import core_schema
 
+from .errors import InvalidArgument
 from .wire import Risk, risk_meta, validation_problems
 
 M = TypeVar("M", bound=BaseModel)
 
-INVALID_ARGUMENTS = "invalid_arguments"
+INVALID_ARGUMENT = InvalidArgument.code
+"""The one code of a call whose arguments are wrong, on every surface."""
 ARGUMENTS_HINT = "Check the argument names and types against the tool's input schema."
 
 
@@ -36,7 +38,7 @@ def validated(model: type[M], tool: str, arguments: Mapping[str, Any]) -> M | Re
         return model.model_validate(arguments)
     except ValidationError as exc:
         problems = validation_problems(exc.errors())
-        return Refusal(INVALID_ARGUMENTS, f"Invalid arguments for {tool}: {problems}.", ARGUMENTS_HINT)
+        return Refusal(INVALID_ARGUMENT, f"Invalid arguments for {tool}: {problems}.", ARGUMENTS_HINT)
 
 
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly"})

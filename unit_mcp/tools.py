@@ -36,7 +36,7 @@ from .arguments import Operation, RunTestsArgs, TestStatusArgs
 from .cancel import cancellation, client_gone
 from .changelog import Caller
 from .confirm import Confirmations, Elicit
-from .errors import Declined, InvalidArgument, UnitError
+from .errors import Declined, UnitError
 from .paging import clip
 from .service import UnitService, call_as
 from .tooldecl import Refusal, ToolDecl
@@ -529,8 +529,8 @@ class UnitTools:
         if spec is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         args = spec.validate(without_client_arguments(params.arguments or {}, spec.args.model_fields), name=params.name)
-        if isinstance(args, Refusal):  # published as invalid_argument, like the service's own argument checks
-            return self._error(InvalidArgument.code, args.message, args.hint, None)
+        if isinstance(args, Refusal):
+            return self._error(args.code, args.message, args.hint, None)
         caller = _caller(ctx)
         replay = (params.meta or {}).get(REPLAY_META_KEY) is True
         call = functools.partial(call_as, caller, functools.partial(spec.handler, self.service, args), replay=replay)

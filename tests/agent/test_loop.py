@@ -264,7 +264,7 @@ async def test_bad_arguments_go_back_to_the_model_and_the_step_limit_holds(tmp_p
         handle = await (await runner.run_turn(session.id, "go")).wait(5)
     assert handle.status is TurnStatus.FAILED
     assert handle.error == "StepLimitReached: no final answer after 3 model requests (max_steps)"
-    assert len(seen) == 2 and all(text.startswith("[invalid_arguments] noop") for text in seen)
+    assert len(seen) == 2 and all(text.startswith("[invalid_argument] noop") for text in seen)
 
 
 async def test_delegation_runs_another_agent_in_a_linked_child_session(tmp_path: Path) -> None:

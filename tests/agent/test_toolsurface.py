@@ -97,7 +97,7 @@ async def test_local_tools_validate_arguments_and_contain_failures() -> None:
     invalid = await surface.call("add", {"a": "two", "c": 1})
     assert (
         invalid.is_error
-        and invalid.text.startswith("[invalid_arguments] Invalid arguments for add:")
+        and invalid.text.startswith("[invalid_argument] Invalid arguments for add:")
         and "c: Extra inputs" in invalid.text
     )
     assert (await surface.call("refuse", {"reason": "no"})).text == "[tool_error] cannot: no"

@@ -144,5 +144,5 @@ async def test_every_tool_has_a_risk_label_and_limit_is_refused_outside_its_rang
             arguments: dict[str, Any] = {"node": "gone", "session_id": "ses_x", "limit": bad}
             refused = await client.call_tool("fleet_get_session_messages", arguments)
             assert refused.is_error and refused.meta is not None
-            assert refused.meta[ERROR_META_KEY]["code"] == "invalid_arguments"
+            assert refused.meta[ERROR_META_KEY]["code"] == "invalid_argument"
             assert "limit: Input should be" in refused.content[0].text  # type: ignore[union-attr]

@@ -154,7 +154,7 @@ async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
             assert [m["text"] for m in newest["messages"]] == ["alpha again", "still here"]
 
             assert "no node named 'c'" in await master.refused("fleet_send_message", node="c", message="x")
-            assert "[invalid_arguments]" in await master.refused("fleet_send_message", node="a")
+            assert "[invalid_argument]" in await master.refused("fleet_send_message", node="a")
 
     assert stack.recorder.calls == [("echo_token", {"token": "alpha"})]
     first = {r.last_text: r.received_at for r in stack.model.requests if r.last_message["role"] == "user"}

@@ -259,6 +259,6 @@ class LoopAgent(ABC):
                 raise ValueError("the arguments must be a JSON object")
         except ValueError as exc:
             return ToolOutput(
-                text=f"[invalid_arguments] {call.name}: arguments are not a JSON object ({exc})", is_error=True
+                text=f"[invalid_argument] {call.name}: arguments are not a JSON object ({exc})", is_error=True
             )
         return await ctx.tools.call(call.name, arguments, ctx, call_id=call.call_id)

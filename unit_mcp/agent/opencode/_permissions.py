@@ -91,7 +91,7 @@ class Permissions:
         decide (a preset above `normal` waits for the user) and the session records it; OpenCode's call then
         reports it (`OpenCodeView`). Without the call's arguments nothing is activated."""
         if arguments is None:
-            output = ToolOutput(text=f"[invalid_arguments] could not read which preset {ACTIVATE} names", is_error=True)
+            output = ToolOutput(text=f"[invalid_argument] could not read which preset {ACTIVATE} names", is_error=True)
         else:
             output = await self.ctx.tools.call(ACTIVATE, arguments, self.ctx)
         try:
