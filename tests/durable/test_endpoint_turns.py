@@ -154,5 +154,5 @@ async def test_a_worker_killed_while_the_approval_waits_takes_its_node_along_and
     assert item_kinds(session.items) == kinds
     error = session.items[-2]
     assert isinstance(error, ErrorItem) and error.code == "interrupted"
-    assert "its OpenCode node with it" in error.message
+    assert "its own OpenCode node is out of reach" in error.message
     assert session.status == "idle" and pending == []

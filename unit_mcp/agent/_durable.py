@@ -2,9 +2,8 @@
 
 Each model request and tool call is a DBOS step (tools must be replay-safe) and an approval is a durable receive;
 a recovered turn takes the items it finds in the session store instead of writing them again: every item once.
-OpenCode turns re-attach to their node session (one whose node died with its worker ends `interrupted`, as Codex
-turns do). Workers, takeover and what a
-durable turn leaves out: docs/durable.md.
+OpenCode turns re-attach to their node session (one on its dead worker's own node ends `interrupted`, as Codex
+turns do). Workers, takeover and what a durable turn leaves out: docs/durable.md.
 """
 
 from __future__ import annotations
@@ -469,14 +468,14 @@ class DurableWorker:
         then the reply read back from the node once it is idle (bounded), recorded and settled. A worker that
         resumes the turn re-attaches to that node session and never sends the prompt again. An agent with an
         endpoint has a node of its worker's own, which asks before risky calls: each question is asked and answered
-        like a step-loop call's (`_node_asks`); a worker that resumes such a turn finds that node gone with the worker
-        that opened it and ends the turn `interrupted`, as a Codex turn."""
+        like a step-loop call's (`_node_asks`); a worker that resumes such a turn cannot reach the node of the worker
+        that opened it (nor that node its endpoint) and ends the turn `interrupted`, as a Codex turn."""
         opened: tuple[str | None, Sent, str] = await DBOS.run_step_async(
             {"name": "opencode session"}, self._on_main, self._open_session, agent, session
         )
         stored, sent, opener = opened
         if agent.endpoint is not None and opener != self.run_id:
-            error = "the worker running this turn died, and its OpenCode node with it (what it recorded is kept)"
+            error = "the worker running this turn died; its own OpenCode node is out of reach (what it did is kept)"
             return await self._orphaned(turn, error)
         await agent.note_session(ctx, stored, sent)
         await DBOS.run_step_async({"name": "opencode prompt"}, self._on_main, agent.prompt_once, ctx, sent, input)
@@ -541,7 +540,7 @@ class DurableWorker:
         """A resumed turn whose agent died with its worker: the items recorded before kept as written, the turn ended
         `interrupted` (unless it had ended before the worker died)."""
         ended = turn.adopt()
-        if ended is not None:
+        if ended is not None:  # its worker died after the turn had ended
             return ended.data.get("result") if ended.kind == f"turn-{TurnStatus.COMPLETED}" else None
         await turn.controller.interrupted(error)
         return None

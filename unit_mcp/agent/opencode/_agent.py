@@ -154,7 +154,7 @@ class OpenCodeAgent:
     async def prompt_once(self, ctx: TurnContext, sent: Sent, input: str) -> None:
         """Send the prompt, unless the node has it already, under the message id `open_session` minted: run again
         (a worker died after sending it, maybe before the node stored it), the node takes it once. An agent with an
-        endpoint sends none: its node dies with the worker, so no repeat reaches it, and with a message id the pinned
+        endpoint sends none: its node is its worker's own, so no repeat reaches it, and with a message id the pinned
         node misses a tools/list_changed mid-turn (a preset activated)."""
         if (await self._read(sent)).started:
             return
