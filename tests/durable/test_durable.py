@@ -16,7 +16,6 @@ from support.item_kinds import item_kinds
 from unit_mcp.agent import AgentApprovals, AgentError, AgentRegistry, AgentToolSurface, OpenAIAgent, SessionStore
 from unit_mcp.agent._durable import DurableClient, DurableWorker
 from unit_mcp.agent.items import EventItem, MessageItem
-from unit_mcp.agent.opencode import OpenCodeAgent, OpenCodeClient, opencode_endpoint
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .provider_worker import AGENT
@@ -120,25 +119,6 @@ async def test_a_streaming_agent_is_refused_a_durable_turn_in_one_line(tmp_path:
         async with DurableWorker(store=store, registry=registry, tools=surface, data_dir=tmp_path) as worker:
             with pytest.raises(AgentError, match=r"agent streamer streams or compacts: give it stream=False"):
                 await worker.submit(SESSION, "hello")
-        assert store.require(SESSION).items == []
-    finally:
-        store.close()
-
-
-async def test_an_opencode_agent_whose_node_asks_before_each_call_is_refused_a_durable_turn_in_one_line(
-    tmp_path: Path,
-) -> None:
-    surface = AgentToolSurface(AgentApprovals())
-    store = SessionStore(tmp_path / "sessions")
-    try:
-        store.create("oc", session_id=SESSION)
-        async with opencode_endpoint(surface, config_root=tmp_path / "opencode-config") as endpoint:
-            registry = AgentRegistry()
-            client = OpenCodeClient("http://127.0.0.1:9")  # never reached: the agent is refused first
-            registry.register("oc", lambda deps: OpenCodeAgent(client, model="scripted/m", id="oc", endpoint=endpoint))
-            async with DurableWorker(store=store, registry=registry, tools=surface, data_dir=tmp_path) as worker:
-                with pytest.raises(AgentError, match=r"agent oc's OpenCode node asks the runner before each tool call"):
-                    await worker.submit(SESSION, "hello")
         assert store.require(SESSION).items == []
     finally:
         store.close()

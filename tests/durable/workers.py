@@ -12,6 +12,8 @@ from pathlib import Path
 import anyio
 from agent.conftest import REPO
 
+from unit_mcp.proctree import descendants, kill_all
+
 SCRIPT = Path(__file__).with_name("provider_worker.py")
 
 
@@ -51,9 +53,7 @@ class Workers:
         return process
 
     def kill(self, executor_id: str) -> None:
-        process = self.running.pop(executor_id)
-        process.kill()
-        assert process.wait(30) == -signal.SIGKILL
+        assert _kill(self.running.pop(executor_id)) == -signal.SIGKILL
 
     async def died(self, executor_id: str) -> None:
         """Wait (bounded) for a worker that something else kills to be gone, and reap it."""
@@ -64,5 +64,13 @@ class Workers:
 
     def close(self) -> None:
         for process in self.running.values():
-            process.kill()
-            process.wait(30)
+            _kill(process)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> int:
+    """SIGKILL a worker and what it started (an agents-file OpenCode agent's node dies with it); its exit code."""
+    started = descendants(process.pid)
+    process.kill()
+    code = process.wait(30)
+    kill_all(started)
+    return code

@@ -2,8 +2,8 @@
 
 Each model request and tool call is a DBOS step (tools must be replay-safe) and an approval is a durable receive;
 a recovered turn takes the items it finds in the session store instead of writing them again: every item once.
-OpenCode turns re-attach to their node session, Codex turns end `interrupted`. Workers, takeover and what a
-durable turn leaves out: docs/durable.md.
+OpenCode turns re-attach to their node session (one on its dead worker's own node ends `interrupted`, as Codex
+turns do). Workers, takeover and what a durable turn leaves out: docs/durable.md.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ from .hooks import ModelResponse
 from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
 from .opencode import OpenCodeAgent
 from .opencode._client import Sent
+from .opencode._permissions import NodeAsk, activate_preset, answer_permission, permission_risk
 from .opencode._transcript import Reply
+from .presets import ACTIVATE
 from .sessions import STALE_SECONDS, SessionStore
 from .toolsurface import AgentToolSurface, ToolOutput
 from .turns import Turn, TurnHandle, TurnStatus, describe
@@ -104,6 +106,13 @@ def default_executor_id() -> str:
 
 def new_turn_id() -> str:
     return f"turn-{secrets.token_hex(6)}"
+
+
+def _asked_in_workflow(request: ApprovalRequest) -> ApprovalDecision:
+    """A worker's approver when it has none: its turns ask through their workflow (`DBOS.recv`), so tools that ask
+    are offered; a question put to this approver itself is refused."""
+    why = "a durable turn asks only through its workflow"
+    return ApprovalDecision(request_id=request.id, risk=request.risk, approved=False, decided_by="policy", reason=why)
 
 
 class _ReplayedTurn(Turn):
@@ -287,6 +296,8 @@ class DurableWorker:
         self._beats: _Beats | None = None
         self._watch: asyncio.Task[None] | None = None
         self._started: dict[str, WorkflowHandleAsync[str | None]] = {}  # turns submitted here, until waited for
+        self.run_id = secrets.token_hex(8)  # this process's: an OpenCode node session opened elsewhere died there
+        self._attached = False
 
     async def __aenter__(self) -> DurableWorker:
         global _worker
@@ -294,6 +305,9 @@ class DurableWorker:
             raise AgentError("a durable worker runs in this process already: one per process")
         self._loop = asyncio.get_running_loop()
         _worker = self
+        if self.approvals.approver is None:
+            self.approvals.attach(_asked_in_workflow)
+            self._attached = True
         config: DBOSConfig = {
             "name": APP,
             "system_database_url": self.system_database_url,
@@ -310,6 +324,7 @@ class DurableWorker:
             await DBOS.register_queue_async(TURNS, polling_interval_sec=QUEUE_POLL)
         except BaseException:
             await self._close_beats()
+            self._detach()
             _worker = None
             raise
         self._watch = asyncio.create_task(self._watch_workers())
@@ -328,7 +343,13 @@ class DurableWorker:
             assert self._loop is not None
             self._loop.set_default_executor(concurrent.futures.ThreadPoolExecutor())
             await self._close_beats()
+            self._detach()
             _worker = None
+
+    def _detach(self) -> None:
+        if self._attached:
+            self.approvals.attach(None)
+            self._attached = False
 
     async def _close_beats(self) -> None:
         beats, self._beats = self._beats, None
@@ -373,11 +394,6 @@ class DurableWorker:
         if isinstance(agent, CodexAgent):
             return agent
         if isinstance(agent, OpenCodeAgent):
-            if agent.endpoint is not None:
-                raise AgentError(
-                    f"agent {agent_id}'s OpenCode node asks the runner before each tool call (it has an endpoint), "
-                    "which a durable turn cannot answer yet: run its turns without workers"
-                )
             return agent
         if not isinstance(agent, LoopAgent):
             raise AgentError(f"agent {agent_id} is no step-loop, OpenCode or Codex agent: it runs no durable turns")
@@ -405,7 +421,7 @@ class DurableWorker:
             await turn.append(EventItem(kind="turn-started", data=started), status="running")
             await turn.append(MessageItem(role="user", content=input))
             if isinstance(agent, OpenCodeAgent):
-                return await self._opencode(agent, session, ctx, input)
+                return await self._opencode(agent, session, turn, ctx, input)
             if isinstance(agent, CodexAgent):
                 return await self._codex(agent, session, turn, ctx, input)
             return await self._steps(agent, turn, ctx)
@@ -445,18 +461,66 @@ class DurableWorker:
                     return response.content
             raise StepLimitReached(f"no final answer after {agent.max_steps} model requests (max_steps)")
 
-    async def _opencode(self, agent: OpenCodeAgent, session: Session, ctx: TurnContext, input: str) -> str | None:
+    async def _opencode(
+        self, agent: OpenCodeAgent, session: Session, turn: _ReplayedTurn, ctx: TurnContext, input: str
+    ) -> str | None:
         """An OpenCode turn: the node session (its id and newest message id checkpointed), the prompt sent once,
         then the reply read back from the node once it is idle (bounded), recorded and settled. A worker that
-        resumes the turn re-attaches to that node session and never sends the prompt again."""
-        opened: tuple[str | None, Sent] = await DBOS.run_step_async(
-            {"name": "opencode session"}, self._on_main, agent.open_session, session
+        resumes the turn re-attaches to that node session and never sends the prompt again. An agent with an
+        endpoint has a node of its worker's own, which asks before risky calls: each question is asked and answered
+        like a step-loop call's (`_node_asks`); a worker that resumes such a turn cannot reach the node of the worker
+        that opened it (nor that node its endpoint) and ends the turn `interrupted`, as a Codex turn."""
+        opened: tuple[str | None, Sent, str] = await DBOS.run_step_async(
+            {"name": "opencode session"}, self._on_main, self._open_session, agent, session
         )
-        stored, sent = opened
+        stored, sent, opener = opened
+        if agent.endpoint is not None and opener != self.run_id:
+            error = "the worker running this turn died; its own OpenCode node is out of reach (what it did is kept)"
+            return await self._orphaned(turn, error)
         await agent.note_session(ctx, stored, sent)
         await DBOS.run_step_async({"name": "opencode prompt"}, self._on_main, agent.prompt_once, ctx, sent, input)
-        reply: Reply = await DBOS.run_step_async({"name": "opencode reply"}, self._on_main, agent.read_back, sent)
-        return await agent.conclude(ctx, reply)
+        answered: list[str] = []
+        while True:
+            got: Reply | NodeAsk = await DBOS.run_step_async(
+                {"name": "opencode reply"}, self._on_main, agent.read_back_or_ask, sent, tuple(answered)
+            )
+            if isinstance(got, Reply):
+                return await agent.conclude(ctx, got)
+            answered.append(got.id)
+            await self._node_asks(agent, turn, ctx, got)
+
+    async def _open_session(self, agent: OpenCodeAgent, session: Session) -> tuple[str | None, Sent, str]:
+        return (*await agent.open_session(session), self.run_id)
+
+    async def _node_asks(self, agent: OpenCodeAgent, turn: Turn, ctx: TurnContext, asked: NodeAsk) -> None:
+        """Answer the node's question before a tool call as `Permissions` does, the approval asked as `_approval`
+        asks: the policy (or a grant) first, else the durable wait; then a step tells the node."""
+        name = agent.tool_name(asked.permission)
+        known = self.tools.get(name)
+        if known is not None and known.name == ACTIVATE:
+            await DBOS.run_step_async(
+                {"name": "opencode activate"}, self._on_main, activate_preset, agent.client, ctx, asked.id,
+                asked.arguments,
+            )  # fmt: skip
+            return
+        request = ApprovalRequest(
+            risk=permission_risk(self.tools, known, asked.arguments),
+            tool=name,
+            arguments=asked.arguments,
+            reason=f"OpenCode asks to use {asked.permission}",
+            session_id=turn.session_id,
+            turn_id=turn.id,
+        )
+        decision = await DBOS.run_step_async({"name": "asks"}, self._on_main, self._policy, ctx, request)
+        if decision is None:
+            decision = await self._wait_answer(turn, ctx, request)
+        elif not decision.approved:
+            record = {"request": request.model_dump(mode="json"), "decision": decision.model_dump(mode="json")}
+            await turn.append(EventItem(kind=DECIDED, data=record))
+        await DBOS.run_step_async(
+            {"name": "opencode answer"}, self._on_main, answer_permission, agent.client, agent.endpoint, asked.id,
+            known, name, decision,
+        )  # fmt: skip
 
     async def _codex(
         self, agent: CodexAgent, session: Session, turn: _ReplayedTurn, ctx: TurnContext, input: str
@@ -469,10 +533,15 @@ class DurableWorker:
         if not resumed:
             await agent.run(input, session, ctx)
             return turn.result if turn.status is TurnStatus.COMPLETED else None
+        error = "the worker running Codex on this turn died, and Codex keeps nothing to resume (what it did is kept)"
+        return await self._orphaned(turn, error)
+
+    async def _orphaned(self, turn: _ReplayedTurn, error: str) -> str | None:
+        """A resumed turn whose agent died with its worker: the items recorded before kept as written, the turn ended
+        `interrupted` (unless it had ended before the worker died)."""
         ended = turn.adopt()
         if ended is not None:  # its worker died after the turn had ended
             return ended.data.get("result") if ended.kind == f"turn-{TurnStatus.COMPLETED}" else None
-        error = "the worker running Codex on this turn died, and Codex keeps nothing to resume (what it did is kept)"
         await turn.controller.interrupted(error)
         return None
 
@@ -520,9 +589,8 @@ class DurableWorker:
                     await anyio.sleep(0.2)
 
     async def _approval(self, turn: Turn, ctx: TurnContext, call: ToolCallItem) -> None:
-        """A call that needs approval waits for it here, in the workflow (`DBOS.recv`: through any number of dead
-        workers, until `DurableClient.answer`); the tool step then takes that answer. Whether it asks is a step, so
-        a grant given meanwhile does not change a replay."""
+        """A call that needs approval waits for it here, in the workflow (`_wait_answer`); the tool step then takes
+        that answer. Whether it asks is a step, so a grant given meanwhile does not change a replay."""
         tool = self.tools.get(call.name)
         try:
             arguments = json.loads(call.arguments or "{}")
@@ -533,8 +601,6 @@ class DurableWorker:
         risk = self.tools.call_risk(tool, arguments)
         if self.approvals.check_risk(risk) != "needs-approval":
             return
-        if not await DBOS.run_step_async({"name": "asks"}, self._on_main, self._asks, ctx, risk):
-            return
         request = ApprovalRequest(
             risk=risk,
             tool=tool.name,
@@ -543,6 +609,13 @@ class DurableWorker:
             turn_id=turn.id,
             call_id=call.call_id,
         )
+        if await DBOS.run_step_async({"name": "asks"}, self._on_main, self._policy, ctx, request) is not None:
+            return
+        ctx.approvals.answered[call.call_id] = await self._wait_answer(turn, ctx, request)
+
+    async def _wait_answer(self, turn: Turn, ctx: TurnContext, request: ApprovalRequest) -> ApprovalDecision:
+        """Record the request and wait for its answer in the workflow (`DBOS.recv`: through any number of dead
+        workers, until `DurableClient.answer`, else denied after `approval_timeout`); the decision recorded."""
         asked = await turn.append(EventItem(kind=REQUESTED, data=request.model_dump(mode="json")))
         assert isinstance(asked, EventItem)
         request = ApprovalRequest.model_validate(asked.data)  # a replay takes the one it recorded
@@ -551,18 +624,25 @@ class DurableWorker:
             ApprovalDecision.model_validate(answer)
             if answer is not None
             else ApprovalDecision(
-                request_id=request.id, risk=risk, approved=False, reason=f"no answer within {self.approval_timeout:g} s"
+                request_id=request.id,
+                risk=request.risk,
+                approved=False,
+                reason=f"no answer within {self.approval_timeout:g} s",
             )
         )
         record = {"request": request.model_dump(mode="json"), "decision": decision.model_dump(mode="json")}
         await turn.append(EventItem(kind=DECIDED, data=record))
         if decision.approved and decision.remember:
-            granted = sorted({*ctx.approvals.grants(), normalise_risk(risk)})
+            granted = sorted({*ctx.approvals.grants(), normalise_risk(request.risk)})
             await save_session_data(self.store, turn.session_id, **{GRANTS_KEY: granted})
-        ctx.approvals.answered[call.call_id] = decision
+        return decision
 
-    async def _asks(self, ctx: TurnContext, risk: str) -> bool:
-        return self.approvals.check_risk(risk, ctx.approvals.grants()) == "needs-approval"
+    async def _policy(self, ctx: TurnContext, request: ApprovalRequest) -> ApprovalDecision | None:
+        """The policy's or a grant's decision on a request; None when it needs the user's."""
+        grants = ctx.approvals.grants()
+        if self.approvals.check_risk(request.risk, grants) == "needs-approval":
+            return None
+        return await self.approvals.request_risk(request, grants)
 
     async def _on_main(
         self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any, context: contextvars.Context | None = None

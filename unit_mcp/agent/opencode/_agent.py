@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,7 +21,7 @@ from ..turns import describe
 from ._client import ModelRef, OpenCodeClient, Sent
 from ._endpoint import OpenCodeEndpoint
 from ._errors import OpenCodeError
-from ._permissions import Permissions
+from ._permissions import NodeAsk, Permissions, pending_ask
 from ._reply import PROVIDER, ReplyRecorder
 from ._transcript import Reply, read_reply
 
@@ -63,7 +63,7 @@ class OpenCodeAgent:
         self.permission_poll = permission_poll
 
     async def run(self, input: str, session: Session, ctx: TurnContext) -> None:
-        state = ReplyRecorder(ctx, self._tool_name)
+        state = ReplyRecorder(ctx, self.tool_name)
         permissions = Permissions(self.client, self.endpoint, ctx, state)
 
         async def abort() -> None:
@@ -153,7 +153,9 @@ class OpenCodeAgent:
 
     async def prompt_once(self, ctx: TurnContext, sent: Sent, input: str) -> None:
         """Send the prompt, unless the node has it already, under the message id `open_session` minted: run again
-        (a worker died after sending it, maybe before the node stored it), the node takes it once."""
+        (a worker died after sending it, maybe before the node stored it), the node takes it once. An agent with an
+        endpoint sends none: its node is its worker's own, so no repeat reaches it, and with a message id the pinned
+        node misses a tools/list_changed mid-turn (a preset activated)."""
         if (await self._read(sent)).started:
             return
         system = await system_prompt(ctx, self.instructions)
@@ -163,17 +165,29 @@ class OpenCodeAgent:
             model=self.model,
             agent=self.opencode_agent,
             system=system,
-            message_id=sent.message_id,
+            message_id=sent.message_id if self.endpoint is None else None,
         )
 
     async def read_back(self, sent: Sent) -> Reply:
         """The reply once the node has finished it; what it has of it if the node, having begun it, goes idle twice in
         a row without finishing it (restarted), stops answering, or `turn_timeout` passes first."""
+        reply = await self._read_back(sent, None)
+        assert isinstance(reply, Reply)
+        return reply
+
+    async def read_back_or_ask(self, sent: Sent, answered: Collection[str]) -> Reply | NodeAsk:
+        """`read_back`, unless the node first asks a permission for this node session (one not among `answered`):
+        that question, for the durable turn to answer."""
+        return await self._read_back(sent, answered)
+
+    async def _read_back(self, sent: Sent, answered: Collection[str] | None) -> Reply | NodeAsk:
         reply, idle = Reply(), 0
         with anyio.move_on_after(self.turn_timeout):
             while True:
                 try:
                     since = self.client.events.seq
+                    if answered is not None and (asked := await pending_ask(self.client, sent.session_id, answered)):
+                        return asked
                     reply = await self._read(sent)
                     if reply.done:
                         return reply
@@ -193,7 +207,7 @@ class OpenCodeAgent:
 
     async def conclude(self, ctx: TurnContext, reply: Reply) -> str | None:
         """A durable turn's end: the reply read back recorded, the turn ended (see `_conclude`); its answer."""
-        return await self._conclude(ctx, ReplyRecorder(ctx, self._tool_name), reply)
+        return await self._conclude(ctx, ReplyRecorder(ctx, self.tool_name), reply)
 
     async def _wait_reply(self, sent: Sent, *, deadline: float) -> Reply:
         """Wait for idle on the shared stream, then confirm from the messages; an early idle (a poll, or
@@ -244,5 +258,5 @@ class OpenCodeAgent:
                 "OpenCode session %s did not settle within %.0f s of an abort", sent.session_id, self.settle_timeout
             )
 
-    def _tool_name(self, opencode_name: str) -> str:
+    def tool_name(self, opencode_name: str) -> str:
         return self.endpoint.view.local_name(opencode_name) if self.endpoint is not None else opencode_name

@@ -1,19 +1,22 @@
 """Permissions: OpenCode's `permission.asked` for an OpenCodeAgent turn's session, answered from the approvals.
 
 The question goes to the turn's approvals, an approved call is admitted by the endpoint and OpenCode gets `once`
-or `reject`; a question the event stream missed is found by polling, so nothing waits forever.
+or `reject`; a question the event stream missed is found by polling, so nothing waits forever. A durable turn
+(`_durable.py`) asks through its workflow instead and answers with the same functions (`permission_risk`,
+`activate_preset`, `answer_permission`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from pydantic import BaseModel
 
 from ..presets import ACTIVATE
-from ..toolsurface import ToolOutput
+from ..toolsurface import AgentToolSurface, ToolDef, ToolOutput
 from ._client import OpenCodeClient, PermissionReply
 from ._endpoint import OpenCodeEndpoint
 from ._errors import OpenCodeError
@@ -21,9 +24,94 @@ from ._event_stream import NodeEvent
 
 if TYPE_CHECKING:
     from .._context import TurnContext
+    from ..approvals import ApprovalDecision
     from ._reply import ReplyRecorder
 
 log = logging.getLogger("unit_mcp.agent.opencode.permissions")
+
+
+class NodeAsk(BaseModel):
+    """A node's question before one tool call: its permission request id, the permission (OpenCode's tool name)
+    and the call's input, if it could be read."""
+
+    id: str
+    permission: str
+    arguments: dict[str, Any] | None = None
+
+
+def permission_risk(tools: AgentToolSurface, known: ToolDef | None, arguments: dict[str, Any] | None) -> str:
+    """The risk a node's question is decided on: the call's own, `destructive` for a tool the surface lacks."""
+    return tools.call_risk(known, arguments) if known is not None else "destructive"
+
+
+async def answer_permission(
+    client: OpenCodeClient,
+    endpoint: OpenCodeEndpoint | None,
+    request_id: str,
+    known: ToolDef | None,
+    name: str,
+    decision: ApprovalDecision,
+) -> None:
+    """Tell the node: an approved call of a known tool is admitted by the endpoint and answered `once`, anything
+    else `reject` with why."""
+    reply: PermissionReply = "reject"
+    if decision.approved and known is not None and endpoint is not None:
+        endpoint.view.admit(known.name)
+        reply = "once"
+    try:
+        why = decision.reason or f"decided by {decision.decided_by}"
+        await client.reply_permission(
+            request_id, reply, None if reply != "reject" else f"{name} was not approved ({why})"
+        )
+    except OpenCodeError as exc:
+        log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
+
+
+async def activate_preset(
+    client: OpenCodeClient, ctx: TurnContext, request_id: str, arguments: dict[str, Any] | None
+) -> None:
+    """Activate the preset the agent asks for as the turn's own `preset_activate` call: the turn's approvals
+    decide (a preset above `normal` waits for the user) and the session records it; OpenCode's call then
+    reports it (`OpenCodeView`). Without the call's arguments nothing is activated."""
+    if arguments is None:
+        output = ToolOutput(text=f"[invalid_argument] could not read which preset {ACTIVATE} names", is_error=True)
+    else:
+        output = await ctx.tools.call(ACTIVATE, arguments, ctx)
+    try:
+        if output.is_error:
+            await client.reply_permission(request_id, "reject", output.text)
+        else:
+            await client.reply_permission(request_id, "once", None)
+    except OpenCodeError as exc:
+        log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
+
+
+async def pending_ask(client: OpenCodeClient, session_id: str, answered: Collection[str]) -> NodeAsk | None:
+    """The first question the node has pending for `session_id` that is not among `answered`."""
+    for request in await client.permissions():
+        request_id = request.get("id")
+        if isinstance(request_id, str) and request_id not in answered and request.get("sessionID") == session_id:
+            arguments = await call_input(client, session_id, request.get("tool"))
+            return NodeAsk(id=request_id, permission=str(request.get("permission") or ""), arguments=arguments)
+    return None
+
+
+async def call_input(client: OpenCodeClient, session_id: str, tool: Any) -> dict[str, Any] | None:
+    """The arguments of the tool call a permission request is about (best effort: shown to the approver)."""
+    call_id = tool.get("callID") if isinstance(tool, Mapping) else None
+    if not call_id:
+        return None
+    try:
+        messages = await client.messages(session_id, limit=5)
+    except OpenCodeError:
+        return None
+    for message in messages:
+        for part in message.get("parts") or []:
+            if isinstance(part, dict) and part.get("callID") == call_id:
+                state = part.get("state")
+                value = state.get("input") if isinstance(state, dict) else None
+                return value if isinstance(value, dict) else None
+    return None
 
 
 class Permissions:
@@ -67,54 +155,11 @@ class Permissions:
         asked = str(request.get("permission") or "")
         name = self.reply.tool_name(asked)
         known = self.ctx.tools.get(name)
-        arguments = await self._call_input(session_id, request.get("tool"))
+        arguments = await call_input(self.client, session_id, request.get("tool"))
         if known is not None and known.name == ACTIVATE:
-            await self._activate(request_id, arguments)
+            await activate_preset(self.client, self.ctx, request_id, arguments)
             return
-        risk = self.ctx.tools.call_risk(known, arguments) if known is not None else "destructive"
+        risk = permission_risk(self.ctx.tools, known, arguments)
         reason = f"OpenCode asks to use {asked}"
         decision = await self.ctx.approvals.approve(risk, tool=name, arguments=arguments, reason=reason)
-        reply: PermissionReply = "reject"
-        if decision.approved and known is not None and self.endpoint is not None:
-            self.endpoint.view.admit(known.name)
-            reply = "once"
-        try:
-            why = decision.reason or f"decided by {decision.decided_by}"
-            await self.client.reply_permission(
-                request_id, reply, None if reply != "reject" else f"{name} was not approved ({why})"
-            )
-        except OpenCodeError as exc:
-            log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
-
-    async def _activate(self, request_id: str, arguments: dict[str, Any] | None) -> None:
-        """Activate the preset the agent asks for as the turn's own `preset_activate` call: the turn's approvals
-        decide (a preset above `normal` waits for the user) and the session records it; OpenCode's call then
-        reports it (`OpenCodeView`). Without the call's arguments nothing is activated."""
-        if arguments is None:
-            output = ToolOutput(text=f"[invalid_argument] could not read which preset {ACTIVATE} names", is_error=True)
-        else:
-            output = await self.ctx.tools.call(ACTIVATE, arguments, self.ctx)
-        try:
-            if output.is_error:
-                await self.client.reply_permission(request_id, "reject", output.text)
-            else:
-                await self.client.reply_permission(request_id, "once", None)
-        except OpenCodeError as exc:
-            log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
-
-    async def _call_input(self, session_id: str, tool: Any) -> dict[str, Any] | None:
-        """The arguments of the tool call a permission request is about (best effort: shown to the approver)."""
-        call_id = tool.get("callID") if isinstance(tool, Mapping) else None
-        if not call_id:
-            return None
-        try:
-            messages = await self.client.messages(session_id, limit=5)
-        except OpenCodeError:
-            return None
-        for message in messages:
-            for part in message.get("parts") or []:
-                if isinstance(part, dict) and part.get("callID") == call_id:
-                    state = part.get("state")
-                    value = state.get("input") if isinstance(state, dict) else None
-                    return value if isinstance(value, dict) else None
-        return None
+        await answer_permission(self.client, self.endpoint, request_id, known, name, decision)
