@@ -12,7 +12,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
+PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -32,6 +34,26 @@ def keep_memory_private() -> None:
     if sys.platform == "linux":
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def dies_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `preexec_fn` for a child that must not outlive this process (a SIGKILLed worker's OpenCode node): the
+    kernel sends it `signum` when the thread that started it ends, so start it from the thread that lives as long
+    as the process (the event loop's). None off Linux. prctl is looked up here, before the fork."""
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above: nothing would signal us any more
+            os._exit(1)
+
+    return in_child
 
 
 def _children() -> dict[int, list[int]]:
@@ -60,7 +82,7 @@ def kill_all(pids: list[int], *, settle: float = 2.0) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(target, signal.SIGKILL)
     deadline = time.perf_counter() + settle
-    while time.perf_counter() < deadline and any(_running(t) for t in pids):
+    while time.perf_counter() < deadline and any(running(t) for t in pids):
         time.sleep(0.01)
 
 
@@ -70,11 +92,11 @@ def kill_descendants(pid: int, *, settle: float = 2.0) -> None:
     Gives up after `settle` seconds without progress (a process stuck in the kernel)."""
     deadline = time.perf_counter() + settle
     while time.perf_counter() < deadline:
-        running = [p for p in descendants(pid) if _running(p)]
-        if not running:
+        alive = [p for p in descendants(pid) if running(p)]
+        if not alive:
             return
-        kill_all(running, settle=settle)
-        if not any(_running(p) for p in running):
+        kill_all(alive, settle=settle)
+        if not any(running(p) for p in alive):
             deadline = time.perf_counter() + settle
 
 
@@ -111,7 +133,8 @@ def stopped(pid: int) -> bool:
     return _state(pid) in ("T", "t")
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether pid is a live process (not gone, not a zombie waiting to be reaped)."""
     return _state(pid) not in (None, "Z", "X")
 
 

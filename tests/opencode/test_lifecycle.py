@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +17,7 @@ from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.items import EventItem, ToolCallItem, ToolResultItem
 from unit_mcp.agent.opencode import SESSION_KEY
 from unit_mcp.agent.opencode._transcript import read_reply
+from unit_mcp.proctree import kill_tree, running
 from unit_mcp.testing import Match, ScriptedError, Step, call, say, tool_call
 
 from .opencode_stack import TURN_TIMEOUT, agent_stack, oc
@@ -151,3 +157,39 @@ async def test_new_turn_supersedes_a_running_one(tmp_path: Path, opencode_binary
     assert not [i for i in reloaded.items if isinstance(i, EventItem) and i.kind.startswith("opencode-session-re")]
     cancelled = [i for i in reloaded.items if isinstance(i, EventItem) and i.kind == "turn-cancelled"]
     assert cancelled and "superseded" in cancelled[0].data["reason"]
+
+
+PARENT = """
+import sys, anyio
+from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess
+
+async def main() -> None:
+    async with NodeProcess(binary=sys.argv[1], root=IsolatedRoot(sys.argv[2])) as node:
+        print(node._proc.pid, flush=True)
+        await anyio.sleep(600)
+
+anyio.run(main)
+"""
+
+
+def test_a_node_does_not_outlive_the_process_that_started_it_even_sigkilled(
+    tmp_path: Path, opencode_binary: Path
+) -> None:
+    """A SIGKILLed runner or durable worker leaves no node behind (the kernel signals it: `dies_with_parent`)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(opencode_binary), str(tmp_path / "node")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        node = int(parent.stdout.readline())  # (kill_tree below would take it were the test to fail)
+        assert running(node)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while running(node) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not running(node), "the node outlived its SIGKILLed parent"
+    finally:
+        kill_tree(parent.pid)
+        with contextlib.suppress(NameError, ProcessLookupError):
+            os.kill(node, signal.SIGKILL)

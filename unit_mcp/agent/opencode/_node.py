@@ -25,6 +25,7 @@ import anyio
 import httpx
 
 from ...opencode_isolation import OPENCODE_VERSION
+from ...proctree import dies_with_parent
 from .._binaries import find_binary
 from ._client import OpenCodeClient
 from ._errors import NodeStartError, OpenCodeNotInstalled
@@ -138,6 +139,7 @@ class NodeProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=dies_with_parent(),  # a SIGKILLed runner or worker leaves no node behind
         )
         assert self._proc.stdout is not None
         self._pump = threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True)
