@@ -19,7 +19,7 @@ from unit_mcp.agent.items import EventItem, MessageItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .provider_worker import AGENT
-from .workers import Workers
+from .workers import Workers, stored_session
 
 pytestmark = pytest.mark.anyio
 
@@ -67,9 +67,7 @@ async def test_a_turn_resumes_on_a_restarted_worker_after_a_kill_mid_turn(
         {"value": "one"},
         {"value": "two"},
     ]
-    reader = SessionStore(data, read_only=True)
-    session = reader.require(SESSION)
-    reader.close()
+    session = stored_session(data, SESSION)
     assert item_kinds(session.items) == [
         "turn-started",
         "message",

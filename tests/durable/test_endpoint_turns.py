@@ -25,7 +25,7 @@ from unit_mcp.agent.approvals import ApprovalDecision, ApprovalRequest
 from unit_mcp.agent.items import ErrorItem, EventItem, Session, ToolResultItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
-from .workers import Workers
+from .workers import Workers, stored_session
 
 pytestmark = pytest.mark.anyio
 
@@ -52,11 +52,7 @@ class Stack:
         await self.client.answer(self.asked, decision)
 
     def session(self) -> Session:
-        reader = SessionStore(self.data, read_only=True)
-        try:
-            return reader.require(SESSION)
-        finally:
-            reader.close()
+        return stored_session(self.data, SESSION)
 
 
 @asynccontextmanager

@@ -28,7 +28,7 @@ from unit_mcp.agent.turns import Turn
 from unit_mcp.testing import Match, ScriptedModel, say
 
 from .provider_worker import AGENT
-from .workers import Workers
+from .workers import Workers, stored_session
 
 pytestmark = pytest.mark.anyio
 
@@ -50,11 +50,7 @@ class Stack:
         return len([request for request in self.model.requests if request.label == "the answer"])
 
     def session(self) -> Session:
-        reader = SessionStore(self.data, read_only=True)
-        try:
-            return reader.require(SESSION)
-        finally:
-            reader.close()
+        return stored_session(self.data, SESSION)
 
 
 @asynccontextmanager
@@ -203,9 +199,7 @@ async def test_a_codex_turn_whose_worker_is_killed_ends_interrupted_on_the_worke
             workers.close()
             store.close()
         prompts = [request for request in model.requests if request.label == "the answer"]
-    reader = SessionStore(data, read_only=True)
-    session = reader.require(SESSION)
-    reader.close()
+    session = stored_session(data, SESSION)
     assert "Recovering 1 workflows for executor worker-a" in workers.log("worker-b").read_text()
     assert len(prompts) == 1  # Codex never ran on the prompt again
     kinds = item_kinds(session.items)

@@ -22,7 +22,7 @@ from unit_mcp.agent.items import EventItem
 from unit_mcp.paths import hash_bytes
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
-from .workers import Workers
+from .workers import Workers, stored_session
 
 pytestmark = pytest.mark.anyio
 
@@ -123,9 +123,7 @@ async def test_a_turn_survives_a_kill_in_a_tool_call_and_a_kill_in_its_approval_
     assert 1 <= unit_server.called().count("unit_apply_patch") <= 2
     assert greeter.read_bytes() == original.replace(b"Hello", b"Howdy", 1)
     assert unit_server.called().count("wipe_units") == 1 and unit_server.called().count("record_value") == 1
-    reader = SessionStore(data, read_only=True)
-    session = reader.require(SESSION)
-    reader.close()
+    session = stored_session(data, SESSION)
     assert item_kinds(session.items) == [
         "turn-started",
         "message",

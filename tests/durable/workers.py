@@ -12,9 +12,20 @@ from pathlib import Path
 import anyio
 from agent.conftest import REPO
 
+from unit_mcp.agent import SessionStore
+from unit_mcp.agent.items import Session
 from unit_mcp.proctree import descendants, kill_all
 
 SCRIPT = Path(__file__).with_name("provider_worker.py")
+
+
+def stored_session(data: Path, session_id: str) -> Session:
+    """The session as its store holds it now (a reader of its own, beside the workers writing it)."""
+    reader = SessionStore(data, read_only=True)
+    try:
+        return reader.require(session_id)
+    finally:
+        reader.close()
 
 
 class Workers:
