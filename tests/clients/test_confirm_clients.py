@@ -13,7 +13,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support.confirm_page import answer_on_page, logged_changes
+from support.confirm_page import answer_on_page, logged_changes, not_yet_in
 from support.server_process import ServerProcess
 
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
@@ -64,8 +64,9 @@ async def test_claude_code_writes_only_after_a_yes_on_the_page(
                     tasks.start_soon(lambda: anyio.run_process(argv, env=env, cwd=home, check=False))
                     while DISMISSED not in (data / "logs" / "app.log").read_text(encoding="utf-8"):
                         await anyio.sleep(0.1)  # Claude Code was asked, and dismissed it: the page decides
-                    shown = await answer_on_page(printed["UNITS_UI_URL"], approve)
-                    assert "Howdy" not in (units / "greeter.py").read_text()  # nothing written before the answer
+                    shown = await answer_on_page(
+                        printed["UNITS_UI_URL"], approve, before=not_yet_in(units / "greeter.py", "Howdy")
+                    )
             requests = list(model.requests)
         assert not model.remaining, requests
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support.confirm_page import answer_on_page, logged_changes
+from support.confirm_page import answer_on_page, logged_changes, not_yet_in
 from support.server_process import ServerProcess
 
 from unit_mcp.agent.opencode import IsolatedRoot, opencode_tool_name
@@ -51,8 +51,9 @@ async def test_opencode_writes_only_after_a_yes_on_the_page(
             with anyio.fail_after(180):
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(opencode)
-                    shown = await answer_on_page(printed["UNITS_UI_URL"], approve)
-                    assert "Howdy" not in (units / "greeter.py").read_text()  # nothing written before the answer
+                    shown = await answer_on_page(
+                        printed["UNITS_UI_URL"], approve, before=not_yet_in(units / "greeter.py", "Howdy")
+                    )
             model.assert_done()
     finally:
         server.stop()

@@ -4,6 +4,7 @@ for a call that waits for a yes, and answers it, as the page's own buttons do.""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,8 +18,9 @@ QUESTION = re.compile(r'<li class="request question".*?</li>', re.S)
 WAIT = 120  # generous bound on waiting for the client's call to reach the server
 
 
-async def answer_on_page(login_url: str, approve: bool) -> str:
-    """Answer the first call that waits for a yes; returns what the page showed of it (tool, client, diff)."""
+async def answer_on_page(login_url: str, approve: bool, *, before: Callable[[], None] = lambda: None) -> str:
+    """Answer the first call that waits for a yes, calling `before` once it waits (to check that nothing happened
+    yet); returns what the page showed of it (tool, client, diff)."""
     base = login_url.split("?")[0].rstrip("/")
     origin = "{0.scheme}://{0.netloc}".format(urlsplit(base))
     async with httpx.AsyncClient(base_url=base, timeout=30) as page:
@@ -33,9 +35,19 @@ async def answer_on_page(login_url: str, approve: bool) -> str:
         shown = question.group(0)
         action = re.search(r'action="[^"]*(/questions/\d+/)approve"', shown)
         assert action is not None, shown
+        before()
         answered = await page.post(action.group(1) + ("approve" if approve else "deny"), headers={"Origin": origin})
         assert answered.status_code in (200, 303), answered.text
         return shown
+
+
+def not_yet_in(path: Path, text: str) -> Callable[[], None]:
+    """A `before` for `answer_on_page`: `text` is not in `path` yet (nothing was written before the answer)."""
+
+    def check() -> None:
+        assert text not in path.read_text(), f"{path.name} holds {text!r} before the answer"
+
+    return check
 
 
 def logged_changes(data: Path) -> list[Change]:
