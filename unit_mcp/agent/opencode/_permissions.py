@@ -9,7 +9,8 @@ or `reject`; a question the event stream missed is found by polling, so nothing 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from ._reply import ReplyRecorder
 
 log = logging.getLogger("unit_mcp.agent.opencode.permissions")
+
+TOOLS_TAKEN_WAIT_S = 5.0
 
 
 class NodeAsk(BaseModel):
@@ -68,15 +71,21 @@ async def answer_permission(
 
 
 async def activate_preset(
-    client: OpenCodeClient, ctx: TurnContext, request_id: str, arguments: dict[str, Any] | None
+    client: OpenCodeClient,
+    endpoint: OpenCodeEndpoint | None,
+    ctx: TurnContext,
+    request_id: str,
+    arguments: dict[str, Any] | None,
 ) -> None:
     """Activate the preset the agent asks for as the turn's own `preset_activate` call: the turn's approvals
     decide (a preset above `normal` waits for the user) and the session records it; OpenCode's call then
-    reports it (`OpenCodeView`). Without the call's arguments nothing is activated."""
+    reports it (`OpenCodeView`). Without the call's arguments nothing is activated. OpenCode hears yes only once
+    it has the new tool list, so the step after the call is offered the preset's tools."""
     if arguments is None:
         output = ToolOutput(text=f"[invalid_argument] could not read which preset {ACTIVATE} names", is_error=True)
     else:
-        output = await ctx.tools.call(ACTIVATE, arguments, ctx)
+        async with _node_takes_new_tools(client, endpoint):
+            output = await ctx.tools.call(ACTIVATE, arguments, ctx)
     try:
         if output.is_error:
             await client.reply_permission(request_id, "reject", output.text)
@@ -84,6 +93,27 @@ async def activate_preset(
             await client.reply_permission(request_id, "once", None)
     except OpenCodeError as exc:
         log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
+
+
+@asynccontextmanager
+async def _node_takes_new_tools(client: OpenCodeClient, endpoint: OpenCodeEndpoint | None) -> AsyncIterator[None]:
+    """If the body changes the endpoint's tool list, wait (at most `TOOLS_TAKEN_WAIT_S`) until the node says it has
+    listed them again (`mcp.tools.changed`). The node re-lists on the endpoint's notification in the background:
+    a call answered first can reach the next model request before the new list does."""
+    if endpoint is None:
+        yield
+        return
+    before = [tool.name for tool in endpoint.tool_defs()]
+    async with client.events.listen() as events:
+        yield
+        if [tool.name for tool in endpoint.tool_defs()] == before:
+            return
+        with anyio.move_on_after(TOOLS_TAKEN_WAIT_S) as waited:
+            async for event in events:
+                if event.type == "mcp.tools.changed" and event.properties.get("server") == endpoint.server_name:
+                    break
+        if waited.cancelled_caught:
+            log.warning("the OpenCode node did not re-list the tools within %.0f s", TOOLS_TAKEN_WAIT_S)
 
 
 async def pending_ask(client: OpenCodeClient, session_id: str, answered: Collection[str]) -> NodeAsk | None:
@@ -157,7 +187,7 @@ class Permissions:
         known = self.ctx.tools.get(name)
         arguments = await call_input(self.client, session_id, request.get("tool"))
         if known is not None and known.name == ACTIVATE:
-            await activate_preset(self.client, self.ctx, request_id, arguments)
+            await activate_preset(self.client, self.endpoint, self.ctx, request_id, arguments)
             return
         risk = permission_risk(self.ctx.tools, known, arguments)
         reason = f"OpenCode asks to use {asked}"
