@@ -153,9 +153,7 @@ class OpenCodeAgent:
 
     async def prompt_once(self, ctx: TurnContext, sent: Sent, input: str) -> None:
         """Send the prompt, unless the node has it already, under the message id `open_session` minted: run again
-        (a worker died after sending it, maybe before the node stored it), the node takes it once. An agent with an
-        endpoint sends none: its node is its worker's own, so no repeat reaches it, and with a message id the pinned
-        node misses a tools/list_changed mid-turn (a preset activated)."""
+        (a worker died after sending it, maybe before the node stored it), the node takes it once."""
         if (await self._read(sent)).started:
             return
         system = await system_prompt(ctx, self.instructions)
@@ -165,7 +163,7 @@ class OpenCodeAgent:
             model=self.model,
             agent=self.opencode_agent,
             system=system,
-            message_id=sent.message_id if self.endpoint is None else None,
+            message_id=sent.message_id,
         )
 
     async def read_back(self, sent: Sent) -> Reply:

@@ -200,8 +200,7 @@ class OpenCodeClient(StackedResource):
     ) -> int:
         """Send a prompt without waiting for the reply; returns the event mark to wait from. The event
         stream is subscribed first (bounded wait), and the session is marked busy at once. With `message_id`
-        (`message_id_after`) the same prompt sent twice is taken once, but the pinned node then misses a change of
-        its MCP tools during the reply (a preset activated mid-turn), so only a prompt that may be replayed uses it."""
+        (`message_id_after`) the same prompt sent twice is taken once (a replayed durable step)."""
         events = self.events
         if not events.connected:
             await events.wait_connected(self.connect_wait)

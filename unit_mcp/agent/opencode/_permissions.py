@@ -57,17 +57,12 @@ async def answer_permission(
 ) -> None:
     """Tell the node: an approved call of a known tool is admitted by the endpoint and answered `once`, anything
     else `reject` with why."""
-    reply: PermissionReply = "reject"
     if decision.approved and known is not None and endpoint is not None:
         endpoint.view.admit(known.name)
-        reply = "once"
-    try:
+        await _reply(client, request_id, "once", None)
+    else:
         why = decision.reason or f"decided by {decision.decided_by}"
-        await client.reply_permission(
-            request_id, reply, None if reply != "reject" else f"{name} was not approved ({why})"
-        )
-    except OpenCodeError as exc:
-        log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
+        await _reply(client, request_id, "reject", f"{name} was not approved ({why})")
 
 
 async def activate_preset(
@@ -86,11 +81,13 @@ async def activate_preset(
     else:
         async with _node_takes_new_tools(client, endpoint):
             output = await ctx.tools.call(ACTIVATE, arguments, ctx)
+    await _reply(client, request_id, "reject" if output.is_error else "once", output.text if output.is_error else None)
+
+
+async def _reply(client: OpenCodeClient, request_id: str, reply: PermissionReply, message: str | None) -> None:
+    """Answer the node's question; a failure to tell it is logged, not raised (the turn goes on)."""
     try:
-        if output.is_error:
-            await client.reply_permission(request_id, "reject", output.text)
-        else:
-            await client.reply_permission(request_id, "once", None)
+        await client.reply_permission(request_id, reply, message)
     except OpenCodeError as exc:
         log.warning("answering OpenCode permission %s failed: %s", request_id, exc)
 
