@@ -14,12 +14,12 @@ from agent.conftest import UnitServer, reload
 from support.item_kinds import item_kinds
 
 from unit_mcp.agent import AgentApprovals, AgentError, AgentRegistry, AgentToolSurface, OpenAIAgent, SessionStore
-from unit_mcp.agent._durable import DurableClient, DurableWorker
+from unit_mcp.agent._durable import DurableWorker
 from unit_mcp.agent.items import EventItem, MessageItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .provider_worker import AGENT
-from .workers import Workers, stored_session
+from .workers import Workers, durable_data, stored_session, submitted
 
 pytestmark = pytest.mark.anyio
 
@@ -35,29 +35,19 @@ async def test_a_turn_resumes_on_a_restarted_worker_after_a_kill_mid_turn(
         call(tool_call("record_value", {"value": "two"}), when=Match(last_role="tool"), label="second call"),
         say("done", when=Match(last_role="tool"), label="final"),
     ]
-    data = tmp_path / "data"
-    data.mkdir(mode=0o700)
-    system_db = f"sqlite:///{data / 'dbos.sqlite'}"
+    data, system_db = durable_data(tmp_path)
     async with ScriptedModel(script) as model:
         env = {"MCP_TOKEN": unit_server.token}
         workers = Workers.script(data, system_db, "openai", unit_server.url, model.base_url, env)
-        store = SessionStore(data)
-        try:
-            await workers.start("worker-a")
-            store.create(AGENT, session_id=SESSION)
-            async with DurableClient(system_db) as client:
-                turn_id = await client.submit(store, SESSION, "record one, then two")
-                with anyio.fail_after(60):
-                    while len(model.requests) < 2:
-                        await anyio.sleep(0.05)
-                workers.kill("worker-a")  # while the model delays its second answer
-                assert [c.arguments for c in unit_server.calls if c.name == "record_value"] == [{"value": "one"}]
-                await workers.start("worker-a")  # restarted with the same identity: it resumes the turn at launch
-                with anyio.fail_after(120):
-                    assert await client.wait(turn_id) == "done"
-        finally:
-            workers.close()
-            store.close()
+        async with submitted(workers, system_db, AGENT, SESSION, "record one, then two") as turn:
+            with anyio.fail_after(60):
+                while len(model.requests) < 2:
+                    await anyio.sleep(0.05)
+            workers.kill("worker-a")  # while the model delays its second answer
+            assert [c.arguments for c in unit_server.calls if c.name == "record_value"] == [{"value": "one"}]
+            await workers.start("worker-a")  # restarted with the same identity: it resumes the turn at launch
+            with anyio.fail_after(120):
+                assert await turn.client.wait(turn.turn_id) == "done"
         model.assert_done()
     # The resumed turn (on DBOS's event loop) made one model client for its two model requests.
     assert workers.log("worker-a").read_text().count("model client made") == 1
@@ -80,7 +70,7 @@ async def test_a_turn_resumes_on_a_restarted_worker_after_a_kill_mid_turn(
         "message",
         "turn-completed",
     ]
-    assert {item.turn_id for item in session.items} == {turn_id}
+    assert {item.turn_id for item in session.items} == {turn.turn_id}
     assert [item.content for item in session.items if isinstance(item, MessageItem)] == [
         "record one, then two",
         "",

@@ -25,7 +25,7 @@ from unit_mcp.agent.approvals import ApprovalDecision, ApprovalRequest
 from unit_mcp.agent.items import ErrorItem, EventItem, Session, ToolResultItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
-from .workers import Workers, stored_session
+from .workers import Workers, durable_data, stored_session, submitted
 
 pytestmark = pytest.mark.anyio
 
@@ -59,9 +59,7 @@ class Stack:
 async def asking(tmp_path: Path, binary: Path, unit_server: UnitServer) -> AsyncIterator[Stack]:
     """A durable turn of the agents file's OpenCode agent on worker A, once it waits for the approval of its node's
     `wipe_units` call."""
-    data = tmp_path / "data"
-    data.mkdir(mode=0o700)
-    system_db = f"sqlite:///{data / 'dbos.sqlite'}"
+    data, system_db = durable_data(tmp_path)
     steps = [
         title_step(),
         call(tool_call(oc("wipe_units"), {}), when=Match(last_role="user", has_tools=True), label="the risky call"),
@@ -77,21 +75,13 @@ async def asking(tmp_path: Path, binary: Path, unit_server: UnitServer) -> Async
         ]  # fmt: skip
         env = {"OPENCODE_PATH": str(binary), "TMPDIR": str(tmp_path)}
         workers = Workers(data, options, env=env)
-        store = SessionStore(data)
-        try:
-            await workers.start("worker-a")
-            store.create(AGENT, session_id=SESSION)
-            async with DurableClient(system_db) as client:
-                turn_id = await client.submit(store, SESSION, "wipe the units")
-                with anyio.fail_after(120):
-                    while not (pending := await anyio.to_thread.run_sync(store.pending, SESSION)):
-                        await anyio.sleep(0.1)
-                (asked,) = pending
-                assert asked.state == "durable", asked
-                yield Stack(model, workers, store, client, data, turn_id, asked.request)
-        finally:
-            workers.close()
-            store.close()
+        async with submitted(workers, system_db, AGENT, SESSION, "wipe the units") as turn:
+            with anyio.fail_after(120):
+                while not (pending := await anyio.to_thread.run_sync(turn.store.pending, SESSION)):
+                    await anyio.sleep(0.1)
+            (asked,) = pending
+            assert asked.state == "durable", asked
+            yield Stack(model, workers, turn.store, turn.client, data, turn.turn_id, asked.request)
 
 
 async def test_the_nodes_risky_call_is_asked_once_approved_through_the_client_and_runs(

@@ -28,7 +28,7 @@ from unit_mcp.agent.turns import Turn
 from unit_mcp.testing import Match, ScriptedModel, say
 
 from .provider_worker import AGENT
-from .workers import Workers, stored_session
+from .workers import Workers, durable_data, stored_session, submitted
 
 pytestmark = pytest.mark.anyio
 
@@ -57,9 +57,7 @@ class Stack:
 async def killed_mid_turn(tmp_path: Path, binary: Path) -> AsyncIterator[Stack]:
     """A durable turn of the OpenCode agent queued for worker A, and A SIGKILLed while the scripted model holds the
     turn's prompt (it answers 8 s after it came)."""
-    data = tmp_path / "data"
-    data.mkdir(mode=0o700)
-    system_db = f"sqlite:///{data / 'dbos.sqlite'}"
+    data, system_db = durable_data(tmp_path)
     steps = [title_step(), say(ANSWER, when=Match(user_contains="greet"), delay=8, label="the answer")]
     root = IsolatedRoot(tmp_path / "node")
     async with ScriptedModel(steps) as model:
@@ -68,21 +66,13 @@ async def killed_mid_turn(tmp_path: Path, binary: Path) -> AsyncIterator[Stack]:
             assert node.url is not None and node.password is not None
             env = {"OPENCODE_SERVER_PASSWORD": node.password}
             workers = Workers.script(data, system_db, "opencode", node.url, MODEL, env)
-            store = SessionStore(data)
-            try:
-                await workers.start("worker-a")
-                store.create(AGENT, session_id=SESSION)
-                async with DurableClient(system_db) as client:
-                    turn_id = await client.submit(store, SESSION, "greet me")
-                    stack = Stack(model, node, workers, client, data, turn_id)
-                    with anyio.fail_after(120):
-                        while not stack.prompts():
-                            await anyio.sleep(0.05)
-                    workers.kill("worker-a")  # while the model delays its answer
-                    yield stack
-            finally:
-                workers.close()
-                store.close()
+            async with submitted(workers, system_db, AGENT, SESSION, "greet me") as turn:
+                stack = Stack(model, node, workers, turn.client, data, turn.turn_id)
+                with anyio.fail_after(120):
+                    while not stack.prompts():
+                        await anyio.sleep(0.05)
+                workers.kill("worker-a")  # while the model delays its answer
+                yield stack
 
 
 async def test_a_live_worker_reattaches_to_the_node_session_of_a_killed_worker_and_completes_the_turn(
@@ -176,28 +166,18 @@ async def test_the_prompt_step_run_again_sends_nothing_the_node_has_already(
 async def test_a_codex_turn_whose_worker_is_killed_ends_interrupted_on_the_worker_that_takes_it_over(
     tmp_path: Path, codex_binary: Path
 ) -> None:
-    data = tmp_path / "data"
-    data.mkdir(mode=0o700)
-    system_db = f"sqlite:///{data / 'dbos.sqlite'}"
+    data, system_db = durable_data(tmp_path)
     steps = [say(ANSWER, when=Match(user_contains="greet"), delay=8, label="the answer")]
     async with ScriptedModel(steps) as model:
         workers = Workers.script(data, system_db, "codex", str(codex_binary), model.base_url, {"TMPDIR": str(tmp_path)})
-        store = SessionStore(data)
-        try:
-            await workers.start("worker-a")
-            store.create(AGENT, session_id=SESSION)
-            async with DurableClient(system_db) as client:
-                turn_id = await client.submit(store, SESSION, "greet me")
-                with anyio.fail_after(120):
-                    while not [request for request in model.requests if request.label == "the answer"]:
-                        await anyio.sleep(0.05)
-                workers.kill("worker-a")  # while the model delays its answer
-                await workers.start("worker-b")
-                with anyio.fail_after(120):
-                    assert await client.wait(turn_id) is None
-        finally:
-            workers.close()
-            store.close()
+        async with submitted(workers, system_db, AGENT, SESSION, "greet me") as turn:
+            with anyio.fail_after(120):
+                while not [request for request in model.requests if request.label == "the answer"]:
+                    await anyio.sleep(0.05)
+            workers.kill("worker-a")  # while the model delays its answer
+            await workers.start("worker-b")
+            with anyio.fail_after(120):
+                assert await turn.client.wait(turn.turn_id) is None
         prompts = [request for request in model.requests if request.label == "the answer"]
     session = stored_session(data, SESSION)
     assert "Recovering 1 workflows for executor worker-a" in workers.log("worker-b").read_text()

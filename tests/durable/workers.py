@@ -7,16 +7,27 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 from agent.conftest import REPO
 
 from unit_mcp.agent import SessionStore
+from unit_mcp.agent._durable import DurableClient
 from unit_mcp.agent.items import Session
 from unit_mcp.proctree import descendants, kill_all
 
 SCRIPT = Path(__file__).with_name("provider_worker.py")
+
+
+def durable_data(tmp_path: Path) -> tuple[Path, str]:
+    """A private data folder and the URL of the SQLite system database in it."""
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    return data, f"sqlite:///{data / 'dbos.sqlite'}"
 
 
 def stored_session(data: Path, session_id: str) -> Session:
@@ -85,3 +96,27 @@ def _kill(process: subprocess.Popen[bytes]) -> int:
     code = process.wait(30)
     kill_all(started)
     return code
+
+
+@dataclass
+class Submitted:
+    store: SessionStore
+    client: DurableClient
+    turn_id: str
+
+
+@asynccontextmanager
+async def submitted(
+    workers: Workers, system_db: str, agent: str, session_id: str, text: str
+) -> AsyncIterator[Submitted]:
+    """Worker A started, the session created and `text` submitted as a durable turn; at the end every worker still
+    running is killed and the store closed."""
+    store = SessionStore(workers.data)
+    try:
+        await workers.start("worker-a")
+        store.create(agent, session_id=session_id)
+        async with DurableClient(system_db) as client:
+            yield Submitted(store, client, await client.submit(store, session_id, text))
+    finally:
+        workers.close()
+        store.close()
