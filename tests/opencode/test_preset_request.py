@@ -9,9 +9,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from unit_mcp.agent import AgentApprovals, ApprovalRequest, PendingApprovals, TurnStatus
 from unit_mcp.agent.items import EventItem, ToolResultItem
+from unit_mcp.agent.opencode._event_stream import NodeEvent
 from unit_mcp.agent.presets import Preset, PresetManager
 from unit_mcp.testing import Match, call, say, tool_call
 
@@ -54,6 +56,16 @@ async def answer_next(stack: Stack, session_id: str, approved: bool, after: str 
     return request
 
 
+def event_kinds(events: MemoryObjectReceiveStream[NodeEvent]) -> list[str]:
+    """The types of the node's events received so far."""
+    kinds = []
+    while True:
+        try:
+            kinds.append(events.receive_nowait().type)
+        except anyio.WouldBlock:
+            return kinds
+
+
 async def ask_and_answer(stack: Stack, approved: bool) -> str:
     session = await stack.new_session()
     handle = await stack.runner.run_turn(session.id, "Read the greeter.")
@@ -74,8 +86,12 @@ async def test_an_approved_preset_request_activates_the_preset_in_the_session(
     approvals = AgentApprovals({"filesystem-read": "ask"}, approver=PendingApprovals())
     async with agent_stack(tmp_path, opencode_binary, steps(), approvals=approvals, presets=presets()) as stack:
         assert "preset_activate" in stack.node.endpoint.view.askable()
-        session_id = await ask_and_answer(stack, approved=True)
+        async with stack.node.client.events.listen() as events:
+            session_id = await ask_and_answer(stack, approved=True)
+            kinds = event_kinds(events)
         assert stack.surface.presets.is_active("read")  # type: ignore[union-attr]
+    # OpenCode heard the yes only once its node had the new tool list (else its next step could miss the tools)
+    assert kinds.index("mcp.tools.changed") < kinds.index("permission.replied"), kinds
 
     items = stack.reload(session_id).items
     events = [i for i in items if isinstance(i, EventItem)]
