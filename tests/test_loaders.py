@@ -477,3 +477,28 @@ async def test_history_tools_are_listed_with_their_risks_only_where_history_is_k
             )
             assert refused.is_error and refused.meta is not None
             assert refused.meta["unit_mcp/error"]["code"] == "not_supported"
+
+
+def test_ids_a_sqlite_database_lists_that_the_folder_loader_would_refuse_are_skipped_and_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the PostgreSQL loader does (test_postgres.py): a hostile row names no module and no path out of a unit."""
+    store = make_store("sqlite", tmp_path)
+    hostile = ["../escape.py", "/etc/passwd", "line\nbreak.py"]
+    with sqlite3.connect(store.removeprefix("sqlite:")) as conn:
+        conn.execute("INSERT INTO units VALUES ('bad-id', 'file')")
+        conn.execute("INSERT INTO sources VALUES ('bad-id', 'bad-id.py', 'X = 1')")
+        conn.executemany("INSERT INTO sources VALUES ('counter', ?, 'X = 1')", [(s,) for s in hostile])
+    loader = open_loader(store)
+    try:
+        assert "bad-id" not in loader.discover() and "counter" in loader.discover()
+        for _ in range(2):
+            assert loader.source_ids("counter", "directory") == ["__init__.py", "panel.py", "test_init.py"]
+    finally:
+        loader.close()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().endswith(": skipped")]
+    assert lines[0] == "unit id 'bad-id' in the units database is not a valid unit id: skipped"
+    assert lines[1:] == [
+        f"source id {s!a} of unit 'counter' in the units database is not a valid source id: skipped"
+        for s in sorted(hostile)
+    ]  # once each, however often listed; escaped on one line

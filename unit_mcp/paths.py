@@ -11,6 +11,7 @@ import errno
 import functools
 import hashlib
 import keyword
+import logging
 import os
 import re
 import secrets
@@ -71,6 +72,37 @@ def is_source_id(source_id: object) -> bool:
     except InvalidSourceId:
         return False
     return True
+
+
+class StoredIds:
+    """Ids a units database lists, checked by the rules the folder loader applies to names: one it would refuse (no
+    module name, a path out of the unit's folder) is skipped, logged once to `log`, escaped on one line."""
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+        self._skipped: set[tuple[str, str]] = set()
+
+    def unit(self, unit_id: object) -> bool:
+        if is_unit_id(unit_id):
+            return True
+        self._skip("", unit_id, "unit id %s in the units database is not a valid unit id: skipped")
+        return False
+
+    def source(self, unit_id: str, source_id: object) -> bool:
+        if is_source_id(source_id):
+            return True
+        self._skip(
+            unit_id,
+            source_id,
+            f"source id %s of unit {unit_id!a} in the units database is not a valid source id: skipped",
+        )
+        return False
+
+    def _skip(self, unit_id: str, value: object, message: str) -> None:
+        shown = ascii(value)[:120]
+        if (unit_id, shown) not in self._skipped:
+            self._skipped.add((unit_id, shown))
+            self._log.warning(message, shown)
 
 
 def validate_source_id(source_id: object) -> tuple[str, ...]:

@@ -41,7 +41,7 @@ from .loader import (
     artifact_kind,
     primary_source_id,
 )
-from .paths import hash_bytes, is_source_id, is_unit_id
+from .paths import StoredIds, hash_bytes, is_unit_id
 from .pgconnect import CONNECT_OPTIONS, CONNECT_TIMEOUT, ForeignSchema, first_line, schema_is_ours
 
 SCHEMA = "unit_mcp"
@@ -241,8 +241,7 @@ class PostgresLoader:
         self._served: dict[str, int] = {}
         self._stored: dict[str, int] = {}
         self._errors: dict[str, str] = {}
-        self._skipped: set[str] = set()
-        self._skipped_sources: set[tuple[str, str]] = set()
+        self._ids = StoredIds(log)
         self._unsettled: set[str] = set()  # units whose failed write could not be rolled back: reload them
         self._prepare()
 
@@ -293,11 +292,8 @@ class PostgresLoader:
     def discover(self) -> dict[str, UnitKind]:
         found: dict[str, UnitKind] = {}
         for unit_id, kind in self._query(f"{_UNITS} ORDER BY u.unit_id"):
-            if is_unit_id(unit_id):
+            if self._ids.unit(unit_id):
                 found[unit_id] = kind
-            elif unit_id not in self._skipped:
-                self._skipped.add(unit_id)
-                log.warning("unit id %r in the units database is not a valid unit id: skipped", unit_id[:80])
         return found
 
     def kind(self, unit_id: str) -> UnitKind | None:
@@ -310,20 +306,7 @@ class PostgresLoader:
         if kind == "file":
             return [f"{unit_id}.py"]
         rows = self._query(f"SELECT source_id FROM {SCHEMA}.sources WHERE unit_id = %s ORDER BY 1", (unit_id,))
-        return [str(r[0]) for r in rows if self._valid_source(unit_id, str(r[0]))]
-
-    def _valid_source(self, unit_id: str, source_id: str) -> bool:
-        """Whether a source id read from the database is one the folder loader would accept too; another (a path
-        out of the unit's folder, say) is skipped, logged once."""
-        if is_source_id(source_id):
-            return True
-        if (unit_id, source_id) not in self._skipped_sources:
-            self._skipped_sources.add((unit_id, source_id))
-            shown = ascii(source_id)[:120]
-            log.warning(
-                "source id %s of unit %r in the units database is not a valid source id: skipped", shown, unit_id
-            )
-        return False
+        return [str(r[0]) for r in rows if self._ids.source(unit_id, str(r[0]))]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         primary = primary_source_id(unit_id, kind)

@@ -38,7 +38,7 @@ from .loader import (
     artifact_kind,
     primary_source_id,
 )
-from .paths import hash_bytes, is_source_id, is_unit_id
+from .paths import StoredIds, hash_bytes
 from .sqlitedb import SharedConnection
 
 log = logging.getLogger("unit_mcp.sqliteloader")
@@ -148,7 +148,7 @@ class SqliteLoader:
         self.poll_interval = poll_interval
         self.writer = secrets.token_hex(8)
         self._db = SharedConnection(self._open)
-        self._skipped: set[str] = set()
+        self._ids = StoredIds(log)
         if read_only and not self.path.is_file():
             raise FileNotFoundError(f"units database {self.path} does not exist")
         self._db.get()
@@ -186,21 +186,10 @@ class SqliteLoader:
             f"SELECT u.unit_id, u.kind FROM units u WHERE EXISTS (SELECT 1 FROM sources s "
             f"WHERE s.unit_id = u.unit_id AND s.source_id = {_PRIMARY}) ORDER BY u.unit_id"
         )
-        return {str(unit_id): kind for unit_id, kind in rows if self._valid(unit_id)}
-
-    def _valid(self, unit_id: object) -> bool:
-        """Whether a unit id read from the database is one the folder loader would accept too; another is skipped
-        (logged once): it could name no module, or a path outside a folder the unit is copied to."""
-        if is_unit_id(unit_id):
-            return True
-        shown = ascii(unit_id)[:120]
-        if shown not in self._skipped:
-            self._skipped.add(shown)
-            log.warning("unit id %s in the units database is not a valid unit id; skipped", shown)
-        return False
+        return {str(unit_id): kind for unit_id, kind in rows if self._ids.unit(unit_id)}
 
     def kind(self, unit_id: str) -> UnitKind | None:
-        if not self._valid(unit_id):
+        if not self._ids.unit(unit_id):
             return None
         rows = self._db.query(
             f"SELECT u.kind FROM units u WHERE u.unit_id = ? AND EXISTS (SELECT 1 FROM sources s "
@@ -213,7 +202,7 @@ class SqliteLoader:
         if kind == "file":
             return [f"{unit_id}.py"]
         rows = self._db.query("SELECT source_id FROM sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
-        return [str(r[0]) for r in rows if is_source_id(str(r[0]))]
+        return [str(r[0]) for r in rows if self._ids.source(unit_id, str(r[0]))]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         primary = primary_source_id(unit_id, kind)
