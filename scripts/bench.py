@@ -46,11 +46,15 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from support.load_mix import cpu_seconds, rss_kib  # noqa: E402
 
 from unit_mcp import Host, UnitService  # noqa: E402
 from unit_mcp.bridge import Bridge  # noqa: E402
 from unit_mcp.changelog import NOBODY, Retention, SourceChange, SqliteChangeLog  # noqa: E402
 from unit_mcp.loader import Source  # noqa: E402
+from unit_mcp.proctree import descendants  # noqa: E402
 from unit_mcp.tools import UnitTools  # noqa: E402
 
 FS_SERVER = "@modelcontextprotocol/server-filesystem@2026.8.31"
@@ -146,34 +150,6 @@ def durable_write(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes below `pid` (a server's warm test host and its children)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            children = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            found += [child, *descendants(child)]
-    return found
 
 
 def make_units(root: Path, count: int, *, body: str = "") -> None:

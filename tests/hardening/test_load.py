@@ -30,6 +30,7 @@ from support.load_mix import (
     home_of,
     next_call,
     read_tally,
+    rss_kib,
     tally_count,
     tally_patch,
 )
@@ -43,14 +44,6 @@ pytestmark = pytest.mark.anyio
 CLIENTS = 16
 WARM_UP = 5.0
 SECONDS = float(os.environ.get("UNIT_MCP_LOAD_SECONDS", "60"))
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def percentile(values: list[float], share: float) -> float:
