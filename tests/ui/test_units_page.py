@@ -236,6 +236,7 @@ async def test_another_loopback_server_the_browser_visits_gets_nothing_it_can_re
         async with page.expect_response(target) as posted:
             await page.goto(f"{other.base_url}/units/visit")
         assert (await posted.value).status == 401
+        await page.wait_for_url(target)  # the form's navigation has landed: none left in flight to cut the goto below
         with anyio.fail_after(30):
             while len(received) < 2:
                 await anyio.sleep(0.05)
