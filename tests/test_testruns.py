@@ -15,7 +15,7 @@ from mcp import Client
 
 from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
-from unit_mcp.testrun import TestRuns
+from unit_mcp.testrun import TestRun, TestRuns
 from unit_mcp.tools import UnitTools
 
 pytestmark = pytest.mark.anyio
@@ -137,12 +137,13 @@ def test_ended_runs_are_forgotten_after_the_retention(folder_host: Host) -> None
 
 def test_the_registry_keeps_a_bounded_number_of_ended_runs() -> None:
     runs = TestRuns(retention=600, keep=2)
-    started = [runs.start(f"run {n}", lambda n=n: n, limit=8) for n in range(3)]
-    for run in started:
+    started: list[TestRun] = []
+    for n in range(3):  # one after the other: the registry keeps the runs that ended last, not the last started
+        run = runs.start(f"run {n}", lambda n=n: n, limit=8)
         assert run is not None and run.done.wait(10)
+        started.append(run)
     last = runs.start("one more", lambda: None, limit=8)
     assert last is not None and last.done.wait(10)
-    assert all(run is not None for run in started)
-    first, _, third = (run for run in started if run is not None)
+    first, _, third = started
     assert runs.get(first.run_id) is None and runs.get(third.run_id) is not None
     assert runs.get(third.run_id).outcome == 2  # type: ignore[union-attr]
