@@ -474,8 +474,10 @@ async def worker_command(args: argparse.Namespace, store: Store) -> int:
             takeover=args.takeover,
         )
         async with worker:
-            print(f"worker {worker.executor_id} runs durable turns from {worker.system_database_url}", file=sys.stderr)
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:  # before the ready line
+                print(
+                    f"worker {worker.executor_id} runs durable turns from {worker.system_database_url}", file=sys.stderr
+                )
                 async for _ in signals:
                     break
     return 0

@@ -31,9 +31,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 async def serve(args: argparse.Namespace) -> None:
     script = Script.parse(sys.stdin.read()) if args.script == "-" else Script.load(args.script)
     async with ScriptedModel(script, host=args.host, port=args.port, model=args.model, log_path=args.log) as model:
-        print(f"OPENAI_BASE_URL={model.base_url}", flush=True)
-        print(f"ANTHROPIC_BASE_URL={model.url}\nGOOGLE_GEMINI_BASE_URL={model.url}", flush=True)
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:  # before the ready lines
+            print(f"OPENAI_BASE_URL={model.base_url}", flush=True)
+            print(f"ANTHROPIC_BASE_URL={model.url}\nGOOGLE_GEMINI_BASE_URL={model.url}", flush=True)
             async for _ in signals:
                 break
 

@@ -28,8 +28,8 @@ async def serve(runner: AgentRunner, *, host: str = "127.0.0.1", port: int = 0, 
     ui.on_login = announce
     await server.start(ui.app)
     try:
-        announce()
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            announce()  # only now: a SIGTERM sent as soon as the line is read ends the page cleanly
             async for _ in signals:
                 break
     finally:
