@@ -197,7 +197,7 @@ def test_held_out_paraphrases_share_no_word_with_the_units_and_always_get_candid
     root = shutil.copytree(DATA / "units", tmp_path / "units")
     with Host(root, tmp_path / "data", namespace="resolve_heldout") as host:
         service = UnitService(host)
-        facts = [service._facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
+        facts = [service.unit_facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
         words = {word for unit in facts for _, value in unit.fields for word in tokens(value)}
         assert len(queries) >= 40 and len({meant for _, meant in queries}) >= 25
         assert {meant for _, meant in queries} <= set(host.unit_kinds())

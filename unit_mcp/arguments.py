@@ -54,10 +54,10 @@ def checked(model: type[A], tool: str, arguments: Mapping[str, Any]) -> A:
     return args
 
 
-def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:
-    """The one method of a tool (`unit_<method name>`), which takes the tool's `model`: the tool layer passes the
-    model it validated; a Python caller passes the arguments (as the model's fields, in their order), validated
-    here. Either way they are validated once."""
+def takes(model: type[A], *, name: str | None = None) -> Callable[[Callable[[S, A], R]], Operation[R]]:
+    """The one method of a tool (`unit_<name>`, by default the method's name), which takes the tool's `model`: the
+    tool layer passes the model it validated; a Python caller passes the arguments (as the model's fields, in their
+    order), validated here. Either way they are validated once."""
     signature = inspect.Signature(
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
         + [
@@ -78,8 +78,10 @@ def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:
                 return method(self, args[0])
             bound = signature.bind(self, *args, **arguments).arguments
             del bound["self"]
-            return method(self, checked(model, f"unit_{method.__name__}", bound))
+            return method(self, checked(model, f"unit_{name or method.__name__}", bound))
 
+        if name is not None:
+            call.__name__ = call.__qualname__ = name
         call.__signature__ = signature  # type: ignore[attr-defined]
         call.model = model  # type: ignore[attr-defined]
         return call  # type: ignore[return-value]

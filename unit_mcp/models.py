@@ -345,6 +345,7 @@ class RollbackResult(_Model):
     )
     reloaded: list[str] = Field(description="The units reloaded.")
     change_id: int | None = Field(default=None, description="The change log's record of this rollback.")
+    already_applied: bool = _ALREADY_APPLIED
 
 
 class RevertChangeResult(_Model):
@@ -353,6 +354,7 @@ class RevertChangeResult(_Model):
     sources: list[RestoredSource]
     reloaded: list[str]
     change_id: int | None = Field(default=None, description="The change log's record of this revert.")
+    already_applied: bool = _ALREADY_APPLIED
 
 
 class LocalFolderHandle(_Model):

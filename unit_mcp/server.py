@@ -235,10 +235,11 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
     stack.callback(WARM.stop)
     asks = args.confirm or args.allow_local_access  # a local-access request always asks, whatever --confirm says
     confirmations = Confirmations(args.confirm, timeout=args.confirm_timeout) if asks else None
-    service = UnitService(host, max_call_s=args.max_call_s)
+    local_access = None
     if args.allow_local_access:
-        service.local_access = LocalAccess(paths.private_dir(data_dir, _OPENCODE_CONFIG), host)
-        stack.callback(service.local_access.close)
+        local_access = LocalAccess(paths.private_dir(data_dir, _OPENCODE_CONFIG), host)
+        stack.callback(local_access.close)
+    service = UnitService(host, max_call_s=args.max_call_s, local_access=local_access)
     return UnitTools(service, prefix=args.tool_prefix, confirmations=confirmations), data_dir
 
 
