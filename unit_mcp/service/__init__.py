@@ -11,10 +11,12 @@ reads, text, the loader's refusals), `_commit` (the one write transaction every 
 
 from __future__ import annotations
 
-from . import _changes, _edits, _reading, _resolving, _state, _testruns
+from . import _changes, _edits, _reading, _resolving, _state, _testruns, _undo
+from ._caller import call_as
 from ._changes import change_record
+from ._commit import reload_result
 from ._reading import QUICK_READ_BYTES
-from ._units import Units, call_as, reload_result
+from ._units import Units
 
 __all__ = ["QUICK_READ_BYTES", "UnitService", "call_as", "change_record", "reload_result"]
 
@@ -36,8 +38,8 @@ class UnitService(Units):
     apply_patch = _edits.apply_patch
     create_source = _edits.create_source
     revert = _edits.revert
-    rollback = _changes.rollback
-    revert_change = _changes.revert_change
+    rollback = _undo.rollback
+    revert_change = _undo.revert_change
     # the change log
     changes = _changes.changes
     checkpoint = _changes.checkpoint

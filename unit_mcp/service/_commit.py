@@ -17,15 +17,30 @@ from typing import TypeVar
 from .. import paths
 from ..changelog import Change, Outcome, SourceChange
 from ..errors import Exists, ReloadFailed, StaleHash, UnitError
-from ..host import ReloadError
+from ..host import Reloaded, ReloadError
 from ..loader import Source, StaleSource, Written
-from ..models import ReloadResult
+from ..models import ActivityEvidence, ReloadResult
+from ..paging import MAX_FIELD_BYTES, clip
+from ._caller import caller, replaying
 from ._plan import Committed, Plan, Target
-from ._units import Units, caller, hash_or_none, reload_result, replaying
+from ._units import Units, hash_or_none
 
 R = TypeVar("R")
 _PLANS = 3
 """Plans made at most for one call: the units a plan touches may change between plans (a rollback's)."""
+
+
+def reload_result(reloaded: Reloaded) -> ReloadResult:
+    """The engine's account of a reload as the tools return it."""
+    return ReloadResult(
+        unit_id=reloaded.unit_id,
+        reloaded=True,
+        restored_state=reloaded.restored_state,
+        activity=ActivityEvidence.model_validate(
+            {key: clip(v, MAX_FIELD_BYTES) if isinstance(v, str) else v for key, v in reloaded.activity.items()}
+        ),
+        duration_ms=reloaded.duration_ms,
+    )
 
 
 def commit(

@@ -4,7 +4,7 @@ it reverts to). Each plans its write and ends in `commit`."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import paths
 from ..arguments import MAX_VERSION, ApplyPatchArgs, CreateSourceArgs, HistoryArgs, RevertArgs, takes
@@ -18,63 +18,68 @@ from ._commit import commit
 from ._plan import Committed, Plan, Target
 from ._units import Units
 
-Edit = Callable[[str], tuple[str, int]]
+
+@dataclass(frozen=True)
+class _Edit:
+    """What a patch asks for, checked: an exact replacement or a unified diff, which can also be undone."""
+
+    mode: str
+    source_id: str
+    label: str
+    patch: str | None = None
+    old: str = ""
+    new: str = ""
+    replace_all: bool = False
+
+    @classmethod
+    def of(cls, svc: Units, args: ApplyPatchArgs) -> _Edit:
+        patch, old, new = args.patch, args.old, args.new
+        if patch is not None and (old is not None or new is not None):
+            raise InvalidArgument(
+                "Pass either `patch` or `old`+`new`, not both.", hint="Use one editing mode per call."
+            )
+        for name, value in (("patch", patch), ("old", old), ("new", new)):
+            if value is not None:
+                svc.check_size(name, value)
+        label = f"{args.source_id} of unit {args.unit_id}"
+        if patch is not None:
+            if not patch.strip():
+                raise InvalidArgument("`patch` is empty.", hint="Send a unified diff with at least one @@ hunk.")
+            return cls("diff", args.source_id, label, patch=patch)
+        if old is None or new is None:
+            raise InvalidArgument(
+                "Pass `patch` (a unified diff) or both `old` and `new`.",
+                hint="For an exact replacement give `old` (text to find) and `new` (its replacement; may be empty).",
+            )
+        return cls("exact", args.source_id, label, old=old, new=new, replace_all=args.replace_all)
+
+    def apply(self, text: str) -> tuple[str, int]:
+        if self.patch is not None:
+            return apply_unified_diff(text, self.patch, self.source_id)
+        return replace_exact(text, self.old, self.new, replace_all=self.replace_all, label=self.label)
+
+    def undo(self, text: str) -> tuple[str, int]:
+        if self.patch is not None:
+            return apply_unified_diff(text, reverse_unified_diff(self.patch, self.source_id), self.source_id)
+        return replace_exact(text, self.new, self.old, replace_all=self.replace_all, label=self.label)
 
 
 @takes(ApplyPatchArgs)
 def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
-    patch, old, new = args.patch, args.old, args.new
-
-    def edit(text: str) -> tuple[str, int]:
-        if patch is not None:
-            return apply_unified_diff(text, patch, args.source_id)
-        assert old is not None and new is not None
-        return replace_exact(text, old, new, replace_all=args.replace_all, label=label)
-
-    def undo(text: str) -> tuple[str, int]:
-        if patch is not None:
-            return apply_unified_diff(text, reverse_unified_diff(patch, args.source_id), args.source_id)
-        assert old is not None and new is not None
-        return replace_exact(text, new, old, replace_all=args.replace_all, label=label)
-
-    label = f"{args.source_id} of unit {args.unit_id}"
-    mode = "diff" if patch is not None else "exact"
+    edit = _Edit.of(svc, args)
 
     def plan() -> Plan[ApplyPatchResult]:
-        src = _patch_source(svc, args)
-        data, text = svc.current(src, args.expected_hash)
-        new_text, count = edit(text)
-        return _edit_plan(svc, src, data, text, new_text, mode, count, args.dry_run)
+        src, data, text = svc.editable(args.unit_id, args.source_id, args.expected_hash, write=not args.dry_run)
+        return _edit_plan(svc, src, data, text, *edit.apply(text), edit.mode, args.dry_run)
 
     def replayed() -> Plan[ApplyPatchResult] | None:
-        return None if args.expected_hash is None else _patched(svc, args, args.expected_hash, mode, edit, undo)
+        return None if args.expected_hash is None else _patched(svc, args.unit_id, args.expected_hash, edit)
 
     return commit(svc, "unit_apply_patch", args.unit_id, args.source_id, plan, dry_run=args.dry_run, replayed=replayed)
 
 
-def _patch_source(svc: Units, args: ApplyPatchArgs) -> Source:
-    """The source a patch edits, once its arguments make one edit."""
-    patch, old, new = args.patch, args.old, args.new
-    if patch is not None and (old is not None or new is not None):
-        raise InvalidArgument("Pass either `patch` or `old`+`new`, not both.", hint="Use one editing mode per call.")
-    if patch is None and (old is None or new is None):
-        raise InvalidArgument(
-            "Pass `patch` (a unified diff) or both `old` and `new`.",
-            hint="For an exact replacement give `old` (text to find) and `new` (its replacement; may be empty).",
-        )
-    for name, value in (("patch", patch), ("old", old), ("new", new)):
-        if value is not None:
-            svc.check_size(name, value)
-    if patch is not None and not patch.strip():
-        raise InvalidArgument("`patch` is empty.", hint="Send a unified diff with at least one @@ hunk.")
-    src = svc.source(args.unit_id, args.source_id)
-    if not args.dry_run:
-        svc.require("write", src.unit_id)
-    return src
-
-
 def _edit_plan(
-    svc: Units, src: Source, data: bytes, text: str, new_text: str, mode: str, count: int, dry_run: bool
+    svc: Units, src: Source, data: bytes, text: str, new_text: str, count: int, mode: str, dry_run: bool
 ) -> Plan[ApplyPatchResult]:
     """An edit of `src` from `text` (its bytes `data`) to `new_text`. A dry run may skip the full compile when the
     edited statements alone prove the source compiles; a write is compiled in full by `commit` (the reload runs
@@ -102,28 +107,24 @@ def _edit_plan(
     return Plan(targets, answer)
 
 
-def _patched(
-    svc: Units, args: ApplyPatchArgs, expected_hash: str, mode: str, edit: Edit, undo: Edit
-) -> Plan[ApplyPatchResult] | None:
+def _patched(svc: Units, unit_id: str, expected_hash: str, edit: _Edit) -> Plan[ApplyPatchResult] | None:
     """The first call of a repeated patch: the edit of the bytes hashing to `expected_hash`, if it makes what the
     source holds now. Those bytes come from the change log's record of the write or, when the writer died before
     recording it, from undoing the edit; the hash proves them."""
-    src = svc.source(args.unit_id, args.source_id)
-    data = svc.read(src)
-    text = svc.text(src, data)
+    src, data, text = svc.editable(unit_id, edit.source_id, None, write=True)
     befores = [] if (logged := _bytes_before(svc, src, expected_hash, paths.hash_bytes(data))) is None else [logged]
     with contextlib.suppress(UnitError):
-        befores.append(svc.encode(src, undo(text)[0]))
+        befores.append(svc.encode(src, edit.undo(text)[0]))
     for before in befores:
         if paths.hash_bytes(before) != expected_hash:
             continue
         before_text = svc.text(src, before)
         try:
-            after_text, count = edit(before_text)
+            after_text, count = edit.apply(before_text)
         except UnitError:
             continue
         if svc.encode(src, after_text) == data:
-            return _edit_plan(svc, src, before, before_text, after_text, mode, count, dry_run=False)
+            return _edit_plan(svc, src, before, before_text, after_text, count, edit.mode, dry_run=False)
     return None
 
 
@@ -249,7 +250,7 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
             svc.require("write", src.unit_id)
         data, text = svc.current(src, args.expected_hash)
         old = version(src)
-        return _edit_plan(svc, src, data, text, svc.text(src, old), "revert", 1, args.dry_run)
+        return _edit_plan(svc, src, data, text, svc.text(src, old), 1, "revert", args.dry_run)
 
     def replayed() -> Plan[ApplyPatchResult] | None:
         """The first call, where the change log holds its record (a revert is not undone to find its bytes)."""
@@ -260,6 +261,6 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
         before = _bytes_before(svc, src, args.expected_hash, paths.hash_bytes(old))
         if before is None:
             return None
-        return _edit_plan(svc, src, before, svc.text(src, before), svc.text(src, old), "revert", 1, dry_run=False)
+        return _edit_plan(svc, src, before, svc.text(src, before), svc.text(src, old), 1, "revert", dry_run=False)
 
     return commit(svc, "unit_revert", args.unit_id, args.source_id, plan, dry_run=args.dry_run, replayed=replayed)

@@ -14,8 +14,9 @@ from ..host import RestoreError
 from ..localaccess import LocalAccess
 from ..models import LocalAccessResult, LocalFolderHandle, ReloadResult, RestoreSnapshotResult, SnapshotResult
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, json_size
+from ._caller import caller
 from ._commit import reload_unit
-from ._units import Units, caller
+from ._units import Units
 
 
 @takes(UnitArgs)

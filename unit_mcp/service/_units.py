@@ -4,15 +4,14 @@ of a unit's and a source's ids, the reads, the text rules and the loader's refus
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from .. import paths
-from ..changelog import NOBODY, Caller, ChangeLog
+from ..changelog import ChangeLog
 from ..errors import (
     BinarySource,
     Exists,
@@ -25,7 +24,7 @@ from ..errors import (
     UnknownSource,
     UnknownUnit,
 )
-from ..host import Host, Reloaded
+from ..host import Host
 from ..loader import (
     MissingSource,
     NotASource,
@@ -37,50 +36,12 @@ from ..loader import (
     UnsafeSource,
 )
 from ..localaccess import LocalAccess
-from ..models import ActivityEvidence, ReloadResult
-from ..paging import MAX_FIELD_BYTES, PAGE_OVERHEAD, RESULT_BYTES, clip
+from ..paging import PAGE_OVERHEAD, RESULT_BYTES
 from ..resolve import ResolveIndex
 from ..syntax import SyntaxCache
 from ..testrun import TestRuns
 
 R = TypeVar("R")
-
-_CALLER: contextvars.ContextVar[Caller] = contextvars.ContextVar("unit_mcp_caller", default=NOBODY)
-_REPLAY: contextvars.ContextVar[bool] = contextvars.ContextVar("unit_mcp_replay", default=False)
-
-
-def call_as(caller: Caller, call: Callable[[], R], *, replay: bool = False) -> R:
-    """Run `call` on behalf of `caller`: the change log records who made the writes it makes. `replay`: the caller
-    may be repeating a call whose result is in place (`wire.REPLAY_META_KEY`), which then answers `already_applied`."""
-    token, replaying = _CALLER.set(caller), _REPLAY.set(replay)
-    try:
-        return call()
-    finally:
-        _REPLAY.reset(replaying)
-        _CALLER.reset(token)
-
-
-def caller() -> Caller:
-    """Who the current call is made for (`call_as`)."""
-    return _CALLER.get()
-
-
-def replaying() -> bool:
-    """Whether the current call's caller declared it may be a repeat (`call_as(..., replay=True)`)."""
-    return _REPLAY.get()
-
-
-def reload_result(reloaded: Reloaded) -> ReloadResult:
-    """The engine's account of a reload as the tools return it."""
-    return ReloadResult(
-        unit_id=reloaded.unit_id,
-        reloaded=True,
-        restored_state=reloaded.restored_state,
-        activity=ActivityEvidence.model_validate(
-            {key: clip(v, MAX_FIELD_BYTES) if isinstance(v, str) else v for key, v in reloaded.activity.items()}
-        ),
-        duration_ms=reloaded.duration_ms,
-    )
 
 
 def hash_or_none(data: bytes | None) -> str | None:
@@ -199,6 +160,16 @@ class Units:
             return self.read(src)
         except UnknownSource:
             return None
+
+    def editable(
+        self, unit_id: str, source_id: str, expected_hash: str | None, *, write: bool
+    ) -> tuple[Source, bytes, str]:
+        """The source an edit changes, with its bytes and text, refused if it no longer hashes to `expected_hash`
+        (or, for a `write`, if the store cannot be written)."""
+        src = self.source(unit_id, source_id)
+        if write:
+            self.require("write", unit_id)
+        return (src, *self.current(src, expected_hash))
 
     def exists(self, src: Source) -> bool:
         """Whether the source exists (not read)."""
