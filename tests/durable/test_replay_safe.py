@@ -8,8 +8,8 @@ twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 

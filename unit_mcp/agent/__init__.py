@@ -14,6 +14,7 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AgentRunner": "_runner",
+    "Answered": "_runner",
     "AgentRegistry": "_registry",
     "AgentToolSurface": "toolsurface",
     "LocalTool": "toolsurface",
@@ -39,7 +40,9 @@ _EXPORTS = {
     "TurnStatus": "turns",
     "events_app": "events",
     "AgentError": "errors",
+    "AnsweredElsewhere": "errors",
     "ToolError": "errors",
+    "UnknownApproval": "errors",
 }
 __all__ = [
     "Agent",
@@ -48,6 +51,8 @@ __all__ = [
     "AgentRegistry",
     "AgentRunner",
     "AgentToolSurface",
+    "Answered",
+    "AnsweredElsewhere",
     "ApprovalDecision",
     "ApprovalRequest",
     "ApprovedEndpoint",
@@ -66,6 +71,7 @@ __all__ = [
     "TurnContext",
     "TurnHandle",
     "TurnStatus",
+    "UnknownApproval",
     "delegate",
     "delegation_tool",
     "events_app",
@@ -81,9 +87,9 @@ if TYPE_CHECKING:
     from ._openai_agent import OpenAIAgent
     from ._protocol import Agent
     from ._registry import AgentRegistry
-    from ._runner import AgentRunner
+    from ._runner import AgentRunner, Answered
     from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
-    from .errors import AgentError, ToolError
+    from .errors import AgentError, AnsweredElsewhere, ToolError, UnknownApproval
     from .events import events_app
     from .hooks import Hooks, ModelRequest, ModelResponse
     from .sessions import SessionStore
