@@ -73,7 +73,10 @@ class UnitListResult(_Model):
 
 
 class Evidence(_Model):
-    field: str = Field(description="What matched: unit_id, module, file, docstring or symbol.")
+    field: str = Field(
+        description="What matched: unit_id, module, file, docstring, symbol, route, test or function_doc; or"
+        " ranker: which ranker answered (meaning, with the cosine, or lexical)."
+    )
     value: str
     matched: list[str] = Field(description="Query terms found in the value.")
 
