@@ -8,26 +8,28 @@ from ..errors import InvalidArgument
 from ..loader import LoaderError, Source, UnitKind, primary_source_id
 from ..models import ResolveResult
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, binding, decode_cursor, encode_cursor, fitting, json_size, size_of
-from ..resolve import ResolveIndex, UnitFacts, python_facts
+from ..resolve import ResolveIndex, UnitFacts, source_facts
 from ._units import Units
 
 
 def unit_facts(svc: Units, unit_id: str, kind: UnitKind) -> UnitFacts:
-    """What resolve knows of one unit, read from its sources."""
+    """What resolve knows of one unit, read from its sources: ids, files, docstrings, public names, routes, the
+    names of its tests."""
     source_ids = svc.loader.source_ids(unit_id, kind)
     fields: list[tuple[str, str]] = [("unit_id", unit_id), ("module", svc.host.module_name(unit_id))]
+    primary = primary_source_id(unit_id, kind)
     for source_id in source_ids:
         fields.append(("file", source_id))
-        if not source_id.endswith(".py") or source_id.startswith("test_"):
+        if source_id.startswith("test_") and source_id.endswith(".py"):
+            fields.append(("test", source_id.removeprefix("test_").removesuffix(".py")))
+            continue
+        if not source_id.endswith(".py"):
             continue
         try:
             text = svc.loader.read(Source(unit_id, kind, source_id)).decode("utf-8")
         except (OSError, LoaderError, UnicodeDecodeError):
             continue
-        docstring, names = python_facts(text)
-        if docstring and source_id == primary_source_id(unit_id, kind):
-            fields.append(("docstring", docstring.strip()))
-        fields.extend(("symbol", name) for name in names)
+        fields.extend(fact for fact in source_facts(text) if fact[0] != "docstring" or source_id == primary)
     return UnitFacts(unit_id, tuple(fields))
 
 
