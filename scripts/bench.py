@@ -1250,10 +1250,10 @@ class Bench:
             AgentRegistry,
             AgentRunner,
             AgentToolSurface,
+            DurableWorker,
             OpenAIAgent,
             SessionStore,
         )
-        from unit_mcp.agent._durable import DurableWorker
         from unit_mcp.testing import ScriptedModel, call, say, tool_call
 
         turn = [*(call(tool_call("noop", {})) for _ in range(calls)), say("done")]

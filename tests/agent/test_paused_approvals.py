@@ -37,9 +37,9 @@ from unit_mcp.agent import (
     TurnContext,
     TurnHandle,
     TurnStatus,
+    chat_messages,
 )
 from unit_mcp.agent._paused import paused_calls, pending_requests
-from unit_mcp.agent._projections import chat_messages
 from unit_mcp.agent.approvals import GRANTS_KEY
 from unit_mcp.agent.items import EventItem, ToolResultItem
 

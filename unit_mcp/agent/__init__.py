@@ -14,6 +14,10 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AgentRunner": "_runner",
+    "DurableClient": "_durable",
+    "DurableWorker": "_durable",
+    "chat_messages": "_projections",
+    "display_messages": "_projections",
     "Answered": "_runner",
     "AgentRegistry": "_registry",
     "AgentToolSurface": "toolsurface",
@@ -56,6 +60,8 @@ __all__ = [
     "ApprovalDecision",
     "ApprovalRequest",
     "ApprovedEndpoint",
+    "DurableClient",
+    "DurableWorker",
     "FunctionAgent",
     "Hooks",
     "LocalTool",
@@ -72,19 +78,23 @@ __all__ = [
     "TurnHandle",
     "TurnStatus",
     "UnknownApproval",
+    "chat_messages",
     "delegate",
     "delegation_tool",
+    "display_messages",
     "events_app",
 ]
 
 if TYPE_CHECKING:
     from ._context import TurnContext
     from ._delegation import delegate, delegation_tool
+    from ._durable import DurableClient, DurableWorker
     from ._endpoint import ApprovedEndpoint
     from ._function_agent import FunctionAgent
     from ._loop import LoopAgent
     from ._mcpsource import McpToolSource
     from ._openai_agent import OpenAIAgent
+    from ._projections import chat_messages, display_messages
     from ._protocol import Agent
     from ._registry import AgentRegistry
     from ._runner import AgentRunner, Answered
