@@ -136,6 +136,15 @@ class ReadSourceArgs(Args):
     cursor: str | None = _CURSOR
 
 
+TestName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]{1,64}$")]
+_TEST = Field(
+    None,
+    description="Keep the write only if the unit's test passes: its name ('init' runs test_init.py). "
+    "The test runs in the test host; the application serves the previous version until it passes, and a failing "
+    "or timed-out run puts the write back (kept: false in the result).",
+)
+
+
 class ApplyPatchArgs(Args):
     unit_id: str = _UNIT_ID
     source_id: str = _SOURCE_ID
@@ -151,6 +160,7 @@ class ApplyPatchArgs(Args):
     )
     replace_all: bool = Field(False, description="Replace every occurrence of `old` instead of requiring one.")
     dry_run: bool = _DRY_RUN
+    test: TestName | None = _TEST
 
 
 class CreateSourceArgs(Args):
@@ -160,6 +170,7 @@ class CreateSourceArgs(Args):
         "missing folders are created."
     )
     source: str = Field(description="The full content of the new file (UTF-8 text).")
+    test: TestName | None = _TEST
 
 
 class RunTestsArgs(Args):
@@ -237,6 +248,7 @@ class RevertArgs(Args):
         None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
     )
     dry_run: bool = _DRY_RUN
+    test: TestName | None = _TEST
 
 
 class ChangesArgs(Args):

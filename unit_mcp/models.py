@@ -57,6 +57,8 @@ class UnitSummary(_Model):
 
 
 _TRUNCATED = Field(default=False, description="The answer was cut to fit one result; next_cursor continues it.")
+_TEST_RUN = Field(default=None, description="The run of the test the write was kept on (`test`), passed or not.")
+_KEPT = Field(default=True, description="False when the test failed and the write was put back: nothing changed.")
 _ALREADY_APPLIED = Field(
     default=False,
     description="A repeat of a call whose write is in place already (a replayed step): nothing was written again.",
@@ -166,6 +168,8 @@ class ApplyPatchResult(_Model):
     reload: ReloadResult | None = None
     change_id: int | None = Field(default=None, description="The change log's record of this write (not of a dry run).")
     already_applied: bool = _ALREADY_APPLIED
+    test: RunTestsResult | None = _TEST_RUN
+    kept: bool = _KEPT
 
 
 class CreateSourceResult(_Model):
@@ -173,9 +177,11 @@ class CreateSourceResult(_Model):
     source_id: str
     hash: str
     size: int
-    reload: ReloadResult
+    reload: ReloadResult | None = Field(description="The reload after the write (none when a test put it back).")
     change_id: int | None = Field(default=None, description="The change log's record of this write.")
     already_applied: bool = _ALREADY_APPLIED
+    test: RunTestsResult | None = _TEST_RUN
+    kept: bool = _KEPT
 
 
 class RunTestsResult(_Model):
@@ -372,3 +378,7 @@ class LocalAccessResult(_Model):
     source_handle: LocalFolderHandle
     expires_at: str = Field(description="ISO 8601 UTC; revoked earlier on the unit server's page, it ends then.")
     restart: str = Field(description="What to do before the access takes effect.")
+
+
+ApplyPatchResult.model_rebuild()
+CreateSourceResult.model_rebuild()

@@ -15,14 +15,16 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from .. import paths
-from ..changelog import Change, Outcome, SourceChange
+from ..changelog import Change, Outcome
 from ..errors import Exists, ReloadFailed, StaleHash, UnitError
 from ..host import Reloaded, ReloadError
 from ..loader import Source, StaleSource, Written
-from ..models import ActivityEvidence, ReloadResult
+from ..models import ActivityEvidence, ReloadResult, RunTestsResult
 from ..paging import MAX_FIELD_BYTES, clip
-from ._caller import caller, replaying
+from ._caller import replaying
 from ._plan import Committed, Plan, Target
+from ._recording import record as _record
+from ._recording import tested as _tested
 from ._units import Units, hash_or_none
 
 R = TypeVar("R")
@@ -52,16 +54,18 @@ def commit(
     *,
     dry_run: bool = False,
     replayed: Callable[[], Plan[R] | None] | None = None,
+    gate: Callable[[], RunTestsResult] | None = None,
 ) -> R:
     """Plan, check, compile, write, reload and record one call of `tool` (see the module). `unit_id` and `source_id`
     are what the change log files the call under; `replayed` gives the plan the first call made, where the caller
-    may be repeating it."""
+    may be repeating it; `gate` runs a test against the written sources before anything is reloaded: the write
+    is kept (and reloaded) only if it passes, else put back and recorded as rolled back."""
     if dry_run:
         return plan().answer(Committed(dry_run=True))
     started = time.perf_counter()
     written: list[Target] = []
     try:
-        committed, answer = _transaction(svc, tool, plan, replayed, written)
+        committed, answer = _transaction(svc, tool, plan, replayed, written, gate)
     except UnitError as exc:
         outcome: Outcome = "refused"
         if written:  # written, then the reload failed
@@ -71,8 +75,13 @@ def commit(
     except Exception as exc:
         _record(svc, tool, unit_id, source_id, "failed", written, started, "internal_error", type(exc).__name__)
         raise
-    if not committed.already_applied:  # a repeat wrote nothing: the first call's record stands
-        committed.change_id = _record(svc, tool, unit_id, source_id, "applied", written, started)
+    said = None if committed.test is None else _tested(committed.test)
+    if not committed.kept:
+        committed.change_id = _record(
+            svc, tool, unit_id, source_id, "rolled_back", written, started, "test_failed", said
+        )
+    elif not committed.already_applied:  # a repeat wrote nothing: the first call's record stands
+        committed.change_id = _record(svc, tool, unit_id, source_id, "applied", written, started, message=said)
     return answer(committed)
 
 
@@ -82,6 +91,7 @@ def _transaction(
     plan: Callable[[], Plan[R]],
     replayed: Callable[[], Plan[R] | None] | None,
     written: list[Target],
+    gate: Callable[[], RunTestsResult] | None,
 ) -> tuple[Committed, Callable[[Committed], R]]:
     try:
         planned = plan()
@@ -102,7 +112,7 @@ def _transaction(
                 planned = plan()  # the store moved since the plan was made: plan again under the locks
                 if not set(planned.units) <= set(units):
                     continue
-            return _apply(svc, tool, planned.targets, written), planned.answer
+            return _apply(svc, tool, planned.targets, written, gate), planned.answer
     raise StaleHash(f"The sources of this {tool} call kept changing while it was planned; nothing was written.")
 
 
@@ -137,10 +147,12 @@ def _locked(svc: Units, units: Sequence[str]) -> Iterator[None]:
         yield
 
 
-def _apply(svc: Units, tool: str, targets: list[Target], written: list[Target]) -> Committed:
-    """Compile, write, then reload every unit, all or nothing: if a write or a reload fails, every source already
-    written is put back (unless someone else changed it meanwhile: theirs stays) and the units reloaded before are
-    reloaded again."""
+def _apply(
+    svc: Units, tool: str, targets: list[Target], written: list[Target], gate: Callable[[], RunTestsResult] | None
+) -> Committed:
+    """Compile, write, (test,) then reload every unit, all or nothing: if a write, the test or a reload fails, every
+    source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
+    reloaded before are reloaded again. While the test runs the application serves the previous version."""
     for target in targets:
         if target.after is not None:
             svc.compile(target.source, target.after)
@@ -176,6 +188,17 @@ def _apply(svc: Units, tool: str, targets: list[Target], written: list[Target]) 
         written.clear()
         raise
     committed = Committed()
+    if gate is not None and targets:
+        try:
+            committed.test = gate()
+        except BaseException:
+            undo_all()
+            written.clear()
+            raise
+        if not committed.test.passed:
+            undo_all()
+            committed.kept = False
+            return committed
     units = sorted({t.source.unit_id for t in targets})
     for unit_id in units:
         try:
@@ -255,46 +278,3 @@ def _change_that_made(svc: Units, targets: Sequence[Target]) -> Change | None:
         if change.outcome in ("applied", "outside") and wanted <= made:
             return change
     return None
-
-
-def _record(
-    svc: Units,
-    tool: str,
-    unit_id: str | None,
-    source_id: str | None,
-    outcome: Outcome,
-    targets: list[Target],
-    started: float,
-    code: str | None = None,
-    message: str | None = None,
-) -> int | None:
-    """One record; bytes are kept of applied changes only. A log that cannot be written is logged, and the call's
-    outcome stands."""
-    keep = outcome == "applied"
-    sources = [
-        SourceChange(
-            t.source.unit_id,
-            t.source.source_id,
-            t.action,
-            t.hash_before,
-            t.hash_after,
-            t.before if keep else None,
-            t.after if keep else None,
-        )
-        for t in targets
-    ]
-    try:
-        return svc.change_log.record(
-            caller=caller(),
-            tool=tool,
-            unit_id=None if unit_id is None else str(unit_id)[:200],
-            source_id=None if source_id is None else str(source_id)[:1100],
-            outcome=outcome,
-            error_code=code,
-            message=None if message is None else svc.host.redact(message)[:2000],
-            duration_ms=(time.perf_counter() - started) * 1000,
-            sources=sources,
-        )
-    except Exception:
-        svc.host.logger.exception("recording a call of %s in the change log failed", tool)
-        return None

@@ -4,6 +4,7 @@ it reverts to). Each plans its write and ends in `commit`."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import paths
@@ -11,11 +12,12 @@ from ..arguments import MAX_VERSION, ApplyPatchArgs, CreateSourceArgs, HistoryAr
 from ..errors import Exists, InvalidArgument, InvalidSourceId, NotSupported, UnitError, UnknownVersion
 from ..loader import Source, SourceTooLarge
 from ..loader import UnknownVersion as MissingVersion
-from ..models import ApplyPatchResult, CreateSourceResult, HistoryResult, HistoryVersion
+from ..models import ApplyPatchResult, CreateSourceResult, HistoryResult, HistoryVersion, RunTestsResult
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, clip, decode_cursor, encode_cursor, fitting, size_of
 from ..patching import apply_unified_diff, replace_exact, reverse_unified_diff, unified_diff
 from ._commit import commit
 from ._plan import Committed, Plan, Target
+from ._testruns import gate
 from ._units import Units
 
 
@@ -75,7 +77,21 @@ def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
     def replayed() -> Plan[ApplyPatchResult] | None:
         return None if args.expected_hash is None else _patched(svc, args.unit_id, args.expected_hash, edit)
 
-    return commit(svc, "unit_apply_patch", args.unit_id, args.source_id, plan, dry_run=args.dry_run, replayed=replayed)
+    return commit(
+        svc,
+        "unit_apply_patch",
+        args.unit_id,
+        args.source_id,
+        plan,
+        dry_run=args.dry_run,
+        replayed=replayed,
+        gate=_gate(svc, args.unit_id, args.test),
+    )
+
+
+def _gate(svc: Units, unit_id: str, test: str | None) -> Callable[[], RunTestsResult] | None:
+    """The test a write keeps on (`test`, its name), run against the written sources."""
+    return None if test is None else lambda: gate(svc, unit_id, test)
 
 
 def _edit_plan(
@@ -102,6 +118,7 @@ def _edit_plan(
         result = patch_result(src, mode, count, (current, text), (new_hash, new_text), dry_run=dry_run)
         result.reload = done.reloads.get(src.unit_id)
         result.change_id, result.already_applied = done.change_id, done.already_applied
+        result.test, result.kept = done.test, done.kept
         return result
 
     return Plan(targets, answer)
@@ -188,14 +205,24 @@ def create_source(svc: Units, args: CreateSourceArgs) -> CreateSourceResult:
                 source_id=source_id,
                 hash=paths.hash_bytes(data),
                 size=len(data),
-                reload=done.reloads[unit_id],
+                reload=done.reloads.get(unit_id),
                 change_id=done.change_id,
                 already_applied=done.already_applied,
+                test=done.test,
+                kept=done.kept,
             )
 
         return Plan([Target(src, None, data)], answer)
 
-    return commit(svc, "unit_create_source", args.unit_id, args.source_id, plan, replayed=lambda: plan(made=True))
+    return commit(
+        svc,
+        "unit_create_source",
+        args.unit_id,
+        args.source_id,
+        plan,
+        replayed=lambda: plan(made=True),
+        gate=_gate(svc, args.unit_id, args.test),
+    )
 
 
 @takes(HistoryArgs)
@@ -263,4 +290,13 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
             return None
         return _edit_plan(svc, src, before, svc.text(src, before), svc.text(src, old), 1, "revert", dry_run=False)
 
-    return commit(svc, "unit_revert", args.unit_id, args.source_id, plan, dry_run=args.dry_run, replayed=replayed)
+    return commit(
+        svc,
+        "unit_revert",
+        args.unit_id,
+        args.source_id,
+        plan,
+        dry_run=args.dry_run,
+        replayed=replayed,
+        gate=_gate(svc, args.unit_id, args.test),
+    )

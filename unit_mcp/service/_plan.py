@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Generic, Literal, TypeVar
 
 from ..loader import Source
-from ..models import ReloadResult
+from ..models import ReloadResult, RunTestsResult
 from ._units import hash_or_none
 
 R = TypeVar("R")
@@ -37,12 +37,15 @@ class Target:
 
 @dataclass
 class Committed:
-    """What a commit did, for the tool's answer: the units reloaded (in order), the change log's record."""
+    """What a commit did, for the tool's answer: the units reloaded (in order), the change log's record, and the
+    test the write was kept on (`kept` False: it failed and the write was put back)."""
 
     reloads: dict[str, ReloadResult] = field(default_factory=dict)
     change_id: int | None = None
     already_applied: bool = False
     dry_run: bool = False
+    test: RunTestsResult | None = None
+    kept: bool = True
 
 
 @dataclass

@@ -30,60 +30,13 @@ CANCEL_GRACE = 5.0
 @takes(RunTestsArgs)
 def run_tests(svc: Units, args: RunTestsArgs) -> RunTestsResult:
     unit_id, test_name = args.unit_id, args.test_name
-    kind = svc.unit(unit_id)
     timeout = svc.test_timeout if args.timeout is None else args.timeout
     if timeout > svc.max_test_timeout:
         raise InvalidArgument(f"timeout must be between 0 and {svc.max_test_timeout} seconds, not {timeout!r}.")
-    if kind != "directory":
-        raise NotSupported(
-            f"Unit {unit_id!r} is a file unit and has no tests.",
-            hint="Tests live in directory units as test_<name>.py.",
-        )
-    names = svc.test_names(unit_id, kind)
-    if test_name not in names:
-        raise UnknownSource(
-            f"Unit {unit_id!r} has no test module test_{test_name}.py.",
-            hint=f"Its tests: {', '.join(names) or 'none'}. Create one with unit_create_source.",
-        )
-    test = Source(unit_id, kind, f"test_{test_name}.py")
-    source = svc.text(test, svc.read(test))
-    try:
-        tree = ast.parse(source)
-        has_main = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "main" for n in tree.body)
-    except (SyntaxError, ValueError):
-        has_main = False
-    runner: Literal["main", "pytest"] = "main" if has_main else "pytest"
+    runner = _runner(svc, unit_id, test_name)
 
     def work() -> RunTestsResult:
-        run = run_test_process(
-            svc.loader.address,
-            svc.host.namespace,
-            unit_id,
-            test_name,
-            timeout=float(timeout),
-            max_output=svc.max_test_output,
-        )
-        stdout, stderr = svc.host.redact(run.stdout), svc.host.redact(run.stderr)
-        result = RunTestsResult(
-            unit_id=unit_id,
-            test_name=test_name,
-            runner=runner,
-            passed=run.exit_code == 0 and not run.timed_out,
-            exit_code=run.exit_code,
-            stdout=clip(stdout, RESULT_BYTES // 2 - PAGE_OVERHEAD),
-            stderr=clip(stderr, RESULT_BYTES // 2 - PAGE_OVERHEAD),
-            truncated=run.truncated or (stdout, stderr) != (run.stdout, run.stderr),
-            duration_ms=run.duration_ms,
-            timed_out=run.timed_out,
-        )
-        if run.cancelled:
-            raise Cancelled(f"Tests test_{test_name} of unit {unit_id!r} were cancelled and their processes killed.")
-        if run.timed_out:
-            raise TestTimeout(
-                f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.",
-                **result.model_dump(),
-            )
-        return result
+        return run_once(svc, unit_id, test_name, runner, float(timeout))
 
     running = RunTestsResult(
         unit_id=unit_id,
@@ -102,6 +55,67 @@ def run_tests(svc: Units, args: RunTestsArgs) -> RunTestsResult:
     if run is None:
         raise TooManyRuns(f"{svc.max_running_tests} test runs are still running; test_{test_name} was not started.")
     return _outcome(svc, run, svc.max_call_s if args.wait else 0.0, stop_if_cancelled=True)
+
+
+def gate(svc: Units, unit_id: str, test_name: str) -> RunTestsResult:
+    """Run the unit's test once, in the test host (which loads the unit from the store), for a write that keeps only
+    if it passes: a run past the timeout is a failed run, not a refusal."""
+    try:
+        return run_once(svc, unit_id, test_name, _runner(svc, unit_id, test_name), svc.test_timeout)
+    except TestTimeout as exc:
+        return RunTestsResult.model_validate({k: v for k, v in exc.details.items() if k in RunTestsResult.model_fields})
+
+
+def _runner(svc: Units, unit_id: str, test_name: str) -> Literal["main", "pytest"]:
+    """How the unit's test module runs (`main()` or pytest), refused when the unit has no such test."""
+    kind = svc.unit(unit_id)
+    if kind != "directory":
+        raise NotSupported(
+            f"Unit {unit_id!r} is a file unit and has no tests.",
+            hint="Tests live in directory units as test_<name>.py.",
+        )
+    names = svc.test_names(unit_id, kind)
+    if test_name not in names:
+        raise UnknownSource(
+            f"Unit {unit_id!r} has no test module test_{test_name}.py.",
+            hint=f"Its tests: {', '.join(names) or 'none'}. Create one with unit_create_source.",
+        )
+    test = Source(unit_id, kind, f"test_{test_name}.py")
+    try:
+        tree = ast.parse(svc.text(test, svc.read(test)))
+        has_main = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "main" for n in tree.body)
+    except (SyntaxError, ValueError):
+        has_main = False
+    return "main" if has_main else "pytest"
+
+
+def run_once(
+    svc: Units, unit_id: str, test_name: str, runner: Literal["main", "pytest"], timeout: float
+) -> RunTestsResult:
+    """One run of a test in a subprocess, to its end: its result, or `Cancelled` / `TestTimeout`."""
+    run = run_test_process(
+        svc.loader.address, svc.host.namespace, unit_id, test_name, timeout=timeout, max_output=svc.max_test_output
+    )
+    stdout, stderr = svc.host.redact(run.stdout), svc.host.redact(run.stderr)
+    result = RunTestsResult(
+        unit_id=unit_id,
+        test_name=test_name,
+        runner=runner,
+        passed=run.exit_code == 0 and not run.timed_out,
+        exit_code=run.exit_code,
+        stdout=clip(stdout, RESULT_BYTES // 2 - PAGE_OVERHEAD),
+        stderr=clip(stderr, RESULT_BYTES // 2 - PAGE_OVERHEAD),
+        truncated=run.truncated or (stdout, stderr) != (run.stdout, run.stderr),
+        duration_ms=run.duration_ms,
+        timed_out=run.timed_out,
+    )
+    if run.cancelled:
+        raise Cancelled(f"Tests test_{test_name} of unit {unit_id!r} were cancelled and their processes killed.")
+    if run.timed_out:
+        raise TestTimeout(
+            f"Tests test_{test_name} of unit {unit_id!r} ran past {timeout} s and were killed.", **result.model_dump()
+        )
+    return result
 
 
 def _run(svc: Units, run_id: str) -> TestRun:
