@@ -15,6 +15,7 @@ from typing import Any, Unpack
 from urllib.parse import urlencode
 
 import anyio
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -26,6 +27,7 @@ from ..localaccess import LocalAccess
 from ..paths import validate_unit_id
 from ..service import UnitService, call_as
 from ..webpage import (
+    DiffCache,
     DiffLine,
     PageApp,
     PageOptions,
@@ -78,6 +80,7 @@ class UnitsUI(PageApp):
         self.service = service
         self.confirmations = confirmations
         self.local_access = local_access
+        self.diffs: DiffCache[int, Markup] = DiffCache()  # by change id: a change never changes
         if confirmations is not None:
             confirmations.on_page = True
         super().__init__(
@@ -175,18 +178,12 @@ class UnitsUI(PageApp):
         change = await anyio.to_thread.run_sync(self.service.change_log.change, change_id)
         if change is None:
             return PlainTextResponse(f"No change {change_id} in the change log (it may have been pruned).", 404)
-        diffs = [
-            SourceDiff(
-                s.unit_id,
-                s.source_id,
-                s.action,
-                None
-                if (s.data_before is None and s.hash_before) or (s.data_after is None and s.hash_after)
-                else diff_lines(_text(s.data_before), _text(s.data_after)),
-            )
-            for s in change.sources
-        ]
+        diffs = await self.diffs.get(change_id, lambda: self._render_diffs(change))
         return self.page(request, "change.html", change=change, diffs=diffs)
+
+    def _render_diffs(self, change: Change) -> Markup:
+        """The change's diffs as the page shows them, rendered once (blocking: a long diff takes a while)."""
+        return Markup(self.templates.get_template("_change_diffs.html").render(diffs=_source_diffs(change)))
 
     async def events(self, request: Request) -> Response:
         """`store` events (id: the page's state) whenever the state changed since the id the client last saw."""
@@ -289,6 +286,21 @@ def _minutes(text: str) -> float:
         return float(text)
     except ValueError:
         raise ValueError(f"minutes {text[:20]!r} is not a number; give whole minutes, e.g. 15") from None
+
+
+def _source_diffs(change: Change) -> list[SourceDiff]:
+    """What the change's page shows of each source (blocking: diffs are computed here)."""
+    return [
+        SourceDiff(
+            s.unit_id,
+            s.source_id,
+            s.action,
+            None
+            if (s.data_before is None and s.hash_before) or (s.data_after is None and s.hash_after)
+            else diff_lines(_text(s.data_before), _text(s.data_after)),
+        )
+        for s in change.sources
+    ]
 
 
 def _text(data: bytes | None) -> str:
