@@ -64,6 +64,7 @@ ROUND3_CASES: dict[str, tuple[int, int]] = {}  # test function -> (cases that he
 # the confirmations' guarantees, risks and bounds. (Items 1, 3, 7 and 8 have their own set.)
 ROUND4_ITEMS_2456 = {
     "test_diff_freeze",
+    "test_risk_and_bounds",
 }
 
 ATTACK_ROUNDS = {"round3_attacks": ROUND3_MODULES, "round4_attacks_2456": ROUND4_ITEMS_2456}

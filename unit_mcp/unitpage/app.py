@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..changelog import Caller, Change
+from ..changelog import PAGE, Change
 from ..confirm import Confirmations
 from ..errors import UnitError
 from ..localaccess import LocalAccess
@@ -37,7 +37,7 @@ from ..webpage import (
 
 log = logging.getLogger("unit_mcp.unitpage")
 HERE = Path(__file__).parent
-PAGE_CALLER = Caller(name="unit-mcp page", version=None, session_id=None)
+PAGE_CALLER = PAGE
 POLL_SECONDS = 0.5  # how often an open page's event stream looks at the change log and the units
 SHOWN_CHANGES = 100
 SHOWN_CHECKPOINTS = 20
@@ -144,7 +144,10 @@ class UnitsUI(PageApp):
             "local_grants": self.local_access.grants() if self.local_access else [],
             "units": units,
             "changes": changes,
-            "checkpoints": log_.checkpoints(SHOWN_CHECKPOINTS),
+            "checkpoints": [c for c in log_.checkpoints(2 * SHOWN_CHECKPOINTS) if c.caller != PAGE_CALLER][
+                :SHOWN_CHECKPOINTS
+            ],
+            "own_checkpoints": log_.checkpoints(SHOWN_CHECKPOINTS, caller=PAGE_CALLER),  # a burst hides none
             "filters": filters,
             "clients": clients,
             "problem": problem,
