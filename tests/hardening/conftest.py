@@ -65,6 +65,7 @@ ROUND3_CASES: dict[str, tuple[int, int]] = {}  # test function -> (cases that he
 ROUND4_ITEMS_2456 = {
     "test_diff_freeze",
     "test_risk_and_bounds",
+    "test_token_in_reach",
 }
 
 ATTACK_ROUNDS = {"round3_attacks": ROUND3_MODULES, "round4_attacks_2456": ROUND4_ITEMS_2456}
