@@ -10,6 +10,7 @@ record, so a SIGKILL loses at most the record being written. Bounded by a `Reten
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 import time
@@ -264,6 +265,14 @@ _COLUMNS = (
 _SOURCE_COLUMNS = "change_id, unit_id, source_id, action, hash_before, hash_after"
 
 
+def session_tag(session_id: str | None) -> str | None:
+    """What the log keeps of an MCP session id: a digest that tells sessions apart but cannot be presented as one
+    (a session id is the key of a page grant; every client reads the change log)."""
+    if session_id is None:
+        return None
+    return "s-" + hashlib.sha256(session_id.encode(errors="replace")).hexdigest()[:12]
+
+
 def _clip(text: str | None, limit: int) -> str | None:
     return text if text is None or len(text) <= limit else text[: limit - 1] + "…"
 
@@ -275,7 +284,7 @@ _SAME_CLIENT = "coalesce(client_name, '') = ? AND coalesce(session_id, '') = ?"
 
 
 def _client_key(caller: Caller) -> tuple[str, str]:
-    return _clip(caller.name, MAX_NAME) or "", _clip(caller.session_id, MAX_NAME) or ""
+    return _clip(caller.name, MAX_NAME) or "", session_tag(caller.session_id) or ""
 
 
 def _checkpoint(row: Sequence[Any]) -> Checkpoint:
@@ -341,7 +350,7 @@ class SqlChangeLog:
                 iso_time(self.clock()),
                 _clip(caller.name, MAX_NAME),
                 _clip(caller.version, MAX_NAME),
-                _clip(caller.session_id, MAX_NAME),
+                session_tag(caller.session_id),
                 _clip(entry["tool"], MAX_NAME),
                 _clip(entry["unit_id"], MAX_NAME),
                 _clip(entry["source_id"], MAX_NAME),
@@ -385,7 +394,7 @@ class SqlChangeLog:
                 conn,
                 "INSERT INTO checkpoints (time, label, after_change, client_name, session_id) VALUES (?, ?, ?, ?, ?) "
                 "RETURNING id",
-                (when, label, after, _clip(caller.name, MAX_NAME), _clip(caller.session_id, MAX_NAME)),
+                (when, label, after, _clip(caller.name, MAX_NAME), session_tag(caller.session_id)),
             ).fetchone()
             self._run(  # a client keeps its newest few: a burst of them pushes out only its own
                 conn,

@@ -647,13 +647,17 @@ MAX_CLIENT_TEXT = 200
 
 
 def _caller(ctx: ServerRequestContext[Any]) -> Caller:
-    """Who makes a call, for the change log: the client's `clientInfo` and the MCP session id, where there is one."""
+    """Who makes a call, for the change log and the page's grants: the client's `clientInfo` and the MCP session
+    its transport routed the call by, where there is one. A 2026-07-28 call has none: whatever `Mcp-Session-Id`
+    header it carries was routed by nothing and is the caller's own claim."""
     params = ctx.session.client_params
     info = params.client_info if params is not None else None
-    headers = getattr(ctx.request, "headers", None)
-    session_id = headers.get("mcp-session-id") if headers is not None else None
-    if session_id is None and (query := getattr(ctx.request, "query_params", None)) is not None:
-        session_id = query.get("session_id")  # the legacy SSE transport names the session in its message URL
+    session_id = None
+    if not is_version_at_least(ctx.protocol_version, "2026-07-28"):
+        headers = getattr(ctx.request, "headers", None)  # the session manager routed it to this session
+        session_id = headers.get("mcp-session-id") if headers is not None else None
+        if session_id is None and (query := getattr(ctx.request, "query_params", None)) is not None:
+            session_id = query.get("session_id")  # legacy SSE names the session in its message URL, routed likewise
 
     def clipped(text: object) -> str | None:
         return None if text is None else str(text)[:MAX_CLIENT_TEXT]

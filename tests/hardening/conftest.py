@@ -63,6 +63,7 @@ ROUND3_CASES: dict[str, tuple[int, int]] = {}  # test function -> (cases that he
 # Security round 4 (issue 34), items 2, 4, 5 and 6: a diff that froze the server, the token in a test's reach,
 # the confirmations' guarantees, risks and bounds. (Items 1, 3, 7 and 8 have their own set.)
 ROUND4_ITEMS_2456 = {
+    "test_confirmation_guarantees",
     "test_diff_freeze",
     "test_risk_and_bounds",
     "test_token_in_reach",

@@ -32,6 +32,7 @@ TITLES = {
     "round4_attacks_2456": "Security round 4 (items 2, 4, 5, 6): each reproduced break, replayed",
     "diff_freeze": "Security round 4: a planted worst-case diff and a bystander",
     "token_in_reach": "Security round 4: the token in a test's reach",
+    "confirmation_guarantees": "Security round 4: the guarantees --confirm promises",
     "risk_and_bounds": "Security round 4: risks decided per call, messages and checkpoints bounded",
     "approval page": "Approval page: the credential stays on its own port",
     "test_sandbox": "Test runs: descendants, a stopped warm host, scratch folder and environment",
