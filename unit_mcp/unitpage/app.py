@@ -80,7 +80,7 @@ class UnitsUI(PageApp):
         self.service = service
         self.confirmations = confirmations
         self.local_access = local_access
-        self.diffs: DiffCache[int, Markup] = DiffCache()  # by change id: a change never changes
+        self.diffs: DiffCache[int, tuple[Change, Markup] | None] = DiffCache()  # by change id: a change never changes
         if confirmations is not None:
             confirmations.on_page = True
         super().__init__(
@@ -178,15 +178,19 @@ class UnitsUI(PageApp):
 
     async def change_page(self, request: Request) -> Response:
         change_id = request.path_params["change_id"]
-        change = await anyio.to_thread.run_sync(self.service.change_log.change, change_id)
-        if change is None:
+        shown = await self.diffs.get(change_id, lambda: self._shown_change(change_id))
+        if shown is None:
             return PlainTextResponse(f"No change {change_id} in the change log (it may have been pruned).", 404)
-        diffs = await self.diffs.get(change_id, lambda: self._render_diffs(change))
+        change, diffs = shown
         return self.page(request, "change.html", change=change, diffs=diffs)
 
-    def _render_diffs(self, change: Change) -> Markup:
-        """The change's diffs as the page shows them, rendered once (blocking: a long diff takes a while)."""
-        return Markup(self.templates.get_template("_change_diffs.html").render(diffs=_source_diffs(change)))
+    def _shown_change(self, change_id: int) -> tuple[Change, Markup] | None:
+        """The change and its diffs as the page shows them, read and rendered once (blocking: a long diff takes a
+        while); None when the log has no such change."""
+        change = self.service.change_log.change(change_id)
+        if change is None:
+            return None
+        return change, Markup(self.templates.get_template("_change_diffs.html").render(diffs=_source_diffs(change)))
 
     async def events(self, request: Request) -> Response:
         """`store` events (id: the page's state) whenever the state changed since the id the client last saw."""

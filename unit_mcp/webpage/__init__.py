@@ -136,8 +136,8 @@ Shown = TypeVar("Shown")
 
 
 class DiffCache(Generic[Key, Shown]):
-    """What a page shows of a diff, computed once per key (a change, a request) in a worker thread and kept: a page
-    is viewed and refreshed again and again, and two views at once compute it once."""
+    """What a page shows of a diff, computed once per key (a change, a request) in a worker thread and kept (but
+    None): a page is viewed and refreshed again and again, and two views at once compute it once."""
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
@@ -147,12 +147,15 @@ class DiffCache(Generic[Key, Shown]):
     async def get(self, key: Key, compute: Callable[[], Shown]) -> Shown:
         lock = self._computing.setdefault(key, anyio.Lock())
         async with lock:
-            if key not in self._kept:
-                self._kept[key] = await anyio.to_thread.run_sync(compute)
-                while len(self._kept) > self.size:
-                    self._kept.popitem(last=False)
-            self._kept.move_to_end(key)
-            shown = self._kept[key]
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                shown = self._kept[key]
+            else:
+                shown = await anyio.to_thread.run_sync(compute)
+                if shown is not None:  # None (nothing to show yet) is asked again next time
+                    self._kept[key] = shown
+                    while len(self._kept) > self.size:
+                        self._kept.popitem(last=False)
         if not lock.statistics().tasks_waiting:
             self._computing.pop(key, None)
         return shown
