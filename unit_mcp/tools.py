@@ -545,7 +545,7 @@ class UnitTools:
         started = time.perf_counter()
         try:
             risk = call_risk(spec.risk, spec.dry_run_risk, params.arguments)
-            if spec.raised_risk is not None and risk == spec.risk:
+            if spec.raised_risk is not None and risk == spec.risk and self.confirmations is not None:
                 raised = await anyio.to_thread.run_sync(spec.raised_risk, self.service, args)
                 risk = raised or risk
             if spec.always_confirm and self.confirmations is None:
