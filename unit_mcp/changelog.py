@@ -273,6 +273,12 @@ def session_tag(session_id: str | None) -> str | None:
     return "s-" + hashlib.sha256(session_id.encode(errors="replace")).hexdigest()[:12]
 
 
+def _stored_tag(value: object) -> str | None:
+    """A stored session as a tag: records written before tags were stored hold the session id itself."""
+    text = _text(value)
+    return text if text is None or (text.startswith("s-") and len(text) == 14) else session_tag(text)
+
+
 def _clip(text: str | None, limit: int) -> str | None:
     return text if text is None or len(text) <= limit else text[: limit - 1] + "…"
 
@@ -289,7 +295,7 @@ def _client_key(caller: Caller) -> tuple[str, str]:
 
 def _checkpoint(row: Sequence[Any]) -> Checkpoint:
     id_, when, label, after, name, session = row
-    return Checkpoint(int(id_), str(when), _text(label), int(after), Caller(_text(name), None, _text(session)))
+    return Checkpoint(int(id_), str(when), _text(label), int(after), Caller(_text(name), None, _stored_tag(session)))
 
 
 UNDOING_TOOLS = frozenset({"unit_rollback", "unit_revert_change", "unit_revert"})
@@ -543,7 +549,7 @@ class SqlChangeLog:
             Change(
                 id=int(r[0]),
                 time=str(r[1]),
-                caller=Caller(_text(r[2]), _text(r[3]), _text(r[4])),
+                caller=Caller(_text(r[2]), _text(r[3]), _stored_tag(r[4])),
                 tool=_text(r[5]),
                 unit_id=_text(r[6]),
                 source_id=_text(r[7]),
