@@ -268,7 +268,10 @@ class HistoryResult(_Model):
 class ChangeClient(_Model):
     name: str | None = Field(description="The MCP client's clientInfo name; null for a change made outside MCP.")
     version: str | None
-    session_id: str | None = Field(description="The MCP session id, where the transport has one.")
+    session_id: str | None = Field(
+        description="A digest of the client's MCP session, where the transport has one: it tells sessions apart "
+        "and is never the session id itself."
+    )
 
 
 class ChangedSource(_Model):
