@@ -89,9 +89,16 @@ def instructions(python: str, pythonpath: str, kind: str, calls: int, timeout: f
         return int(found.group(1))
 
 
+def _export(commit: str, folder: str) -> None:
+    """The package as it was at `commit`, in `folder`."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "unit_mcp"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="a commit to compare against this work tree")
+    parser.add_argument("--against", help="a commit to measure instead of the work tree (a tree that may change)")
     parser.add_argument("--calls", type=int, nargs=2, default=(20, 60), help="the two call counts (default 20 60)")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (default 900)")
