@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import re
 
 import pytest
@@ -196,3 +197,184 @@ def test_common_suffix_is_the_longest_shared_tail_within_the_limit(a: str, b: st
     big_a, big_b = "x" * 9000 + a, "y" * 9000 + a  # across the 4096-character blocks
     assert patching.common_suffix(big_a, big_b, 10**6) == len(a)
     assert patching.common_suffix("x" + "a" * 9000 + b, "y" + "a" * 9000 + b, 10**6) == 9000 + len(b)
+
+
+# -- tolerant edits (issue 37) -------------------------------------------------------------------------------------
+
+SOURCE = "".join(
+    [
+        "import os\n\n\n",
+        "def f(x):\n    if x:\n        return 1\n    return 2\n\n\n",
+        "def g():\n    s = 'hi'\n    return s\n",
+    ]
+)
+IF_X = "    if x:\n        return 1\n"
+TAIL = "    return 2\n\ndef g():\n"  # one blank line where the source has two
+
+
+def compiles(text: str) -> bool:
+    try:
+        compile(text, "m.py", "exec")
+    except SyntaxError:
+        return False
+    return True
+
+
+CASES = [
+    ("    if x:  \n        return 1\n", "    if x:  \n        return 3\n", "trimmed", [5, 6], "        return 3\n"),
+    ("if x:\n    return 1\n", "if x:\n    return 3\n    # x\n", "reindented", [5, 6], "    return 3\n        # x\n"),
+    ("\tif x:\n\t\treturn 1\n", "\tif x:\n\t\treturn 3\n", "reindented", [5, 6], "    if x:\n        return 3\n"),
+    (IF_X + TAIL, IF_X.replace("1", "4") + TAIL, "blank_lines", [5, 10], "return 4\n    return 2\n\n\ndef g():\n"),
+    ("def g():\\n    s = 'hi'", 'def g():\\n    s = \\"ho\\"', "unescaped", [10, 11], 'def g():\n    s = "ho"\n'),
+    ("s = \u2018hi\u2019", "s = \u2018ho\u2019", "quotes", [11, 11], "    s = 'ho'\n"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "match", "lines", "expected"), CASES)
+def test_a_loose_old_that_fits_one_place_applies_and_says_how(
+    old: str, new: str, match: str, lines: list[int], expected: str
+) -> None:
+    edit = patching.edit_exact(SOURCE, old, new, compiles=compiles)
+    assert (edit.match, edit.lines, edit.count) == (match, [lines], 1)
+    assert expected in edit.text
+    untouched = SOURCE.splitlines(keepends=True)
+    changed = edit.text.splitlines(keepends=True)
+    assert changed[: lines[0] - 1] == untouched[: lines[0] - 1]  # nothing before the matched lines moved
+
+
+def test_a_reindented_match_keeps_the_sources_line_endings() -> None:
+    crlf = SOURCE.replace("\n", "\r\n")
+    edit = patching.edit_exact(crlf, "if x:\n    return 1\n", "if x:\n    return 3\n", compiles=compiles)
+    assert edit.text == SOURCE.replace("return 1", "return 3").replace("\n", "\r\n")
+
+
+def test_an_exact_match_is_unchanged_and_says_exact() -> None:
+    edit = patching.edit_exact(SOURCE, "    return 2\n", "    return 3\n")
+    assert (edit.text, edit.count, edit.match, edit.lines) == (
+        replace_exact(SOURCE, "    return 2\n", "    return 3\n")[0],
+        1,
+        "exact",
+        [[7, 7]],
+    )
+
+
+def test_a_loose_match_whose_result_would_not_compile_is_refused_with_its_place() -> None:
+    with pytest.raises(NoMatch) as caught:
+        patching.edit_exact(SOURCE, "if x:\n    return 1\n", "if x:\nreturn 3\n", compiles=compiles)
+    assert caught.value.details["reason"] == "unsure"
+    assert caught.value.details["candidates"][0]["lines"] == [5, 6]
+
+
+def test_a_miss_carries_the_nearest_place_a_diff_and_the_hash_within_a_few_kb() -> None:
+    text = "".join(f"def f{n}(x):\n    return x + {n}\n\n\n" for n in range(500))  # 2,000 lines
+    with pytest.raises(NoMatch) as caught:
+        patching.edit_exact(text, "def f250(y):\n    return x + 250\n", "def f250(y):\n    return y\n",
+                            compiles=compiles, current_hash="sha256:abc")  # fmt: skip
+    details = caught.value.details
+    assert details["current_hash"] == "sha256:abc" and details["matches"] == 0
+    best = details["candidates"][0]
+    assert best["lines"] == [1001, 1002]
+    assert best["text"] == "def f250(x):\n    return x + 250\n"
+    assert "-def f250(y):" in best["diff"] and "+def f250(x):" in best["diff"]
+    assert 0.8 < best["similarity"] < 1
+    assert len(json.dumps(caught.value.to_dict())) < 6000
+
+
+def test_an_ambiguous_old_lists_every_place_with_context_to_tell_them_apart() -> None:
+    text = "a = 1\nx = 1\nb = 2\nx = 1\nc = 3\n"
+    with pytest.raises(AmbiguousMatch) as caught:
+        patching.edit_exact(text, "x = 1", "x = 2")
+    details = caught.value.details
+    assert details["lines"] == [2, 4]
+    assert [(c["line"], c["before"], c["after"]) for c in details["candidates"]] == [
+        (2, "a = 1\n", "\nb = 2\nx = 1\n"),
+        (4, "x = 1\nb = 2\n", "\nc = 3\n"),
+    ]
+    retry = details["candidates"][1]["before"][-6:] + "x = 1"  # a longer `old` from the refusal alone
+    assert patching.edit_exact(text, retry, "b = 2\nx = 2").text == "a = 1\nx = 1\nb = 2\nx = 2\nc = 3\n"
+
+
+def test_an_old_cut_short_is_refused_with_the_whole_old() -> None:
+    with pytest.raises(NoMatch) as caught:
+        patching.edit_exact(SOURCE, "def f(x):\n    if x:\n", "def f(x):\n    if y:\n        return 1\n")
+    assert caught.value.details["reason"] == "cut_short"
+    whole = caught.value.details["candidates"][0]["text"]
+    assert whole == "def f(x):\n    if x:\n        return 1\n"
+    edit = patching.edit_exact(SOURCE, whole, "def f(x):\n    if y:\n        return 1\n")
+    assert edit.text == SOURCE.replace("if x:", "if y:")
+
+
+def test_a_diff_with_loose_context_applies_and_a_stale_one_is_refused_with_candidates() -> None:
+    patch = "@@ -5,2 +5,2 @@\n     if x:  \n-        return 1\n+        return 5\n"
+    edit = patching.edit_diff(SOURCE, patch, "m.py", compiles=compiles)
+    assert (edit.match, edit.lines) == ("trimmed", [[5, 6]])
+    assert edit.text == SOURCE.replace("return 1", "return 5")
+    stale = "@@ -5,2 +5,2 @@\n     if y:\n-        return 1\n+        return 5\n"
+    with pytest.raises(PatchConflict) as caught:
+        patching.edit_diff(SOURCE, stale, "m.py", current_hash="sha256:abc")
+    details = caught.value.details
+    assert details["current_hash"] == "sha256:abc" and details["candidates"][0]["lines"] == [5, 6]
+    json.dumps(details)
+
+
+def test_a_json_escaped_diff_is_decoded() -> None:
+    patch = json.dumps(unified_diff(SOURCE, SOURCE.replace("return 2", "return 7"), "m.py"))[1:-1]
+    edit = patching.edit_diff(SOURCE, patch, "m.py")
+    assert (edit.text, edit.match) == (SOURCE.replace("return 2", "return 7"), "unescaped")
+
+
+block = st.lists(st.sampled_from(["x = 1", "y = 2", "if a:", "    pass", "return b", "z = [1, 2]"]), min_size=1,
+                 max_size=4)  # fmt: skip
+filler = st.lists(st.sampled_from(["", "w = 0", "# note", "v = w"]), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(block, filler, filler, st.sampled_from(["  ", "\t"]), st.booleans())
+def test_a_loose_match_never_applies_where_two_places_fit(
+    lines: list[str], head: list[str], middle: list[str], junk: str, indent: bool
+) -> None:
+    text = "\n".join([*head, *lines, *middle, *(("    " + line) if indent else line for line in lines)]) + "\n"
+    old = "".join(line + junk + "\n" for line in lines)  # found exactly nowhere, loosely twice
+    if old in text:
+        return
+    with pytest.raises((AmbiguousMatch, NoMatch)):
+        patching.edit_exact(text, old, old.replace(junk, "") + "q = 9\n")
+
+
+@settings(max_examples=300, deadline=None)
+@given(block, filler, filler, st.sampled_from(["  ", "    ", "\t"]))
+def test_an_exact_match_wins_over_a_loose_one(lines: list[str], head: list[str], middle: list[str], junk: str) -> None:
+    loose = [junk + line for line in lines]  # the same block, shifted, elsewhere
+    text = "\n".join([*head, *loose, *middle, *lines]) + "\n"
+    old = "".join(line + "\n" for line in lines)
+    new = old + "q = 9\n"
+    try:
+        expected = replace_exact(text, old, new)[0]
+    except AmbiguousMatch:
+        return
+    edit = patching.edit_exact(text, old, new)
+    assert (edit.text, edit.match) == (expected, "exact")
+
+
+@settings(max_examples=300, deadline=None)
+@given(block, filler, filler, st.sampled_from(["", "  "]), st.booleans())
+def test_a_diff_and_the_equivalent_exact_edit_give_the_same_bytes(
+    lines: list[str], head: list[str], tail: list[str], junk: str, crlf: bool
+) -> None:
+    text = "\n".join([*head, "START", *lines, "END", *tail]) + "\n"
+    old_lines = ["START", *lines, "END"]
+    new_lines = ["START", *lines, "added = 1", "END"]
+    eol = "\r\n" if crlf else "\n"
+    text = text.replace("\n", eol)
+    old = "".join(line + junk + "\n" for line in old_lines)
+    new = "".join(line + junk + "\n" for line in new_lines)
+    start = len(head) + 1
+    hunk = [" " + line + junk + "\n" for line in old_lines[:-1]] + [f"+added = 1{junk}\n", f" END{junk}\n"]
+    patch = f"@@ -{start},{len(old_lines)} +{start},{len(new_lines)} @@\n" + "".join(hunk)
+    try:
+        by_exact = patching.edit_exact(text, old, new)
+    except (AmbiguousMatch, NoMatch):
+        return
+    by_diff = patching.edit_diff(text, patch, "m.py")
+    assert by_exact.text == by_diff.text
+    assert by_exact.lines == by_diff.lines
