@@ -600,7 +600,9 @@ def _refuse_cut_short(
 ) -> None:
     """Refuse an `old` that stops short of what `new` still ends with: the text goes on (to a line's end) exactly
     the way `new` ends, so replacing only `old` would leave that ending twice."""
-    rest = _to_lf(text[match.end() : match.end() + 4000])
+    rest = text[match.end() : match.end() + 2 * len(new_lf) + 2]  # a tail `new` ends with is no longer than `new`
+    if "\r" in rest:
+        rest = _to_lf(rest)
     cut = 0
     at = 0
     for _ in range(10):
