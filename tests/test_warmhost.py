@@ -177,3 +177,24 @@ def test_test_env_takes_only_a_variable_name(name: str, why: str, capsys: pytest
         parse_args(["--test-env", name])
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("unit-mcp serve: error: argument --test-env:") and why in error, error
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_pytest_output_has_no_relative_host_path_and_no_anyio_rewrite_warning(tmp_path: Path, warm: bool) -> None:
+    """pytest showed paths relative to the scratch folder (`../<checkout>/.venv/...`: no redaction finds them) and
+    warned that it could not rewrite anyio, which the host imports first. It now starts in the unit's folder (its
+    summary names `probe/test_fails.py`), the tests run in the scratch folder, and tracebacks show whole paths."""
+    folder = tmp_path / "units" / "probe"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("import anyio\n\n\ndef add(a, b):\n    return a + b\n")
+    (folder / "test_fails.py").write_text(
+        "import os\n\n\ndef test_add(unit):\n    print('cwd', os.getcwd())\n    assert unit.add(1, 2) == 4\n"
+    )
+    run = run_test_process(tmp_path / "units", "units", "probe", "fails", timeout=60, warm=warm)
+    assert run.exit_code == 1, run
+    assert "PytestAssertRewriteWarning" not in run.stdout + run.stderr
+    assert "../" not in run.stdout + run.stderr, run.stdout
+    assert f"{folder / 'test_fails.py'}:6: AssertionError" in run.stdout
+    assert "FAILED probe/test_fails.py::test_add" in run.stdout
+    cwd = next(line for line in run.stdout.splitlines() if line.startswith("cwd "))
+    assert str(tmp_path / "units") not in cwd  # the test body ran in its scratch folder, not in the unit's

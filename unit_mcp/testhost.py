@@ -136,10 +136,32 @@ def _run(host: Host, unit_id: str, test_name: str) -> int:
         with open(path, "w", encoding="utf-8") as stand_in:
             stand_in.write(inspect.getsource(module))
         plugins.append(_ImportedModule(path, module))
-    code = pytest.main(
-        [path, "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", rootdir], plugins=plugins
-    )
+    scratch = os.getcwd()
+    plugins.append(_BackToScratch(scratch))
+    os.chdir(rootdir)  # pytest's invocation folder: the paths it shows relative to it are the unit's
+    try:
+        code = pytest.main([path, "-q", "-p", "no:cacheprovider", "--import-mode=importlib", "--rootdir", rootdir,
+                            "-W", _ANYIO_REWRITE], plugins=plugins)  # fmt: skip
+    finally:
+        os.chdir(scratch)
     return int(code)
+
+
+_ANYIO_REWRITE = "ignore:Module already imported so cannot be rewritten; anyio:pytest.PytestAssertRewriteWarning"
+"""anyio's pytest plugin is loaded after the host imported anyio: pytest's warning about it says nothing about the
+unit (a message prefix, taken literally from the command line)."""
+
+
+class _BackToScratch:
+    """A pytest plugin that returns to the test's scratch folder once the session starts, so the tests run there.
+    pytest, seeing the working folder differ from where it started, then shows each traceback path whole (which
+    the server redacts) rather than relative to the scratch folder (`../<checkout>/.venv/...`, which it cannot)."""
+
+    def __init__(self, scratch: str) -> None:
+        self.scratch = scratch
+
+    def pytest_sessionstart(self) -> None:
+        os.chdir(self.scratch)
 
 
 class _ImportedModule:
