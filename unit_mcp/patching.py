@@ -493,9 +493,10 @@ def _attempt(
     label: str,
     compiles: Compiles | None,
 ) -> Edit | tuple[int, int] | None:
-    """One tolerant attempt: the edit when it fits one place and the result compiles; that place's line range
-    (start, stop) when it fits one place but the result would not compile; None when it fits nowhere. Raises
-    AmbiguousMatch when it fits several."""
+    """One tolerant attempt (`sent_new`: `new` as sent, before the attempt's decoding): the edit when it fits one
+    place and the result compiles; that place's line range (start, stop) when it fits one place but the result
+    would not compile or the added lines' place is unsure; None when it fits nowhere. Raises AmbiguousMatch when it
+    fits several."""
     derived = kind in ("unescaped", "quotes")
     if derived:  # the old text, decoded or with plain quotes, may now be found as it is
         found = _occurrences(keys, old_lf)
@@ -520,8 +521,9 @@ def _attempt(
         if not places:
             continue
         place = places[0]
-        if kind == "quotes" and any(has_smart_quotes(lines.body[i]) for i in range(place.start, place.stop)):
-            new_block = _blocks(old_lf, sent_new)[1] if _blocks(old_lf, sent_new) else new_block  # type: ignore[index]
+        raw = _blocks(old_lf, sent_new)
+        if kind == "quotes" and raw and any(has_smart_quotes(body) for body in lines.body[place.start : place.stop]):
+            new_block = raw[1]  # the source has typographic quotes there: `new` keeps those it was sent with
         replaced = _apply_place(lines, new_block, place, opcodes(old_block, new_block))
         if replaced is None:
             return place.start, place.stop
@@ -603,16 +605,19 @@ def _refuse_cut_short(
     rest = text[match.end() : match.end() + 2 * len(new_lf) + 2]  # a tail `new` ends with is no longer than `new`
     if "\r" in rest:
         rest = _to_lf(rest)
+    final = new_lf.rstrip("\n")[-1:]
+    if not final or final + "\n" not in rest:  # such a tail ends a line of `rest` the way `new` ends: quick no
+        return
+    with_newline = new_lf.endswith("\n")  # a tail ends with its newline exactly when `new` does
     cut = 0
     at = 0
     for _ in range(10):
         newline = rest.find("\n", at)
         if newline < 0:
             break
-        for size in (newline, newline + 1):
-            tail = rest[:size]
-            if tail.strip() and new_lf.endswith(tail) and not old_lf.endswith(tail):
-                cut = size
+        tail = rest[: newline + with_newline]
+        if tail.strip() and new_lf.endswith(tail) and not old_lf.endswith(tail):
+            cut = len(tail)
         at = newline + 1
     if not cut:
         return
