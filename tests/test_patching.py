@@ -220,26 +220,24 @@ def compiles(text: str) -> bool:
     return True
 
 
-CASES = [
-    ("    if x:  \n        return 1\n", "    if x:  \n        return 3\n", "trimmed", [5, 6], "        return 3\n"),
-    ("if x:\n    return 1\n", "if x:\n    return 3\n    # x\n", "reindented", [5, 6], "    return 3\n        # x\n"),
-    ("\tif x:\n\t\treturn 1\n", "\tif x:\n\t\treturn 3\n", "reindented", [5, 6], "    if x:\n        return 3\n"),
-    (IF_X + TAIL, IF_X.replace("1", "4") + TAIL, "blank_lines", [5, 10], "return 4\n    return 2\n\n\ndef g():\n"),
-    ("def g():\\n    s = 'hi'", 'def g():\\n    s = \\"ho\\"', "unescaped", [10, 11], 'def g():\n    s = "ho"\n'),
-    ("s = \u2018hi\u2019", "s = \u2018ho\u2019", "quotes", [11, 11], "    s = 'ho'\n"),
+CASES = [  # old, new, the matcher, the lines it matched, and (what, by what) the source must have changed
+    ("    if x:  \n        return 1\n", "    if x:  \n        return 3\n", "trimmed", [5, 6], ("1", "3")),
+    ("if x:\n    return 1\n", "if x:\n    return 3\n    # x\n", "reindented", [5, 6], ("1\n", "3\n        # x\n")),
+    ("\tif x:\n\t\treturn 1\n", "\tif x:\n\t\treturn 3\n", "reindented", [5, 6], ("1", "3")),
+    (IF_X + TAIL, IF_X.replace("1", "4") + TAIL, "blank_lines", [5, 10], ("1", "4")),
+    ("def g():\\n    s = 'hi'", 'def g():\\n    s = \\"ho\\"', "unescaped", [10, 11], ("'hi'", '"ho"')),
+    ("s = \u2018hi\u2019", "s = \u2018ho\u2019", "quotes", [11, 11], ("'hi'", "'ho'")),
 ]
 
 
-@pytest.mark.parametrize(("old", "new", "match", "lines", "expected"), CASES)
+@pytest.mark.parametrize(("old", "new", "match", "lines", "change"), CASES)
 def test_a_loose_old_that_fits_one_place_applies_and_says_how(
-    old: str, new: str, match: str, lines: list[int], expected: str
+    old: str, new: str, match: str, lines: list[int], change: tuple[str, str]
 ) -> None:
+    """Kept lines stay as the source has them; added lines take the source's indentation; nothing else moves."""
     edit = patching.edit_exact(SOURCE, old, new, compiles=compiles)
     assert (edit.match, edit.lines, edit.count) == (match, [lines], 1)
-    assert expected in edit.text
-    untouched = SOURCE.splitlines(keepends=True)
-    changed = edit.text.splitlines(keepends=True)
-    assert changed[: lines[0] - 1] == untouched[: lines[0] - 1]  # nothing before the matched lines moved
+    assert edit.text == SOURCE.replace(*change, 1)
 
 
 def test_a_reindented_match_keeps_the_sources_line_endings() -> None:
