@@ -376,3 +376,14 @@ def test_a_diff_and_the_equivalent_exact_edit_give_the_same_bytes(
     by_diff = patching.edit_diff(text, patch, "m.py")
     assert by_exact.text == by_diff.text
     assert by_exact.lines == by_diff.lines
+
+
+def test_a_loose_hunk_then_an_exact_one_both_land() -> None:
+    text = "".join(f"def f{n}():\n    return {n}\n\n\n" for n in range(6))
+    patch = (
+        "@@ -1,3 +1,3 @@\n def f0():  \n-    return 0\n+    return 10\n \n"  # loose: trailing whitespace sent
+        "@@ -17,2 +17,3 @@\n def f4():\n     return 4\n+    # four\n"
+    )
+    edit = patching.edit_diff(text, patch, "m.py", compiles=compiles)
+    assert edit.match == "trimmed" and edit.lines == [[1, 3], [17, 18]]
+    assert edit.text == text.replace("return 0", "return 10").replace("return 4\n", "return 4\n    # four\n")

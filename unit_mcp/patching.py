@@ -226,7 +226,7 @@ def _apply_hunks(
         spans.append([at - moved + 1, stop - moved])
         body[at:stop] = seg_body
         endings[at:stop] = seg_end
-        delta += (at - expected) + len(seg_body) - len(old_lines)
+        delta += (at - expected) + len(seg_body) - (stop - at)
         floor = at + len(seg_body)
         moved += len(seg_body) - (stop - at)
     out = Lines(body, endings).render()
