@@ -170,6 +170,14 @@ class ApplyPatchResult(_Model):
     already_applied: bool = _ALREADY_APPLIED
     test: RunTestsResult | None = _TEST_RUN
     kept: bool = _KEPT
+    match: str = Field(
+        default="exact",
+        description="How `old` or each hunk was found: exact, trimmed, reindented, blank_lines, unescaped, quotes "
+        "(several joined by '+'); a loose match is applied only where it fits one place.",
+    )
+    matched_lines: list[list[int]] = Field(
+        default_factory=list, description="[first, last] source lines each match covered, before the edit."
+    )
 
 
 class CreateSourceResult(_Model):

@@ -22,10 +22,10 @@ from ..loader import Source, StaleSource, Written
 from ..models import ActivityEvidence, ReloadResult, RunTestsResult
 from ..paging import MAX_FIELD_BYTES, clip
 from ._caller import replaying
-from ._plan import Committed, Plan, Target
+from ._plan import Committed, Plan, Target, hash_or_none
 from ._recording import record as _record
 from ._recording import tested as _tested
-from ._units import Units, hash_or_none
+from ._units import Units
 
 R = TypeVar("R")
 _PLANS = 3

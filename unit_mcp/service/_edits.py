@@ -5,74 +5,32 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from .. import paths
 from ..arguments import MAX_VERSION, ApplyPatchArgs, CreateSourceArgs, HistoryArgs, RevertArgs, takes
-from ..errors import Exists, InvalidArgument, InvalidSourceId, NotSupported, UnitError, UnknownVersion
+from ..errors import Exists, InvalidSourceId, NotSupported, UnitError, UnknownVersion
 from ..loader import Source, SourceTooLarge
 from ..loader import UnknownVersion as MissingVersion
 from ..models import ApplyPatchResult, CreateSourceResult, HistoryResult, HistoryVersion, RunTestsResult
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, clip, decode_cursor, encode_cursor, fitting, size_of
-from ..patching import apply_unified_diff, replace_exact, reverse_unified_diff, unified_diff
+from ..patching import (
+    Edit,
+    unified_diff,
+)
 from ._commit import commit
+from ._patch import Patch
 from ._plan import Committed, Plan, Target
 from ._testruns import gate
 from ._units import Units
 
 
-@dataclass(frozen=True)
-class _Edit:
-    """What a patch asks for, checked: an exact replacement or a unified diff, which can also be undone."""
-
-    mode: str
-    source_id: str
-    label: str
-    patch: str | None = None
-    old: str = ""
-    new: str = ""
-    replace_all: bool = False
-
-    @classmethod
-    def of(cls, svc: Units, args: ApplyPatchArgs) -> _Edit:
-        patch, old, new = args.patch, args.old, args.new
-        if patch is not None and (old is not None or new is not None):
-            raise InvalidArgument(
-                "Pass either `patch` or `old`+`new`, not both.", hint="Use one editing mode per call."
-            )
-        for name, value in (("patch", patch), ("old", old), ("new", new)):
-            if value is not None:
-                svc.check_size(name, value)
-        label = f"{args.source_id} of unit {args.unit_id}"
-        if patch is not None:
-            if not patch.strip():
-                raise InvalidArgument("`patch` is empty.", hint="Send a unified diff with at least one @@ hunk.")
-            return cls("diff", args.source_id, label, patch=patch)
-        if old is None or new is None:
-            raise InvalidArgument(
-                "Pass `patch` (a unified diff) or both `old` and `new`.",
-                hint="For an exact replacement give `old` (text to find) and `new` (its replacement; may be empty).",
-            )
-        return cls("exact", args.source_id, label, old=old, new=new, replace_all=args.replace_all)
-
-    def apply(self, text: str) -> tuple[str, int]:
-        if self.patch is not None:
-            return apply_unified_diff(text, self.patch, self.source_id)
-        return replace_exact(text, self.old, self.new, replace_all=self.replace_all, label=self.label)
-
-    def undo(self, text: str) -> tuple[str, int]:
-        if self.patch is not None:
-            return apply_unified_diff(text, reverse_unified_diff(self.patch, self.source_id), self.source_id)
-        return replace_exact(text, self.new, self.old, replace_all=self.replace_all, label=self.label)
-
-
 @takes(ApplyPatchArgs)
 def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
-    edit = _Edit.of(svc, args)
+    edit = Patch.of(svc, args)
 
     def plan() -> Plan[ApplyPatchResult]:
         src, data, text = svc.editable(args.unit_id, args.source_id, args.expected_hash, write=not args.dry_run)
-        return _edit_plan(svc, src, data, text, *edit.apply(text), edit.mode, args.dry_run)
+        return _edit_plan(svc, src, data, text, edit.apply(text, paths.hash_bytes(data)), edit.mode, args.dry_run)
 
     def replayed() -> Plan[ApplyPatchResult] | None:
         return None if args.expected_hash is None else _patched(svc, args.unit_id, args.expected_hash, edit)
@@ -95,12 +53,12 @@ def _gate(svc: Units, unit_id: str, test: str | None) -> Callable[[], RunTestsRe
 
 
 def _edit_plan(
-    svc: Units, src: Source, data: bytes, text: str, new_text: str, count: int, mode: str, dry_run: bool
+    svc: Units, src: Source, data: bytes, text: str, edit: Edit, mode: str, dry_run: bool
 ) -> Plan[ApplyPatchResult]:
     """An edit of `src` from `text` (its bytes `data`) to `new_text`. A dry run may skip the full compile when the
     edited statements alone prove the source compiles; a write is compiled in full by `commit` (the reload runs
     that code) and only keeps the statement map current."""
-    current = paths.hash_bytes(data)
+    current, new_text, count = paths.hash_bytes(data), edit.text, edit.count
     changed = new_text != text
     new_data = svc.encode(src, new_text)
     new_hash = paths.hash_bytes(new_data)
@@ -119,12 +77,13 @@ def _edit_plan(
         result.reload = done.reloads.get(src.unit_id)
         result.change_id, result.already_applied = done.change_id, done.already_applied
         result.test, result.kept = done.test, done.kept
+        result.match, result.matched_lines = edit.match, edit.lines
         return result
 
     return Plan(targets, answer)
 
 
-def _patched(svc: Units, unit_id: str, expected_hash: str, edit: _Edit) -> Plan[ApplyPatchResult] | None:
+def _patched(svc: Units, unit_id: str, expected_hash: str, edit: Patch) -> Plan[ApplyPatchResult] | None:
     """The first call of a repeated patch: the edit of the bytes hashing to `expected_hash`, if it makes what the
     source holds now. Those bytes come from the change log's record of the write or, when the writer died before
     recording it, from undoing the edit; the hash proves them."""
@@ -137,11 +96,11 @@ def _patched(svc: Units, unit_id: str, expected_hash: str, edit: _Edit) -> Plan[
             continue
         before_text = svc.text(src, before)
         try:
-            after_text, count = edit.apply(before_text)
+            after = edit.apply(before_text)
         except UnitError:
             continue
-        if svc.encode(src, after_text) == data:
-            return _edit_plan(svc, src, before, before_text, after_text, count, edit.mode, dry_run=False)
+        if svc.encode(src, after.text) == data:
+            return _edit_plan(svc, src, before, before_text, after, edit.mode, dry_run=False)
     return None
 
 
@@ -158,6 +117,11 @@ def _bytes_before(svc: Units, src: Source, hash_before: str, hash_after: str) ->
                     return source.data_before
             return None
     return None
+
+
+def _whole(text: str) -> Edit:
+    """A source replaced whole (a revert to a version)."""
+    return Edit(text=text, count=1, match="exact", lines=[])
 
 
 def patch_result(
@@ -277,7 +241,7 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
             svc.require("write", src.unit_id)
         data, text = svc.current(src, args.expected_hash)
         old = version(src)
-        return _edit_plan(svc, src, data, text, svc.text(src, old), 1, "revert", args.dry_run)
+        return _edit_plan(svc, src, data, text, _whole(svc.text(src, old)), "revert", args.dry_run)
 
     def replayed() -> Plan[ApplyPatchResult] | None:
         """The first call, where the change log holds its record (a revert is not undone to find its bytes)."""
@@ -288,7 +252,7 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
         before = _bytes_before(svc, src, args.expected_hash, paths.hash_bytes(old))
         if before is None:
             return None
-        return _edit_plan(svc, src, before, svc.text(src, before), svc.text(src, old), 1, "revert", dry_run=False)
+        return _edit_plan(svc, src, before, svc.text(src, before), _whole(svc.text(src, old)), "revert", dry_run=False)
 
     return commit(
         svc,

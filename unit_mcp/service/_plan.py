@@ -7,11 +7,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Generic, Literal, TypeVar
 
+from .. import paths
 from ..loader import Source
 from ..models import ReloadResult, RunTestsResult
-from ._units import hash_or_none
 
 R = TypeVar("R")
+
+
+def hash_or_none(data: bytes | None) -> str | None:
+    return None if data is None else paths.hash_bytes(data)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from ..errors import NotSupported, StaleHash, UnitError, UnknownChange, UnknownC
 from ..models import RestoreConflict, RestoredSource, RevertChangeResult, RollbackResult
 from ..patching import unified_diff
 from ._commit import commit
-from ._plan import Committed, Plan, Target
-from ._units import Units, hash_or_none
+from ._plan import Committed, Plan, Target, hash_or_none
+from ._units import Units
 
 MAX_PAGE_BYTES = 60_000
 """The diffs of a dry run stop before their JSON passes this (results stay under 80 KB)."""

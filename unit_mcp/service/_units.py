@@ -44,10 +44,6 @@ from ..testrun import TestRuns
 R = TypeVar("R")
 
 
-def hash_or_none(data: bytes | None) -> str | None:
-    return None if data is None else paths.hash_bytes(data)
-
-
 class Units:
     """What every tool shares: the host and its loader, the server's limits, the test runs, the resolve index."""
 
