@@ -14,6 +14,7 @@ from ._version import __version__ as __version__
 _EXPORTS = {
     "Host": "host",
     "ReloadError": "host",
+    "UnitNotLoaded": "host",
     "UnitError": "errors",
     "UnitService": "service",
     "UnitTools": "tools",
@@ -21,12 +22,22 @@ _EXPORTS = {
     "Bridge": "bridge",
     "BridgeError": "bridge",
 }
-__all__ = ["Bridge", "BridgeError", "Host", "ReloadError", "UnitError", "UnitService", "UnitTools", "tool_risks"]
+__all__ = [
+    "Bridge",
+    "BridgeError",
+    "Host",
+    "ReloadError",
+    "UnitError",
+    "UnitNotLoaded",
+    "UnitService",
+    "UnitTools",
+    "tool_risks",
+]
 
 if TYPE_CHECKING:
     from .bridge import Bridge, BridgeError
     from .errors import UnitError
-    from .host import Host, ReloadError
+    from .host import Host, ReloadError, UnitNotLoaded
     from .service import UnitService
     from .tools import UnitTools, tool_risks
 
