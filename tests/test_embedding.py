@@ -1,6 +1,6 @@
 """The embedding recipe of docs/python.md, run as written (paths and port filled in): it serves the application and
 the MCP server, and a SIGINT or SIGTERM stops it with exit 0, no traceback and nothing left in its temporary
-folder (the OpenCode config holds the token)."""
+folder (the OpenCode config holds the token). The unit page and confirmations embed from the public names."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import httpx
 import pytest
 from conftest import EXAMPLE_UNITS
 
+from unit_mcp import Bridge, Confirmations, Host, UnitService, UnitsUI, UnitTools
 from unit_mcp.loopback import bind_loopback
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,3 +68,16 @@ def test_the_embedding_recipe_serves_and_stops_cleanly_on_a_signal(tmp_path: Pat
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert list(temporary.iterdir()) == [], "nothing is left in the temporary folder"
+
+
+@pytest.mark.anyio
+async def test_the_unit_page_and_confirmations_embed_from_the_public_names(host: Host) -> None:
+    service, confirmations = UnitService(host), Confirmations(["destructive"])
+    page = UnitsUI(service, confirmations=confirmations)
+    tools = UnitTools(service, confirmations=confirmations)
+    async with (
+        Bridge(tools.server(), pages={"/units": page.app}) as bridge,
+        httpx.AsyncClient(timeout=30, follow_redirects=True) as client,
+    ):
+        opened = await client.get(page.login_url(f"{bridge.base_url}/units"))
+        assert opened.status_code == 200 and "<html" in opened.text
