@@ -1,5 +1,7 @@
-"""unit_resolve on paraphrased descriptions (issue 24): top-1 and top-3 on the held-out set (no word in common with
-any unit's facts, so only the fallback ranking can help) and on the older paraphrase set; prints figures only.
+"""unit_resolve on paraphrased descriptions (issues 24 and 38): top-1 and top-3 of the lexical ranker, the
+embedding alone and the shipped ranker, side by side, on the older paraphrase set, the held-out set and the
+second held-out set (written before the meaning ranker was tuned, never tuned on); and the meaning ranker at
+10,000 units: query latency, one unit re-embedded, memory. scripts/bench.py --only resolve reports the same.
 
     .venv/bin/python scripts/bench_resolve.py
 """
@@ -7,36 +9,171 @@ any unit's facts, so only the fallback ranking can help) and on the older paraph
 from __future__ import annotations
 
 import json
+import random
 import shutil
+import statistics
 import tempfile
+import time
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from unit_mcp import Host, UnitService
+from unit_mcp.resolve import MeaningIndex, ResolveIndex, UnitFacts, meaning_folder, tokens, unit_document
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "resolve"
+SETS = {  # name: (units folder, queries file)
+    "queries": ("units", "queries.json"),
+    "heldout": ("units", "heldout.json"),
+    "heldout2": ("heldout2/units", "heldout2/queries.json"),
+}
+Ranker = Callable[[str, int], list[str]]
 
 
 def score(service: UnitService, queries: list[tuple[str, str]]) -> tuple[float, float, int]:
-    """(top-1, top-3, answers with no candidate) over `queries`."""
+    """(top-1, top-3, answers with no candidate) over `queries`, through the service."""
+    return score_ranker(lambda text, n: [c.unit_id for c in service.resolve(text, limit=n).candidates], queries)
+
+
+def score_ranker(rank: Ranker, queries: list[tuple[str, str]]) -> tuple[float, float, int]:
     top1 = top3 = empty = 0
     for description, meant in queries:
-        found = [c.unit_id for c in service.resolve(description, limit=3).candidates]
+        found = rank(description, 3)
         top1 += found[:1] == [meant]
         top3 += meant in found
         empty += not found
     return top1 / len(queries), top3 / len(queries), empty
 
 
+def rankers(facts: list[UnitFacts], service: UnitService) -> dict[str, Ranker]:
+    """The three rankers over the same facts (the service's): lexical, the embedding alone, shipped."""
+    lexical = ResolveIndex(meaning=False)
+    for unit in facts:
+        lexical.update(unit.unit_id, unit)
+    out: dict[str, Ranker] = {"lexical": lambda text, n: [c.unit_id for c in lexical.query(text, n)]}
+    folder = meaning_folder()
+    if folder is not None:
+        alone = MeaningIndex(folder)
+        for unit in facts:
+            alone.update(unit.unit_id, unit_document(unit))
+
+        def embedding(text: str, n: int) -> list[str]:
+            ids, cosines = alone.cosines(" ".join(tokens(text)) or text)
+            return [ids[row] for row in sorted(range(len(ids)), key=lambda row: (-cosines[row], ids[row]))[:n]]
+
+        out["embedding alone"] = embedding
+    out["shipped"] = lambda text, n: [c.unit_id for c in service.resolve(text, limit=n).candidates]
+    return out
+
+
+def quality(work: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """{set: {ranker: {top1, top3, empty, queries}}}."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, (units, queries_file) in SETS.items():
+        queries = [(q, m) for q, m in json.loads((DATA / queries_file).read_text())["queries"]]
+        root = shutil.copytree(DATA / units, work / f"quality-{name}")
+        with Host(root, work / f"quality-data-{name}", namespace=f"bench_resolve_{name}") as host:
+            service = UnitService(host)
+            facts = [service._facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
+            out[name] = {}
+            for ranker, rank in rankers(facts, service).items():
+                top1, top3, empty = score_ranker(rank, queries)
+                out[name][ranker] = {"queries": len(queries), "top1": top1, "top3": top3, "empty": empty}
+    return out
+
+
+def synthetic_facts(count: int) -> list[UnitFacts]:
+    """`count` units whose docstrings and names are drawn from both data sets' units (so no two are alike)."""
+    sources = []
+    for folder in (DATA / "units", DATA / "heldout2" / "units"):
+        for path in sorted(folder.glob("*.py")):
+            text = path.read_text()
+            sources.append((path.stem, text.split('"""')[1]))
+    rnd = random.Random(38)
+    words = sorted({w for _, doc in sources for w in tokens(doc)})
+    out = []
+    for n in range(count):
+        stem, doc = sources[n % len(sources)]
+        unit_id = f"{stem}_{n:05d}"
+        extra = " ".join(rnd.sample(words, 4))
+        fields = (
+            ("unit_id", unit_id),
+            ("module", f"units.{unit_id}"),
+            ("file", f"{unit_id}.py"),
+            ("docstring", f"{doc} Also {extra}."),
+            ("symbol", f"{rnd.choice(words)}_{rnd.choice(words)}"),
+        )
+        out.append(UnitFacts(unit_id, fields))
+    return out
+
+
+def percentile(samples: list[float], share: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def at_scale(count: int, queries: int = 400) -> dict[str, Any]:
+    """The shipped ranker over `count` synthetic units, built as the service builds it (update per unit)."""
+    facts = synthetic_facts(count)
+    descriptions = [q for _, (_, f) in SETS.items() for q, _ in json.loads((DATA / f).read_text())["queries"]]
+    tracemalloc.start()
+    lexical = ResolveIndex(meaning=False)
+    for unit in facts:
+        lexical.update(unit.unit_id, unit)
+    lexical_kib = tracemalloc.get_traced_memory()[0] // 1024
+    del lexical
+    tracemalloc.stop()
+    tracemalloc.start()
+    index = ResolveIndex()
+    for unit in facts:
+        index.update(unit.unit_id, unit)
+    index.flush()
+    shipped_kib = tracemalloc.get_traced_memory()[0] // 1024  # with the model (its table is 16 MB)
+    del index
+    tracemalloc.stop()
+    index = ResolveIndex()
+    started = time.perf_counter()
+    for unit in facts:
+        index.update(unit.unit_id, unit)
+    update_all_ms = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    first = index.query(descriptions[0], 5)
+    first_ms = (time.perf_counter() - started) * 1000
+    assert first
+    samples = []
+    for n in range(queries):
+        started = time.perf_counter()
+        index.query(descriptions[n % len(descriptions)], 5)
+        samples.append((time.perf_counter() - started) * 1000)
+    reembed = []
+    for n in range(200):
+        unit = facts[n * 37 % count]
+        changed = UnitFacts(unit.unit_id, (*unit.fields, ("docstring", f"Changed {n} times.")))
+        started = time.perf_counter()
+        index.update(unit.unit_id, changed)
+        index.flush()
+        reembed.append((time.perf_counter() - started) * 1000)
+    return {
+        "units": count,
+        "update_every_unit_ms": round(update_all_ms, 1),
+        "first_query_ms": round(first_ms, 1),
+        "query_median_ms": round(statistics.median(samples), 3),
+        "query_p99_ms": round(percentile(samples, 0.99), 3),
+        "reembed_median_ms": round(statistics.median(reembed), 3),
+        "reembed_p99_ms": round(percentile(reembed, 0.99), 3),
+        "lexical_index_kib": lexical_kib,
+        "shipped_index_kib": shipped_kib,
+    }
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as work:
-        root = shutil.copytree(DATA / "units", Path(work) / "units")
-        with Host(root, Path(work) / "data", namespace="bench_resolve") as host:
-            service = UnitService(host)
-            print(f"{len(host.unit_kinds())} units")
-            for name in ("heldout.json", "queries.json"):
-                queries = [tuple(q) for q in json.loads((DATA / name).read_text())["queries"]]
-                top1, top3, empty = score(service, queries)  # type: ignore[arg-type]
-                print(f"{name}: {len(queries)} queries, top-1 {top1:.1%}, top-3 {top3:.1%}, empty answers {empty}")
+        for name, by_ranker in quality(Path(work)).items():
+            for ranker, f in by_ranker.items():
+                top = f"top-1 {f['top1']:.1%}, top-3 {f['top3']:.1%}"
+                print(f"{name} ({f['queries']}) {ranker}: {top}, empty {f['empty']}")
+    print(at_scale(10_000))
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ def write(work: Path, rounds: int) -> None:
         loader = host.loader
         loader.write = timed("loader.write (hash check, temp file, fsync, rename)", loader.write)  # type: ignore[method-assign]
         host._reload = timed("host reload (drop, import, init, log line)", host._reload)  # type: ignore[method-assign]
-        service._compile = timed("syntax check (compile)", service._compile)  # type: ignore[method-assign]
+        service.compile = timed("syntax check (compile)", service.compile)  # type: ignore[method-assign]
         handler = host._log_handler
         assert handler is not None
         handler.handle = timed("app log line (format, write)", handler.handle)  # type: ignore[method-assign]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp._version import __version__
+from unit_mcp import __version__
 
 UNIT_MCP = Path(sys.executable).parent / "unit-mcp"
 MODULES = {"serve": "unit_mcp.server", "agent": "unit_mcp.agent", "fleet": "unit_mcp.fleet", "units": "unit_mcp.units"}

@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from support.server_process import ServerProcess
 
-from unit_mcp._version import __version__
+from unit_mcp import __version__
 from unit_mcp.extras import EXTRAS
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 

@@ -144,7 +144,7 @@ async def test_a_small_source_is_one_page_as_before(service: UnitService) -> Non
     async with connected(service) as calls:
         page = await calls.ok("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})
     assert not page["truncated"] and page["next_cursor"] is None and page["offset"] == 0
-    assert page["content"].encode() == service.loader.read(service._source("greeter", "greeter.py"))
+    assert page["content"].encode() == service.loader.read(service.source("greeter", "greeter.py"))
 
 
 @pytest.mark.anyio
@@ -216,7 +216,7 @@ async def test_unit_resolve_pages_in_the_order_of_one_ranking(tmp_path: Path) ->
             pages = await calls.pages("unit_resolve", {"description": "widget gadget", "limit": 100})
             moved = {"description": "something else", "cursor": pages[0]["next_cursor"]}
             assert (await calls.refused("unit_resolve", moved)).startswith("[invalid_argument]")
-        whole = [c.unit_id for c in service._current_index().query("widget gadget", 1000)]
+        whole = [c.unit_id for c in service.index_now().query("widget gadget", 1000)]
     ids = [c["unit_id"] for page in pages for c in page["candidates"]]
     assert len(pages) > 3 and ids == whole and len(ids) == 300
 

@@ -1,20 +1,36 @@
-"""unit_resolve: its quality on paraphrased descriptions, and an index that ranks exactly as scoring every unit did."""
+"""unit_resolve: its quality on paraphrased descriptions, meaning offline, names found even misspelt, and a lexical
+index that ranks exactly as scoring every unit did."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unit_mcp import Host, UnitService
+from unit_mcp import Host, UnitService, resolve
 from unit_mcp.models import Candidate, Evidence
-from unit_mcp.resolve import FALLBACK_CEILING, FIELD_WEIGHTS, ResolveIndex, UnitFacts, tokens
+from unit_mcp.resolve import (
+    FALLBACK_CEILING,
+    FIELD_WEIGHTS,
+    LEXICAL_ONLY,
+    LexicalIndex,
+    ResolveIndex,
+    UnitFacts,
+    python_facts,
+    source_facts,
+    tokens,
+)
 
 DATA = Path(__file__).resolve().parent / "data" / "resolve"
-TOP1_FLOOR = 0.9
+TOP1_FLOOR = 0.98
+HELDOUT_FLOOR = 0.75
+"""heldout.json's top-1 floor (79.5% measured; the goal of issue 38 was 88%). The second held-out set
+(heldout2/) has no floor here on purpose: it is measured, never tuned on (scripts/bench.py --only resolve)."""
 
 
 def reference_rank(description: str, units: list[UnitFacts], limit: int) -> list[Candidate]:
@@ -68,8 +84,12 @@ def reference_rank(description: str, units: list[UnitFacts], limit: int) -> list
 
 
 def matched(service: UnitService, description: str) -> list[str]:
-    """The units whose words matched (the fallback ranks every unit, with no evidence)."""
-    return [c.unit_id for c in service.resolve(description).candidates if c.evidence]
+    """The units whose words or names matched (every candidate also says which ranker answered)."""
+    return [c.unit_id for c in service.resolve(description).candidates if words_matched(c)]
+
+
+def words_matched(candidate: Candidate) -> list[Evidence]:
+    return [e for e in candidate.evidence if e.field != "ranker"]
 
 
 def test_paraphrased_descriptions_find_the_unit_meant(tmp_path: Path) -> None:
@@ -114,7 +134,7 @@ def test_the_index_ranks_exactly_as_scoring_every_unit(
     changes: list[UnitFacts | str], queries: list[str], limit: int
 ) -> None:
     """Units added, replaced and removed (a bare id) in any order; each query answers as the full scan does."""
-    index = ResolveIndex()
+    index = LexicalIndex()
     current: dict[str, UnitFacts] = {}
     for change in changes:
         if isinstance(change, str):
@@ -177,31 +197,168 @@ def unit(unit_id: str, docstring: str) -> UnitFacts:
 def test_the_index_stops_early_but_never_drops_a_better_or_tied_unit() -> None:
     """The rare term is read first; the common one may still lift its units above (or level with) what it found."""
     units = [unit("b_z", "zeta"), unit("a_c", "counter")] + [unit(f"counter_{n}", "plain") for n in range(10)]
-    index = ResolveIndex()
+    index = LexicalIndex()
     for facts in units:
         index.update(facts.unit_id, facts)
     for description, limit in [("zeta counter", 1), ("zeta counter", 2), ("zeta plain", 3), ("counter", 4)]:
         assert index.query(description, limit) == reference_rank(description, units, limit)
     # A tie at the cut is broken by unit id, as before: a_c (read second) beats b_z (read first).
     tie = [unit("b_z", "zeta"), unit("a_c", "counter")]
-    index = ResolveIndex()
+    index = LexicalIndex()
     for facts in tie:
         index.update(facts.unit_id, facts)
     assert [c.unit_id for c in index.query("zeta counter", 1)] == ["a_c"]
 
 
-def test_held_out_paraphrases_share_no_word_with_the_units_and_always_get_candidates(tmp_path: Path) -> None:
-    """The held-out set (scripts/bench_resolve.py reports its top-1 and top-3) is what it claims: at least 40
-    queries over at least 25 units, none sharing a word with any unit's facts; each answer still lists units."""
-    queries = json.loads((DATA / "heldout.json").read_text())["queries"]
-    root = shutil.copytree(DATA / "units", tmp_path / "units")
+@pytest.mark.parametrize(
+    ("units", "queries", "floor"),
+    [("units", "heldout.json", HELDOUT_FLOOR), ("heldout2/units", "heldout2/queries.json", None)],
+)
+def test_held_out_paraphrases_share_no_word_with_the_units_and_always_get_candidates(
+    tmp_path: Path, units: str, queries: str, floor: float | None
+) -> None:
+    """Each held-out set (scripts/bench.py --only resolve reports top-1 and top-3) is what it claims: at least 40
+    queries over at least 25 units, none sharing a word with any unit's facts; each answer still lists units.
+    The first is held to a floor; the second, written before the meaning ranker was tuned, only measured."""
+    pairs = json.loads((DATA / queries).read_text())["queries"]
+    root = shutil.copytree(DATA / units, tmp_path / "units")
     with Host(root, tmp_path / "data", namespace="resolve_heldout") as host:
         service = UnitService(host)
-        facts = [service._facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
+        facts = [service.unit_facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
         words = {word for unit in facts for _, value in unit.fields for word in tokens(value)}
-        assert len(queries) >= 40 and len({meant for _, meant in queries}) >= 25
-        assert {meant for _, meant in queries} <= set(host.unit_kinds())
-        for description, _ in queries:
+        assert len(pairs) >= 40 and len({meant for _, meant in pairs}) >= 25
+        assert {meant for _, meant in pairs} <= set(host.unit_kinds())
+        top1 = 0
+        for description, meant in pairs:
             assert not set(tokens(description)) & words, description
             candidates = service.resolve(description, limit=3).candidates
             assert candidates and all(c.summary for c in candidates), description
+            top1 += candidates[0].unit_id == meant
+    if floor is not None:
+        assert top1 / len(pairs) >= floor
+
+
+def data_index(root: Path, **options: bool) -> ResolveIndex:
+    """An index of a data set's units, with the facts the service gives them."""
+    index = ResolveIndex(**options)
+    for path in sorted(root.glob("*.py")):
+        docstring, names = python_facts(path.read_text())
+        fields = [("unit_id", path.stem), ("module", f"units.{path.stem}"), ("file", path.name)]
+        fields += [("docstring", docstring)] if docstring else []
+        fields += [("symbol", name) for name in names]
+        index.update(path.stem, UnitFacts(path.stem, tuple(fields)))
+    return index
+
+
+def test_meaning_is_ranked_offline_with_the_weights_of_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No network, ever: the model is loaded afresh with every socket refused, and answers by meaning."""
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError("network access in a test that refuses it")
+
+    monkeypatch.setattr(resolve, "_embedders", {})
+    for name in ("socket", "create_connection", "getaddrinfo"):
+        monkeypatch.setattr(socket, name, refused)
+    index = data_index(DATA / "units")
+    assert index.ranker == "meaning"
+    found = index.query("what is the temperature outside", 3)
+    assert "thermostat" in [c.unit_id for c in found]
+    assert found[0].evidence[0].field == "ranker" and found[0].evidence[0].value.startswith("meaning: cosine")
+    assert resolve._embedders, "the model was loaded in this test"
+
+
+def test_without_the_meaning_extra_the_lexical_ranker_answers_and_says_so() -> None:
+    index = data_index(DATA / "units", meaning=False)
+    assert index.ranker == "lexical"
+    found = index.query("debits and credits", 2)
+    assert found[0].unit_id == "ledger"
+    assert all(c.evidence[0].field == "ranker" and c.evidence[0].value == LEXICAL_ONLY for c in found)
+    assert index.query("qqqq zzzz", 2), "never empty while units exist"
+
+
+def test_a_changed_unit_gets_a_new_vector_and_ranks_by_its_new_meaning() -> None:
+    index = ResolveIndex()
+    index.update("p1", unit("p1", "Rings a church bell on the hour."))
+    index.update("p2", unit("p2", "Strikes the hours on the tower clock."))
+    assert index.query("a bell that rings in church", 1)[0].unit_id == "p1"
+    before = index.vector("p1")
+    index.update("p1", unit("p1", "Sends newsletters to subscribers by email."))
+    after = index.vector("p1")
+    assert before is not None and after is not None and float(before @ after) < 0.99
+    assert index.query("a bell that rings in church", 1)[0].unit_id == "p2"
+    index.update("p1", None)
+    assert index.vector("p1") is None and [c.unit_id for c in index.query("email", 5)] == ["p2"]
+
+
+def test_ties_and_empty_documents_are_ranked_by_unit_id_and_never_dropped() -> None:
+    index = ResolveIndex()
+    for unit_id in ("zz", "aa", "mm"):
+        index.update(unit_id, UnitFacts(unit_id, ()))  # nothing to embed: a zero vector, cosine 0
+    assert [c.unit_id for c in index.query("anything at all", 3)] == ["aa", "mm", "zz"]
+    assert [c.unit_id for c in index.query("anything at all", 2)] == ["aa", "mm"]
+    index.update("twin_b", unit("twin_b", "Same words."))
+    index.update("twin_a", UnitFacts("twin_a", index_fields("twin_b", "Same words.")))
+    found = index.query("same words", 5)
+    assert len(found) == 5 and all(0.0 <= c.confidence <= 1.0 for c in found)
+    assert not index.query("x", 0)
+
+
+def index_fields(unit_id: str, docstring: str) -> tuple[tuple[str, str], ...]:
+    return (("module", f"units.{unit_id}"), ("docstring", docstring))
+
+
+@pytest.mark.parametrize(
+    "description",
+    ["weather " * 1250, "\x00\x01\x02\x1b[31m\r\n\t\x7f" * 100, "\u200b\ufeff", "🌦️ " * 3000, "_" * 10_000],
+)
+def test_long_and_strange_descriptions_are_bounded_and_still_answered(description: str) -> None:
+    index = data_index(DATA / "units")
+    found = index.query(description, 3)
+    assert len(found) == 3
+    assert sum(len(e.value) for c in found for e in c.evidence) < 20_000
+
+
+def test_a_description_that_names_a_unit_finds_it_first_even_misspelt() -> None:
+    index = data_index(DATA / "units")
+    for description, meant in [
+        ("tmer", "timer"),
+        ("the thremostat", "thermostat"),
+        ("markdwon_render", "markdown_render"),
+        ("raise_alrm", "alarms"),
+        ("leaderbaord", "leaderboard"),
+        ("ratelimit", "ratelimit"),
+        ("units_convert", "units_convert"),
+    ]:
+        found = index.query(description, 1)[0]
+        assert found.unit_id == meant, description
+        assert any(e.field in ("unit_id", "symbol") for e in found.evidence), found.evidence
+    # A known word is never read as a misspelt name: "look" does not name `lock`.
+    index.update("door", UnitFacts("door", (("unit_id", "door"), ("symbol", "lock"))))
+    assert not [e for e in index.query("look up a word", 40)[0].evidence if e.field == "symbol"]
+
+
+def test_source_facts_read_routes_and_the_docstrings_of_functions() -> None:
+    source = (
+        '"""Weather station."""\n'
+        "from starlette.routing import Route\n"
+        "@app.get('/forecast/{city}')\n"
+        "def forecast(city):\n"
+        '    """Tomorrow\'s rain and wind for a city.\n\n    More."""\n'
+        "def _private():\n    pass\n"
+        "routes = [Route('/barometer', forecast)]\n"
+    )
+    facts = source_facts(source)
+    assert ("docstring", "Weather station.") in facts and ("symbol", "forecast") in facts
+    assert ("function_doc", "Tomorrow's rain and wind for a city.") in facts
+    assert ("route", "/forecast/{city}") in facts and ("route", "/barometer") in facts
+    assert not [f for f in facts if f[1] == "_private"]
+    assert source_facts("def (") == []
+    assert python_facts(source) == ("Weather station.", ["forecast"])
+
+
+def test_test_names_and_routes_are_found() -> None:
+    index = ResolveIndex()
+    index.update("shop", UnitFacts("shop", (("unit_id", "shop"), ("test", "checkout"), ("route", "/cart/items"))))
+    index.update("bank", unit("bank", "Accounts and transfers."))
+    assert index.query("checkout", 1)[0].unit_id == "shop"
+    assert index.query("cart items", 1)[0].unit_id == "shop"

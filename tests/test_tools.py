@@ -169,6 +169,7 @@ async def test_lists_every_tool_with_schemas_annotations_and_risks(folder_tools:
         "expected_hash",
         "replace_all",
         "dry_run",
+        "test",
     }
     plain = UnitListResult.model_json_schema(mode="serialization", schema_generator=PlainSchema)
     assert by_name["unit_list"].output_schema == plain, "listed as the one generator writes it"

@@ -54,10 +54,10 @@ def checked(model: type[A], tool: str, arguments: Mapping[str, Any]) -> A:
     return args
 
 
-def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:
-    """The one method of a tool (`unit_<method name>`), which takes the tool's `model`: the tool layer passes the
-    model it validated; a Python caller passes the arguments (as the model's fields, in their order), validated
-    here. Either way they are validated once."""
+def takes(model: type[A], *, name: str | None = None) -> Callable[[Callable[[S, A], R]], Operation[R]]:
+    """The one method of a tool (`unit_<name>`, by default the method's name), which takes the tool's `model`: the
+    tool layer passes the model it validated; a Python caller passes the arguments (as the model's fields, in their
+    order), validated here. Either way they are validated once."""
     signature = inspect.Signature(
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
         + [
@@ -78,8 +78,10 @@ def takes(model: type[A]) -> Callable[[Callable[[S, A], R]], Operation[R]]:
                 return method(self, args[0])
             bound = signature.bind(self, *args, **arguments).arguments
             del bound["self"]
-            return method(self, checked(model, f"unit_{method.__name__}", bound))
+            return method(self, checked(model, f"unit_{name or method.__name__}", bound))
 
+        if name is not None:
+            call.__name__ = call.__qualname__ = name
         call.__signature__ = signature  # type: ignore[attr-defined]
         call.model = model  # type: ignore[attr-defined]
         return call  # type: ignore[return-value]
@@ -134,6 +136,15 @@ class ReadSourceArgs(Args):
     cursor: str | None = _CURSOR
 
 
+TestName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_]{1,64}$")]
+_TEST = Field(
+    None,
+    description="Keep the write only if the unit's test passes: its name ('init' runs test_init.py). "
+    "The test runs in the test host; the application serves the previous version until it passes, and a failing "
+    "or timed-out run puts the write back (kept: false in the result).",
+)
+
+
 class ApplyPatchArgs(Args):
     unit_id: str = _UNIT_ID
     source_id: str = _SOURCE_ID
@@ -149,6 +160,7 @@ class ApplyPatchArgs(Args):
     )
     replace_all: bool = Field(False, description="Replace every occurrence of `old` instead of requiring one.")
     dry_run: bool = _DRY_RUN
+    test: TestName | None = _TEST
 
 
 class CreateSourceArgs(Args):
@@ -158,6 +170,7 @@ class CreateSourceArgs(Args):
         "missing folders are created."
     )
     source: str = Field(description="The full content of the new file (UTF-8 text).")
+    test: TestName | None = _TEST
 
 
 class RunTestsArgs(Args):
@@ -235,6 +248,7 @@ class RevertArgs(Args):
         None, description="The hash unit_read_source returned; the revert is refused if the file changed since."
     )
     dry_run: bool = _DRY_RUN
+    test: TestName | None = _TEST
 
 
 class ChangesArgs(Args):

@@ -10,6 +10,7 @@ record, so a SIGKILL loses at most the record being written. Bounded by a `Reten
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import sqlite3
 import time
@@ -20,6 +21,7 @@ from typing import Any, Literal, NotRequired, Protocol, TypedDict, Unpack
 
 from .paths import UnsafePath, hash_bytes, open_private
 from .sqlitedb import SharedConnection
+from .wire import Risk
 
 Outcome = Literal[
     "applied", "refused", "rolled_back", "failed", "outside", "asked", "approved", "declined", "unanswered", "withdrawn"
@@ -51,6 +53,9 @@ class Caller:
     version: str | None = None
     session_id: str | None = None
 
+
+PAGE = Caller(name="unit-mcp page")
+"""The unit server's page as a caller; an MCP client cannot take this name (`tools` renames one that claims it)."""
 
 DEFAULT_RETENTION = Retention()
 NOBODY = Caller()
@@ -103,6 +108,8 @@ class Checkpoint:
     label: str | None
     after_change: int
     """The newest change id when the checkpoint was taken: a rollback undoes every change after it."""
+    caller: Caller = NOBODY
+    """Who took it (a label says nothing: anyone can copy one)."""
 
 
 class Entry(TypedDict):
@@ -173,8 +180,8 @@ class ChangeLog(Protocol):
 
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
 
-    def checkpoints(self, limit: int = 50) -> list[Checkpoint]:
-        """The newest checkpoints first (the unit server's page lists them)."""
+    def checkpoints(self, limit: int = 50, *, caller: Caller | None = None) -> list[Checkpoint]:
+        """The newest checkpoints first (the unit server's page lists them), of one `caller` if given."""
         ...
 
     def prune(self) -> int:
@@ -246,11 +253,62 @@ def open_private_file(path: Path) -> None:
         os.close(fd)
 
 
+MAX_MESSAGE = 2000
+"""Characters kept of a record's message (a reload error can be megabytes): on writing, and on reading a record
+written before."""
+MAX_NAME = 1100
+"""Characters kept of a record's client name, version, session, tool and target (a source id is at most 1,024)."""
 _COLUMNS = (
-    "id, time, client_name, client_version, session_id, tool, unit_id, source_id, outcome, error_code, message, "
-    "duration_ms"
+    "id, time, client_name, client_version, session_id, tool, unit_id, source_id, outcome, error_code, "
+    f"substr(message, 1, {MAX_MESSAGE}), duration_ms"
 )
 _SOURCE_COLUMNS = "change_id, unit_id, source_id, action, hash_before, hash_after"
+
+
+def session_tag(session_id: str | None) -> str | None:
+    """What the log keeps of an MCP session id: a digest that tells sessions apart but cannot be presented as one
+    (a session id is the key of a page grant; every client reads the change log)."""
+    if session_id is None:
+        return None
+    return "s-" + hashlib.sha256(session_id.encode(errors="replace")).hexdigest()[:12]
+
+
+def _stored_tag(value: object) -> str | None:
+    """A stored session as a tag: records written before tags were stored hold the session id itself."""
+    text = _text(value)
+    return text if text is None or (text.startswith("s-") and len(text) == 14) else session_tag(text)
+
+
+def _clip(text: str | None, limit: int) -> str | None:
+    return text if text is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+MAX_CHECKPOINTS_PER_CLIENT = 20
+"""Checkpoints kept of one client (its name and session); taking another drops its oldest."""
+_CHECKPOINT_COLUMNS = "id, time, label, after_change, client_name, session_id"
+_SAME_CLIENT = "coalesce(client_name, '') = ? AND coalesce(session_id, '') = ?"
+
+
+def _client_key(caller: Caller) -> tuple[str, str]:
+    return _clip(caller.name, MAX_NAME) or "", session_tag(caller.session_id) or ""
+
+
+def _checkpoint(row: Sequence[Any]) -> Checkpoint:
+    id_, when, label, after, name, session = row
+    return Checkpoint(int(id_), str(when), _text(label), int(after), Caller(_text(name), None, _stored_tag(session)))
+
+
+UNDOING_TOOLS = frozenset({"unit_rollback", "unit_revert_change", "unit_revert"})
+"""Tools whose change undoes others: reverting it redoes what they undid."""
+
+
+def undo_risk(log: ChangeLog, change_id: int) -> Risk | None:
+    """`destructive` when reverting the change undoes many at once (it has several sources, or was itself a
+    rollback or a revert: a person's, perhaps), else None. Reads one record without its bytes."""
+    found = log.changes(after_id=change_id - 1, before_id=change_id + 1, limit=1)
+    if found and (len(found[0].sources) > 1 or found[0].tool in UNDOING_TOOLS):
+        return "destructive"
+    return None
 
 
 class SqlChangeLog:
@@ -296,15 +354,15 @@ class SqlChangeLog:
             "outcome, error_code, message, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 iso_time(self.clock()),
-                caller.name,
-                caller.version,
-                caller.session_id,
-                entry["tool"],
-                entry["unit_id"],
-                entry["source_id"],
+                _clip(caller.name, MAX_NAME),
+                _clip(caller.version, MAX_NAME),
+                session_tag(caller.session_id),
+                _clip(entry["tool"], MAX_NAME),
+                _clip(entry["unit_id"], MAX_NAME),
+                _clip(entry["source_id"], MAX_NAME),
                 entry["outcome"],
-                entry.get("error_code"),
-                entry.get("message"),
+                _clip(entry.get("error_code"), MAX_NAME),
+                _clip(entry.get("message"), MAX_MESSAGE),
                 entry.get("duration_ms", 0.0),
             ),
         ).fetchone()
@@ -342,9 +400,15 @@ class SqlChangeLog:
                 conn,
                 "INSERT INTO checkpoints (time, label, after_change, client_name, session_id) VALUES (?, ?, ?, ?, ?) "
                 "RETURNING id",
-                (when, label, after, caller.name, caller.session_id),
+                (when, label, after, _clip(caller.name, MAX_NAME), session_tag(caller.session_id)),
             ).fetchone()
-        return Checkpoint(int(row[0]), when, label, after)
+            self._run(  # a client keeps its newest few: a burst of them pushes out only its own
+                conn,
+                f"DELETE FROM checkpoints WHERE {_SAME_CLIENT} AND id NOT IN (SELECT id FROM checkpoints WHERE "
+                f"{_SAME_CLIENT} ORDER BY id DESC LIMIT ?)",
+                (*_client_key(caller), *_client_key(caller), MAX_CHECKPOINTS_PER_CLIENT),
+            )
+        return Checkpoint(int(row[0]), when, label, after, caller)
 
     def prune(self) -> int:
         with self._transaction() as conn:
@@ -447,15 +511,15 @@ class SqlChangeLog:
             )
 
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
-        rows = self._rows("SELECT id, time, label, after_change FROM checkpoints WHERE id = ?", (checkpoint_id,))
-        if not rows:
-            return None
-        id_, when, label, after = rows[0]
-        return Checkpoint(int(id_), str(when), None if label is None else str(label), int(after))
+        rows = self._rows(f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        return _checkpoint(rows[0]) if rows else None
 
-    def checkpoints(self, limit: int = 50) -> list[Checkpoint]:
-        rows = self._rows("SELECT id, time, label, after_change FROM checkpoints ORDER BY id DESC LIMIT ?", (limit,))
-        return [Checkpoint(int(i), str(t), None if label is None else str(label), int(a)) for i, t, label, a in rows]
+    def checkpoints(self, limit: int = 50, *, caller: Caller | None = None) -> list[Checkpoint]:
+        mine, args = ("", ()) if caller is None else (f"WHERE {_SAME_CLIENT} ", _client_key(caller))
+        rows = self._rows(
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints {mine}ORDER BY id DESC LIMIT ?", (*args, limit)
+        )
+        return [_checkpoint(row) for row in rows]
 
     def _with_sources(self, rows: list[Any], *, data: bool) -> list[Change]:
         if not rows:
@@ -485,7 +549,7 @@ class SqlChangeLog:
             Change(
                 id=int(r[0]),
                 time=str(r[1]),
-                caller=Caller(_text(r[2]), _text(r[3]), _text(r[4])),
+                caller=Caller(_text(r[2]), _text(r[3]), _stored_tag(r[4])),
                 tool=_text(r[5]),
                 unit_id=_text(r[6]),
                 source_id=_text(r[7]),

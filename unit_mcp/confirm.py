@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from .changelog import Caller, ChangeLog, Outcome
+from .changelog import Caller, ChangeLog, Outcome, session_tag
 from .errors import ConfirmationTimeout, Declined, Withdrawn
 
 log = logging.getLogger("unit_mcp.confirm")
@@ -43,6 +43,8 @@ class Question:
     unit_id: str | None = None
     source_id: str | None = None
     token: str | None = None
+    resumed: bool = False
+    """A retry carrying its token is answering it: another retry with the same token is refused."""
     answer: bool | None = None
     answered_by: str | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -176,6 +178,12 @@ class Confirmations:
         question = next((q for q in self._questions.values() if q.token == token), None)
         if question is None:
             raise ConfirmationTimeout("This question is no longer waiting (it timed out); the call did not run.")
+        if question.resumed:
+            raise Declined(
+                f"{question.tool} is being answered by another retry with the same requestState; this one did not run.",
+                hint="Retry a call once with its requestState, and wait for that retry's result.",
+            )
+        question.resumed = True
         if question.answer is None and yes is not None:
             self.answer(question.id, yes, by="the client")
         elif question.answer is None and not self.on_page:
@@ -203,30 +211,36 @@ class Confirmations:
         self._changed()
         log.info(
             "question %d: %s (risk %s) from client %r session %s waits for a yes: %s",
-            question.id, question.tool, question.risk, question.caller.name, question.caller.session_id,
+            question.id, question.tool, question.risk, question.caller.name, session_tag(question.caller.session_id),
             question.summary,
         )  # fmt: skip
         await self._record(question, "asked", None, question.summary)
 
     async def _close(self, question: Question, *, withdrawn: bool = False) -> None:
-        """Take the question off the list, record how it ended, and raise unless it was a yes."""
-        if self._questions.pop(question.id, None) is None:
+        """Take the question off the list and record how it ended (whoever closes it first); then raise unless it was
+        a yes, for every waiter alike: a question closed already still answers with its answer, never as a yes."""
+        if self._questions.pop(question.id, None) is not None:
+            self._changed()
+            await self._record_ending(question, withdrawn=withdrawn)
+        if withdrawn:
             return
-        self._changed()
+        if question.answer is None:
+            waited = f"{question.tool} waited {self.timeout:g} s"
+            raise ConfirmationTimeout(f"{waited} for a person's yes and got no answer.")
+        if not question.answer:
+            raise Declined(f"{question.tool} was declined by a person ({question.answered_by}).")
+
+    async def _record_ending(self, question: Question, *, withdrawn: bool) -> None:
         if withdrawn:
             log.info("question %d withdrawn: the client went away before an answer", question.id)
             await self._record(question, "withdrawn", None, "the client went away before an answer")
-            return
-        if question.answer is None:
+        elif question.answer is None:
             log.info("question %d: no answer within %g s", question.id, self.timeout)
             await self._record(question, "unanswered", "confirmation_timeout", f"no answer within {self.timeout:g} s")
-            waited = f"{question.tool} waited {self.timeout:g} s"
-            raise ConfirmationTimeout(f"{waited} for a person's yes and got no answer.")
-        if question.answer:
+        elif question.answer:
             await self._record(question, "approved", None, f"yes from {question.answered_by}")
-            return
-        await self._record(question, "declined", "declined", f"no from {question.answered_by}")
-        raise Declined(f"{question.tool} was declined by a person ({question.answered_by}).")
+        else:
+            await self._record(question, "declined", "declined", f"no from {question.answered_by}")
 
     def _expire_parked(self) -> None:
         """Drop parked questions whose client did not come back within the timeout (nothing waits on them). The

@@ -57,6 +57,8 @@ class UnitSummary(_Model):
 
 
 _TRUNCATED = Field(default=False, description="The answer was cut to fit one result; next_cursor continues it.")
+_TEST_RUN = Field(default=None, description="The run of the test the write was kept on (`test`), passed or not.")
+_KEPT = Field(default=True, description="False when the test failed and the write was put back: nothing changed.")
 _ALREADY_APPLIED = Field(
     default=False,
     description="A repeat of a call whose write is in place already (a replayed step): nothing was written again.",
@@ -73,7 +75,10 @@ class UnitListResult(_Model):
 
 
 class Evidence(_Model):
-    field: str = Field(description="What matched: unit_id, module, file, docstring or symbol.")
+    field: str = Field(
+        description="What matched: unit_id, module, file, docstring, symbol, route, test or function_doc; or"
+        " ranker: which ranker answered (meaning, with the cosine, or lexical)."
+    )
     value: str
     matched: list[str] = Field(description="Query terms found in the value.")
 
@@ -171,6 +176,8 @@ class ApplyPatchResult(_Model):
     reload: ReloadResult | None = None
     change_id: int | None = Field(default=None, description="The change log's record of this write (not of a dry run).")
     already_applied: bool = _ALREADY_APPLIED
+    test: RunTestsResult | None = _TEST_RUN
+    kept: bool = _KEPT
 
 
 class CreateSourceResult(_Model):
@@ -178,9 +185,11 @@ class CreateSourceResult(_Model):
     source_id: str
     hash: str
     size: int
-    reload: ReloadResult
+    reload: ReloadResult | None = Field(description="The reload after the write (none when a test put it back).")
     change_id: int | None = Field(default=None, description="The change log's record of this write.")
     already_applied: bool = _ALREADY_APPLIED
+    test: RunTestsResult | None = _TEST_RUN
+    kept: bool = _KEPT
 
 
 class RunTestsResult(_Model):
@@ -267,7 +276,10 @@ class HistoryResult(_Model):
 class ChangeClient(_Model):
     name: str | None = Field(description="The MCP client's clientInfo name; null for a change made outside MCP.")
     version: str | None
-    session_id: str | None = Field(description="The MCP session id, where the transport has one.")
+    session_id: str | None = Field(
+        description="A digest of the client's MCP session, where the transport has one: it tells sessions apart "
+        "and is never the session id itself."
+    )
 
 
 class ChangedSource(_Model):
@@ -353,6 +365,7 @@ class RollbackResult(_Model):
     )
     reloaded: list[str] = Field(description="The units reloaded.")
     change_id: int | None = Field(default=None, description="The change log's record of this rollback.")
+    already_applied: bool = _ALREADY_APPLIED
 
 
 class RevertChangeResult(_Model):
@@ -361,6 +374,7 @@ class RevertChangeResult(_Model):
     sources: list[RestoredSource]
     reloaded: list[str]
     change_id: int | None = Field(default=None, description="The change log's record of this revert.")
+    already_applied: bool = _ALREADY_APPLIED
 
 
 class LocalFolderHandle(_Model):
@@ -375,3 +389,7 @@ class LocalAccessResult(_Model):
     source_handle: LocalFolderHandle
     expires_at: str = Field(description="ISO 8601 UTC; revoked earlier on the unit server's page, it ends then.")
     restart: str = Field(description="What to do before the access takes effect.")
+
+
+ApplyPatchResult.model_rebuild()
+CreateSourceResult.model_rebuild()

@@ -7,6 +7,10 @@ A leaf: both wings import it; it imports `psycopg` only where a connection is ma
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
@@ -60,6 +64,19 @@ def shown_address(address: str) -> str:
         return address if "password" not in parse_qs(parts.query) else urlunsplit(parts._replace(query="***"))
     netloc = f"{parts.username or ''}:***@{parts.netloc.rpartition('@')[2]}"
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def held_passwords() -> list[str]:
+    """The passwords libpq would give a server of this user: PGPASSWORD, and every password of its password file
+    (PGPASSFILE, else ~/.pgpass), so that results can hide them."""
+    found = [os.environ.get("PGPASSWORD", "")]
+    passfile = Path(os.environ.get("PGPASSFILE") or Path.home() / ".pgpass")
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for line in passfile.read_text().splitlines():
+            fields = re.split(r"(?<!\\):", line.strip(), maxsplit=4)
+            if len(fields) == 5 and not line.startswith("#"):
+                found.append(fields[4].replace("\\:", ":").replace("\\\\", "\\"))
+    return [password for password in found if password]
 
 
 def first_line(exc: BaseException) -> str:

@@ -1,4 +1,5 @@
-"""Keep host paths out of everything a client sees: messages, tracebacks, test output, log lines."""
+"""Keep host paths and the server's secrets out of everything a client sees: messages, tracebacks, test output,
+log lines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+MIN_SECRET = 6
+"""A shorter secret is not hidden: replacing it everywhere would garble text and tell what it is."""
 
 
 class Redactor:
@@ -17,6 +21,14 @@ class Redactor:
 
     def __init__(self, roots: Iterable[tuple[Path | str, str]]) -> None:
         self._roots = list(roots)
+        self._secrets: dict[str, tuple[str, str]] = {}  # slot -> (secret, label)
+
+    def hide(self, secret: str | None, label: str = "<secret>", *, slot: str | None = None) -> None:
+        """Replace `secret` (the bearer token, a login token, a database password) by `label` from now on, wherever
+        it appears: a unit's test runs as the server's user and can read what the server wrote to disk. A secret
+        hidden in a `slot` replaces the one hidden there before (the page's one live login link)."""
+        if secret and len(secret) >= MIN_SECRET:
+            self._secrets[secret if slot is None else slot] = (secret, label)
 
     @functools.cached_property
     def _pairs(self) -> list[tuple[str, str]]:
@@ -40,6 +52,9 @@ class Redactor:
         return sorted(pairs.items(), key=lambda item: len(item[0]), reverse=True)
 
     def __call__(self, text: str) -> str:
+        for secret, label in list(self._secrets.values()):
+            if secret in text:
+                text = text.replace(secret, label)
         for root, label in self._pairs:
             if root in text:
                 text = text.replace(root, label)

@@ -1,12 +1,21 @@
-"""Rank units against a natural-language description, with the evidence of what matched."""
+"""Rank units against a natural-language description, with the evidence of what matched.
+
+Two signals: what a unit means (a static word embedding, `MeaningIndex`, when the `meaning` extra is installed)
+ranks; the words it contains (`LexicalIndex`) and the identifiers a description names, even misspelt
+(`NameIndex`), lift a unit above its meaning. `ResolveIndex` combines them and says which answered.
+"""
 
 from __future__ import annotations
 
 import ast
 import heapq
+import importlib.util
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from .models import Candidate, Evidence
 
@@ -58,9 +67,20 @@ STOPWORDS = frozenset(
         "module",
     ]
 )
-FIELD_WEIGHTS = {"unit_id": 1.0, "module": 0.9, "symbol": 0.75, "file": 0.6, "docstring": 0.5}
+FIELD_WEIGHTS = {
+    "unit_id": 1.0,
+    "module": 0.9,
+    "symbol": 0.75,
+    "route": 0.75,
+    "test": 0.6,
+    "file": 0.6,
+    "docstring": 0.5,
+    "function_doc": 0.4,
+}
 FALLBACK_CEILING = 0.2
 """The highest confidence of a unit ranked by the fallback (no word of the description matched)."""
+MAX_TERMS = 64
+"""Words of a description matched at most."""
 MAX_EVIDENCE = 12
 """Evidence a candidate shows at most (a unit of thousands of matching symbols would fill a result)."""
 _SPLIT = re.compile(r"[^A-Za-z0-9]+")
@@ -96,6 +116,46 @@ def python_facts(source: str) -> tuple[str | None, list[str]]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_")
     ]
     return ast.get_docstring(tree), names
+
+
+ROUTE_CALLS = frozenset(["get", "post", "put", "patch", "delete", "head", "options", "route", "websocket", "Route",
+                         "WebSocketRoute", "Mount", "api_route", "add_route", "add_api_route"])  # fmt: skip
+"""Calls whose first argument, a string starting with '/', is a route path (Starlette, FastAPI, Flask, ...)."""
+
+
+def source_facts(source: str) -> list[tuple[str, str]]:
+    """What a Python source offers to find it by: its docstring, public top-level names, the route paths it
+    declares (a decorator or call such as `@app.get("/weather")` or `Route("/weather", ...)`) and the first line
+    of each public function's and class's docstring."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    facts: list[tuple[str, str]] = []
+    docstring = ast.get_docstring(tree)
+    if docstring:
+        facts.append(("docstring", docstring.strip()))
+    for statement in tree.body:
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if not statement.name.startswith("_"):
+            facts.append(("symbol", statement.name))
+            doc = ast.get_docstring(statement)
+            if doc and doc.strip():
+                facts.append(("function_doc", doc.strip().split("\n", 1)[0]))
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and call.args:
+            func = call.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            first = call.args[0]
+            if (
+                name in ROUTE_CALLS
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+                and first.value.startswith("/")
+            ):
+                facts.append(("route", first.value[:200]))
+    return list(dict.fromkeys(facts))
 
 
 def _token_score(term: str, token: str) -> float:
@@ -166,7 +226,7 @@ class _Entry:
         return len(grams & self.trigrams) / len(grams) if grams else 0.0
 
 
-class ResolveIndex:
+class LexicalIndex:
     """Units' facts in an inverted index, kept current one unit at a time (`update` after each reload).
 
     A query looks up the tokens each term matches (exactly, as a prefix either way, or as a substring), takes
@@ -252,6 +312,21 @@ class ResolveIndex:
             found.update(t for t in rarest if term in t)
         return {token: _token_score(term, token) for token in found}
 
+    def explain(self, description: str, unit_ids: list[str]) -> dict[str, list[Evidence]]:
+        """The words of the description each of these units contains, as their evidence."""
+        terms = list(dict.fromkeys(tokens(description)))[:MAX_TERMS]
+        with self._lock:
+            term_scores = [self._matches(term) for term in terms]
+            return {
+                unit_id: self._units[unit_id].candidate(terms, term_scores, 0.0).evidence
+                for unit_id in unit_ids
+                if unit_id in self._units
+            }
+
+    def summary(self, unit_id: str) -> str | None:
+        entry = self._units.get(unit_id)
+        return entry.summary if entry is not None else None
+
     def _max_weight(self, token: str) -> float:
         return max(FIELD_WEIGHTS[field] for field in self._field_counts[token])
 
@@ -259,7 +334,7 @@ class ResolveIndex:
         """The best `limit` units by their matching words; when no word matches any unit, every unit ranked by
         shared letter trigrams (a misspelling, another word form) with a confidence of at most FALLBACK_CEILING,
         so that the answer is never empty while units exist and the summaries let the caller choose."""
-        found = self._query(description, limit)
+        found = self.matches(description, limit)
         if found or not self._units:
             return found
         grams = _trigrams(description)
@@ -271,7 +346,8 @@ class ResolveIndex:
                 self._units[unit_id].candidate([], [], round(-score * FALLBACK_CEILING, 3)) for score, unit_id in ranked
             ]
 
-    def _query(self, description: str, limit: int) -> list[Candidate]:
+    def matches(self, description: str, limit: int) -> list[Candidate]:
+        """The best `limit` units some word of the description matches; none when no word matches."""
         terms = list(dict.fromkeys(tokens(description)))
         if not terms:
             return []
@@ -315,3 +391,403 @@ def _discard(index: dict[str, set[str]], key: str, token: str) -> None:
 def _token_fields(entry: _Entry) -> list[tuple[str, str]]:
     """Each (token, field) of the entry once: a field counts a token once however often its value repeats it."""
     return list(dict.fromkeys((token, field) for field, _, value_tokens in entry.fields for token in value_tokens))
+
+
+WEIGHTS_FILE = "l2_supercat_256.safetensors"
+TOKENIZER_FILE = "l2_supercat_tokenizer_config.json"
+NAME_FIELDS = frozenset(["unit_id", "symbol", "test", "route"])
+"""The fields whose values a description names (the module and file names mostly repeat the unit id)."""
+DOCUMENT_NAMES = frozenset(["unit_id", "symbol", "test", "route"])
+DOCUMENT_TEXTS = frozenset(["docstring", "function_doc"])
+MAX_DOCUMENT = 4000
+"""Characters of a unit's document embedded at most (its names first, then its docstrings)."""
+MAX_QUERY = 2000
+"""Characters of a description ranked at most (the service cuts it there too)."""
+MAX_QUERY_WORDS = 64
+COMMON_NAME = 20
+"""An identifier that more units than this share (`start`, `total`) names none of them: it lifts none."""
+NAME_BOOST = 1.0
+"""Added to the cosine of a unit whose identifier the description names, times the share of the description's
+words the identifier covers (a misspelt word counts FUZZY_SHARE of a word)."""
+FUZZY_SHARE = 0.7
+LEXICAL_ONLY = "lexical: words only; install 'unit-mcp[meaning]' to rank by meaning"
+
+
+def meaning_folder() -> Path | None:
+    """The installed `wordllama` package folder when it holds the bundled weights and tokenizer and the
+    libraries that read them are installed (found without importing anything)."""
+    try:
+        spec = importlib.util.find_spec("wordllama")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        if any(importlib.util.find_spec(name) is None for name in ("numpy", "tokenizers", "safetensors")):
+            return None
+    except (ImportError, ValueError):
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if (folder / "weights" / WEIGHTS_FILE).is_file() and (folder / "tokenizers" / TOKENIZER_FILE).is_file():
+        return folder
+    return None
+
+
+class Embedder:
+    """A static word embedding: a text's vector is the unit-length mean of its tokens' rows.
+
+    wordllama's weights and tokenizer are read straight from its wheel. Its own loader is never called (it
+    looks for the bundled tokenizer in the wrong folder and then downloads one), nor is its package imported
+    (that configures the root logger). Texts are encoded one at a time: the tokenizer's batch encoding starts
+    threads, and a process that forks afterwards gets a warning on stderr.
+    """
+
+    name = "wordllama l2_supercat 256-d"
+
+    def __init__(self, folder: Path) -> None:
+        import numpy as np
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        self._np = np
+        self._table = load_file(str(folder / "weights" / WEIGHTS_FILE))["embedding.weight"]
+        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizers" / TOKENIZER_FILE))
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        self.dim = int(self._table.shape[1])
+
+    def is_word(self, word: str) -> bool:
+        """Whether the tokenizer knows the word whole (a common word, not a likely misspelling)."""
+        return self._tokenizer.token_to_id("\u2581" + word) is not None
+
+    def embed(self, texts: list[str]) -> Any:
+        """One unit-length float32 row per text; zeros for a text with no token."""
+        np = self._np
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+            if ids:
+                vector = np.mean(self._table[ids], axis=0, dtype=np.float32)
+                norm = float(np.linalg.norm(vector))
+                if norm > 0:
+                    out[row] = vector / norm
+        return out
+
+
+_embedder_lock = threading.Lock()
+_embedders: dict[Path, Embedder] = {}
+
+
+def load_embedder(folder: Path) -> Embedder:
+    """The process's one embedder of `folder`, loaded on first use (about 0.1 s, 16 MB)."""
+    with _embedder_lock:
+        if folder not in _embedders:
+            _embedders[folder] = Embedder(folder)
+        return _embedders[folder]
+
+
+def unit_document(facts: UnitFacts) -> str:
+    """What a unit's meaning is read from: its identifiers as words, then its docstrings. Module and file names
+    are left out: they repeat the id, and a namespace every unit shares would pull all vectors one way."""
+    names = [" ".join(tokens(value)) for field, value in facts.fields if field in DOCUMENT_NAMES]
+    texts = [value for field, value in facts.fields if field in DOCUMENT_TEXTS]
+    return (" ".join(name for name in names if name) + ". " + " ".join(texts)).strip(" .")[:MAX_DOCUMENT]
+
+
+class MeaningIndex:
+    """One unit-length vector per unit, the rows of one matrix: adding, changing or removing a unit touches one
+    row (a removal moves the last row into its place), never the others. A changed unit's document waits until
+    the next query, which embeds what waits in one pass: building the index for every unit costs no embedding
+    until someone resolves, and the model loads then."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._embedder: Embedder | None = None
+        self._pending: dict[str, str] = {}
+        self._rows: dict[str, int] = {}
+        self._ids: list[str] = []
+        self._matrix: Any = None
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = load_embedder(self._folder)
+            self._matrix = self._embedder._np.zeros((64, self._embedder.dim), dtype=self._embedder._np.float32)
+        return self._embedder
+
+    def update(self, unit_id: str, document: str | None) -> None:
+        if document is None:
+            self._pending.pop(unit_id, None)
+            self._remove(unit_id)
+        else:
+            self._pending[unit_id] = document
+
+    def flush(self) -> None:
+        """Embed the documents that changed since the last query."""
+        if not self._pending:
+            return
+        embedder = self.embedder
+        vectors = embedder.embed(list(self._pending.values()))
+        for unit_id, vector in zip(self._pending, vectors, strict=True):
+            self._put(unit_id, vector)
+        self._pending.clear()
+
+    def _put(self, unit_id: str, vector: Any) -> None:
+        row = self._rows.get(unit_id)
+        if row is None:
+            row = len(self._ids)
+            if row == len(self._matrix):
+                np = self.embedder._np
+                self._matrix = np.concatenate([self._matrix, np.zeros_like(self._matrix)])
+            self._ids.append(unit_id)
+            self._rows[unit_id] = row
+        self._matrix[row] = vector
+
+    def _remove(self, unit_id: str) -> None:
+        row = self._rows.pop(unit_id, None)
+        if row is None:
+            return
+        last = len(self._ids) - 1
+        if row != last:
+            moved = self._ids[last]
+            self._matrix[row] = self._matrix[last]
+            self._ids[row] = moved
+            self._rows[moved] = row
+        self._ids.pop()
+        self._matrix[last] = 0
+
+    def vector(self, unit_id: str) -> Any:
+        """A copy of the unit's vector (None for a unit not indexed)."""
+        self.flush()
+        row = self._rows.get(unit_id)
+        return None if row is None else self._matrix[row].copy()
+
+    def cosines(self, text: str) -> tuple[list[str], Any]:
+        """Every unit's id and the cosine of its vector with the text's, row by row. einsum, not `@`: a
+        matrix-vector product through BLAS starts its threads, which on a busy two-core machine took 10 to 30 ms
+        at 10,000 units instead of under one."""
+        self.flush()
+        embedder = self.embedder
+        query = embedder.embed([text])[0]
+        return self._ids, embedder._np.einsum("ij,j->i", self._matrix[: len(self._ids)], query)
+
+    def row(self, unit_id: str) -> int:
+        return self._rows[unit_id]
+
+
+def _words(text: str) -> list[str]:
+    return [word.lower() for word in _SPLIT.split(_CAMEL.sub(" ", text)) if word]
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _edits(word: str) -> set[str]:
+    """Every string one edit from the word: a letter deleted, inserted or replaced, two neighbours swapped."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    out = {a + b[1:] for a, b in splits if b}
+    out.update(a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1)
+    out.update(a + c + b[1:] for a, b in splits if b for c in _LETTERS)
+    out.update(a + c + b for a, b in splits for c in _LETTERS)
+    out.discard(word)
+    return out
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether a and b are at most one edit apart (Damerau: a swap of neighbouring letters is one edit)."""
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+        )
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = 0
+    while i < len(short) and short[i] == long_[i]:
+        i += 1
+    return short[i:] == long_[i + 1 :]
+
+
+@dataclass(frozen=True)
+class NameMatch:
+    field: str
+    value: str
+    matched: tuple[str, ...]
+    share: float
+
+
+class NameIndex:
+    """The identifiers of every unit (id, functions, classes, tests, routes) as word sequences, found in a
+    description as consecutive words, each exactly or, for a word that may be misspelt, within one edit.
+
+    A word may be misspelt when it has four letters or more and is not a known word (`known`: the embedding's
+    vocabulary), so that "look" never stands for `lock` nor "times" for `timer`, while "tmer" stands for
+    `timer`. The edits are generated from the description's word, not stored for every identifier: memory
+    follows the identifiers, and a description of ten words costs a few thousand lookups at most.
+    """
+
+    def __init__(self) -> None:
+        self._units: dict[tuple[str, ...], dict[str, tuple[str, str]]] = {}  # words -> unit id -> (field, value)
+        self._keys: dict[str, set[tuple[str, ...]]] = {}  # an identifier's first word -> identifiers
+        self._by_unit: dict[str, list[tuple[str, ...]]] = {}
+
+    def update(self, unit_id: str, facts: UnitFacts | None) -> None:
+        for words in self._by_unit.pop(unit_id, []):
+            units = self._units[words]
+            del units[unit_id]
+            if not units:
+                del self._units[words]
+                _discard_key(self._keys, words[0], words)
+        if facts is None:
+            return
+        mine: dict[tuple[str, ...], tuple[str, str]] = {}
+        for field, value in facts.fields:
+            words = tuple(_words(value))
+            if field in NAME_FIELDS and words and words not in mine:
+                mine[words] = (field, value)
+        for words, fact in mine.items():
+            if words not in self._units:
+                self._units[words] = {}
+                self._keys.setdefault(words[0], set()).add(words)
+            self._units[words][unit_id] = fact
+        self._by_unit[unit_id] = list(mine)
+
+    def named(self, description: str, known: Callable[[str], bool]) -> dict[str, list[NameMatch]]:
+        """The units whose identifiers the description names, with each match and the share of the
+        description's words it covers."""
+        words = _words(description)[:MAX_QUERY_WORDS]
+        content = [len(word) >= 2 and word not in STOPWORDS for word in words]
+        total = sum(content) or len(words)
+        typo = [len(word) >= 4 and not word.isdigit() and not known(word) for word in words]
+        found: dict[str, list[NameMatch]] = {}
+        for start, word in enumerate(words):
+            candidates = set(self._keys.get(word, ()))
+            if typo[start] and len(word) <= 32:
+                for edit in _edits(word):
+                    candidates.update(self._keys.get(edit, ()))
+            for name in candidates:
+                span = words[start : start + len(name)]
+                if len(span) != len(name) or len(self._units[name]) > COMMON_NAME:
+                    continue
+                if not all(
+                    a == b or (typo[start + i] and len(b) >= 4 and _one_edit(a, b))
+                    for i, (a, b) in enumerate(zip(span, name, strict=True))
+                ):
+                    continue
+                share = sum(
+                    (1.0 if a == b else FUZZY_SHARE)
+                    for a, b, counts in zip(span, name, content[start:], strict=False)
+                    if counts or not any(content)
+                )
+                for unit_id, (field, value) in self._units[name].items():
+                    found.setdefault(unit_id, []).append(NameMatch(field, value, tuple(span), share / total))
+        return found
+
+
+def _discard_key(index: dict[str, set[tuple[str, ...]]], key: str, words: tuple[str, ...]) -> None:
+    names = index[key]
+    names.discard(words)
+    if not names:
+        del index[key]
+
+
+class ResolveIndex:
+    """What unit_resolve ranks with, kept current one unit at a time (`update` after each reload).
+
+    With the `meaning` extra, units are ranked by the cosine of their document's embedding with the
+    description's, lifted by the identifiers the description names (NAME_BOOST): a description that names a
+    unit, a function or a test finds it first, even misspelt; a paraphrase finds it by meaning. The words a
+    unit contains (the lexical index) are shown as evidence but do not lift it: on the paraphrase sets even a
+    quarter of their weight cost held-out answers (prefix and substring matches) and won none. Without the
+    extra, the lexical index answers alone. Every candidate's first evidence line says which ranker answered
+    and the cosine. Never empty while units exist.
+    """
+
+    def __init__(self, *, meaning: bool = True) -> None:
+        self._lock = threading.Lock()
+        self._lexical = LexicalIndex()
+        self._names = NameIndex()
+        folder = meaning_folder() if meaning else None
+        self._meaning = MeaningIndex(folder) if folder is not None else None
+
+    def __len__(self) -> int:
+        return len(self._lexical)
+
+    def __contains__(self, unit_id: object) -> bool:
+        return unit_id in self._lexical
+
+    @property
+    def ranker(self) -> str:
+        return "meaning" if self._meaning is not None else "lexical"
+
+    def update(self, unit_id: str, facts: UnitFacts | None) -> None:
+        """Index a unit's current facts, or forget the unit (None). The unit's vector is computed at the next
+        query (or `flush`)."""
+        with self._lock:
+            self._lexical.update(unit_id, facts)
+            self._names.update(unit_id, facts)
+            if self._meaning is not None:
+                self._meaning.update(unit_id, None if facts is None else unit_document(facts))
+
+    def flush(self) -> None:
+        """Embed every unit changed since the last query now (a query does it anyway)."""
+        with self._lock:
+            if self._meaning is not None:
+                self._meaning.flush()
+
+    def vector(self, unit_id: str) -> Any:
+        with self._lock:
+            return None if self._meaning is None else self._meaning.vector(unit_id)
+
+    def query(self, description: str, limit: int) -> list[Candidate]:
+        description = description[:MAX_QUERY]
+        if limit <= 0:
+            return []
+        if self._meaning is None:
+            ranker = Evidence(field="ranker", value=LEXICAL_ONLY, matched=[])
+            return [_with_first(c, ranker) for c in self._lexical.query(description, limit)]
+        with self._lock:
+            return self._query(self._meaning, description, limit)
+
+    def _query(self, meaning: MeaningIndex, description: str, limit: int) -> list[Candidate]:
+        if not len(self._lexical):
+            return []
+        ids, cosines = meaning.cosines(" ".join(tokens(description)) or description)
+        named = self._names.named(description, meaning.embedder.is_word)
+        scores = cosines.copy()
+        for unit_id, matches in named.items():
+            scores[meaning.row(unit_id)] += NAME_BOOST * min(1.0, sum(m.share for m in matches))
+        np = meaning.embedder._np
+        if len(ids) > limit:
+            cut = float(np.partition(scores, len(ids) - limit)[len(ids) - limit])
+            chosen = np.flatnonzero(scores >= cut)
+        else:
+            chosen = np.arange(len(ids))
+        best = sorted((-float(scores[row]), ids[row], int(row)) for row in chosen)[:limit]
+        words = self._lexical.explain(description, [unit_id for _, unit_id, _ in best])
+        out = []
+        for negative, unit_id, row in best:
+            cosine = f"meaning: cosine {float(cosines[row]):.3f} ({Embedder.name})"
+            evidence = [Evidence(field="ranker", value=cosine, matched=[])]
+            seen = set()
+            word_evidence = words.get(unit_id, [])
+            for item in word_evidence:
+                seen.add((item.field, item.value))
+            for match in named.get(unit_id, []):
+                if (match.field, match.value) not in seen:
+                    seen.add((match.field, match.value))
+                    evidence.append(Evidence(field=match.field, value=match.value, matched=list(match.matched)))
+            evidence.extend(word_evidence)
+            out.append(
+                Candidate(
+                    unit_id=unit_id,
+                    confidence=round(min(max(-negative, 0.0), 1.0), 3),
+                    evidence=evidence[:MAX_EVIDENCE],
+                    summary=self._lexical.summary(unit_id),
+                )
+            )
+        return out
+
+
+def _with_first(candidate: Candidate, evidence: Evidence) -> Candidate:
+    return candidate.model_copy(update={"evidence": [evidence, *candidate.evidence][:MAX_EVIDENCE]})

@@ -33,6 +33,7 @@ from .host import Host
 from .loader import SQLITE_PREFIX
 from .localaccess import LocalAccess
 from .loopback import Guard, LoopbackServer, security_settings
+from .pgconnect import held_passwords, is_postgres
 from .proctree import keep_memory_private
 from .service import UnitService
 from .sqliteloader import units_database_problem
@@ -238,6 +239,9 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
             raise StartError(f"cannot serve --units {exc}") from None
         host.start()
     stack.callback(host.close)
+    if is_postgres(str(units)):
+        for password in held_passwords():
+            host.redact.hide(password, "<password>")
     if not host.unit_kinds():
         empty = f"--units {units} holds no units yet (add <unit_id>.py or <unit_id>/__init__.py)"
         print(f"unit-mcp: warning: {empty}", file=sys.stderr, flush=True)
@@ -247,10 +251,11 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
     stack.callback(WARM.stop)
     asks = args.confirm or args.allow_local_access  # a local-access request always asks, whatever --confirm says
     confirmations = Confirmations(args.confirm, timeout=args.confirm_timeout) if asks else None
-    service = UnitService(host, max_call_s=args.max_call_s)
+    local_access = None
     if args.allow_local_access:
-        service.local_access = LocalAccess(paths.private_dir(data_dir, _OPENCODE_CONFIG), host)
-        stack.callback(service.local_access.close)
+        local_access = LocalAccess(paths.private_dir(data_dir, _OPENCODE_CONFIG), host)
+        stack.callback(local_access.close)
+    service = UnitService(host, max_call_s=args.max_call_s, local_access=local_access)
     return UnitTools(service, prefix=args.tool_prefix, confirmations=confirmations), data_dir
 
 
@@ -300,6 +305,7 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
         if isinstance(exc.__cause__, OSError):  # the socket could not be bound
             raise StartError(f"{exc}; choose another --port, or leave --port out for a free one") from exc
         raise
+    tools.service.host.redact.hide(bridge.token, "<token>")  # a unit's test can read it from the client configs
     status = bridge.status()
     lines = [f"MCP_URL={status.url}", f"MCP_SSE_URL={status.sse_url}"]
     if bridge.token is not None:
@@ -320,7 +326,9 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
     _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
 
     def announce() -> None:  # each link works once: a new one after each login
-        _say(f"UNITS_UI_URL={page.login_url(f'{bridge.base_url}{UNITS_PAGE}')}")
+        link = page.login_url(f"{bridge.base_url}{UNITS_PAGE}")
+        tools.service.host.redact.hide(link.rpartition("token=")[2], "<login>", slot="login")
+        _say(f"UNITS_UI_URL={link}")
 
     page.on_login = announce
     stack.callback(page.close_streams)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import cancel
+from .pgconnect import is_postgres
 from .proctree import kill_tree, stopped
 
 PIPE_GRACE = 0.5
@@ -141,7 +142,7 @@ def run_test_process(
     """Run one test module in a scratch folder of its own (working directory, HOME, TMPDIR and the test host's data
     folder; private, removed after); `warm=False` starts a new interpreter instead of forking the warm test host."""
     with tempfile.TemporaryDirectory(prefix="unit-mcp-test-", ignore_cleanup_errors=True) as scratch:
-        env = sandbox_env(scratch, WARM.pass_env)
+        env = sandbox_env(scratch, WARM.pass_env, units=units_root)
         argv = ["--units", str(units_root), "--namespace", namespace, "--unit", unit_id, "--test", test_name,
                 "--data-dir", scratch]  # fmt: skip
         started = time.perf_counter()
@@ -175,7 +176,7 @@ LIBPQ_ENV = frozenset({
     "PGSERVICEFILE", "PGSSLMODE", "PGSSLCERT", "PGSSLKEY", "PGSSLROOTCERT", "PGCONNECT_TIMEOUT", "PGOPTIONS",
     "PGTARGETSESSIONATTRS",
 })  # fmt: skip
-"""What libpq reads to connect: the test host loads the unit from the same store, a PostgreSQL one included."""
+"""What libpq reads to connect: the test host of a PostgreSQL store loads the unit from that store."""
 SCRATCH_ENV = ("HOME", "TMPDIR")
 """Set per run, to its scratch folder."""
 
@@ -189,13 +190,17 @@ def passed_env_name(name: str) -> str:
     return name
 
 
-def sandbox_env(scratch: str | None = None, passed: Iterable[str] = ()) -> dict[str, str]:
+def sandbox_env(
+    scratch: str | None = None, passed: Iterable[str] = (), *, units: Path | str | None = None
+) -> dict[str, str]:
     """The environment of a test: the allowed variables of the server's (never its tokens and keys) and what the
-    test host needs to import `unit_mcp` and the units."""
-    allowed = PASSED_ENV.union(LIBPQ_ENV, passed).difference(SCRATCH_ENV)
+    test host needs to import `unit_mcp` and the `units`: libpq's variables only when they are a PostgreSQL store
+    (a database password is no business of a folder's tests)."""
+    libpq = LIBPQ_ENV if is_postgres(str(units)) else frozenset()
+    allowed = PASSED_ENV.union(libpq, passed).difference(SCRATCH_ENV)
     env = {name: value for name, value in os.environ.items() if name in allowed or name.startswith("LC_")}
     pgpass = Path.home() / ".pgpass"
-    if "PGPASSFILE" not in env and "PGPASSWORD" not in env and pgpass.is_file():
+    if libpq and "PGPASSFILE" not in env and "PGPASSWORD" not in env and pgpass.is_file():
         env["PGPASSFILE"] = str(pgpass)  # libpq's default, which the scratch HOME would hide
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p)
     if site.ENABLE_USER_SITE:

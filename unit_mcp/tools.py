@@ -34,13 +34,13 @@ from pydantic import BaseModel
 from ._version import __version__
 from .arguments import Operation, RunTestsArgs, TestStatusArgs
 from .cancel import cancellation, client_gone
-from .changelog import Caller
+from .changelog import PAGE, Caller, undo_risk
 from .confirm import Confirmations, Elicit
 from .errors import Declined, UnitError
 from .paging import clip
 from .service import UnitService, call_as
 from .tooldecl import Refusal, ToolDecl
-from .wire import ERROR_META_KEY, REPLAY_META_KEY, call_risk
+from .wire import ERROR_META_KEY, REPLAY_META_KEY, Risk, call_risk
 from .wire import RISK_META_KEY as RISK_META_KEY  # re-exported: clients read a tool's risk under this key
 
 _PREFIX = re.compile(r"[A-Za-z0-9_-]{0,40}")
@@ -126,6 +126,9 @@ class ToolSpec(ToolDecl):
     """What the person is asked, from the call's arguments; it refuses a call that could not run anyway."""
     at_once: Callable[[UnitService, Any], BaseModel | None] | None = None
     """Answers on the event loop when the call is cheaper than the hop to a worker thread, else None."""
+    raised_risk: Callable[[UnitService, Any], Risk | None] | None = None
+    """A higher risk than `risk` for this call, from what it would do (blocking), else None: decided per call, as
+    a dry run's lower risk is."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", self.handler.model)
@@ -338,13 +341,15 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Revert one change",
         "Put every source of one change (change_id from unit_changes or a write's result) back to its bytes "
         "before it and reload, all or nothing; refused with [stale_hash] when a source changed since. dry_run "
-        "shows the diff. Risk shell: the reload runs the reverted code; a dry run only reads.",
+        "shows the diff. Risk shell: the reload runs the reverted code; destructive when the change has several "
+        "sources or was itself a rollback or a revert (it undoes many changes at once); a dry run only reads.",
         handler=UnitService.revert_change,
         risk="shell",
         read_only=False,
         destructive=True,
         idempotent=False,
         dry_run_risk="filesystem-read",
+        raised_risk=lambda service, args: undo_risk(service.change_log, args.change_id),
     ),
 )
 
@@ -540,6 +545,9 @@ class UnitTools:
         started = time.perf_counter()
         try:
             risk = call_risk(spec.risk, spec.dry_run_risk, params.arguments)
+            if spec.raised_risk is not None and risk == spec.risk and self.confirmations is not None:
+                raised = await anyio.to_thread.run_sync(spec.raised_risk, self.service, args)
+                risk = raised or risk
             if spec.always_confirm and self.confirmations is None:
                 raise Declined(f"{params.name} needs a person's yes, and this server asks none (no --confirm).")
             where = {"unit_id": getattr(args, "unit_id", None), "source_id": getattr(args, "source_id", None)}
@@ -639,18 +647,25 @@ MAX_CLIENT_TEXT = 200
 
 
 def _caller(ctx: ServerRequestContext[Any]) -> Caller:
-    """Who makes a call, for the change log: the client's `clientInfo` and the MCP session id, where there is one."""
+    """Who makes a call, for the change log and the page's grants: the client's `clientInfo` and the MCP session
+    its transport routed the call by, where there is one. A 2026-07-28 call has none: whatever `Mcp-Session-Id`
+    header it carries was routed by nothing and is the caller's own claim."""
     params = ctx.session.client_params
     info = params.client_info if params is not None else None
-    headers = getattr(ctx.request, "headers", None)
-    session_id = headers.get("mcp-session-id") if headers is not None else None
-    if session_id is None and (query := getattr(ctx.request, "query_params", None)) is not None:
-        session_id = query.get("session_id")  # the legacy SSE transport names the session in its message URL
+    session_id = None
+    if not is_version_at_least(ctx.protocol_version, "2026-07-28"):
+        headers = getattr(ctx.request, "headers", None)  # the session manager routed it to this session
+        session_id = headers.get("mcp-session-id") if headers is not None else None
+        if session_id is None and (query := getattr(ctx.request, "query_params", None)) is not None:
+            session_id = query.get("session_id")  # legacy SSE names the session in its message URL, routed likewise
 
     def clipped(text: object) -> str | None:
         return None if text is None else str(text)[:MAX_CLIENT_TEXT]
 
-    return Caller(clipped(info and info.name), clipped(info and info.version), clipped(session_id))
+    name = clipped(info and info.name)
+    if name == PAGE.name:  # a client's own name for itself: it cannot pass for the page in the log
+        name = f"{name} (as a client named itself)"
+    return Caller(name, clipped(info and info.version), clipped(session_id))
 
 
 def _elicitor(ctx: ServerRequestContext[Any]) -> Elicit | None:

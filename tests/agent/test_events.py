@@ -256,7 +256,7 @@ async def test_a_turn_resumed_after_its_process_ended_reports_its_answer_and_the
     waited = kill_while_waiting(tmp_path, calls=1)
     runner, _ = paused_app(tmp_path).build(tmp_path, 1)
     async with runner, runner.events() as events:
-        handle = await runner.answer_approval(PAUSED_SESSION, waited[0], approved=True)
+        handle = (await runner.answer_approval(PAUSED_SESSION, waited[0], approved=True)).handle
         assert handle is not None
         seen = [e for e in await drain(events, ended) if e.kind not in ("text", "agent-status")]
     assert [(e.kind, e.data.get("status") or e.data.get("name")) for e in seen] == [

@@ -37,9 +37,9 @@ from unit_mcp.agent import (
     TurnContext,
     TurnHandle,
     TurnStatus,
+    chat_messages,
 )
 from unit_mcp.agent._paused import paused_calls, pending_requests
-from unit_mcp.agent._projections import chat_messages
 from unit_mcp.agent.approvals import GRANTS_KEY
 from unit_mcp.agent.items import EventItem, ToolResultItem
 
@@ -138,7 +138,9 @@ async def test_a_turn_paused_for_approval_survives_a_restart_and_resumes_when_ap
         assert [r.id for r in pending] == waited
         assert (pending[0].tool, pending[0].arguments, pending[0].risk) == ("deploy", {"target": "t0"}, "shell")
         assert approver.pending() == []  # nothing waits in this process: the request is in the journal
-        handle = await runner.answer_approval(SESSION, waited[0], approved=True, remember=True)
+        answered = await runner.answer_approval(SESSION, waited[0], approved=True, remember=True)
+        assert answered.how == "resumed"
+        handle = answered.handle
         assert handle is not None
         await handle.wait(10)
         assert handle.status is TurnStatus.COMPLETED, handle.error
@@ -184,9 +186,10 @@ async def test_a_paused_turn_resumes_once_every_request_is_answered_and_a_denial
         by_target = {r.arguments["target"]: r.id for r in pending if r.arguments}
         with pytest.raises(AgentError, match=r"no pending approval 'apr-nope' \(pending: apr-"):
             await runner.answer_approval(SESSION, "apr-nope", approved=True)
-        assert await runner.answer_approval(SESSION, by_target["t1"], approved=False, reason="not today") is None
+        recorded = await runner.answer_approval(SESSION, by_target["t1"], approved=False, reason="not today")
+        assert (recorded.how, recorded.handle, recorded.still_waiting) == ("recorded", None, (by_target["t0"],))
         assert [r.id for r in await runner.pending_approvals(SESSION)] == [by_target["t0"]]
-        handle = await runner.answer_approval(SESSION, by_target["t0"], approved=True)
+        handle = (await runner.answer_approval(SESSION, by_target["t0"], approved=True)).handle
         assert handle is not None
         await handle.wait(10)
         assert handle.status is TurnStatus.COMPLETED, handle.error
@@ -260,7 +263,8 @@ async def test_a_live_turn_waits_for_the_answer_given_through_the_runner(tmp_pat
         assert request.call_id is not None
         assert [r.id for r in await runner.pending_approvals(live.session_id)] == [request.id]
         assert live.ran == []
-        assert await runner.answer_approval(live.session_id, request.id, approved=True) is live.handle
+        answered = await runner.answer_approval(live.session_id, request.id, approved=True)
+        assert answered.how == "continued" and answered.handle is live.handle
         await live.handle.wait(5)
         assert live.handle.status is TurnStatus.COMPLETED and live.handle.result == "finished"
         assert await runner.pending_approvals(live.session_id) == []
@@ -302,7 +306,8 @@ async def test_an_answer_given_as_soon_as_the_request_is_journaled_waits_for_it_
 
     async with waiting_turn(tmp_path, SlowToPark(), parked=False) as live:
         assert live.approver.pending() == []  # journaled, not parked yet
-        assert await live.runner.answer_approval(live.session_id, live.request.id, approved=True) is live.handle
+        answered = await live.runner.answer_approval(live.session_id, live.request.id, approved=True)
+        assert answered.handle is live.handle
         await live.handle.wait(5)
         assert live.handle.status is TurnStatus.COMPLETED
     assert live.ran == ["deploy"]

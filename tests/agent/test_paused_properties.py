@@ -35,6 +35,7 @@ from unit_mcp.agent import (
     SessionStore,
     TurnContext,
     TurnStatus,
+    UnknownApproval,
 )
 from unit_mcp.agent._paused import RESUMED_OUTPUT
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
@@ -113,12 +114,12 @@ async def second_life(
             if n in answered or n not in by_call:
                 try:
                     await runner.answer_approval(session_id, request_id, approved=approve)
-                except AgentError as exc:
+                except UnknownApproval as exc:
                     assert "no pending approval" in str(exc)
                 else:
                     raise AssertionError(f"request of call {n} answered twice or unknown, and accepted")
                 continue
-            handle = await runner.answer_approval(session_id, request_id, approved=approve)
+            handle = (await runner.answer_approval(session_id, request_id, approved=approve)).handle
             answered.add(n)
             if approve:
                 approved.add(n)
@@ -191,7 +192,7 @@ async def test_a_resumed_turn_cancelled_while_the_tool_runs_never_runs_it_again(
         (request,) = await runner.pending_approvals(session_id)
         with pytest.raises(AgentError, match=f"still waits for answers to {request.id}"):
             await runner.resume_turn(session_id, TURN)
-        handle = await runner.answer_approval(session_id, request.id, approved=True)
+        handle = (await runner.answer_approval(session_id, request.id, approved=True)).handle
         assert handle is not None
         assert await anyio.to_thread.run_sync(started.wait, 10)
         assert await handle.cancel("changed my mind")

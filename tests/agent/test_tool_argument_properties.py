@@ -26,8 +26,7 @@ from openai.types.chat import ChatCompletionMessageToolCall
 from pydantic import BaseModel, Field
 
 from unit_mcp import Host, UnitService
-from unit_mcp.agent import AgentApprovals, AgentToolSurface, McpToolSource
-from unit_mcp.agent._projections import chat_messages
+from unit_mcp.agent import AgentApprovals, AgentToolSurface, McpToolSource, chat_messages
 from unit_mcp.agent._toolnames import openai_tool_name
 from unit_mcp.agent.codex._output import McpToolCall
 from unit_mcp.agent.items import ITEM, MessageItem, ToolCallItem

@@ -19,8 +19,15 @@ from typing import Any
 import anyio
 import openai
 
-from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, McpToolSource, OpenAIAgent, SessionStore
-from unit_mcp.agent._durable import DurableWorker
+from unit_mcp.agent import (
+    AgentApprovals,
+    AgentRegistry,
+    AgentToolSurface,
+    DurableWorker,
+    McpToolSource,
+    OpenAIAgent,
+    SessionStore,
+)
 from unit_mcp.agent.codex import CodexAgent, CodexModel
 from unit_mcp.agent.opencode import OpenCodeAgent, OpenCodeClient
 

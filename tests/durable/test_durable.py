@@ -13,8 +13,15 @@ import pytest
 from agent.conftest import UnitServer, reload
 from support.item_kinds import item_kinds
 
-from unit_mcp.agent import AgentApprovals, AgentError, AgentRegistry, AgentToolSurface, OpenAIAgent, SessionStore
-from unit_mcp.agent._durable import DurableWorker
+from unit_mcp.agent import (
+    AgentApprovals,
+    AgentError,
+    AgentRegistry,
+    AgentToolSurface,
+    DurableWorker,
+    OpenAIAgent,
+    SessionStore,
+)
 from unit_mcp.agent.items import EventItem, MessageItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 

@@ -19,8 +19,7 @@ from agent.conftest import UnitServer
 from opencode.opencode_stack import oc, title_step
 from support.item_kinds import item_kinds
 
-from unit_mcp.agent import SessionStore
-from unit_mcp.agent._durable import DurableClient
+from unit_mcp.agent import DurableClient, SessionStore
 from unit_mcp.agent.approvals import ApprovalDecision, ApprovalRequest
 from unit_mcp.agent.items import ErrorItem, EventItem, Session, ToolResultItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call

@@ -1,11 +1,14 @@
 """Replay-safe tools, over every loader: a durable turn's tool step that its worker died in runs again, so a repeated
-`unit_apply_patch` or `unit_create_source` whose result is in place answers `already_applied` (nothing written, no
-second change-log record) when the caller declares it may be repeating (`wire.REPLAY_META_KEY`, as durable workers
-do); anyone else still gets `stale_hash` / `exists`; `unit_reload` / `unit_run_tests` may simply run twice.
+write (`unit_apply_patch`, `unit_create_source`, `unit_revert`, `unit_rollback`, `unit_revert_change`: every tool
+that ends in the service's one write transaction) whose result is in place answers `already_applied` (nothing
+written, no second change-log record) when the caller declares it may be repeating (`wire.REPLAY_META_KEY`, as
+durable workers do); anyone else still gets `stale_hash` / `exists`; `unit_reload` / `unit_run_tests` may simply run
+twice.
 """
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -28,6 +31,21 @@ R = TypeVar("R")
 @pytest.fixture(params=LOADERS)
 def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitService]:
     store = store_of(request, copy_units(tmp_path / "units"), tmp_path)
+    with Host(store, tmp_path / "data") as host:
+        yield UnitService(host, test_timeout=60)
+
+
+@pytest.fixture(params=["git", "sqlite", "postgres"])
+def history_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitService]:
+    """A service over each loader that keeps history (a folder does so in a git work tree)."""
+    folder = copy_units(tmp_path / "units")
+    if request.param == "git":
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(folder)]
+        for step in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "units"]):
+            subprocess.run([*git, *step], check=True)
+        store = str(folder)
+    else:
+        store = store_of(request, folder, tmp_path)
     with Host(store, tmp_path / "data") as host:
         yield UnitService(host, test_timeout=60)
 
@@ -165,3 +183,55 @@ async def test_over_mcp_the_replay_is_declared_in_the_calls_meta(service: UnitSe
     assert not again.is_error and again.structured_content is not None
     assert again.structured_content["already_applied"] is True
     assert again.structured_content["change_id"] == first.structured_content["change_id"]
+
+
+def test_a_repeated_revert_answers_already_applied_with_the_first_ones_result(history_service: UnitService) -> None:
+    service = history_service
+    service.apply_patch("counter", "__init__.py", **EXACT)
+    oldest = service.history("counter", "__init__.py").versions[-1]
+    read = service.read_source("counter", "__init__.py")
+    first = service.revert("counter", "__init__.py", oldest.version, expected_hash=read.hash)
+    after, records = raw(service, "counter", "__init__.py"), applied(service, "counter", "__init__.py")
+    again = replayed(lambda: service.revert("counter", "__init__.py", oldest.version, expected_hash=read.hash))
+    assert again.already_applied and not first.already_applied and again.change_id == first.change_id
+    assert (again.hash_before, again.hash, again.diff) == (first.hash_before, first.hash, first.diff)
+    assert again.reload is not None and again.reload.reloaded
+    assert raw(service, "counter", "__init__.py") == after and applied(service, "counter", "__init__.py") == records
+    with pytest.raises(UnitError) as caught:  # not declared a repeat: the source moved on since it was read
+        service.revert("counter", "__init__.py", oldest.version, expected_hash=read.hash)
+    assert caught.value.code == "stale_hash"
+
+
+def test_a_repeated_rollback_answers_already_applied_with_the_first_ones_record(service: UnitService) -> None:
+    mark = service.checkpoint("before")
+    service.apply_patch("counter", "__init__.py", **EXACT)
+    service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+    service.apply_patch("greeter", "greeter.py", old="Hello", new="Good day")
+    first = service.rollback(mark.checkpoint_id)
+    after = {s: raw(service, "greeter", s) for s in ("greeter.py",)}
+    again = replayed(lambda: service.rollback(mark.checkpoint_id))
+    assert again.already_applied and not first.already_applied and again.change_id == first.change_id
+    assert {(s.unit_id, s.source_id, s.action) for s in again.sources} == {
+        (s.unit_id, s.source_id, s.action) for s in first.sources
+    }
+    assert sorted(again.reloaded) == sorted(first.reloaded) == ["counter", "greeter"]
+    assert {s: raw(service, "greeter", s) for s in ("greeter.py",)} == after
+    assert [c.id for c in service.change_log.changes(limit=100) if c.tool == "unit_rollback"] == [first.change_id]
+    plain = service.rollback(mark.checkpoint_id)  # not declared a repeat: nothing to put back, a new record
+    assert not plain.already_applied and plain.sources == [] and plain.change_id != first.change_id
+
+
+def test_a_repeated_revert_change_answers_already_applied_and_a_plain_repeat_is_stale(service: UnitService) -> None:
+    patched = service.apply_patch("counter", "__init__.py", **EXACT)
+    assert patched.change_id is not None
+    first = service.revert_change(patched.change_id)
+    assert service.host.module("counter").step == 1
+    again = replayed(lambda: service.revert_change(patched.change_id))
+    assert again.already_applied and not first.already_applied and again.change_id == first.change_id
+    assert [(s.source_id, s.hash_before, s.hash) for s in again.sources] == [
+        (s.source_id, s.hash_before, s.hash) for s in first.sources
+    ]
+    assert [c.id for c in service.change_log.changes(limit=100) if c.tool == "unit_revert_change"] == [first.change_id]
+    with pytest.raises(UnitError) as caught:
+        service.revert_change(patched.change_id)
+    assert caught.value.code == "stale_hash"

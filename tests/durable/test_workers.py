@@ -16,8 +16,7 @@ from agent.conftest import UnitServer, agent_cli
 from support.item_kinds import item_kinds
 from ui.conftest import page_client, serving
 
-from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, SessionStore
-from unit_mcp.agent._durable import DurableClient
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, DurableClient, SessionStore
 from unit_mcp.agent.items import EventItem
 from unit_mcp.paths import hash_bytes
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call

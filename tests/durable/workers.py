@@ -15,8 +15,7 @@ from pathlib import Path
 import anyio
 from agent.conftest import REPO
 
-from unit_mcp.agent import SessionStore
-from unit_mcp.agent._durable import DurableClient
+from unit_mcp.agent import DurableClient, SessionStore
 from unit_mcp.agent.items import Session
 from unit_mcp.proctree import descendants, kill_all
 

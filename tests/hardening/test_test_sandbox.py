@@ -194,10 +194,9 @@ async def test_tests_run_in_a_scratch_folder_without_secrets(
     text, seen = await snoop(served)
     forbidden = [*secrets_in_env.values(), client_token]
     assert [secret for secret in forbidden if secret in text] == [], "no secret of the server reaches a test"
-    # libpq's variables pass by design (a PostgreSQL store's tests reach their database): the session's test cluster
-    # sets PGPASSFILE once any test used it
+    # libpq's variables pass only to a PostgreSQL store's tests (they reach their database); these units are a folder
     set_by_us = {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONUSERBASE", *SCRATCH_ENV}
-    set_by_us |= LIBPQ_ENV
+    assert LIBPQ_ENV.isdisjoint(seen["env"]), "no database password reaches a folder's tests"
     unexpected = [name for name in seen["env"] if name not in PASSED_ENV | set_by_us and not name.startswith("LC_")]
     assert unexpected == [], "only the allowed list of variables"
     assert seen["cwd"] != "<data>" and seen["client"] is None

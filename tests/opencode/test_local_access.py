@@ -315,13 +315,14 @@ def test_a_request_is_refused_where_no_real_folder_can_be_named(tmp_path: Path, 
     service = UnitService(host)
     with pytest.raises(NotSupported, match="--allow-local-access"):
         service.request_local_access("counter", "edit it")
-    service.local_access = LocalAccess(tmp_path / "oc", host)
+    service = UnitService(host, local_access=LocalAccess(tmp_path / "oc", host))
     with pytest.raises(NotSupported, match=r"single file \(greeter\.py\)"):
         service.request_local_access("greeter", "edit it")
     with pytest.raises(UnknownUnit):
         service.request_local_access("nosuch", "edit it")
     with pytest.raises(InvalidArgument, match="minutes"):
         service.request_local_access("counter", "edit it", minutes=0)
+    assert service.local_access is not None
     assert service.local_access.grants() == [] and list(service.local_access.folder.iterdir()) == [
         service.local_access.folder / "grants.json"
     ]
@@ -329,8 +330,7 @@ def test_a_request_is_refused_where_no_real_folder_can_be_named(tmp_path: Path, 
     database = open_loader(f"sqlite:{tmp_path / 'units.db'}")
     database.put_unit("counter", "directory", {"__init__.py": b"step = 1\n"}, replace=False)
     with Host(database, tmp_path / "db-data", namespace=f"local_access_{secrets.token_hex(4)}") as db_host:
-        db_service = UnitService(db_host)
-        db_service.local_access = LocalAccess(tmp_path / "oc-db", db_host)
+        db_service = UnitService(db_host, local_access=LocalAccess(tmp_path / "oc-db", db_host))
         with pytest.raises(NotSupported, match="lives in a database"):
             db_service.request_local_access("counter", "edit it")
 
@@ -340,8 +340,7 @@ async def test_the_request_is_offered_only_when_allowed_and_always_asks(tmp_path
     assert REQUEST not in {tool.name for tool in plain.tools} and REQUEST not in tool_risks()
     assert tool_risks(local_access=True)[REQUEST] == "destructive"
 
-    service = UnitService(host)
-    service.local_access = LocalAccess(tmp_path / "oc", host)
+    service = UnitService(host, local_access=LocalAccess(tmp_path / "oc", host))
     # No --confirm at all, and a page's grant of 'destructive' for this very client: still nobody may skip the yes.
     confirmations = Confirmations(["destructive"])
     confirmations.grant(Caller(name=CLIENT.name, version=CLIENT.version), "destructive", 10)

@@ -14,6 +14,11 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {
     "AgentRunner": "_runner",
+    "DurableClient": "_durable",
+    "DurableWorker": "_durable",
+    "chat_messages": "_projections",
+    "display_messages": "_projections",
+    "Answered": "_runner",
     "AgentRegistry": "_registry",
     "AgentToolSurface": "toolsurface",
     "LocalTool": "toolsurface",
@@ -39,7 +44,9 @@ _EXPORTS = {
     "TurnStatus": "turns",
     "events_app": "events",
     "AgentError": "errors",
+    "AnsweredElsewhere": "errors",
     "ToolError": "errors",
+    "UnknownApproval": "errors",
 }
 __all__ = [
     "Agent",
@@ -48,9 +55,13 @@ __all__ = [
     "AgentRegistry",
     "AgentRunner",
     "AgentToolSurface",
+    "Answered",
+    "AnsweredElsewhere",
     "ApprovalDecision",
     "ApprovalRequest",
     "ApprovedEndpoint",
+    "DurableClient",
+    "DurableWorker",
     "FunctionAgent",
     "Hooks",
     "LocalTool",
@@ -66,24 +77,29 @@ __all__ = [
     "TurnContext",
     "TurnHandle",
     "TurnStatus",
+    "UnknownApproval",
+    "chat_messages",
     "delegate",
     "delegation_tool",
+    "display_messages",
     "events_app",
 ]
 
 if TYPE_CHECKING:
     from ._context import TurnContext
     from ._delegation import delegate, delegation_tool
+    from ._durable import DurableClient, DurableWorker
     from ._endpoint import ApprovedEndpoint
     from ._function_agent import FunctionAgent
     from ._loop import LoopAgent
     from ._mcpsource import McpToolSource
     from ._openai_agent import OpenAIAgent
+    from ._projections import chat_messages, display_messages
     from ._protocol import Agent
     from ._registry import AgentRegistry
-    from ._runner import AgentRunner
+    from ._runner import AgentRunner, Answered
     from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
-    from .errors import AgentError, ToolError
+    from .errors import AgentError, AnsweredElsewhere, ToolError, UnknownApproval
     from .events import events_app
     from .hooks import Hooks, ModelRequest, ModelResponse
     from .sessions import SessionStore

@@ -488,10 +488,8 @@ async def answer_command(args: argparse.Namespace, store: Store) -> int:
 
     terminal = Terminal()
     async with turn_runtime(args, store, terminal) as (runner, callbacks):
-        pending = await anyio.to_thread.run_sync(runner.store.pending, args.session_id)
-        durable_request = [e for e in pending if e.request.id == args.request_id and e.state == "durable"]
         try:
-            handle = await runner.answer_approval(
+            answered = await runner.answer_approval(
                 args.session_id,
                 args.request_id,
                 approved=args.decision == "approve",
@@ -502,13 +500,14 @@ async def answer_command(args: argparse.Namespace, store: Store) -> int:
             raise _unknown_session(args.session_id, store) from None
         except AgentError as exc:
             raise CliError(f"{exc}; `sessions pending {args.session_id}` lists what can be answered") from exc
-        if handle is None and durable_request:
-            print(f"sent to durable turn {durable_request[0].request.turn_id}; its worker goes on", file=sys.stderr)
+        if answered.how == "sent_to_worker":
+            print(f"sent to durable turn {answered.turn_id}; its worker goes on", file=sys.stderr)
             return 0
-        if handle is None:
-            waiting = ", ".join(request.id for request in await runner.pending_approvals(args.session_id))
+        if answered.handle is None:
+            waiting = ", ".join(answered.still_waiting)
             print(f"recorded; the turn resumes once its other requests are answered: {waiting}", file=sys.stderr)
             return 0
+        handle = answered.handle
         return await follow(handle, terminal, args)
 
 

@@ -12,7 +12,8 @@ import logging
 import os
 import secrets
 from contextlib import AsyncExitStack
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.abc
@@ -22,8 +23,8 @@ from ._inbox import Inbox
 from ._paused import AFTER_END, DECIDED, paused_calls
 from ._protocol import Agent
 from ._registry import AgentRegistry
-from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals, normalise_risk
-from .errors import AgentError, TurnClosed
+from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
+from .errors import AgentError, AnsweredElsewhere, TurnClosed, UnknownApproval
 from .events import DEFAULT_BUFFER, AgentState, EventHub, Subscription
 from .items import EventItem, MessageItem, Session, SessionMeta
 from .sessions import Pending, SessionStore
@@ -34,6 +35,18 @@ log = logging.getLogger("unit_mcp.agent.runner")
 
 
 PARKING_WAIT = 2.0  # seconds an answer waits for a recorded request to reach the PendingApprovals approver
+
+
+@dataclass(frozen=True)
+class Answered:
+    """What answering an approval did (`AgentRunner.answer_approval`): `how` it went on, for which turn, the handle
+    of the turn that goes on (`continued`, `resumed`), the requests its turn still waits for (`recorded`)."""
+
+    how: Literal["continued", "resumed", "recorded", "sent_to_worker"]
+    request: ApprovalRequest
+    turn_id: str
+    handle: TurnHandle | None = None
+    still_waiting: tuple[str, ...] = ()
 
 
 def _new_turn_id() -> str:
@@ -175,43 +188,48 @@ class AgentRunner:
         remember: bool = False,
         reason: str | None = None,
         callbacks: TurnCallbacks | None = None,
-    ) -> TurnHandle | None:
-        """Answer a pending approval request.
+    ) -> Answered:
+        """Answer a pending approval request; what the answer did is the result's `how`:
 
-        A turn waiting for it right now through a `PendingApprovals` approver goes on; its handle is returned.
-        A durable turn's request is sent to its workflow (`durable`), which records it and goes on; None.
-        A request whose turn ended with the process is recorded; when it is the last unanswered one of that
-        turn, a turn resuming it starts (the answered calls run or are denied, then the model continues) and
-        its handle is returned, else None. Raises AgentError for an unknown request, while another turn runs,
-        or when the session's agent cannot resume a turn.
+        - `continued`: the turn waiting for it right now through a `PendingApprovals` approver goes on (`handle`);
+        - `sent_to_worker`: a durable turn's request went to its workflow (`durable`), which records it and goes on;
+        - `recorded`: the request's turn ended with the process and waits for its other requests (`still_waiting`);
+        - `resumed`: that was the last one: a turn resuming it started (`handle`); the answered calls run or are
+          denied, then the model continues.
+
+        Raises `UnknownApproval` for a request that does not wait, `AnsweredElsewhere` while a turn runs that
+        asks its own approver (or another turn runs), AgentError when the session's agent cannot resume a turn.
         """
         approver = self.approvals.approver
         lock = self._locks.setdefault(session_id, anyio.Lock())
         async with lock:
-            asked = [e for e in await anyio.to_thread.run_sync(self._pending, session_id) if e.request.id == request_id]
-            if asked and asked[0].state == "durable":  # its worker holds the session: nothing is written here
-                await self._answer_durable(asked[0].request, approved, remember, reason)
-                return None
-            session = await anyio.to_thread.run_sync(self.store.require, session_id)
+            pending = await anyio.to_thread.run_sync(self._pending, session_id)
+            entry = next((e for e in pending if e.request.id == request_id), None)
+            if entry is None:
+                await anyio.to_thread.run_sync(self.store.require, session_id)  # an unknown session says so
+                waiting = ", ".join(e.request.id for e in pending) or "none"
+                raise UnknownApproval(
+                    f"session {session_id} has no pending approval {request_id!r} (pending: {waiting})"
+                )
+            request = entry.request
+            assert request.turn_id is not None
+            if entry.state == "durable":  # its worker holds the session: nothing is written here
+                await self._answer_durable(request, approved, remember, reason)
+                return Answered("sent_to_worker", request, request.turn_id)
             active = self.active_turn(session_id)
-            pending = {
-                entry.request.id: entry.request for entry in await anyio.to_thread.run_sync(self._pending, session_id)
-            }
-            request = pending.get(request_id)
-            if request is None:
-                waiting = ", ".join(pending) or "none"
-                raise AgentError(f"session {session_id} has no pending approval {request_id!r} (pending: {waiting})")
             if active is not None:
                 if request.turn_id != active.id:
-                    raise AgentError(f"turn {active.id} is running in session {session_id}; answer after it ends")
-                if isinstance(approver, PendingApprovals):
-                    # The request is recorded just before the approver gets it: give it a moment to arrive.
-                    with anyio.move_on_after(PARKING_WAIT):
-                        while approver.waiting_for(request_id) is None:
-                            await anyio.sleep(0.005)
-                    if approver.answer(request_id, approved=approved, remember=remember, reason=reason):
-                        return active
-                raise AgentError(f"turn {active.id} is asking its approver for {request_id} now; answer there")
+                    raise AnsweredElsewhere(
+                        f"turn {active.id} is running in session {session_id}; answer after it ends"
+                    )
+                if (
+                    isinstance(approver, PendingApprovals)
+                    and await approver.arrived(request_id, PARKING_WAIT)
+                    and approver.answer(request_id, approved=approved, remember=remember, reason=reason)
+                ):
+                    return Answered("continued", request, active.id, handle=active)
+                raise AnsweredElsewhere(f"turn {active.id} is asking its approver for {request_id} now; answer there")
+            session = await anyio.to_thread.run_sync(self.store.require, session_id)
             self._require_resumable(session)  # before recording: an answer nothing can act on is refused
             decision = ApprovalDecision(
                 request_id=request.id,
@@ -222,12 +240,10 @@ class AgentRunner:
             )
             record = {"request": request.model_dump(mode="json"), "decision": decision.model_dump(mode="json")}
             decided = EventItem(kind=DECIDED, data={**record, AFTER_END: True}, turn_id=request.turn_id)
+            grant = request.risk if approved and remember else None
 
             def write() -> Session:
-                self.store.append_item(session_id, decided)
-                if approved and remember:
-                    grants = sorted({*session.data.get(GRANTS_KEY, []), normalise_risk(request.risk)})
-                    self.store.update(session_id, data={**session.data, GRANTS_KEY: grants})
+                self.store.append_item(session_id, decided, grant=grant)
                 return self.store.require(session_id)
 
             session = await anyio.to_thread.run_sync(write)
@@ -239,10 +255,11 @@ class AgentRunner:
                 approved=approved,
                 decided_by="approver",
             )
-            if any(paused.decision is None for paused in paused_calls(session, request.turn_id)):
-                return None  # the turn resumes once its other requests are answered
-        assert request.turn_id is not None
-        return await self.resume_turn(session_id, request.turn_id, callbacks)
+            still = tuple(p.request.id for p in paused_calls(session, request.turn_id) if p.decision is None)
+            if still:
+                return Answered("recorded", request, request.turn_id, still_waiting=still)
+        handle = await self.resume_turn(session_id, request.turn_id, callbacks)
+        return Answered("resumed", request, request.turn_id, handle=handle)
 
     async def resume_turn(self, session_id: str, turn_id: str, callbacks: TurnCallbacks | None = None) -> TurnHandle:
         """Resume turn `turn_id`, which ended with the process while calls waited for approval, once every one of

@@ -171,6 +171,7 @@ class PendingApprovals:
 
     def __init__(self) -> None:
         self._waiting: dict[str, _Waiting] = {}
+        self._expected: dict[str, anyio.Event] = {}
 
     def pending(self, session_id: str | None = None) -> list[ApprovalRequest]:
         """The requests waiting right now, oldest first (of one session when `session_id` is given)."""
@@ -179,6 +180,17 @@ class PendingApprovals:
     def waiting_for(self, request_id: str) -> ApprovalRequest | None:
         waiting = self._waiting.get(request_id)
         return None if waiting is None else waiting.request
+
+    async def arrived(self, request_id: str, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the request to reach this approver (a turn records a request just before
+        it asks); whether it waits here now."""
+        if request_id not in self._waiting:
+            event = self._expected.setdefault(request_id, anyio.Event())
+            with anyio.move_on_after(timeout):
+                await event.wait()
+            if self._expected.get(request_id) is event:
+                del self._expected[request_id]
+        return request_id in self._waiting
 
     def answer(self, request_id: str, *, approved: bool, remember: bool = False, reason: str | None = None) -> bool:
         """Answer a waiting request (True), or False when no request of that id is waiting."""
@@ -194,6 +206,9 @@ class PendingApprovals:
 
     async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
         waiting = self._waiting[request.id] = _Waiting(request)
+        expected = self._expected.pop(request.id, None)
+        if expected is not None:
+            expected.set()
         try:
             await waiting.answered.wait()
         finally:

@@ -24,6 +24,14 @@ class SessionStoreUnavailable(AgentError):
     """The session database cannot be reached right now; nothing was written. The store reconnects by itself."""
 
 
+class UnknownApproval(AgentError):
+    """No approval request of that id waits in the session (never asked, already answered, or withdrawn)."""
+
+
+class AnsweredElsewhere(AgentError):
+    """The request cannot be answered here: its turn is running and asks its own approver (or another turn runs)."""
+
+
 class TurnClosed(AgentError):
     """The turn already ended (completed, failed or cancelled); late output from its agent is refused."""
 

@@ -37,7 +37,7 @@ from ._sessiondb import (
     SqliteDatabase,
     postgres_problem,
 )
-from .approvals import ApprovalRequest
+from .approvals import GRANTS_KEY, ApprovalRequest, normalise_risk
 from .errors import AgentError, SessionLocked, SessionNotFound
 from .items import ITEM, SESSION_ID, EventItem, Item, Session, SessionMeta, SessionStatus
 
@@ -349,9 +349,12 @@ class SessionStore:
 
     # -- items and updates ----------------------------------------------------------------------
 
-    def append_item(self, session: Session | str, item: Item, *, status: SessionStatus | None = None) -> Item:
+    def append_item(
+        self, session: Session | str, item: Item, *, status: SessionStatus | None = None, grant: str | None = None
+    ) -> Item:
         """Persist `item` at the end of the stream; the store assigns its `id` and `created_at`. `status` sets the
-        session's status in the same transaction (a turn's start and end: one commit instead of two)."""
+        session's status in the same transaction (a turn's start and end: one commit instead of two); `grant` adds
+        a risk the user allowed for the rest of the session to its data (with the decision that allowed it)."""
         with self._lock:
             opened = self._require_open(session)
             current = opened.session
@@ -368,6 +371,15 @@ class SessionStore:
                 )
                 if status is not None and status != current.status:
                     conn.execute("UPDATE sessions SET status = ?, head_seq = ? WHERE id = ?", (status, seq, current.id))
+                if grant is not None:
+                    granted = sorted({*current.data.get(GRANTS_KEY, []), normalise_risk(grant)})
+                    data = {**current.data, GRANTS_KEY: granted}
+                    conn.execute(
+                        "UPDATE sessions SET data = ?, head_seq = ? WHERE id = ?",
+                        (json.dumps(data, ensure_ascii=False), seq, current.id),
+                    )
+            if grant is not None:
+                current.data = data
             opened.index[stored.id] = position
             current.items.append(stored)
             current.updated_at = updated_at

@@ -15,17 +15,19 @@ from typing import Any, Unpack
 from urllib.parse import urlencode
 
 import anyio
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..changelog import Caller, Change
+from ..changelog import PAGE, Change
 from ..confirm import Confirmations
 from ..errors import UnitError
 from ..localaccess import LocalAccess
 from ..paths import validate_unit_id
 from ..service import UnitService, call_as
 from ..webpage import (
+    DiffCache,
     DiffLine,
     PageApp,
     PageOptions,
@@ -35,7 +37,7 @@ from ..webpage import (
 
 log = logging.getLogger("unit_mcp.unitpage")
 HERE = Path(__file__).parent
-PAGE_CALLER = Caller(name="unit-mcp page", version=None, session_id=None)
+PAGE_CALLER = PAGE
 POLL_SECONDS = 0.5  # how often an open page's event stream looks at the change log and the units
 SHOWN_CHANGES = 100
 SHOWN_CHECKPOINTS = 20
@@ -78,6 +80,7 @@ class UnitsUI(PageApp):
         self.service = service
         self.confirmations = confirmations
         self.local_access = local_access
+        self.diffs: DiffCache[int, tuple[Change, Markup] | None] = DiffCache()  # by change id: a change never changes
         if confirmations is not None:
             confirmations.on_page = True
         super().__init__(
@@ -141,7 +144,10 @@ class UnitsUI(PageApp):
             "local_grants": self.local_access.grants() if self.local_access else [],
             "units": units,
             "changes": changes,
-            "checkpoints": log_.checkpoints(SHOWN_CHECKPOINTS),
+            "checkpoints": [c for c in log_.checkpoints(2 * SHOWN_CHECKPOINTS) if c.caller != PAGE_CALLER][
+                :SHOWN_CHECKPOINTS
+            ],
+            "own_checkpoints": log_.checkpoints(SHOWN_CHECKPOINTS, caller=PAGE_CALLER),  # a burst hides none
             "filters": filters,
             "clients": clients,
             "problem": problem,
@@ -172,21 +178,19 @@ class UnitsUI(PageApp):
 
     async def change_page(self, request: Request) -> Response:
         change_id = request.path_params["change_id"]
-        change = await anyio.to_thread.run_sync(self.service.change_log.change, change_id)
-        if change is None:
+        shown = await self.diffs.get(change_id, lambda: self._shown_change(change_id))
+        if shown is None:
             return PlainTextResponse(f"No change {change_id} in the change log (it may have been pruned).", 404)
-        diffs = [
-            SourceDiff(
-                s.unit_id,
-                s.source_id,
-                s.action,
-                None
-                if (s.data_before is None and s.hash_before) or (s.data_after is None and s.hash_after)
-                else diff_lines(_text(s.data_before), _text(s.data_after)),
-            )
-            for s in change.sources
-        ]
+        change, diffs = shown
         return self.page(request, "change.html", change=change, diffs=diffs)
+
+    def _shown_change(self, change_id: int) -> tuple[Change, Markup] | None:
+        """The change and its diffs as the page shows them, read and rendered once (blocking: a long diff takes a
+        while); None when the log has no such change."""
+        change = self.service.change_log.change(change_id)
+        if change is None:
+            return None
+        return change, Markup(self.templates.get_template("_change_diffs.html").render(diffs=_source_diffs(change)))
 
     async def events(self, request: Request) -> Response:
         """`store` events (id: the page's state) whenever the state changed since the id the client last saw."""
@@ -289,6 +293,21 @@ def _minutes(text: str) -> float:
         return float(text)
     except ValueError:
         raise ValueError(f"minutes {text[:20]!r} is not a number; give whole minutes, e.g. 15") from None
+
+
+def _source_diffs(change: Change) -> list[SourceDiff]:
+    """What the change's page shows of each source (blocking: diffs are computed here)."""
+    return [
+        SourceDiff(
+            s.unit_id,
+            s.source_id,
+            s.action,
+            None
+            if (s.data_before is None and s.hash_before) or (s.data_after is None and s.hash_after)
+            else diff_lines(_text(s.data_before), _text(s.data_after)),
+        )
+        for s in change.sources
+    ]
 
 
 def _text(data: bytes | None) -> str:

@@ -8,14 +8,14 @@ the name of its printed login URL; `app` is then the ASGI app to serve or mount.
 
 from __future__ import annotations
 
-import difflib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import anyio
 import jinja2
@@ -28,6 +28,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Scope
 
 from ..loopback import Guard, security_settings
+from ..patching import unified_diff
 from .auth import SESSION_HEADER, SESSION_SECONDS, PageAuth
 
 HERE = Path(__file__).parent
@@ -76,31 +77,38 @@ class DiffLine:
     text: str
 
 
+DIFF_MAX_LINES = 2_000
+"""A text longer than this is not diffed for a page: one row says it is too large to show. difflib's worst case
+grows with the cube of the lines of the window even with autojunk (0.2 s for 2,000 lines of a few repeated values),
+and a page is no place to read a longer diff."""
+
+
+def too_large(lines: int) -> list[DiffLine]:
+    """The one row shown instead of a diff of `lines` lines."""
+    return [DiffLine("hunk", None, None, f"too large to show: {lines:,} lines (a page shows up to {DIFF_MAX_LINES:,})")]
+
+
 def diff_lines(before: str, after: str, *, context: int = 3) -> list[DiffLine]:
-    """The rows of a unified diff of two texts, with the line numbers on either side (templates escape the text)."""
-    rows: list[DiffLine] = []
-    old_lines, new_lines = before.splitlines(), after.splitlines()
-    for group in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_grouped_opcodes(context):
-        first, last = group[0], group[-1]
-        rows.append(
-            DiffLine(
-                "hunk", None, None, f"@@ -{first[1] + 1},{last[2] - first[1]} +{first[3] + 1},{last[4] - first[3]} @@"
-            )
-        )
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
-                rows.extend(DiffLine("ctx", i + 1, j1 + k + 1, old_lines[i]) for k, i in enumerate(range(i1, i2)))
-                continue
-            rows.extend(DiffLine("del", i + 1, None, old_lines[i]) for i in range(i1, i2))
-            rows.extend(DiffLine("add", None, j + 1, new_lines[j]) for j in range(j1, j2))
-    return rows
+    """The rows of a unified diff of two texts, with the line numbers on either side (templates escape the text).
+
+    The diff is the patches' own (`patching.unified_diff`: only the window between the common head and tail, with
+    difflib's autojunk), and it is not computed past `DIFF_MAX_LINES`: blocking, call it off the event loop."""
+    longest = max(before.count("\n"), after.count("\n")) + 1
+    if longest > DIFF_MAX_LINES:
+        return too_large(longest)
+    diff = unified_diff(before, after, "", context=context)
+    return unified_lines(diff.split("\n", 2)[2] if diff else "")
 
 
 def unified_lines(diff: str) -> list[DiffLine]:
     """The rows of a unified diff given as text (a patch, a dry run's diff), numbered from its hunk headers."""
+    if diff.count("\n") > 2 * DIFF_MAX_LINES:
+        return too_large(diff.count("\n"))
     rows: list[DiffLine] = []
     old = new = 0
     for line in diff.splitlines():
+        if line.startswith("\\"):  # "\ No newline at end of file" belongs to the line above it
+            continue
         if line.startswith("@@"):
             parts = line.split()
             try:
@@ -121,6 +129,36 @@ def unified_lines(diff: str) -> list[DiffLine]:
             rows.append(DiffLine("ctx", old, new, line[1:] if line.startswith(" ") else line))
             old, new = old + 1, new + 1
     return rows
+
+
+Key = TypeVar("Key", bound=Hashable)
+Shown = TypeVar("Shown")
+
+
+class DiffCache(Generic[Key, Shown]):
+    """What a page shows of a diff, computed once per key (a change, a request) in a worker thread and kept (but
+    None): a page is viewed and refreshed again and again, and two views at once compute it once."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._kept: OrderedDict[Key, Shown] = OrderedDict()
+        self._computing: dict[Key, anyio.Lock] = {}
+
+    async def get(self, key: Key, compute: Callable[[], Shown]) -> Shown:
+        lock = self._computing.setdefault(key, anyio.Lock())
+        async with lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                shown = self._kept[key]
+            else:
+                shown = await anyio.to_thread.run_sync(compute)
+                if shown is not None:  # None (nothing to show yet) is asked again next time
+                    self._kept[key] = shown
+                    while len(self._kept) > self.size:
+                        self._kept.popitem(last=False)
+        if not lock.statistics().tasks_waiting:
+            self._computing.pop(key, None)
+        return shown
 
 
 class PageOptions(TypedDict, total=False):
@@ -221,10 +259,12 @@ class PageApp:
 
 
 __all__ = [
+    "DIFF_MAX_LINES",
     "HEARTBEAT_SECONDS",
     "RECONNECT",
     "SESSION_HEADER",
     "SESSION_SECONDS",
+    "DiffCache",
     "DiffLine",
     "PageApp",
     "PageOptions",

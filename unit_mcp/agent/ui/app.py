@@ -23,7 +23,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ...webpage import RECONNECT, PageApp, PageOptions, event_stream, sse
-from ..errors import AgentError, SessionLocked
+from ..errors import AgentError, SessionLocked, UnknownApproval
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
 from .pending import PendingEntry, PendingIndex
@@ -155,13 +155,10 @@ class AgentUI(PageApp):
         if not isinstance(decision, str) or decision not in DECISIONS:
             return PlainTextResponse("decision must be approve, deny or always.", status_code=400)
         approved, remember = DECISIONS[decision]
-        known = {entry.request.id: entry for entry in await anyio.to_thread.run_sync(self.pending.pending)}
-        entry = known.get(request_id)
-        what = f"{entry.request.tool or 'the call'} ({request_id})" if entry else request_id
         verdict = "Denied" if not approved else "Approved (always, this session)" if remember else "Approved"
         handle: TurnHandle | None = None
         try:
-            handle = await self.runner.answer_approval(
+            answered = await self.runner.answer_approval(
                 session_id, request_id, approved=approved, remember=remember, reason="answered on the approval page"
             )
         except SessionLocked:
@@ -170,18 +167,19 @@ class AgentUI(PageApp):
                 f"Not answered: session {session_id} is open in another process, where its turn asks its own "
                 "approver. Answer it there, or here once that process has ended.",
             )
+        except UnknownApproval as exc:
+            notice = ("error", f"Already answered or withdrawn: {exc}")
         except AgentError as exc:
-            lost = "no pending approval" in str(exc)
-            notice = ("error", f"{'Already answered or withdrawn' if lost else 'Not answered'}: {exc}")
+            notice = ("error", f"Not answered: {exc}")
         else:
-            if handle is None and entry is not None and entry.state == "durable":
-                outcome = f"durable turn {entry.request.turn_id} goes on on its worker."
-            elif handle is None:
-                outcome = "the turn resumes once its other requests are answered."
-            elif entry is not None and handle.id == entry.request.turn_id:
-                outcome = f"turn {handle.id} goes on."
-            else:
-                outcome = f"the turn resumed as {handle.id}."
+            handle = answered.handle
+            what = f"{answered.request.tool or 'the call'} ({request_id})"
+            outcome = {
+                "sent_to_worker": f"durable turn {answered.turn_id} goes on on its worker.",
+                "recorded": "the turn resumes once its other requests are answered.",
+                "continued": f"turn {answered.turn_id} goes on.",
+                "resumed": f"the turn resumed as {handle.id if handle else answered.turn_id}.",
+            }[answered.how]
             notice = ("ok", f"{verdict}: {what} in session {session_id}; {outcome}")
         if handle is not None and handle.running:
             handle.on_complete(lambda ended: self._release(session_id))

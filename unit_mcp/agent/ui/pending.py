@@ -96,12 +96,20 @@ class PendingIndex:
         self.live_turn = live_turn
         self.dry_run = dry_run
         self._dry_runs: dict[str, list[ProposedDiff]] = {}  # by request id: each is run once, when first shown
+        self._diffs: dict[str, ProposedDiff | None] = {}  # by request id: a request's arguments never change
 
     def pending(self) -> list[PendingEntry]:
-        """Every waiting request, newest first. Blocking (call it off the loop)."""
+        """Every waiting request, newest first. Blocking (call it off the loop): a request's diff is computed the
+        first time it is listed, and kept while it waits."""
         entries = []
-        for entry in reversed(self.store.pending(live_turn=self.live_turn)):
-            diff = proposed_diff(entry.request.tool, entry.request.arguments)
+        waiting = list(reversed(self.store.pending(live_turn=self.live_turn)))
+        kept = {entry.request.id for entry in waiting}
+        self._diffs = {key: diff for key, diff in self._diffs.items() if key in kept}
+        self._dry_runs = {key: diffs for key, diffs in self._dry_runs.items() if key in kept}
+        for entry in waiting:
+            if entry.request.id not in self._diffs:
+                self._diffs[entry.request.id] = proposed_diff(entry.request.tool, entry.request.arguments)
+            diff = self._diffs[entry.request.id]
             entries.append(
                 PendingEntry(
                     entry.request,

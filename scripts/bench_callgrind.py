@@ -1,0 +1,130 @@
+"""Instructions per tool call (valgrind's callgrind), for two versions of unit_mcp side by side.
+
+    .venv/bin/python scripts/bench_callgrind.py --base dfaf48e          # that commit against this work tree
+    .venv/bin/python scripts/bench_callgrind.py --base HEAD --calls 40 80
+
+Instruction counts stay the same on a noisy machine (unlike seconds), so they show what a change costs per call.
+Each figure runs one process under callgrind that serves a copy of the example units in memory (`UnitTools` over an
+in-memory SDK `Client`, the whole tool layer) and makes N calls of one kind, for two values of N: the difference
+divided by the calls is the cost of one call, start-up excluded. Kinds: `read` (unit_read_source), `dry_run`
+(unit_apply_patch dry_run of a text file), `dry_run_py` (of a Python file), `write` (a patch that reloads, then its
+undo: two writes per call), `list` (unit_list). The base side imports `unit_mcp` exported from `--base`. Each run is
+bounded (`--timeout`); a run that passes it is reported as a miss. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KINDS = ("read", "dry_run", "dry_run_py", "write", "list")
+
+HARNESS = r"""
+import sys, shutil, tempfile, anyio
+from mcp import Client
+from unit_mcp import Host, UnitService, UnitTools
+from unit_mcp.server import EXAMPLE_UNITS
+
+kind, calls = sys.argv[1], int(sys.argv[2])
+folder = tempfile.mkdtemp()
+shutil.copytree(EXAMPLE_UNITS, folder + "/units", ignore=shutil.ignore_patterns("__pycache__"))
+with open(folder + "/units/notes/README.txt", "w") as f:
+    f.write("notes\nsecond line\n")
+TEXT = {"unit_id": "notes", "source_id": "README.txt", "old": "second", "new": "2nd"}
+STEP = {"unit_id": "counter", "source_id": "__init__.py", "old": "step = 1", "new": "step = 2"}
+CALL = {
+    "read": ("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"}),
+    "dry_run": ("unit_apply_patch", dict(TEXT, dry_run=True)),
+    "dry_run_py": ("unit_apply_patch", dict(STEP, dry_run=True)),
+    "write": ("unit_apply_patch", STEP),
+    "list": ("unit_list", {}),
+}
+
+
+async def main() -> None:
+    with Host(folder + "/units", folder + "/data") as host:
+        tools = UnitTools(UnitService(host))
+        async with Client(tools.server()) as client:
+            name, arguments = CALL[kind]
+            for _ in range(calls):
+                result = await client.call_tool(name, arguments)
+                assert not result.is_error, result
+                if kind == "write":
+                    back = dict(arguments, old=arguments["new"], new=arguments["old"])
+                    assert not (await client.call_tool(name, back)).is_error
+
+anyio.run(main)
+"""
+
+
+def instructions(python: str, pythonpath: str, kind: str, calls: int, timeout: float) -> int | None:
+    """Instructions of one run, or None when it passed `timeout` or failed."""
+    with tempfile.TemporaryDirectory() as out:
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}/cg.out",
+            python,
+            "-c",
+            HARNESS,
+            kind,
+            str(calls),
+        ]
+        env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONHASHSEED": "0"}
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        except subprocess.TimeoutExpired:
+            return None
+        found = re.search(r"Collected : (\d+)", run.stderr)
+        if run.returncode != 0 or found is None:
+            print(run.stderr[-2000:], file=sys.stderr)
+            return None
+        return int(found.group(1))
+
+
+def _export(commit: str, folder: str) -> None:
+    """The package as it was at `commit`, in `folder`."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "unit_mcp"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", required=True, help="a commit to compare against this work tree")
+    parser.add_argument("--against", help="a commit to measure instead of the work tree (a tree that may change)")
+    parser.add_argument("--calls", type=int, nargs=2, default=(20, 60), help="the two call counts (default 20 60)")
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (default 900)")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("bench_callgrind: valgrind is missing (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 1
+    low, high = args.calls
+    with tempfile.TemporaryDirectory() as base:
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", args.base, "unit_mcp"], capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", base], input=archive.stdout, check=True)
+        sides = {f"base {args.base}": base, "this tree": str(REPO)}
+        print(f"| kind | {' | '.join(sides)} | ratio |")
+        print("| --- | " + " | ".join("---:" for _ in sides) + " | ---: |")
+        for kind in args.kinds:
+            per_call: list[float | None] = []
+            for path in sides.values():
+                counts = [instructions(sys.executable, path, kind, n, args.timeout) for n in (low, high)]
+                per_call.append(None if None in counts else (counts[1] - counts[0]) / (high - low))  # type: ignore[operator]
+            shown = [f"{p / 1e6:.2f} M" if p is not None else "miss (timeout or failure)" for p in per_call]
+            ratio = f"{per_call[1] / per_call[0]:.2f}" if None not in per_call and per_call[0] else "-"
+            print(f"| {kind} | {' | '.join(shown)} | {ratio} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

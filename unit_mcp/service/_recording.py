@@ -1,0 +1,62 @@
+"""The change log's record of one write call: who, which tool, the outcome, the change set (bytes of applied
+changes only), and the test a write was kept on."""
+
+from __future__ import annotations
+
+import time
+
+from ..changelog import Outcome, SourceChange
+from ..models import RunTestsResult
+from ._caller import caller
+from ._plan import Target
+from ._units import Units
+
+
+def tested(test: RunTestsResult) -> str:
+    """The test a write was kept on, as the change log says it."""
+    how = "passed" if test.passed else "timed out" if test.timed_out else f"failed (exit {test.exit_code})"
+    kept = "the write was kept" if test.passed else "the write was put back"
+    return f"test_{test.test_name} {how} in {test.duration_ms:.0f} ms; {kept}"
+
+
+def record(
+    svc: Units,
+    tool: str,
+    unit_id: str | None,
+    source_id: str | None,
+    outcome: Outcome,
+    targets: list[Target],
+    started: float,
+    code: str | None = None,
+    message: str | None = None,
+) -> int | None:
+    """One record; bytes are kept of applied changes only. A log that cannot be written is logged, and the call's
+    outcome stands."""
+    keep = outcome == "applied"
+    sources = [
+        SourceChange(
+            t.source.unit_id,
+            t.source.source_id,
+            t.action,
+            t.hash_before,
+            t.hash_after,
+            t.before if keep else None,
+            t.after if keep else None,
+        )
+        for t in targets
+    ]
+    try:
+        return svc.change_log.record(
+            caller=caller(),
+            tool=tool,
+            unit_id=None if unit_id is None else str(unit_id)[:200],
+            source_id=None if source_id is None else str(source_id)[:1100],
+            outcome=outcome,
+            error_code=code,
+            message=None if message is None else svc.host.redact(message)[:2000],
+            duration_ms=(time.perf_counter() - started) * 1000,
+            sources=sources,
+        )
+    except Exception:
+        svc.host.logger.exception("recording a call of %s in the change log failed", tool)
+        return None
