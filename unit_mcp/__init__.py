@@ -12,23 +12,40 @@ from ._lazy import lazy_exports
 from ._version import __version__ as __version__
 
 _EXPORTS = {
+    "Confirmations": "confirm",
     "Host": "host",
     "ReloadError": "host",
+    "UnitNotLoaded": "host",
     "UnitError": "errors",
     "UnitService": "service",
     "UnitTools": "tools",
+    "UnitsUI": "unitpage",
     "tool_risks": "tools",
     "Bridge": "bridge",
     "BridgeError": "bridge",
 }
-__all__ = ["Bridge", "BridgeError", "Host", "ReloadError", "UnitError", "UnitService", "UnitTools", "tool_risks"]
+__all__ = [
+    "Bridge",
+    "BridgeError",
+    "Confirmations",
+    "Host",
+    "ReloadError",
+    "UnitError",
+    "UnitNotLoaded",
+    "UnitService",
+    "UnitTools",
+    "UnitsUI",
+    "tool_risks",
+]
 
 if TYPE_CHECKING:
     from .bridge import Bridge, BridgeError
+    from .confirm import Confirmations
     from .errors import UnitError
-    from .host import Host, ReloadError
+    from .host import Host, ReloadError, UnitNotLoaded
     from .service import UnitService
     from .tools import UnitTools, tool_risks
+    from .unitpage import UnitsUI
 
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -16,7 +16,7 @@ import signal
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server import Server
@@ -25,6 +25,9 @@ from starlette.types import ASGIApp
 from .mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
 from .opencode_isolation import ConfigHome, IsolationRefused, opencode_config
 from .stdio import Streams
+
+if TYPE_CHECKING:
+    import uvicorn
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
@@ -168,6 +171,32 @@ class Bridge:
             raise
         log.info("serving MCP on %s and %s", self.url, self.sse_url)
         return self.status()
+
+    async def serve_until_stopped(self, beside: uvicorn.Server | None = None) -> None:
+        """Serve until SIGINT or SIGTERM, with the application's own uvicorn server `beside` the bridge, then return:
+        `async with Bridge(...)` removes the temporary config and the process exits 0. The one way to embed the
+        bridge beside an ASGI server: uvicorn is asked to stop and allowed to finish (it re-raises the signal it
+        caught once it has stopped, which without a handler kills the process before anything is cleaned up)."""
+        if not self._started:
+            raise self._error("the bridge is not started")
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as group:
+
+                async def stop_on_signal() -> None:
+                    async for signum in signals:
+                        log.info("stopping on %s", signal.Signals(signum).name)
+                        break
+                    if beside is None:
+                        group.cancel_scope.cancel()
+                    else:
+                        beside.should_exit = True  # a graceful stop: its lifespan and open requests end first
+
+                group.start_soon(stop_on_signal)
+                if beside is None:
+                    await anyio.sleep_forever()
+                else:
+                    await beside.serve()
+                group.cancel_scope.cancel()
 
     async def stop(self) -> None:
         """Stop serving (open streams get `shutdown_timeout` seconds), then remove a temporary config root."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gc
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -31,9 +33,13 @@ from .redact import Redactor
 from .units import open_loader
 
 if TYPE_CHECKING:
+    import asyncio  # imported where a use waits in a task: it pulls in subprocess, which a test run does without
+
     from .githistory import GitMode
 
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
+HOOKS = (*LIFECYCLE, "migrate")
+"""The lifecycle exports and `migrate(state, from_version)`, called when a reload changes the unit's version."""
 KEPT_SNAPSHOTS = 64
 KEPT_SNAPSHOT_BYTES = 64 * 1024 * 1024
 """Captured snapshots kept in memory for `restore_snapshot`: the newest 64, at most 64 MiB of JSON in all."""
@@ -52,6 +58,150 @@ class Reloaded:
     activity: dict[str, Any]
     """The `ActivityEvidence` fields: the activity active before and after, whether it was re-activated."""
     duration_ms: float
+    blocked_ms: float = 0.0
+    """How long new uses of the unit waited: the drain of the uses in flight plus the window."""
+    window_ms: float = 0.0
+    """The window itself (snapshot, migrate, drop, swap, init, restore), with nothing of the unit running."""
+
+
+class UnitNotLoaded(LookupError):
+    """A use of a unit that is not loaded (never loaded, failed to load, or unloaded)."""
+
+    def __init__(self, unit_id: str) -> None:
+        super().__init__(f"unit {unit_id!r} is not loaded")
+        self.unit_id = unit_id
+
+
+_held: contextvars.ContextVar[frozenset[tuple[int, str]]] = contextvars.ContextVar("unit_mcp_uses", default=frozenset())
+"""(host id, unit id) of the uses the current thread or task holds: a nested use never waits for a reload that is
+itself waiting for the outer use to finish."""
+
+
+class _Gate:
+    """The uses of one unit in flight, and whether a reload has closed the unit to new ones (they wait, threads on
+    the condition, asyncio tasks on a future woken from the reloading thread)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+        self.active = 0
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def enter(self, nested: bool) -> None:
+        with self._cond:
+            while self._closed and not nested:
+                self._cond.wait()
+            self.active += 1
+
+    def enter_or_wait(self, nested: bool) -> asyncio.Future[None] | None:
+        """Enter now (None), or a future of the running loop that is done when the gate opens again."""
+        with self._cond:
+            if not self._closed or nested:
+                self.active += 1
+                return None
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[None] = loop.create_future()
+            self._waiters.append((loop, future))
+            return future
+
+    def leave(self) -> None:
+        with self._cond:
+            self.active -= 1
+            if self.active == 0:
+                self._cond.notify_all()
+
+    def close(self, timeout: float) -> bool:
+        """Hold new uses and wait for those in flight to finish; False if some still run after `timeout` seconds
+        (the gate stays closed: the caller opens it)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closed = True
+            while self.active:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def open(self) -> None:
+        with self._cond:
+            self._closed = False
+            self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile has nobody left to wake
+                loop.call_soon_threadsafe(_wake, future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class UnitUse:
+    """One use of a unit by the application: `with host.use("counter") as module:` in a thread, or `async with` in
+    an asyncio task. While a reload of the unit is in its window the use waits (it never fails for that); once
+    entered, the module it got is not swapped under it: a reload waits for it to finish (up to the host's
+    `drain_timeout`). `release()` ends it early (an ASGI response that starts streaming: its body is its own)."""
+
+    def __init__(self, host: Host, unit_id: str) -> None:
+        self._host = host
+        self.unit_id = unit_id
+        self._gate = host._gate(unit_id)
+        self._key = (id(host), unit_id)
+        self._entered = False
+        self._token: contextvars.Token[frozenset[tuple[int, str]]] | None = None
+        self.module: types.ModuleType | None = None
+
+    def _entering(self) -> bool:
+        if self._entered or self._token is not None:
+            raise RuntimeError("a UnitUse is entered once; call host.use() again for another use")
+        return self._key in _held.get()
+
+    def _admitted(self) -> types.ModuleType:
+        self._entered = True
+        loaded = self._host._loaded.get(self.unit_id)
+        if loaded is None:
+            self.release()
+            raise UnitNotLoaded(self.unit_id)
+        self._token = _held.set(_held.get() | {self._key})
+        self.module = loaded.module
+        return loaded.module
+
+    def release(self) -> None:
+        """Let a waiting reload go on (idempotent); the module stays what this use got."""
+        if self._entered:
+            self._entered = False
+            self._gate.leave()
+
+    def __enter__(self) -> types.ModuleType:
+        self._gate.enter(self._entering())
+        return self._admitted()
+
+    def __exit__(self, *exc: object) -> None:
+        self._exit()
+
+    async def __aenter__(self) -> types.ModuleType:
+        nested = self._entering()
+        while (future := self._gate.enter_or_wait(nested)) is not None:
+            try:
+                await future
+            except BaseException:  # cancelled while waiting: nobody needs waking any more
+                future.cancel()
+                raise
+        return self._admitted()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._exit()
+
+    def _exit(self) -> None:
+        self.release()
+        token, self._token = self._token, None
+        if token is not None:
+            with contextlib.suppress(ValueError):  # exited in another context than entered: nothing to undo there
+                _held.reset(token)
 
 
 class ReloadError(Exception):
@@ -98,6 +248,10 @@ class ReloadTimeout(Exception):
     """Unit code (import, init or restore) ran past the host's reload timeout."""
 
 
+class DrainTimeout(Exception):
+    """Uses of the unit were still running after the host's drain timeout: the reload was refused."""
+
+
 @dataclass
 class LoadedUnit:
     unit_id: str
@@ -105,6 +259,8 @@ class LoadedUnit:
     modules: dict[str, types.ModuleType]
     activities: list[str] = field(default_factory=list)
     lifecycle: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    version: Any = None
+    """The unit's `VERSION` if it declares one, else the hash of its module sources."""
 
     def hook(self, name: str) -> Callable[..., Any] | None:
         """The lifecycle function as exported at import (a unit deleting its own later cannot lose its state)."""
@@ -112,7 +268,40 @@ class LoadedUnit:
 
 
 def _lifecycle(module: types.ModuleType) -> dict[str, Callable[..., Any]]:
-    return {name: fn for name in LIFECYCLE if callable(fn := getattr(module, name, None))}
+    return {name: fn for name in HOOKS if callable(fn := getattr(module, name, None))}
+
+
+def _version(module: types.ModuleType, modules: dict[str, types.ModuleType]) -> Any:
+    """`VERSION` as the unit declares it, else the `sha256:` hash of its source (of its module sources in name
+    order, for a unit of several modules)."""
+    declared = getattr(module, "VERSION", None)
+    if declared is not None:
+        return declared
+    datas = [getattr(getattr(m.__spec__, "loader", None), "data", b"") for _, m in sorted(modules.items())]
+    if len(datas) == 1:
+        return paths.hash_bytes(datas[0])
+    digest = hashlib.sha256()
+    for name, data in zip(sorted(modules), datas, strict=True):
+        digest.update(f"{name}\0{paths.hash_bytes(data)}\n".encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _install(modules: dict[str, types.ModuleType]) -> None:
+    """Put modules in sys.modules, each bound to its package as an import binds it (`units.counter.panel`)."""
+    for name, module in sorted(modules.items()):
+        sys.modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules:
+            setattr(sys.modules[parent], child, module)
+
+
+@dataclass
+class _Prepared:
+    """A new version imported into fresh module objects, none of them in sys.modules or served yet."""
+
+    module: types.ModuleType
+    modules: dict[str, types.ModuleType]
+    version: Any
 
 
 @dataclass
@@ -139,6 +328,7 @@ class Host:
         log_max_bytes: int = 5 * 1024 * 1024,
         log_backups: int = 3,
         reload_timeout: float = 30.0,
+        drain_timeout: float = 10.0,
         app_log: bool = True,
         git_history: GitMode = "ref",
         change_retention: Retention = DEFAULT_RETENTION,
@@ -148,7 +338,8 @@ class Host:
         closed with the host. `app_log=False` writes no `<data_dir>/logs/app.log` (the test host logs to its
         stderr instead). The data dir must be ours alone (`paths.private_dir`): its bytecode cache is run. The
         change log (`changes`) keeps `change_retention` and the bytes of an outside change up to
-        `max_change_bytes`."""
+        `max_change_bytes`. A reload waits up to `drain_timeout` seconds for the unit's uses in flight to finish,
+        then is refused (the old version serving on)."""
         self.data_dir = paths.private_dir(Path(data_dir))
         if isinstance(units, (str, os.PathLike)):
             units = open_loader(units, read_only=read_only, git_history=git_history)
@@ -173,6 +364,8 @@ class Host:
         self._transaction_thread: int | None = None
         self._worker: _Worker | None = None
         self.reload_timeout = reload_timeout
+        self.drain_timeout = drain_timeout
+        self._gates: dict[str, _Gate] = {}
         self._pending_activities: list[str] = []
         self._finder: UnitFinder | None = None
         self._log_handler: logging.Handler | None = None
@@ -273,7 +466,7 @@ class Host:
                     progress = _Progress()
                     marker[:] = [index, time.perf_counter(), progress]
                     try:
-                        new, _ = self._bring_up(unit_id, None, False, progress)
+                        new = self._bring_up(unit_id, progress)
                     except (Exception, SystemExit) as exc:
                         if abandoned.is_set():
                             with self._lock:
@@ -382,6 +575,10 @@ class Host:
     def is_loaded(self, unit_id: str) -> bool:
         return unit_id in self._loaded
 
+    def loaded_units(self) -> list[str]:
+        """The ids of the units loaded now, sorted."""
+        return sorted(list(self._loaded))
+
     def load_error(self, unit_id: str) -> str | None:
         return self._load_errors.get(unit_id)
 
@@ -391,6 +588,17 @@ class Host:
     def unit_lock(self, unit_id: str) -> threading.RLock:
         with self._locks_lock:
             return self._unit_locks.setdefault(unit_id, threading.RLock())
+
+    def use(self, unit_id: str) -> UnitUse:
+        """A use of the unit's current module by the application, for `with` (threads) or `async with` (asyncio
+        tasks; never the blocking `with` on an event loop). A reload of the unit waits for the uses in flight and
+        holds new ones for its short window, so no call reaches a module half-way through a reload and no write
+        made through a use is lost. `UnitNotLoaded` if the unit is not loaded."""
+        return UnitUse(self, unit_id)
+
+    def _gate(self, unit_id: str) -> _Gate:
+        with self._locks_lock:
+            return self._gates.setdefault(unit_id, _Gate())
 
     # -- activities -----------------------------------------------------------------------
 
@@ -477,11 +685,20 @@ class Host:
             return True
 
     def unload(self, unit_id: str) -> None:
-        with self._guard():
-            loaded = self._loaded.pop(unit_id, None)
-            if loaded is not None:
-                self._teardown(loaded)
-            self._load_errors.pop(unit_id, None)
+        """Drop the unit once its uses in flight finished (or `drain_timeout` passed); waiting uses then get
+        `UnitNotLoaded`."""
+        gate = self._gate(unit_id)
+        with self.unit_lock(unit_id):
+            if not gate.close(self.drain_timeout):
+                self.logger.warning("unloading unit %s with uses still running after %g s", unit_id, self.drain_timeout)
+            try:
+                with self._guard():
+                    loaded = self._loaded.pop(unit_id, None)
+                    if loaded is not None:
+                        self._teardown(loaded)
+                    self._load_errors.pop(unit_id, None)
+            finally:
+                gate.open()
         self._unit_changed(unit_id)
 
     def _unit_changed(self, unit_id: str) -> None:
@@ -489,62 +706,177 @@ class Host:
             listener(unit_id)
 
     def reload(self, unit_id: str, *, rollback_source: Callable[[], bool] | None = None) -> Reloaded:
-        """snapshot → drop → purge → import → init → restore → re-activate, as one transaction.
+        """Prepare → quiesce → snapshot → migrate → drop → swap → init → restore → re-activate, as one transaction.
 
-        On failure the old modules, their init and their state are put back, and
-        `rollback_source` (given when the reload follows a write) restores the old sources first; it returns False
-        when it did not (someone else changed them meanwhile, and their change stays).
+        The new version is imported into fresh modules first, while the old one serves; then new uses of the unit
+        wait, the uses in flight finish (up to `drain_timeout`, else the reload is refused), and the short window
+        runs with nothing of the unit in use. On failure the old modules, their init and their state are put back,
+        and `rollback_source` (given when the reload follows a write) restores the old sources first; it returns
+        False when it did not (someone else changed them meanwhile, and their change stays).
         The old version stays listed as loaded until the new one replaces it.
         """
         try:
-            restored, evidence, duration = self._reload(unit_id, rollback_source)
+            restored, evidence, timings = self._reload(unit_id, rollback_source)
         finally:
             self._unit_changed(unit_id)
-        return Reloaded(unit_id, restored, evidence, duration)
+        return Reloaded(unit_id, restored, evidence, *timings)
 
-    def _reload(self, unit_id: str, rollback_source: Callable[[], bool] | None) -> tuple[bool, dict[str, Any], float]:
-        """The transaction behind `reload`: (state restored, activity evidence, duration in ms)."""
-        with self._guard():
-            started = time.perf_counter()
-            old = self._loaded.get(unit_id)
-            active_before = self.active_activity
-            owned_active = self._activities.owned_by(unit_id)
-            state: Any = None
-            snapshot = old.hook("snapshot") if old is not None else None
-            if snapshot is not None:
+    def _reload(
+        self, unit_id: str, rollback_source: Callable[[], bool] | None
+    ) -> tuple[bool, dict[str, Any], tuple[float, float, float]]:
+        """The transaction behind `reload`: (state restored, activity evidence, (duration, blocked, window) in ms)."""
+        started = time.perf_counter()
+        if (id(self), unit_id) in _held.get():
+            inside = RuntimeError(f"reload of unit {unit_id} asked for inside a use of it, which it would wait for")
+            with self._guard():  # not the unit lock: a reload waiting for this very use may hold it
+                raise self._refuse(unit_id, "drain", inside, self._loaded.get(unit_id), rollback_source)
+        with self.unit_lock(unit_id):
+            with self._guard():
+                old = self._loaded.get(unit_id)
+                progress = _Progress()
                 try:
-                    state = self._bounded(unit_id, lambda: "snapshot", snapshot)
+                    prepared = self._bounded(unit_id, lambda: progress.stage, lambda: self._prepare(unit_id))
                 except (Exception, SystemExit) as exc:
-                    raise self._failure(unit_id, "snapshot", exc, rolled_back=True, source_restored=False) from exc
-            has_state = snapshot is not None
-            if old is not None:
-                self._teardown(old)
-            progress = _Progress()
+                    raise self._refuse(unit_id, "import", exc, old, rollback_source) from exc
+            gate = self._gate(unit_id)
+            closed = time.perf_counter()
             try:
-                new, restored = self._bounded(
-                    unit_id, lambda: progress.stage, lambda: self._bring_up(unit_id, state, has_state, progress)
+                if not gate.close(self.drain_timeout):
+                    drained = DrainTimeout(
+                        f"uses of unit {unit_id} still running after {self.drain_timeout:g} s (drain timeout); "
+                        "reload refused, the previous version serves on"
+                    )
+                    with self._guard():
+                        raise self._refuse(unit_id, "drain", drained, old, rollback_source)
+                window = time.perf_counter()
+                with self._guard():
+                    restored, evidence = self._swap(unit_id, old, prepared, rollback_source)
+            finally:
+                gate.open()
+                opened = time.perf_counter()
+        duration = (opened - started) * 1000
+        blocked, in_window = (opened - closed) * 1000, (opened - window) * 1000
+        self.logger.info(
+            "unit %s reloaded in %.1f ms (uses held %.2f ms, window %.2f ms)", unit_id, duration, blocked, in_window
+        )
+        return restored, evidence, (duration, blocked, in_window)
+
+    def _refuse(
+        self,
+        unit_id: str,
+        stage: str,
+        exc: BaseException,
+        old: LoadedUnit | None,
+        rollback_source: Callable[[], bool] | None,
+    ) -> ReloadError:
+        """A reload given up before anything of the old version was touched: it serves on (a unit loaded for the
+        first time is recorded as failed)."""
+        trace = self._trace(unit_id, exc)  # before the rollback: the lines shown are the ones attempted
+        source_restored = self._roll_back_source(unit_id, rollback_source)
+        if old is None:
+            self._load_errors[unit_id] = self._describe(exc)
+        return self._failure(
+            unit_id, stage, exc, rolled_back=old is not None, source_restored=source_restored, trace=trace
+        )
+
+    def _prepare(self, unit_id: str) -> _Prepared:
+        """Read, compile and import the unit's new version into fresh modules, then put back in sys.modules what
+        serves now: nothing of the new version is visible until the swap."""
+        serving = self._unit_modules(unit_id)
+        self._purge(unit_id)
+        modules: dict[str, types.ModuleType] = {}
+        try:
+            module = importlib.import_module(self.module_name(unit_id))
+            modules = self._unit_modules(unit_id)
+        finally:
+            self._purge(unit_id)
+            for name, new in modules.items():  # an import binds a module to its package: unbind what it bound
+                parent, _, child = name.rpartition(".")
+                if getattr(sys.modules.get(parent), child, None) is new:
+                    delattr(sys.modules[parent], child)
+            _install(serving)
+        if self._transaction_thread != threading.get_ident():
+            raise ReloadTimeout("the import returned after the reload had given up on it; discarded")
+        return _Prepared(module, modules, _version(module, modules))
+
+    def _swap(
+        self, unit_id: str, old: LoadedUnit | None, prepared: _Prepared, rollback_source: Callable[[], bool] | None
+    ) -> tuple[bool, dict[str, Any]]:
+        """The window, with no use of the unit running: snapshot → migrate → drop → swap → init → restore."""
+        active_before = self.active_activity
+        owned_active = self._activities.owned_by(unit_id)
+        progress = _Progress(stage="snapshot")
+        state: Any = None
+        snapshot = old.hook("snapshot") if old is not None else None
+        has_state = snapshot is not None
+        migrate = prepared.module.__dict__.get("migrate")
+        if old is not None and snapshot is not None:
+            try:
+                state = self._bounded(
+                    unit_id, lambda: progress.stage, lambda: self._handed_over(old, prepared, snapshot, progress)
                 )
             except (Exception, SystemExit) as exc:
-                if progress.loaded is not None:
-                    self._teardown(progress.loaded)
-                else:
-                    self._discard(unit_id)
-                source_restored = self._roll_back_source(unit_id, rollback_source)
-                reinstated = old is not None and self._reinstate(
-                    old, state, has_state, active_before if owned_active else None
-                )
-                if not reinstated:
-                    self._loaded.pop(unit_id, None)
-                    self._load_errors[unit_id] = self._describe(exc)
-                raise self._failure(
-                    unit_id, progress.stage, exc, rolled_back=reinstated, source_restored=source_restored
-                ) from exc
-            self._loaded[unit_id] = new
-            self._load_errors.pop(unit_id, None)
-            evidence = self._activities.reactivate(unit_id, active_before, owned_active, self._describe)
-            duration = (time.perf_counter() - started) * 1000
-            self.logger.info("unit %s reloaded in %.1f ms", unit_id, duration)
-            return restored, evidence, duration
+                raise self._refuse(unit_id, progress.stage, exc, old, rollback_source) from exc
+        elif old is not None and callable(migrate) and old.version != prepared.version:
+            self.logger.info("unit %s has migrate() but its previous version had no snapshot(): not called", unit_id)
+        if old is not None:
+            self._teardown(old)
+        progress = _Progress(stage="init", module=prepared.module)
+        try:
+            new, restored = self._bounded(
+                unit_id, lambda: progress.stage, lambda: self._bring_in(unit_id, prepared, state, has_state, progress)
+            )
+        except (Exception, SystemExit) as exc:
+            trace = self._trace(unit_id, exc)
+            if progress.loaded is not None:
+                self._teardown(progress.loaded)
+            else:
+                self._discard(unit_id)
+            source_restored = self._roll_back_source(unit_id, rollback_source)
+            reinstated = old is not None and self._reinstate(
+                old, state, has_state, active_before if owned_active else None
+            )
+            if not reinstated:
+                self._loaded.pop(unit_id, None)
+                self._load_errors[unit_id] = self._describe(exc)
+            raise self._failure(
+                unit_id,
+                progress.stage,
+                exc,
+                rolled_back=reinstated,
+                source_restored=source_restored,
+                trace=trace,
+            ) from exc
+        self._loaded[unit_id] = new
+        self._load_errors.pop(unit_id, None)
+        return restored, self._activities.reactivate(unit_id, active_before, owned_active, self._describe)
+
+    def _handed_over(
+        self, old: LoadedUnit, prepared: _Prepared, snapshot: Callable[[], Any], progress: _Progress
+    ) -> Any:
+        """The old version's state as the new version takes it: snapshot(), then the new version's
+        migrate(state, from_version) when the version changed."""
+        state = snapshot()
+        migrate = prepared.module.__dict__.get("migrate")
+        if callable(migrate) and old.version != prepared.version:
+            progress.stage = "migrate"
+            state = migrate(state, old.version)
+        return state
+
+    def _bring_in(
+        self, unit_id: str, prepared: _Prepared, state: Any, has_state: bool, progress: _Progress
+    ) -> tuple[LoadedUnit, bool]:
+        """swap → init → restore (the old version is torn down already)."""
+        _install(prepared.modules)
+        self._pending_activities = []
+        progress.loaded = self._init(unit_id, prepared.module)
+        progress.loaded.version = prepared.version
+        progress.stage = "restore"
+        restore = progress.loaded.hook("restore")
+        if has_state and restore is not None:
+            restore(state)
+            return progress.loaded, True
+        return progress.loaded, False
 
     def _roll_back_source(self, unit_id: str, rollback_source: Callable[[], bool] | None) -> bool:
         if rollback_source is None:
@@ -555,19 +887,16 @@ class Host:
             self.logger.exception("restoring the previous source of unit %s failed", unit_id)
             return False
 
-    def _bring_up(self, unit_id: str, state: Any, has_state: bool, progress: _Progress) -> tuple[LoadedUnit, bool]:
-        """import → init → restore; `progress` tells the caller how far it got if it fails or hangs."""
+    def _bring_up(self, unit_id: str, progress: _Progress) -> LoadedUnit:
+        """import → init of a unit loaded at start; `progress` tells the caller how far it got if it fails or
+        hangs."""
         progress.module = self._import(unit_id)
         if self._transaction_thread != threading.get_ident():
             raise ReloadTimeout("the import returned after the reload had given up on it; not initialised")
         progress.stage = "init"
         progress.loaded = self._init(unit_id, progress.module)
-        progress.stage = "restore"
-        restore = progress.loaded.hook("restore")
-        if has_state and restore is not None:
-            restore(state)
-            return progress.loaded, True
-        return progress.loaded, False
+        progress.loaded.version = _version(progress.module, progress.loaded.modules)
+        return progress.loaded
 
     def _bounded(self, unit_id: str, stage: Callable[[], str], work: Callable[[], Any]) -> Any:
         """Run unit code on the reload worker thread and stop waiting after `reload_timeout` seconds.
@@ -619,7 +948,7 @@ class Host:
         self._purge(unit_id)
         loaded = self._loaded.get(unit_id)
         if loaded is not None:
-            sys.modules.update(loaded.modules)
+            _install(loaded.modules)
 
     def _guard(self) -> Any:
         """The host lock, except in the reload worker, which runs while its caller holds that lock."""
@@ -666,7 +995,7 @@ class Host:
 
     def _reinstate(self, old: LoadedUnit, state: Any, has_state: bool, reactivate: str | None) -> bool:
         """Put the previous module objects back and bring them up again with their state."""
-        sys.modules.update(old.modules)
+        _install(old.modules)
         self._pending_activities = []
         try:
             init = old.hook("init")
@@ -707,17 +1036,39 @@ class Host:
             return f"SyntaxError: {exc.msg} ({where}, line {exc.lineno}, column {exc.offset})"
         return self.redact(f"{type(exc).__name__}: {exc}")
 
+    def _trace(self, unit_id: str, exc: BaseException) -> str:
+        """The traceback of a failed step, the unit's own frames only (the others counted). Call it before the
+        source is rolled back: a frame's line is read then, and must be the line that was attempted."""
+        prefix = self.module_name(unit_id)
+        frames = list(traceback.walk_tb(exc.__traceback__))
+        own = [
+            (frame, line)
+            for frame, line in frames
+            if (name := str(frame.f_globals.get("__name__", ""))) == prefix or name.startswith(prefix + ".")
+        ]
+        others = len(frames) - len(own)
+        head = f"Traceback (most recent call last; unit {unit_id}'s frames"
+        head += f", {others} frame{'s' if others != 1 else ''} of the host and importlib not shown):\n"
+        lines = [head, *traceback.StackSummary.extract(own).format(), *traceback.format_exception_only(exc)]
+        return self.redact("".join(lines))[-4000:]
+
     def _failure(
-        self, unit_id: str, stage: str, exc: BaseException, *, rolled_back: bool, source_restored: bool
+        self,
+        unit_id: str,
+        stage: str,
+        exc: BaseException,
+        *,
+        rolled_back: bool,
+        source_restored: bool,
+        trace: str | None = None,
     ) -> ReloadError:
         text = self._describe(exc)
-        frames = traceback.format_exception(exc)
         evidence = {
             "unit_id": unit_id,
             "reloaded": False,
             "stage": stage,
             "error": text,
-            "traceback": self.redact("".join(frames[-12:]))[-4000:],
+            "traceback": trace if trace is not None else self._trace(unit_id, exc),
             "rolled_back": rolled_back,
             "source_restored": source_restored,
             "previous_version_serving": unit_id in self._loaded,

@@ -153,6 +153,14 @@ class ReloadResult(_Model):
     restored_state: bool = Field(description="snapshot() state was handed to restore().")
     activity: ActivityEvidence
     duration_ms: float
+    blocked_ms: float = Field(
+        default=0.0,
+        description="How long new uses of the unit by the application waited: the drain of the uses in flight plus "
+        "the window.",
+    )
+    window_ms: float = Field(
+        default=0.0, description="The window itself (snapshot, migrate, drop, swap, init, restore)."
+    )
 
 
 class ApplyPatchResult(_Model):

@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 
 from . import paths
+from .asgi import units_app
 from .bridge import Bridge, BridgeError, serve_until_stopped
 from .changelog import Retention
 from .clients import Endpoint, write_client_configs
@@ -31,6 +32,7 @@ from .githistory import GIT_MODES
 from .host import Host
 from .loader import SQLITE_PREFIX
 from .localaccess import LocalAccess
+from .loopback import Guard, LoopbackServer, security_settings
 from .pgconnect import held_passwords, is_postgres
 from .proctree import keep_memory_private
 from .service import UnitService
@@ -144,6 +146,12 @@ def command_parser(prog: str = PROG) -> CommandParser:
         "OPENCODE_CMD may use its own read and edit tools in that unit's folder for a while (docs/local-access.md; "
         "off by default)",
     )
+    parser.add_argument(
+        "--app-port",
+        type=int,
+        metavar="PORT",
+        help="also serve the units' web routes (unit_mcp.asgi) on this loopback port (0: a free one); prints APP_URL",
+    )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
     return parser
 
@@ -159,6 +167,10 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
     parser.check_serving_options(args)
     if args.stdio and args.allow_local_access:
         parser.error("--allow-local-access works with the OpenCode config of the HTTP server; leave out --stdio")
+    if args.app_port is not None and not 0 <= args.app_port <= 65535:
+        parser.error(f"--app-port {args.app_port} is not a port number (0 for a free one)")
+    if args.stdio and args.app_port is not None:
+        parser.error("--app-port serves beside the HTTP server; leave out --stdio")
     if args.stdio and args.env_file is not None:
         parser.error("--stdio speaks on stdin/stdout and listens on no port; leave out --env-file")
     if not args.change_retention > 0:
@@ -305,6 +317,8 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
         data_dir / "clients", endpoint, opencode_config_home=Path(status.config_root)
     ):
         lines.append(f"{key}={value}")
+    if args.app_port is not None:
+        lines.append(f"APP_URL={await _serve_app(args.app_port, tools.service.host, stack)}")
     if args.env_file is not None:
         write_env_file(args.env_file, lines)
     for line in lines:
@@ -320,6 +334,15 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
     stack.callback(page.close_streams)
     announce()
     await anyio.sleep_forever()
+
+
+async def _serve_app(port: int, host: Host, stack: AsyncExitStack) -> str:
+    """The units' web routes on loopback (Host and Origin checked, no token: it is the application); its URL."""
+    server = LoopbackServer(port=port, error=StartError)
+    bound = server.bind()
+    await server.start(Guard(units_app(host), security=security_settings(server.host, bound), token=None))
+    stack.push_async_callback(server.stop)
+    return f"{server.base_url}/"
 
 
 def write_env_file(path: Path, lines: Sequence[str]) -> None:

@@ -33,3 +33,26 @@ def snapshot():
 def restore(state):
     global count
     count = int(state.get("count", 0))
+
+
+
+
+def __getattr__(name):
+    """`routes` (served under /counter/ by unit_mcp.asgi) are made on first use, so a test run of this unit never
+    imports the web stack."""
+    if name == "routes":
+        return _routes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _routes():
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def show(request):
+        return JSONResponse({"count": count, "step": step})
+
+    async def click(request):
+        return JSONResponse({"count": increment()})
+
+    return [Route("/", show), Route("/increment", click, methods=["POST"])]
