@@ -42,6 +42,8 @@ def reload_result(reloaded: Reloaded) -> ReloadResult:
             {key: clip(v, MAX_FIELD_BYTES) if isinstance(v, str) else v for key, v in reloaded.activity.items()}
         ),
         duration_ms=reloaded.duration_ms,
+        blocked_ms=reloaded.blocked_ms,
+        window_ms=reloaded.window_ms,
     )
 
 
