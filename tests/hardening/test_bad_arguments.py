@@ -86,7 +86,7 @@ KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "s
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
          "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float", "since": "str",
          "cursor": "str", "label": "str", "checkpoint_id": "int", "change_id": "int", "force": "bool",
-         "snapshot_id": "str", "wait": "bool", "run_id": "str", "wait_s": "seconds"}  # fmt: skip
+         "snapshot_id": "str", "wait": "bool", "run_id": "str", "wait_s": "seconds", "test": "str"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:
