@@ -4,9 +4,10 @@
     .venv/bin/python scripts/bench_callgrind.py --base HEAD --calls 40 80
 
 Instruction counts stay the same on a noisy machine (unlike seconds), so they show what a change costs per call.
-Each figure runs one process under callgrind that serves a copy of the example units in memory (`UnitTools` over an
-in-memory SDK `Client`, the whole tool layer) and makes N calls of one kind, for two values of N: the difference
-divided by the calls is the cost of one call, start-up excluded. Kinds: `read` (unit_read_source), `dry_run`
+Each figure runs one process under callgrind over a copy of the example units that makes N calls of one kind, for two
+values of N: the difference divided by the calls is the cost of one call, start-up excluded. By default the calls are
+`UnitService` methods in one thread (`--layer tools`: through `UnitTools` and an in-memory SDK `Client`, whose
+threads and event loop make the count vary with the machine's load). Kinds: `read` (unit_read_source), `dry_run`
 (unit_apply_patch dry_run of a text file), `dry_run_py` (of a Python file), `write` (a patch that reloads, then its
 undo: two writes per call), `list` (unit_list). The base side imports `unit_mcp` exported from `--base`. Each run is
 bounded (`--timeout`); a run that passes it is reported as a miss. Prints a Markdown table.
@@ -28,11 +29,10 @@ KINDS = ("read", "dry_run", "dry_run_py", "write", "list")
 
 HARNESS = r"""
 import sys, shutil, tempfile, anyio
-from mcp import Client
 from unit_mcp import Host, UnitService, UnitTools
 from unit_mcp.server import EXAMPLE_UNITS
 
-kind, calls = sys.argv[1], int(sys.argv[2])
+kind, calls, layer = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 folder = tempfile.mkdtemp()
 shutil.copytree(EXAMPLE_UNITS, folder + "/units", ignore=shutil.ignore_patterns("__pycache__"))
 with open(folder + "/units/notes/README.txt", "w") as f:
@@ -46,25 +46,32 @@ CALL = {
     "write": ("unit_apply_patch", STEP),
     "list": ("unit_list", {}),
 }
+name, arguments = CALL[kind]
+back = dict(arguments, old=arguments.get("new"), new=arguments.get("old"))
 
+with Host(folder + "/units", folder + "/data") as host:
+    service = UnitService(host)
+    if layer == "service":  # one thread, no event loop: the same instructions whatever the machine does
+        method = getattr(service, name.removeprefix("unit_"))
+        for _ in range(calls):
+            method(**arguments)
+            if kind == "write":
+                method(**back)
+    else:
+        from mcp import Client
 
-async def main() -> None:
-    with Host(folder + "/units", folder + "/data") as host:
-        tools = UnitTools(UnitService(host))
-        async with Client(tools.server()) as client:
-            name, arguments = CALL[kind]
-            for _ in range(calls):
-                result = await client.call_tool(name, arguments)
-                assert not result.is_error, result
-                if kind == "write":
-                    back = dict(arguments, old=arguments["new"], new=arguments["old"])
-                    assert not (await client.call_tool(name, back)).is_error
+        async def main() -> None:
+            async with Client(UnitTools(service).server()) as client:
+                for _ in range(calls):
+                    assert not (await client.call_tool(name, arguments)).is_error
+                    if kind == "write":
+                        assert not (await client.call_tool(name, back)).is_error
 
-anyio.run(main)
+        anyio.run(main)
 """
 
 
-def instructions(python: str, pythonpath: str, kind: str, calls: int, timeout: float) -> int | None:
+def instructions(python: str, pythonpath: str, kind: str, calls: int, layer: str, timeout: float) -> int | None:
     """Instructions of one run, or None when it passed `timeout` or failed."""
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -76,6 +83,7 @@ def instructions(python: str, pythonpath: str, kind: str, calls: int, timeout: f
             HARNESS,
             kind,
             str(calls),
+            layer,
         ]
         env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONHASHSEED": "0"}
         try:
@@ -101,6 +109,13 @@ def main() -> int:
     parser.add_argument("--against", help="a commit to measure instead of the work tree (a tree that may change)")
     parser.add_argument("--calls", type=int, nargs=2, default=(20, 60), help="the two call counts (default 20 60)")
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument(
+        "--layer",
+        default="service",
+        choices=("service", "tools"),
+        help="service: UnitService methods in one thread (steady counts; default); tools: the whole tool layer over an "
+        "in-memory SDK client (its worker threads and event loop make the counts vary from run to run)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take (default 900)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
@@ -118,7 +133,7 @@ def main() -> int:
         for kind in args.kinds:
             per_call: list[float | None] = []
             for path in sides.values():
-                counts = [instructions(sys.executable, path, kind, n, args.timeout) for n in (low, high)]
+                counts = [instructions(sys.executable, path, kind, n, args.layer, args.timeout) for n in (low, high)]
                 per_call.append(None if None in counts else (counts[1] - counts[0]) / (high - low))  # type: ignore[operator]
             shown = [f"{p / 1e6:.2f} M" if p is not None else "miss (timeout or failure)" for p in per_call]
             ratio = f"{per_call[1] / per_call[0]:.2f}" if None not in per_call and per_call[0] else "-"
