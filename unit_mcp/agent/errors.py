@@ -24,6 +24,10 @@ class SessionStoreUnavailable(AgentError):
     """The session database cannot be reached right now; nothing was written. The store reconnects by itself."""
 
 
+class WorkerRunning(AgentError):
+    """A durable worker that is alive and beating holds this executor id: a second one would take over its turns."""
+
+
 class TurnClosed(AgentError):
     """The turn already ended (completed, failed or cancelled); late output from its agent is refused."""
 
