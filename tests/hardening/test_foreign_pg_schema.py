@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from support.pgcluster import Cluster
 from unit_mcp import Host
 from unit_mcp.agent import AgentError, SessionStore
 from unit_mcp.agent._sessiondb import PG_MARK, PG_SCHEMA, _pg_tables
-from unit_mcp.pgloader import _DDL, SCHEMA
+from unit_mcp.pgloader import _DDL, _LOCK_KEY, SCHEMA
 from unit_mcp.units import UnusableStore
 
 _NAMES = itertools.count(1)
@@ -67,16 +69,16 @@ def open_to_all(schema: str) -> str:
     )
 
 
-def planted_units_schema(roles: Roles, marker: Path) -> None:
-    """Mallory makes the units store alice's server will find: the loader's DDL, and a unit that writes `marker`."""
+def planted_units_schema(marker: Path) -> list[str]:
+    """What mallory runs to make the units store alice's server will find: the loader's DDL, a unit that writes
+    `marker`, and the grants that let alice use it."""
     code = f"open({str(marker)!r}, 'w').write('planted unit ran')\n"
-    roles.run(roles.mallory, _DDL)
-    roles.run(
-        roles.mallory,
+    return [
+        _DDL,
         f"INSERT INTO {SCHEMA}.units VALUES ('planted', 'file'); "
         f"INSERT INTO {SCHEMA}.sources VALUES ('planted', 'planted.py', convert_to($${code}$$, 'UTF8'))",
-    )
-    roles.run(roles.mallory, open_to_all(SCHEMA))
+        open_to_all(SCHEMA),
+    ]
 
 
 def refused(roles: Roles, role: str, data: Path) -> str:
@@ -90,7 +92,8 @@ def refused(roles: Roles, role: str, data: Path) -> str:
 
 def test_units_schema_precreated_by_another_role_is_refused(roles: Roles, tmp_path: Path) -> None:
     marker = tmp_path / "planted-unit-ran"
-    planted_units_schema(roles, marker)
+    for sql in planted_units_schema(marker):
+        roles.run(roles.mallory, sql)
     assert refused(roles, roles.alice, tmp_path / "data") == (
         f"has a schema {SCHEMA} owned by role {roles.mallory}, not by you ({roles.alice}) or a role you are a member "
         f"of: {roles.mallory} could change what it holds; drop it as that role, or give a database where other "
@@ -143,3 +146,34 @@ def test_stores_owned_by_a_role_the_server_is_a_member_of_are_used(roles: Roles,
     with Host(roles.url(roles.alice), tmp_path / "data") as host:
         assert "greeter" not in host.unit_kinds()
     SessionStore(roles.url(roles.alice)).close()
+
+
+def test_units_schema_made_by_another_role_while_the_server_waits_for_its_lock_is_refused(
+    roles: Roles, tmp_path: Path
+) -> None:
+    """The race: the server finds no schema, then waits for the lock two starting servers share; mallory (who can
+    take that advisory lock too) holds it, makes the schema, and lets go."""
+    marker = tmp_path / "planted-unit-ran"
+    outcome: list[BaseException | None] = []
+    with psycopg.connect(roles.url(roles.mallory), autocommit=True) as mallory:
+        mallory.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+
+        def start() -> None:
+            try:
+                refused(roles, roles.alice, tmp_path / "data")
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        starting = threading.Thread(target=start)
+        starting.start()
+        deadline = time.monotonic() + 30
+        while not mallory.execute("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone():
+            assert time.monotonic() < deadline and starting.is_alive(), outcome
+            time.sleep(0.02)
+        for sql in planted_units_schema(marker):  # on the connection holding the lock its trigger takes
+            mallory.execute(sql)  # type: ignore[arg-type]
+        mallory.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+        starting.join(60)
+    assert outcome == [None], outcome
+    assert not marker.exists(), "the planted unit ran"
