@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import queue
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,58 @@ def open_app_log(path: Path, *, max_bytes: int, backups: int) -> logging.Handler
         if logger.level == logging.NOTSET or logger.level > logging.INFO:
             logger.setLevel(logging.INFO)
     return handler
+
+
+class StderrHandler(logging.Handler):
+    """Log records for a person watching stderr, never blocking the logger: each clipped to `max_chars`, written
+    by a thread of its own through a queue of at most `queued` records; what does not fit (a stderr pipe nobody
+    reads) is dropped and counted. The app log has every record whole."""
+
+    def __init__(self, fd: int, *, max_chars: int = MAX_LINE_CHARS, queued: int = 256) -> None:
+        super().__init__()
+        self._fd = fd
+        self._max_chars = max_chars
+        self._queue: queue.Queue[str] = queue.Queue(queued)
+        self._dropped = 0
+        self._counting = threading.Lock()
+        threading.Thread(target=self._write, name="unit-mcp-stderr", daemon=True).start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        if len(text) > self._max_chars:
+            text = f"{text[: self._max_chars]} … ({len(text) - self._max_chars:,} more characters in the app log)"
+        try:
+            self._queue.put_nowait(text)
+        except queue.Full:
+            with self._counting:
+                self._dropped += 1
+
+    def flush(self, timeout: float = 2.0) -> None:
+        """Wait (at most `timeout` seconds: stderr may never be read) until what was queued has been written."""
+        with self._queue.all_tasks_done:
+            self._queue.all_tasks_done.wait_for(lambda: not self._queue.unfinished_tasks, timeout)
+
+    def _write(self) -> None:
+        """Written with os.write on the descriptor: a write blocked on a full pipe holds no lock of Python's stderr
+        object, so the interpreter can still exit."""
+        while True:
+            text = self._queue.get()
+            with self._counting:
+                dropped, self._dropped = self._dropped, 0
+            if dropped:
+                text = f"({dropped:,} log records were dropped: stderr is not being read; the app log has them)\n{text}"
+            data = (text + "\n").encode("utf-8", "replace")
+            try:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            except OSError:
+                return
+            finally:
+                self._queue.task_done()
 
 
 def close_app_log(handler: logging.Handler) -> None:

@@ -300,11 +300,33 @@ def remove_empty_dirs(root: Path, rel_dirs: Sequence[str]) -> None:
 
 def private_dir(path: Path, *names: str) -> Path:
     """`path/names…`, each level created 0700 when missing, refused unless it is a real folder of ours that
-    no group or other user can write (what ssh asks of ~/.ssh); the returned path is resolved."""
+    no group or other user can write (what ssh asks of ~/.ssh) under folders no one else can rename it in
+    (`_trust_parents`); the returned path is resolved."""
     folder = Path(os.path.abspath(path))
     for level in [folder, *(folder.joinpath(*names[: index + 1]) for index in range(len(names)))]:
         _trust(level)
+    _trust_parents(folder)
     return folder.joinpath(*names).resolve()
+
+
+def _trust_parents(folder: Path) -> None:
+    """Refuse `folder` unless every folder above it, up to `/`, is ours or root's and not writable by group or
+    others unless sticky (what ssh asks of the folders above `~/.ssh`): whoever can rename `folder` can put a folder
+    of their own in its place after this check."""
+    for parent in Path(os.path.realpath(folder)).parents:
+        st = os.stat(parent)
+        if st.st_uid not in (0, os.geteuid()):
+            raise UntrustedFolder(
+                f"{parent}, a folder above {folder}, belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}) or "
+                "root, who could put a folder of their own in its place; give a data dir whose every parent folder "
+                "is yours or root's"
+            )
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise UntrustedFolder(
+                f"{parent}, a folder above {folder}, is writable by group or others (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}) and not sticky, who could put a folder of their own in its place; "
+                f"run `chmod go-w {parent}` or give a data dir whose every parent folder is yours or root's"
+            )
 
 
 def _trust(folder: Path) -> None:

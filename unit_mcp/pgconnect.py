@@ -86,7 +86,8 @@ def first_line(exc: BaseException) -> str:
 
 
 def schema_is_ours(conn: psycopg.Connection[Any], schema: str, mark: str, *, alone: bool) -> bool:
-    """True when `schema` exists and carries `mark` (the comment its creator left); False when it does not exist
+    """True when `schema` exists, carries `mark` (the comment its creator left) and is ours (`_require_ours`: a
+    comment anyone can copy); False when it does not exist
     (the caller creates it, under a lock of its own). `ForeignSchema` when it exists without the mark, or (`alone`:
     a store that wants the database to itself) when it is missing and the database holds tables other than
     unit-mcp's own stores."""
@@ -96,6 +97,7 @@ def schema_is_ours(conn: psycopg.Connection[Any], schema: str, mark: str, *, alo
     if marked is not None:
         if marked[0] != mark:
             raise ForeignSchema(f"has a schema {schema} that unit-mcp did not make; give another database")
+        _require_ours(conn, schema)
         return True
     if alone:
         others = conn.execute(
@@ -110,3 +112,61 @@ def schema_is_ours(conn: psycopg.Connection[Any], schema: str, mark: str, *, alo
                 f"holds tables of something else ({shown}); give an empty database or one made by unit-mcp"
             )
     return False
+
+
+# Everything in a schema with its owner and its grants: the schema, its tables, views, sequences and indexes, its
+# functions and its types. `mine` holds the connecting role and every role it is a member of, followed through
+# pg_auth_members itself: a superuser is a member of every role for pg_has_role, not here.
+_STRANGERS = """
+WITH RECURSIVE mine(oid) AS (
+    SELECT oid FROM pg_roles WHERE rolname = current_user
+    UNION SELECT m.roleid FROM pg_auth_members m JOIN mine ON m.member = mine.oid
+), space AS (SELECT oid FROM pg_namespace WHERE nspname = %(schema)s),
+objects(kind, keyword, name, owner, acl) AS (
+    SELECT 'schema', 'SCHEMA', nspname::text, nspowner, nspacl FROM pg_namespace WHERE oid = (SELECT oid FROM space)
+    UNION ALL
+    SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'i' THEN 'index' WHEN 'v' THEN 'view' ELSE 'table' END,
+           CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, %(schema)s || '.' || c.relname,
+           c.relowner, c.relacl
+    FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM space)
+    UNION ALL
+    SELECT 'function', 'FUNCTION', %(schema)s || '.' || p.proname, p.proowner, p.proacl
+    FROM pg_proc p WHERE p.pronamespace = (SELECT oid FROM space)
+    UNION ALL
+    SELECT 'type', 'TYPE', %(schema)s || '.' || t.typname, t.typowner, NULL
+    FROM pg_type t WHERE t.typnamespace = (SELECT oid FROM space)
+)
+SELECT * FROM (
+    SELECT kind, keyword, name, pg_get_userbyid(owner) AS owner, NULL AS grants FROM objects
+    WHERE owner NOT IN (SELECT oid FROM mine)
+    UNION ALL
+    SELECT kind, keyword, name, NULL, CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+           || ':' || string_agg(DISTINCT a.privilege_type, ', ')
+    FROM objects, aclexplode(acl) a
+    WHERE a.grantee NOT IN (SELECT oid FROM mine)
+          AND NOT (kind = 'function' AND a.grantee = 0 AND a.privilege_type = 'EXECUTE')  -- PostgreSQL's default
+    GROUP BY kind, keyword, name, a.grantee
+) found ORDER BY owner IS NULL, kind <> 'schema', name LIMIT 1
+"""
+
+
+def _require_ours(conn: psycopg.Connection[Any], schema: str) -> None:
+    """`ForeignSchema` unless the schema and everything in it is owned by the connecting role (or a role it is a
+    member of) and grants nothing to other roles: a role with CREATE on the database could have made it first, with
+    our DDL and comment, and one with a grant could change what the store holds."""
+    found = conn.execute(_STRANGERS, {"schema": schema}).fetchone()  # type: ignore[arg-type]
+    if found is None:
+        return
+    kind, keyword, name, owner, grants = found
+    me = conn.execute("SELECT current_user").fetchone()
+    if owner is not None:
+        raise ForeignSchema(
+            f"has a {kind} {name} owned by role {owner}, not by you ({me[0] if me else '?'}) or a role you are a "
+            f"member of: {owner} could change what it holds; drop it as that role, or give a database where other "
+            "roles have no CREATE (docs/postgres.md)"
+        )
+    grantee, _, privileges = grants.partition(":")
+    raise ForeignSchema(
+        f"has a {kind} {name} that grants {privileges} to {grantee}, who could read or change what it holds; run "
+        f"`REVOKE ALL ON {keyword} {name} FROM {grantee}` as its owner (docs/postgres.md)"
+    )

@@ -250,17 +250,13 @@ class PostgresLoader:
     def _prepare(self) -> None:
         """Check the schema (or create it in an empty database) before anything else is written."""
         with self._transaction() as conn:
-            try:
-                ours = schema_is_ours(conn, SCHEMA, MARK, alone=True)
-            except ForeignSchema as exc:
-                raise ForeignStore(str(exc)) from None
-            if not ours:
+            if not self._ours(conn):
                 if self.read_only:
                     raise FileNotFoundError("holds no units store yet")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))  # two servers starting at once
-                if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)).fetchone() is None:
+                if not self._ours(conn):  # made meanwhile by another server, or by another role: checked again
                     conn.execute(_DDL)
-                return
+                    return
             _check_tables(conn, _COLUMNS)
             _check_tables(conn, _LOG_COLUMNS, present_only=True)  # made by the change log on first use
             if not conn.execute(
@@ -268,6 +264,13 @@ class PostgresLoader:
                 "AND tgenabled <> 'D'"
             ).fetchone():
                 raise ForeignStore(f"has lost the trigger on {SCHEMA}.sources that records versions; restore it")
+
+    @staticmethod
+    def _ours(conn: psycopg.Connection[Any]) -> bool:
+        try:
+            return schema_is_ours(conn, SCHEMA, MARK, alone=True)
+        except ForeignSchema as exc:
+            raise ForeignStore(str(exc)) from None
 
     @contextlib.contextmanager
     def _transaction(self, tool_call: str | None = None, *, listed: bool = True) -> Iterator[psycopg.Connection[Any]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 
 from . import paths
+from .applog import StderrHandler
 from .asgi import units_app
 from .bridge import Bridge, BridgeError, serve_until_stopped
 from .changelog import Retention
@@ -366,7 +367,7 @@ def _positive_seconds(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parse_args(argv, prog)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler(sys.stderr.fileno())
     handler.setLevel(logging.DEBUG if args.debug else logging.WARNING)
     handler.setFormatter(logging.Formatter(f"{prog}: %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
@@ -379,6 +380,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         expected = _expected(exc)
         if expected is None or args.debug:
             raise
+        handler.flush()  # the warnings before it, then the error
         print_error(prog, str(expected))
         return 1
     return 0

@@ -69,7 +69,20 @@ ROUND4_ITEMS_2456 = {
     "test_token_in_reach",
 }
 
-ATTACK_ROUNDS = {"round3_attacks": ROUND3_MODULES, "round4_attacks_2456": ROUND4_ITEMS_2456}
+# Items 1, 3, 7 and 8: the folder above the data dir, a schema another role made, two workers with one identity,
+# an unread stderr.
+ROUND4_ITEMS_1378 = {
+    "test_data_dir_parents",
+    "test_foreign_pg_schema",
+    "test_worker_identity",
+    "test_unread_stderr",
+}
+
+ATTACK_ROUNDS = {
+    "round3_attacks": ROUND3_MODULES,
+    "round4_attacks_2456": ROUND4_ITEMS_2456,
+    "round4_parents_schemas_workers_stderr": ROUND4_ITEMS_1378,
+}
 """The report's section of each round's attacks, and the modules whose tests are its attacks."""
 
 

@@ -41,6 +41,8 @@ TITLES = {
     "foreign_stores": "Stores that are not ours",
     "huge_source": "An oversized source",
     "pg_chaos": "Seeded faults over three PostgreSQL replicas (scripts/pg_chaos.py)",
+    "round4_parents_schemas_workers_stderr": "Security round 4: the folder above the data dir, a schema another "
+    "role made, two workers with one identity, an unread stderr (items 1, 3, 7, 8)",
 }
 
 

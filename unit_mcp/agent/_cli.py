@@ -460,6 +460,7 @@ async def submit_command(args: argparse.Namespace, runner: AgentRunner, session_
 async def worker_command(args: argparse.Namespace, store: Store) -> int:
     """Run durable turns until stopped (SIGINT/SIGTERM); approvals are answered with `answer`/`ui --workers`."""
     from ._durable import DurableWorker, default_executor_id, system_database
+    from .errors import WorkerRunning
 
     args.no_stream = True  # a durable turn's model requests are whole steps
     async with turn_runtime(args, store, Terminal()) as (runner, _):
@@ -473,13 +474,17 @@ async def worker_command(args: argparse.Namespace, store: Store) -> int:
             system_database_url=system_database(args.data_dir, args.system_db),
             takeover=args.takeover,
         )
-        async with worker:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:  # before the ready line
-                print(
-                    f"worker {worker.executor_id} runs durable turns from {worker.system_database_url}", file=sys.stderr
-                )
-                async for _ in signals:
-                    break
+        try:
+            async with worker:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:  # before the ready line
+                    print(
+                        f"worker {worker.executor_id} runs durable turns from {worker.system_database_url}",
+                        file=sys.stderr,
+                    )
+                    async for _ in signals:
+                        break
+        except WorkerRunning as exc:
+            raise CliError(str(exc)) from None
     return 0
 
 

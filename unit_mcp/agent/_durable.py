@@ -40,7 +40,7 @@ from ._registry import AgentRegistry
 from ._turnapprovals import TurnApprovals, save_session_data
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
 from .codex import CodexAgent
-from .errors import AgentError, SessionLocked, StepLimitReached
+from .errors import AgentError, SessionLocked, StepLimitReached, WorkerRunning
 from .hooks import ModelResponse
 from .items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
 from .opencode import OpenCodeAgent
@@ -180,17 +180,35 @@ class _Beats:
             if not conn.execute(self.table.update().where(self.table.c.executor_id == executor_id), row).rowcount:
                 conn.execute(self.table.insert(), {"executor_id": executor_id, **row})
 
+    def claim(self, executor_id: str) -> None:
+        """Beat as `executor_id` for the first time, refused (`WorkerRunning`) while a worker that is alive and
+        beating holds it: a second worker with one identity would take over the first one's turns, and its tool
+        calls would run twice. One transaction (the row locked): of two workers starting at once, one waits for the
+        other and sees it; two first inserts collide, and the loser looks again."""
+        host, now = socket.gethostname(), time.time()
+        try:
+            with self.engine.begin() as conn:
+                held = sa.select(self.table).where(self.table.c.executor_id == executor_id).with_for_update()
+                row = conn.execute(held).first()
+                if row is not None and row.pid != os.getpid() and _alive(row.host, row.pid, now - row.beat, host):
+                    raise WorkerRunning(
+                        f"worker {executor_id} is already running (pid {row.pid} on {row.host}): stop it first, or "
+                        "give this one another --executor-id"
+                    )
+                beat = {"host": host, "pid": os.getpid(), "beat": now}
+                if row is None:
+                    conn.execute(self.table.insert(), {"executor_id": executor_id, **beat})
+                else:
+                    conn.execute(self.table.update().where(self.table.c.executor_id == executor_id), beat)
+        except sa.exc.IntegrityError:
+            self.claim(executor_id)
+
     def dead(self, own: str) -> list[str]:
         """The executor ids of dead workers other than `own`."""
         host, now = socket.gethostname(), time.time()
         with self.engine.begin() as conn:
             rows = conn.execute(sa.select(self.table).where(self.table.c.executor_id != own)).all()
-        return [
-            row.executor_id
-            for row in rows
-            if (row.host == host and (_gone(row.pid) or now - row.beat > STALE_SECONDS))
-            or (row.host != host and now - row.beat > DEAD_AFTER)
-        ]
+        return [row.executor_id for row in rows if not _alive(row.host, row.pid, now - row.beat, host)]
 
     def forget(self, executor_id: str) -> None:
         with self.engine.begin() as conn:
@@ -198,6 +216,14 @@ class _Beats:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _alive(host: str, pid: int, silent: float, this_host: str) -> bool:
+    """Whether a worker that last beat `silent` seconds ago lives: on this host while its process exists (and beat
+    within `STALE_SECONDS`: its pid may be reused), on another while it beat within `DEAD_AFTER`."""
+    if host == this_host:
+        return not _gone(pid) and silent <= STALE_SECONDS
+    return silent <= DEAD_AFTER
 
 
 def _gone(pid: int) -> bool:
@@ -318,7 +344,7 @@ class DurableWorker:
             if engine.dialect.name == "sqlite":
                 config["system_database_engine"] = engine  # DBOS's own syncs every step's commit: see sqlite_engine
             self._beats = await anyio.to_thread.run_sync(_Beats, engine)
-            await anyio.to_thread.run_sync(self._beats.beat, self.executor_id)
+            await anyio.to_thread.run_sync(self._beats.claim, self.executor_id)
             DBOS(config=config)
             await anyio.to_thread.run_sync(DBOS.launch)
             await DBOS.register_queue_async(TURNS, polling_interval_sec=QUEUE_POLL)

@@ -32,6 +32,10 @@ class AnsweredElsewhere(AgentError):
     """The request cannot be answered here: its turn is running and asks its own approver (or another turn runs)."""
 
 
+class WorkerRunning(AgentError):
+    """A durable worker that is alive and beating holds this executor id: a second one would take over its turns."""
+
+
 class TurnClosed(AgentError):
     """The turn already ended (completed, failed or cancelled); late output from its agent is refused."""
 
