@@ -103,6 +103,12 @@ def _export(commit: str, folder: str) -> None:
     subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
 
 
+def _export(commit: str, folder: str) -> None:
+    """The package as it was at `commit`, in `folder`."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "unit_mcp"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="a commit to compare against this work tree")
@@ -122,12 +128,12 @@ def main() -> int:
         print("bench_callgrind: valgrind is missing (Debian: apt-get install valgrind)", file=sys.stderr)
         return 1
     low, high = args.calls
-    with tempfile.TemporaryDirectory() as base:
-        archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", args.base, "unit_mcp"], capture_output=True, check=True
-        )
-        subprocess.run(["tar", "-x", "-C", base], input=archive.stdout, check=True)
+    with tempfile.TemporaryDirectory() as base, tempfile.TemporaryDirectory() as against:
+        _export(args.base, base)
         sides = {f"base {args.base}": base, "this tree": str(REPO)}
+        if args.against:
+            _export(args.against, against)
+            sides = {f"base {args.base}": base, args.against: against}
         print(f"| kind | {' | '.join(sides)} | ratio |")
         print("| --- | " + " | ".join("---:" for _ in sides) + " | ---: |")
         for kind in args.kinds:
