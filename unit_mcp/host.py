@@ -350,7 +350,8 @@ class Host:
         self.namespace = namespace
         self.log_path = self.data_dir / "logs" / "app.log"
         self.logger = logging.getLogger("unit_mcp.host")
-        self.redact = Redactor([(self.loader.location, "<units>"), (self.data_dir, "<data>")])
+        locations = getattr(self.loader, "locations", None) or [self.loader.location]  # several stores: each
+        self.redact = Redactor([*((location, "<units>") for location in locations), (self.data_dir, "<data>")])
         self._log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.app_log = app_log

@@ -9,12 +9,30 @@ imports nothing of unit_mcp, and every loader, the host and the service import i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 UnitKind = Literal["directory", "file"]
 SQLITE_PREFIX = "sqlite:"
+STORES_PREFIX = "stores:"
+"""An address of several stores served as one (`--units` given more than once): `stores:` and a JSON list."""
+
+
+def stores_address(addresses: list[str]) -> str:
+    """One address for several stores (what the test host opens again)."""
+    return STORES_PREFIX + json.dumps(addresses)
+
+
+def member_addresses(address: str) -> list[str]:
+    """The stores an address names: itself, or each of a `stores:` address."""
+    if not address.startswith(STORES_PREFIX):
+        return [address]
+    members = json.loads(address[len(STORES_PREFIX) :])
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise ValueError("a stores: address is a JSON list of addresses")
+    return members
 
 
 @dataclass(frozen=True)

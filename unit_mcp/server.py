@@ -31,7 +31,7 @@ from .commandline import CommandParser, print_error
 from .confirm import DEFAULT_TIMEOUT, Confirmations
 from .githistory import GIT_MODES
 from .host import Host
-from .loader import SQLITE_PREFIX
+from .loader import SQLITE_PREFIX, member_addresses, stores_address
 from .localaccess import LocalAccess
 from .loopback import Guard, LoopbackServer, security_settings
 from .pgconnect import held_passwords, is_postgres
@@ -69,8 +69,10 @@ def command_parser(prog: str = PROG) -> CommandParser:
     )
     parser.add_argument(
         "--units",
+        action="append",
         help="units folder, sqlite:PATH for a units database (created if missing) or postgresql://USER@HOST:PORT/DB "
-        "(password from PGPASSWORD or PGPASSFILE) to serve "
+        "(password from PGPASSWORD or PGPASSFILE) to serve; give it more than once to serve several stores side by "
+        "side, each unit from the store that holds it (a unit id in two stores is refused) "
         "(default: a private copy of the built-in example units)",
     )
     parser.add_argument(
@@ -180,10 +182,12 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = PROG) -> argparse.
         check_prefix(args.tool_prefix)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.units is not None:
-        problem = units_problem(args.units)
+    for units in args.units or ():
+        problem = units_problem(units)
         if problem:
-            parser.error(f"--units {shown_address(args.units)} {problem}")
+            parser.error(f"--units {shown_address(units)} {problem}")
+    if args.units is not None:
+        args.units = args.units[0] if len(args.units) == 1 else stores_address(args.units)
     return args
 
 
@@ -240,7 +244,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
             raise StartError(f"cannot serve --units {exc}") from None
         host.start()
     stack.callback(host.close)
-    if is_postgres(str(units)):
+    if any(is_postgres(member) for member in member_addresses(str(units))):
         for password in held_passwords():
             host.redact.hide(password, "<password>")
     if not host.unit_kinds():

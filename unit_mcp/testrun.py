@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import cancel
+from .loader import member_addresses
 from .pgconnect import is_postgres
 from .proctree import kill_tree, stopped
 
@@ -196,7 +197,7 @@ def sandbox_env(
     """The environment of a test: the allowed variables of the server's (never its tokens and keys) and what the
     test host needs to import `unit_mcp` and the `units`: libpq's variables only when they are a PostgreSQL store
     (a database password is no business of a folder's tests)."""
-    libpq = LIBPQ_ENV if is_postgres(str(units)) else frozenset()
+    libpq = LIBPQ_ENV if any(is_postgres(member) for member in member_addresses(str(units))) else frozenset()
     allowed = PASSED_ENV.union(libpq, passed).difference(SCRATCH_ENV)
     env = {name: value for name, value in os.environ.items() if name in allowed or name.startswith("LC_")}
     pgpass = Path.home() / ".pgpass"

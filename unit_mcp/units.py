@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING
 
 from .commandline import CommandParser, print_error
 from .errors import StoreUnavailable
-from .loader import SQLITE_PREFIX, ForeignStore, Loader, LoaderError, Source, SourceExists
+from .loader import (
+    SQLITE_PREFIX,
+    STORES_PREFIX,
+    ForeignStore,
+    Loader,
+    LoaderError,
+    Source,
+    SourceExists,
+    member_addresses,
+)
 from .pgconnect import PREFIXES as POSTGRES_PREFIXES
 from .pgconnect import address_problem as postgres_problem
 from .pgconnect import shown_address
@@ -30,6 +39,8 @@ def open_loader(units: str | os.PathLike[str], *, read_only: bool = False, git_h
     cannot be served); anything else is a units folder (`git_history`: where a folder inside a git work tree
     records its history)."""
     text = os.fspath(units)
+    if text.startswith(STORES_PREFIX):
+        return _open_stores(member_addresses(text), read_only=read_only, git_history=git_history)
     if text.startswith(POSTGRES_PREFIXES):
         problem = postgres_problem(text)
         if problem:
@@ -47,6 +58,25 @@ def open_loader(units: str | os.PathLike[str], *, read_only: bool = False, git_h
     from .folderloader import FilesystemLoader
 
     return FilesystemLoader(text, read_only=read_only, git_history=git_history)
+
+
+def _open_stores(addresses: list[str], *, read_only: bool, git_history: GitMode) -> Loader:
+    """Several stores served as one (`stores.Stores`), refused when two hold a unit of the same id."""
+    from .stores import DuplicateUnits, Stores
+
+    members: list[Loader] = []
+    try:
+        for address in addresses:
+            members.append(open_loader(address, read_only=read_only, git_history=git_history))
+        return Stores(members)
+    except DuplicateUnits as exc:
+        for member in members:
+            member.close()
+        raise UnusableStore(f"{' and '.join(shown_address(a) for a in addresses)} {exc}") from None
+    except BaseException:
+        for member in members:
+            member.close()
+        raise
 
 
 def copy_units(source: Loader, target: Loader, *, replace: bool = False) -> list[str]:
