@@ -78,10 +78,11 @@ ROUND4_ITEMS_1378 = {
     "test_unread_stderr",
 }
 
+ROUND4_PARENTS_SCHEMAS_WORKERS_STDERR = "round4_parents_schemas_workers_stderr"
 ATTACK_ROUNDS = {
     "round3_attacks": ROUND3_MODULES,
     "round4_attacks_2456": ROUND4_ITEMS_2456,
-    "round4_parents_schemas_workers_stderr": ROUND4_ITEMS_1378,
+    ROUND4_PARENTS_SCHEMAS_WORKERS_STDERR: ROUND4_ITEMS_1378,
 }
 """The report's section of each round's attacks, and the modules whose tests are its attacks."""
 
