@@ -89,3 +89,13 @@ def test_a_created_source_is_kept_on_its_test_and_an_unknown_test_writes_nothing
     failing = service.create_source("counter", "test_more.py", "def main():\n    assert False\n", test="more")
     assert not failing.kept and failing.test is not None and not failing.test.passed
     assert "test_more.py" not in service.loader.source_ids("counter", "directory"), "put back: removed again"
+
+
+def test_short_output_with_a_host_path_is_redacted_not_truncated(tmp_path: Path) -> None:
+    units = copy_units(tmp_path / "units", fixtures=False)
+    where = "import units.counter as c\n\n\ndef main():\n    print(c.__file__)\n"
+    (units / "counter" / "test_where.py").write_text(where)
+    with Host(str(units), tmp_path / "data") as host:
+        result = UnitService(host, test_timeout=60).run_tests("counter", "where")
+    assert result.passed and "<units>/counter/__init__.py" in result.stdout and str(units) not in result.stdout
+    assert result.redacted and not result.truncated

@@ -208,9 +208,12 @@ class RunTestsResult(_Model):
     exit_code: int | None
     stdout: str
     stderr: str
-    truncated: bool
+    truncated: bool = Field(description="The output was cut (its start and end kept); not set by redaction alone.")
     duration_ms: float
     timed_out: bool
+    redacted: bool = Field(
+        default=False, description="Host paths or secrets in the output were replaced (<units>, <data>, <token>, ...)."
+    )
     run_id: str | None = Field(
         default=None, description="The run's id: unit_test_status and unit_cancel_test take it (kept for a while)."
     )

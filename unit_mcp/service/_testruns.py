@@ -97,15 +97,20 @@ def run_once(
         svc.loader.address, svc.host.namespace, unit_id, test_name, timeout=timeout, max_output=svc.max_test_output
     )
     stdout, stderr = svc.host.redact(run.stdout), svc.host.redact(run.stderr)
+    shown_out, shown_err = (
+        clip(stdout, RESULT_BYTES // 2 - PAGE_OVERHEAD),
+        clip(stderr, RESULT_BYTES // 2 - PAGE_OVERHEAD),
+    )
     result = RunTestsResult(
         unit_id=unit_id,
         test_name=test_name,
         runner=runner,
         passed=run.exit_code == 0 and not run.timed_out,
         exit_code=run.exit_code,
-        stdout=clip(stdout, RESULT_BYTES // 2 - PAGE_OVERHEAD),
-        stderr=clip(stderr, RESULT_BYTES // 2 - PAGE_OVERHEAD),
-        truncated=run.truncated or (stdout, stderr) != (run.stdout, run.stderr),
+        stdout=shown_out,
+        stderr=shown_err,
+        truncated=run.truncated or len(stdout) > len(shown_out) or len(stderr) > len(shown_err),
+        redacted=(stdout, stderr) != (run.stdout, run.stderr),
         duration_ms=run.duration_ms,
         timed_out=run.timed_out,
     )
