@@ -1,15 +1,20 @@
 """Instructions per tool call (valgrind's callgrind), for two versions of unit_mcp side by side.
 
-    .venv/bin/python scripts/bench_callgrind.py --base dfaf48e          # that commit against this work tree
-    .venv/bin/python scripts/bench_callgrind.py --base HEAD --calls 40 80
+    .venv/bin/python scripts/bench_callgrind.py --base dfaf48e --against HEAD
+    .venv/bin/python scripts/bench_callgrind.py --base HEAD --layer tools --calls 20 60
 
 Instruction counts stay the same on a noisy machine (unlike seconds), so they show what a change costs per call.
-Each figure runs one process under callgrind over a copy of the example units that makes N calls of one kind, for two
-values of N: the difference divided by the calls is the cost of one call, start-up excluded. By default the calls are
-`UnitService` methods in one thread (`--layer tools`: through `UnitTools` and an in-memory SDK `Client`, whose
-threads and event loop make the count vary with the machine's load). Kinds: `read` (unit_read_source), `dry_run`
-(unit_apply_patch dry_run of a text file), `dry_run_py` (of a Python file), `write` (a patch that reloads, then its
-undo: two writes per call), `list` (unit_list). The base side imports `unit_mcp` exported from `--base`. Each run is
+Each figure runs one process under callgrind over a copy of the example units that makes N calls of one kind.
+
+By default (`--layer service`) the calls are `UnitService` methods made inside `functools.reduce`, and callgrind
+counts only what runs there (`--toggle-collect`): the calls' instructions in the calling thread, divided by N. A
+write's reload runs the unit's import and init in the host's worker thread, which is not counted: that figure is
+the service's own work. `--layer tools` goes through `UnitTools` and an in-memory SDK `Client` and takes the
+difference of two values of N (`--calls`); its threads and event loop make that count vary with the load.
+
+Kinds: `read` (unit_read_source), `dry_run` (unit_apply_patch dry_run of a text file), `dry_run_py` (of a Python
+file), `write` (a patch that reloads, then its undo: two writes per call), `list` (unit_list). The base side
+imports `unit_mcp` exported from `--base` (`--against REV`: that commit instead of the work tree). Each run is
 bounded (`--timeout`); a run that passes it is reported as a miss. Prints a Markdown table.
 """
 
@@ -51,12 +56,17 @@ back = dict(arguments, old=arguments.get("new"), new=arguments.get("old"))
 
 with Host(folder + "/units", folder + "/data") as host:
     service = UnitService(host)
-    if layer == "service":  # one thread, no event loop: the same instructions whatever the machine does
+    if layer == "service":  # counted only inside functools.reduce (--toggle-collect): the calls, nothing else
+        import functools
+
         method = getattr(service, name.removeprefix("unit_"))
-        for _ in range(calls):
+
+        def one(*_):
             method(**arguments)
             if kind == "write":
                 method(**back)
+
+        functools.reduce(one, range(calls), None)
     else:
         from mcp import Client
 
@@ -72,11 +82,14 @@ with Host(folder + "/units", folder + "/data") as host:
 
 
 def instructions(python: str, pythonpath: str, kind: str, calls: int, layer: str, timeout: float) -> int | None:
-    """Instructions of one run, or None when it passed `timeout` or failed."""
+    """Instructions of one run, or None when it passed `timeout` or failed. For the service layer only those executed
+    inside the loop of calls (in the calling thread) are counted."""
+    counted = ["--collect-atstart=no", "--toggle-collect=functools_reduce"] if layer == "service" else []
     with tempfile.TemporaryDirectory() as out:
         command = [
             "valgrind",
             "--tool=callgrind",
+            *counted,
             f"--callgrind-out-file={out}/cg.out",
             python,
             "-c",
@@ -139,6 +152,10 @@ def main() -> int:
         for kind in args.kinds:
             per_call: list[float | None] = []
             for path in sides.values():
+                if args.layer == "service":  # only the calls are counted: one run, divided by the calls
+                    count = instructions(sys.executable, path, kind, high, args.layer, args.timeout)
+                    per_call.append(None if count is None else count / high)
+                    continue
                 counts = [instructions(sys.executable, path, kind, n, args.layer, args.timeout) for n in (low, high)]
                 per_call.append(None if None in counts else (counts[1] - counts[0]) / (high - low))  # type: ignore[operator]
             shown = [f"{p / 1e6:.2f} M" if p is not None else "miss (timeout or failure)" for p in per_call]
