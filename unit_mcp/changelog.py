@@ -265,11 +265,18 @@ _COLUMNS = (
 _SOURCE_COLUMNS = "change_id, unit_id, source_id, action, hash_before, hash_after"
 
 
+GRANT_PREFIX = "la-"
+"""The ids of local-access grants (`localaccess.py`), which stand as the session of the outside changes made through
+them: shown on the page and in results already, the key of nothing, so the log keeps them as they are."""
+
+
 def session_tag(session_id: str | None) -> str | None:
     """What the log keeps of an MCP session id: a digest that tells sessions apart but cannot be presented as one
-    (a session id is the key of a page grant; every client reads the change log)."""
+    (a session id is the key of a page grant; every client reads the change log). A local-access grant's id is kept."""
     if session_id is None:
         return None
+    if session_id.startswith(GRANT_PREFIX) and len(session_id) == len(GRANT_PREFIX) + 12:
+        return session_id
     return "s-" + hashlib.sha256(session_id.encode(errors="replace")).hexdigest()[:12]
 
 

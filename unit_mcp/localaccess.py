@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .changelog import NOBODY, Caller, iso_time
+from .changelog import GRANT_PREFIX, NOBODY, Caller, iso_time
 from .host import Host
 from .opencode_isolation import local_access_dir, write_local_grants
 
@@ -66,7 +66,7 @@ class LocalAccess:
     def grant(self, unit_id: str, folder: Path, reason: str, minutes: float, caller: Caller) -> LocalGrant:
         """Open `folder` (a real folder, checked by the caller) to OpenCode's read and edit tools for `minutes`."""
         with self._lock:
-            grant_id = f"la-{secrets.token_hex(6)}"
+            grant_id = f"{GRANT_PREFIX}{secrets.token_hex(6)}"
             link = self.folder / grant_id
             grant = LocalGrant(grant_id, unit_id, folder, link, reason, caller.name, self.clock() + minutes * 60)
             os.symlink(folder, grant.link, target_is_directory=True)

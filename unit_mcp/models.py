@@ -184,7 +184,8 @@ class ApplyPatchResult(_Model):
         "(several joined by '+'); a loose match is applied only where it fits one place.",
     )
     matched_lines: list[list[int]] = Field(
-        default_factory=list, description="[first, last] source lines each match covered, before the edit."
+        default_factory=list,
+        description="[first, last] source lines each match covered, before the edit (the first 100).",
     )
 
 

@@ -12,16 +12,9 @@ from pathlib import Path
 import pytest
 from support.online import NONCE_PROMPT, echo_token, nonce_steps
 
-from unit_mcp.agent import (
-    AgentApprovals,
-    AgentRunner,
-    AgentToolSurface,
-    ApprovedEndpoint,
-    OpenAIAgent,
-    TurnStatus,
-    display_messages,
-)
+from unit_mcp.agent import AgentApprovals, AgentRunner, AgentToolSurface, ApprovedEndpoint, OpenAIAgent, TurnStatus
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
+from unit_mcp.agent.projections import display_messages
 from unit_mcp.testing import Match, ScriptedModel, Step, call, say
 
 from .conftest import NONCE, UnitServer, endpoint_client, reload, running

@@ -37,11 +37,11 @@ from unit_mcp.agent import (
     TurnContext,
     TurnHandle,
     TurnStatus,
-    chat_messages,
 )
 from unit_mcp.agent._paused import paused_calls, pending_requests
 from unit_mcp.agent.approvals import GRANTS_KEY
 from unit_mcp.agent.items import EventItem, ToolResultItem
+from unit_mcp.agent.projections import chat_messages
 
 from .conftest import reload, running
 

@@ -35,9 +35,9 @@ from unit_mcp.agent import (
     SessionStore,
     TurnContext,
     TurnStatus,
-    UnknownApproval,
 )
 from unit_mcp.agent._paused import RESUMED_OUTPUT
+from unit_mcp.agent.errors import UnknownApproval
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
 
 # What each call of the first life's turn had reached when the process ended:

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 import unit_mcp.agent
-from unit_mcp.agent import AgentError, SessionStore, chat_messages, display_messages
+from unit_mcp.agent import AgentError, SessionStore
 from unit_mcp.agent._cli import main
 from unit_mcp.agent.errors import SessionLocked, SessionNotFound
 from unit_mcp.agent.items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
+from unit_mcp.agent.projections import chat_messages, display_messages
 from unit_mcp.paths import UntrustedFolder
 
 Address = str | Path

@@ -9,18 +9,10 @@ import anyio
 import pytest
 from support.item_kinds import item_kinds
 
-from unit_mcp.agent import (
-    AgentError,
-    FunctionAgent,
-    ModelRequest,
-    ModelResponse,
-    SessionStore,
-    TurnContext,
-    TurnStatus,
-    chat_messages,
-)
+from unit_mcp.agent import AgentError, FunctionAgent, ModelRequest, ModelResponse, SessionStore, TurnContext, TurnStatus
 from unit_mcp.agent.errors import TurnClosed
 from unit_mcp.agent.items import ErrorItem, EventItem, Session, ToolCallItem, ToolResultItem
+from unit_mcp.agent.projections import chat_messages
 from unit_mcp.agent.turns import TurnCallbacks
 
 from .conftest import reload, running

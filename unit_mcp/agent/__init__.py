@@ -16,8 +16,6 @@ _EXPORTS = {
     "AgentRunner": "_runner",
     "DurableClient": "_durable",
     "DurableWorker": "_durable",
-    "chat_messages": "_projections",
-    "display_messages": "_projections",
     "Answered": "_runner",
     "AgentRegistry": "_registry",
     "AgentToolSurface": "toolsurface",
@@ -44,9 +42,7 @@ _EXPORTS = {
     "TurnStatus": "turns",
     "events_app": "events",
     "AgentError": "errors",
-    "AnsweredElsewhere": "errors",
     "ToolError": "errors",
-    "UnknownApproval": "errors",
 }
 __all__ = [
     "Agent",
@@ -56,7 +52,6 @@ __all__ = [
     "AgentRunner",
     "AgentToolSurface",
     "Answered",
-    "AnsweredElsewhere",
     "ApprovalDecision",
     "ApprovalRequest",
     "ApprovedEndpoint",
@@ -77,11 +72,8 @@ __all__ = [
     "TurnContext",
     "TurnHandle",
     "TurnStatus",
-    "UnknownApproval",
-    "chat_messages",
     "delegate",
     "delegation_tool",
-    "display_messages",
     "events_app",
 ]
 
@@ -94,12 +86,11 @@ if TYPE_CHECKING:
     from ._loop import LoopAgent
     from ._mcpsource import McpToolSource
     from ._openai_agent import OpenAIAgent
-    from ._projections import chat_messages, display_messages
     from ._protocol import Agent
     from ._registry import AgentRegistry
     from ._runner import AgentRunner, Answered
     from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
-    from .errors import AgentError, AnsweredElsewhere, ToolError, UnknownApproval
+    from .errors import AgentError, ToolError
     from .events import events_app
     from .hooks import Hooks, ModelRequest, ModelResponse
     from .sessions import SessionStore

@@ -25,9 +25,9 @@ from ..paths import UnsafeSecret, UntrustedFolder, private_dir
 from ..proctree import keep_memory_private
 from ..secret_options import add_secret_option, secret_value
 from ._paused import RESUMED_OUTPUT
-from ._projections import transcript_line
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import ErrorItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from .projections import transcript_line
 from .sessions import SessionStore
 
 if TYPE_CHECKING:

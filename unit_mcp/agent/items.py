@@ -1,7 +1,7 @@
 """The canonical shapes of an agent session: a persisted stream of items, never lossy chat text.
 
 Items mirror what providers exchange (messages, tool calls, tool results) plus what the runner wants kept
-(events, errors). Chat-style views are projections of the stream (see `_projections.py`).
+(events, errors). Chat-style views are projections of the stream (see `projections.py`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,9 @@ from ._plan import Committed, Plan, Target
 from ._testruns import gate
 from ._units import Units
 
+MAX_MATCHED = 100
+"""Places a result lists in `matched_lines` (a replace_all may change thousands; the result stays under 80 KB)."""
+
 
 @takes(ApplyPatchArgs)
 def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
@@ -77,7 +80,7 @@ def _edit_plan(
         result.reload = done.reloads.get(src.unit_id)
         result.change_id, result.already_applied = done.change_id, done.already_applied
         result.test, result.kept = done.test, done.kept
-        result.match, result.matched_lines = edit.match, edit.lines
+        result.match, result.matched_lines = edit.match, edit.lines[:MAX_MATCHED]
         return result
 
     return Plan(targets, answer)
