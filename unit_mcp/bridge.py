@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,9 +183,7 @@ class Bridge:
             async with anyio.create_task_group() as group:
 
                 async def stop_on_signal() -> None:
-                    async for signum in signals:
-                        log.info("stopping on %s", signal.Signals(signum).name)
-                        break
+                    await _first_signal(signals)
                     if beside is None:
                         group.cancel_scope.cancel()
                     else:
@@ -208,6 +206,13 @@ class Bridge:
             self._config.remove()
 
 
+async def _first_signal(signals: AsyncIterator[int]) -> None:
+    """Wait for the first SIGINT or SIGTERM, and say so in the log."""
+    async for signum in signals:
+        log.info("stopping on %s", signal.Signals(signum).name)
+        return
+
+
 async def serve_until_stopped(
     server: Server[Any], streams: Streams | None, serve_http: Callable[[], Awaitable[None]]
 ) -> None:
@@ -218,9 +223,7 @@ async def serve_until_stopped(
         async with anyio.create_task_group() as group:
 
             async def stop_on_signal() -> None:
-                async for signum in signals:
-                    log.info("stopping on %s", signal.Signals(signum).name)
-                    break
+                await _first_signal(signals)
                 group.cancel_scope.cancel()
 
             group.start_soon(stop_on_signal)
