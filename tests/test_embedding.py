@@ -72,7 +72,7 @@ def test_the_embedding_recipe_serves_and_stops_cleanly_on_a_signal(tmp_path: Pat
 
 @pytest.mark.anyio
 async def test_the_unit_page_and_confirmations_embed_from_the_public_names(host: Host) -> None:
-    service, confirmations = UnitService(host), Confirmations(["destructive"])
+    service, confirmations = UnitService(host), Confirmations(["destructive"], on_page=True)
     page = UnitsUI(service, confirmations=confirmations)
     tools = UnitTools(service, confirmations=confirmations)
     async with (

@@ -42,6 +42,8 @@ class Question:
     asked: float
     unit_id: str | None = None
     source_id: str | None = None
+    log: ChangeLog | None = None
+    """Where the question and its ending are recorded (the asking server's change log)."""
     token: str | None = None
     resumed: bool = False
     """A retry carrying its token is answering it: another retry with the same token is refused."""
@@ -73,15 +75,18 @@ class Confirmations:
     """The calls of the listed risks that wait for a yes, within `timeout` seconds, per server."""
 
     def __init__(
-        self, risks: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] = time.time
+        self,
+        risks: Iterable[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        clock: Callable[[], float] = time.time,
+        on_page: bool = False,
     ) -> None:
         self.risks = frozenset(risks)
         self.timeout = timeout
         self.clock = clock
-        self.on_page = False
-        """Whether a page lists the questions (`UnitsUI` sets it); without one, only the client can answer."""
-        self.change_log: ChangeLog | None = None
-        """Where questions and answers are recorded (`UnitTools` sets its service's)."""
+        self.on_page = on_page
+        """Whether a page (`UnitsUI`) lists the questions; without one, only the client can answer."""
         self.version = 0
         """Bumped on every change of the questions or grants (the page redraws on it)."""
         self._ids = itertools.count(1)
@@ -120,9 +125,10 @@ class Confirmations:
         *,
         unit_id: str | None = None,
         source_id: str | None = None,
+        log: ChangeLog | None = None,
     ) -> Question:
-        """A new question about one call, to `ask` now or `park` for the client's next round."""
-        return Question(next(self._ids), caller, tool, risk, summary, diff, self.clock(), unit_id, source_id)
+        """A new question about one call, to `ask` now or `park` for the client's next round; recorded in `log`."""
+        return Question(next(self._ids), caller, tool, risk, summary, diff, self.clock(), unit_id, source_id, log)
 
     async def ask(
         self, question: Question, elicit: Elicit | None, *, gone: Callable[[], Awaitable[None]] | None = None
@@ -261,9 +267,9 @@ class Confirmations:
         await anyio.to_thread.run_sync(self._write, question, outcome, code, message)
 
     def _write(self, question: Question, outcome: Outcome, code: str | None, message: str) -> None:
-        if self.change_log is None:
+        if question.log is None:
             return
-        self.change_log.record(
+        question.log.record(
             caller=question.caller,
             tool=question.tool,
             unit_id=question.unit_id,

@@ -255,7 +255,7 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
     WARM.start(args.test_env)  # the first unit_run_tests finds its test host ready
     stack.callback(WARM.stop)
     asks = args.confirm or args.allow_local_access  # a local-access request always asks, whatever --confirm says
-    confirmations = Confirmations(args.confirm, timeout=args.confirm_timeout) if asks else None
+    confirmations = Confirmations(args.confirm, timeout=args.confirm_timeout, on_page=not args.stdio) if asks else None
     local_access = None
     if args.allow_local_access:
         local_access = LocalAccess(paths.private_dir(data_dir, _OPENCODE_CONFIG), host)

@@ -472,8 +472,6 @@ class UnitTools:
     ) -> None:
         self.service = service
         self.confirmations = confirmations
-        if confirmations is not None:
-            confirmations.change_log = service.change_log
         self.prefix = check_prefix(prefix)
         self.progress_interval = progress_interval
         # The history tools are always callable (a loader without history refuses with [not_supported]) but
@@ -556,7 +554,9 @@ class UnitTools:
             elif self.confirmations is not None and (spec.always_confirm or self.confirmations.needed(risk, caller)):
                 diff = await self._dry_run(spec, args, caller)
                 summary = f"{params.name} (risk {risk}) from client {caller.name or '(unnamed)'}: {target or 'no unit'}"
-                question = self.confirmations.question(caller, params.name, risk, summary, diff, **where)
+                question = self.confirmations.question(
+                    caller, params.name, risk, summary, diff, **where, log=self.service.change_log
+                )
                 if _asks_between_rounds(ctx):
                     await self.confirmations.park(question)
                     return _input_required(self.confirmations.message(question), question.token)

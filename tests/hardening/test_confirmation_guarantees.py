@@ -34,8 +34,7 @@ ATTACK_EDIT = {"unit_id": "greeter", "source_id": "greeter.py", "old": "Howdy", 
 async def test_a_page_grant_is_not_used_by_a_client_claiming_its_session(
     host: Host, units_root: Path, figures: Report
 ) -> None:
-    confirmations = Confirmations(["shell"], timeout=2)
-    confirmations.on_page = True  # a person answers on the page (UnitsUI sets this)
+    confirmations = Confirmations(["shell"], timeout=2, on_page=True)  # a person answers on the page
     tools = UnitTools(UnitService(host), confirmations=confirmations)
     greeter = units_root / "greeter.py"
     async with Bridge(tools.server()) as bridge, connect(bridge.url or "", bridge.token, mode="legacy") as victim:
@@ -74,8 +73,7 @@ async def test_a_page_grant_is_not_used_by_a_client_claiming_its_session(
 
 async def test_a_deny_is_not_outrun_by_two_concurrent_retries_of_one_request_state(host: Host, figures: Report) -> None:
     """Two retries of one parked question wait for the page; the person says no: neither may run."""
-    confirmations = Confirmations(["shell"], timeout=30)
-    confirmations.on_page = True
+    confirmations = Confirmations(["shell"], timeout=30, on_page=True)
     question = confirmations.question(Caller("agent", None, None), "unit_apply_patch", "shell", "a patch", None)
     await confirmations.park(question)
     assert question.token is not None

@@ -353,8 +353,7 @@ async def test_the_request_is_offered_only_when_allowed_and_always_asks(tmp_path
     assert service.local_access.grants() == []
 
     # The person reads the folder, the minutes and the reason; a request that could not be granted is not asked.
-    on_page = Confirmations([])
-    on_page.on_page = True
+    on_page = Confirmations([], on_page=True)
     tools = UnitTools(service, confirmations=on_page)
     results: list[types.CallToolResult] = []
     async with Client(tools.server(), client_info=CLIENT) as client, anyio.create_task_group() as tasks:

@@ -59,7 +59,7 @@ class Served:
 async def served(tmp_path: Path, risks: list[str], timeout: float = 300.0) -> AsyncIterator[Served]:
     units = tmp_path / "units"
     shutil.copytree(EXAMPLE_UNITS, units, ignore=shutil.ignore_patterns("__pycache__"))
-    confirmations = Confirmations(risks, timeout=timeout)
+    confirmations = Confirmations(risks, timeout=timeout, on_page=True)
     with Host(units, tmp_path / "host-data", namespace=f"confirm_units_{secrets.token_hex(4)}") as host:
         tools = UnitTools(UnitService(host), confirmations=confirmations)
         page = UnitsUI(tools.service, confirmations=confirmations)
@@ -371,6 +371,17 @@ async def test_without_a_page_a_client_that_cannot_ask_is_declined_at_once() -> 
     with pytest.raises(Declined, match="nobody"):
         await confirmations.ask(reload_question, cannot)
     assert confirmations.questions() == []
+
+
+def test_a_page_takes_only_confirmations_made_for_a_page(tmp_path: Path) -> None:
+    """Made without `on_page`, the questions are declined when the client cannot ask: a page given them says so at
+    once, instead of showing questions nobody expected it to answer."""
+    (tmp_path / "units").mkdir()
+    with Host(tmp_path / "units", tmp_path / "data", namespace=f"confirm_units_{secrets.token_hex(4)}") as host:
+        service = UnitService(host)
+        with pytest.raises(ValueError, match=r"on_page=True"):
+            UnitsUI(service, confirmations=Confirmations(["shell"]))
+        assert UnitsUI(service, confirmations=Confirmations(["shell"], on_page=True)).confirmations is not None
 
 
 def test_a_grant_covers_its_session_or_for_a_session_less_client_its_name() -> None:

@@ -81,8 +81,11 @@ class UnitsUI(PageApp):
         self.confirmations = confirmations
         self.local_access = local_access
         self.diffs: DiffCache[int, tuple[Change, Markup] | None] = DiffCache()  # by change id: a change never changes
-        if confirmations is not None:
-            confirmations.on_page = True
+        if confirmations is not None and not confirmations.on_page:
+            raise ValueError(
+                "UnitsUI answers the questions of Confirmations made for a page: make them with "
+                "Confirmations(risks, on_page=True) (without a page they are declined when the client cannot ask)"
+            )
         super().__init__(
             templates=HERE / "templates",
             routes=[
