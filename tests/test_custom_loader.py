@@ -12,6 +12,7 @@ from unit_mcp import Host, UnitService
 from unit_mcp.errors import UnitError
 from unit_mcp.loader import (
     Capabilities,
+    Loader,
     MissingSource,
     Source,
     SourceExists,
@@ -30,7 +31,7 @@ from unit_mcp.paths import hash_bytes
 from unit_mcp.sqliteloader import SqliteLoader
 
 
-class MemoryLoader:
+class MemoryLoader(Loader):
     name = "memory"
     capabilities = Capabilities()
     address = "memory:"
@@ -151,3 +152,18 @@ def test_a_host_given_a_loader_leaves_it_open(tmp_path: Path) -> None:
         assert host.module("greeter").NAME == "x"
     assert loader.discover() == {"greeter": "file"}  # still usable by its owner
     loader.close()
+
+
+def test_a_loader_that_does_not_subclass_the_protocol_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    """The optional members (change log, locations, local folder, ...) have their defaults in `Loader`: a duck-typed
+    loader would miss them at its first use, so the host refuses it at once, writing nothing."""
+
+    class Duck:
+        name, capabilities, address, location = "duck", Capabilities(), "duck:", "/duck"
+
+    with pytest.raises(TypeError, match=r"Duck is not a Loader: a custom loader subclasses unit_mcp\.loader\.Loader"):
+        Host(Duck(), tmp_path / "data")  # type: ignore[arg-type]
+    assert not (tmp_path / "data").exists()
+    memory = MemoryLoader({})
+    assert (memory.locations, memory.change_log(None), memory.unit_folder("x")) == (["/memory-units"], None, None)  # type: ignore[arg-type]
+    assert memory.read_python_sources() is None and memory.unit_versions(["x"]) == {}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, cast
 from . import paths
 from .loader import (
     Capabilities,
+    Loader,
     MissingSource,
     NotASource,
     PathConflict,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from .githistory import GitHistory, GitMode
 
 
-class FilesystemLoader:
+class FilesystemLoader(Loader):
     """Units as files in one folder. The hash check and the write happen under one lock of this loader."""
 
     name = "filesystem"

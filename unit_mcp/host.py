@@ -28,7 +28,7 @@ from . import applog, cancel, paths
 from .activities import Activities
 from .changelog import DEFAULT_RETENTION, NOBODY, Caller, ChangeLog, Retention, SqliteChangeLog
 from .importer import BytecodeCache, UnitFinder
-from .loader import Loader, LoaderError, Source, SourceTooLarge, UnitKind, Watch
+from .loader import Loader, LoaderError, Source, SourceTooLarge, UnitKind, Watch, is_loader
 from .redact import Redactor
 from .units import open_loader
 
@@ -340,6 +340,11 @@ class Host:
         change log (`changes`) keeps `change_retention` and the bytes of an outside change up to
         `max_change_bytes`. A reload waits up to `drain_timeout` seconds for the unit's uses in flight to finish,
         then is refused (the old version serving on)."""
+        if not isinstance(units, (str, os.PathLike)) and not is_loader(units):
+            raise TypeError(
+                f"{type(units).__name__} is not a Loader: a custom loader subclasses unit_mcp.loader.Loader "
+                "(docs/loaders.md), which gives the optional methods their defaults"
+            )
         self.data_dir = paths.private_dir(Path(data_dir))
         if isinstance(units, (str, os.PathLike)):
             units = open_loader(units, read_only=read_only, git_history=git_history)
@@ -350,8 +355,7 @@ class Host:
         self.namespace = namespace
         self.log_path = self.data_dir / "logs" / "app.log"
         self.logger = logging.getLogger("unit_mcp.host")
-        locations = getattr(self.loader, "locations", None) or [self.loader.location]  # several stores: each
-        self.redact = Redactor([*((location, "<units>") for location in locations), (self.data_dir, "<data>")])
+        self.redact = Redactor([*((where, "<units>") for where in self.loader.locations), (self.data_dir, "<data>")])
         self._log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.app_log = app_log
@@ -407,8 +411,8 @@ class Host:
             ids = list(discovered if discovered is not None else unit_ids or ())
             assert self._finder is not None
             self._finder.kinds = discovered  # a lookup per unit less while starting
-            prefetch = getattr(self.loader, "read_python_sources", None)  # a query per source less
-            self._finder.prefetched = prefetch() if discovered is not None and prefetch is not None else None
+            # A store whose reads are round trips gives every source at once: a query per source less.
+            self._finder.prefetched = self.loader.read_python_sources() if discovered is not None else None
             # A full start reuses the code compiled at the last one (a partial start, like the test host's, would
             # read the whole cache for one unit, and must not shrink it).
             cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
@@ -1091,8 +1095,7 @@ class Host:
         the data dir."""
         with self._changes_lock:
             if self._changes is None:
-                make = getattr(self.loader, "change_log", None)
-                changes = make(self.change_retention) if make is not None else None
+                changes = self.loader.change_log(self.change_retention)
                 if changes is None:
                     self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
                     changes = SqliteChangeLog(self.data_dir / "changes.db", self.change_retention, private=True)

@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from .changelog import ChangeLog, Retention
 
 UnitKind = Literal["directory", "file"]
 SQLITE_PREFIX = "sqlite:"
@@ -156,6 +160,20 @@ class WatchTarget(Protocol):
         ...
 
 
+@dataclass
+class UnitVersions:
+    """What this process serves of one unit against what the database holds (the newest version of any of its
+    sources); `error` is why the newest did not load here, while the unit is behind."""
+
+    served: int | None
+    stored: int | None
+    error: str | None = None
+
+    @property
+    def behind(self) -> bool:
+        return self.served is not None and self.stored is not None and self.served < self.stored
+
+
 class Watch(Protocol):
     def stop(self) -> None: ...
 
@@ -167,10 +185,10 @@ class Loader(Protocol):
     unit-level methods get the ids `discover` or `kind` found.
     A write is two-phase: `write`/`create` change the store at once (the reload that follows reads from it) and
     return a `Written`; the caller then calls `accept` when the reload succeeded or `rollback` when it did not.
-    History loaders record accepted versions only. A loader whose store is a database shared by several servers
-    may also offer `change_log(retention) -> ChangeLog | None` (`changelog.py`), so that every server on it sees
-    every change; the host keeps the change log in its data dir otherwise. One whose reads are round trips may
-    offer `read_python_sources() -> dict[(unit id, source id), bytes]`, which the host's start imports from.
+    History loaders record accepted versions only.
+
+    A loader subclasses `Loader` (the host refuses one that does not): the methods after `close` are optional,
+    and the defaults here say "not offered".
     """
 
     name: str
@@ -241,6 +259,38 @@ class Loader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    # -- optional: the defaults say "not offered" ------------------------------------------------------------
+
+    @property
+    def locations(self) -> list[str]:
+        """Every host path of the store, each replaced by '<units>' in what a client sees (several stores: each)."""
+        return [self.location]
+
+    def change_log(self, retention: Retention) -> ChangeLog | None:
+        """A change log in the store's own database, so that every server sharing the store sees every change;
+        None: the host keeps one in its data dir."""
+        return None
+
+    def read_python_sources(self) -> dict[tuple[str, str], bytes] | None:
+        """Every Python source by (unit id, source id) at once, for a store whose reads are round trips (the host's
+        start imports from it); None: the host reads them one by one."""
+        return None
+
+    def unit_versions(self, unit_ids: list[str]) -> dict[str, UnitVersions]:
+        """What this server serves of each unit against what the store holds, for stores shared by several servers
+        (`unit_inspect`'s `replica`); empty: the store is not shared."""
+        return {}
+
+    def unit_folder(self, unit_id: str) -> Path | None:
+        """The unit's real folder on this machine (local access opens it); None: it has none (a single file, or a
+        store that is not a folder)."""
+        return None
+
+
+def is_loader(store: object) -> bool:
+    """Whether `store` subclasses `Loader`, as the host requires (it inherits the optional methods' defaults)."""
+    return Loader in type(store).__mro__
 
 
 def primary_source_id(unit_id: str, kind: UnitKind) -> str:

@@ -15,7 +15,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import psycopg
@@ -25,6 +24,7 @@ from .errors import StoreUnavailable
 from .loader import (
     Capabilities,
     ForeignStore,
+    Loader,
     MissingSource,
     NotASource,
     PathConflict,
@@ -34,6 +34,7 @@ from .loader import (
     SourceTooLarge,
     StaleSource,
     UnitKind,
+    UnitVersions,
     UnknownVersion,
     Version,
     WatchTarget,
@@ -209,21 +210,7 @@ def _unavailable(exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"The units database is unreachable or held up ({first_line(exc)}).")
 
 
-@dataclass
-class UnitVersions:
-    """What this process serves of one unit against what the database holds (the newest version of any of its
-    sources); `error` is why the newest did not load here, while the unit is behind."""
-
-    served: int | None
-    stored: int | None
-    error: str | None = None
-
-    @property
-    def behind(self) -> bool:
-        return self.served is not None and self.stored is not None and self.served < self.stored
-
-
-class PostgresLoader:
+class PostgresLoader(Loader):
     """Units as rows of a PostgreSQL database; the tables are created in an empty database, and a database holding
     anything else is refused at start."""
 

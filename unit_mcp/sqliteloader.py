@@ -22,6 +22,7 @@ from .loader import (
     SQLITE_PREFIX,
     Capabilities,
     ForeignStore,
+    Loader,
     MissingSource,
     NotASource,
     PathConflict,
@@ -134,7 +135,7 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, flags, 0o600))
 
 
-class SqliteLoader:
+class SqliteLoader(Loader):
     """Units as rows of one SQLite database (created if missing unless read-only)."""
 
     name = "sqlite"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .loader import (
     Capabilities,
@@ -42,7 +41,7 @@ class _Watches:
             watch.stop()
 
 
-class Stores:
+class Stores(Loader):
     """A `Loader` over several member loaders; each unit lives in exactly one of them."""
 
     def __init__(self, members: Sequence[Loader]) -> None:
@@ -57,8 +56,6 @@ class Stores:
         )
         self.address = stores_address([m.address for m in self.members])
         self.location = self.members[0].location
-        self.locations = [m.location for m in self.members]
-        """Every store's host path, each redacted to '<units>' in what a client sees."""
         self._holder: dict[str, Loader] = {}
         self.discover()
 
@@ -134,10 +131,12 @@ class Stores:
         holder.put_unit(unit_id, kind, files, replace=replace)
         self._holder[unit_id] = holder
 
+    @property
+    def locations(self) -> list[str]:
+        return [m.location for m in self.members]
+
     def unit_folder(self, unit_id: str) -> Path | None:
-        """The unit's real folder where its store is a folder (local access); None otherwise."""
-        folder: Any = getattr(self._of(unit_id), "unit_folder", None)
-        return None if folder is None else folder(unit_id)
+        return self._of(unit_id).unit_folder(unit_id)
 
     def close(self) -> None:
         for member in self.members:

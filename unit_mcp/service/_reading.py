@@ -76,12 +76,9 @@ def _summary(svc: Units, unit_id: str, kind: UnitKind, replica: Replica | None) 
 
 def _replicas(svc: Units, unit_ids: Sequence[str]) -> dict[str, Replica]:
     """What this server serves against the store, for loaders shared by several servers (`unit_versions`)."""
-    versions = getattr(svc.loader, "unit_versions", None)
-    if versions is None:
-        return {}
     return {
         unit_id: Replica(served_version=v.served, stored_version=v.stored, behind=v.behind, reload_error=v.error)
-        for unit_id, v in versions(unit_ids).items()
+        for unit_id, v in svc.loader.unit_versions(list(unit_ids)).items()
     }
 
 

@@ -95,14 +95,13 @@ def _local_folder(svc: Units, unit_id: str) -> tuple[LocalAccess, Path]:
             "Local access is off on this server.",
             hint="Edit with unit_apply_patch; a person can start the server with --allow-local-access.",
         )
-    unit_folder = getattr(svc.loader, "unit_folder", None)
-    svc.unit(unit_id)
-    if unit_folder is None:
+    kind = svc.unit(unit_id)
+    folder = svc.loader.unit_folder(unit_id)
+    if folder is None and kind == "directory":
         raise NotSupported(
             f"Unit {unit_id!r} lives in a database, not in a local folder.",
             hint="Edit it with unit_apply_patch and unit_create_source.",
         )
-    folder = unit_folder(unit_id)
     if folder is None:
         raise NotSupported(
             f"Unit {unit_id!r} is a single file ({unit_id}.py), not a folder of its own.",
