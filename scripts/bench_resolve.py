@@ -75,7 +75,7 @@ def quality(work: Path) -> dict[str, dict[str, dict[str, Any]]]:
         root = shutil.copytree(DATA / units, work / f"quality-{name}")
         with Host(root, work / f"quality-data-{name}", namespace=f"bench_resolve_{name}") as host:
             service = UnitService(host)
-            facts = [service._facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
+            facts = [service.unit_facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
             out[name] = {}
             for ranker, rank in rankers(facts, service).items():
                 top1, top3, empty = score_ranker(rank, queries)
