@@ -385,3 +385,16 @@ def test_a_misspelt_word_finds_exactly_the_identifiers_one_edit_away(word: str, 
         if name == word or (fuzzy and len(name) >= 4 and resolve._one_edit(word, name))
     }
     assert found == expected
+
+
+def test_the_resolve_benchmark_runs_on_the_services_facts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/bench_resolve.py (and `scripts/bench.py --only resolve`) reads facts through the service: it broke
+    unnoticed when the service was split. A small run of each part, with the goal on the oldest set."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "scripts"))
+    from bench_resolve import at_scale, quality
+
+    scores = quality(tmp_path)
+    assert set(scores) == {"queries", "heldout", "heldout2"}
+    assert scores["queries"]["shipped"]["top1"] >= 0.98 and scores["heldout"]["shipped"]["empty"] == 0
+    scale = at_scale(300, queries=20)
+    assert scale["units"] == 300 and scale["query_cpu_median_ms"] > 0 and scale["cores"]

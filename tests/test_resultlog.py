@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 from mcp import Client
-from support.resultcheck import REPO, host_paths, leaks
+from support.resultcheck import AS_SENT, REPO, host_paths, leaks
 
+import unit_mcp
 from unit_mcp import Host, UnitService, resultlog
+from unit_mcp.redact import Redactor
 from unit_mcp.tools import UnitTools
 
 
@@ -81,3 +83,25 @@ def test_the_check_finds_a_host_path_absolute_or_relative_and_passes_clean_text(
         ("unit_inspect", "python"),
     ]
     assert str(REPO) in found[0].around and "line 3" in str(found[0])
+
+
+def test_the_folder_unit_mcp_is_imported_from_is_redacted_as_a_tests_pythonpath_names_it() -> None:
+    """Found by the suite-wide check: a unit test printing its environment showed PYTHONPATH=<the checkout>."""
+    parent = Path(unit_mcp.__file__).resolve().parent.parent
+    shown = Redactor([])(f"PYTHONPATH={parent}:{parent / 'unit_mcp' / 'host.py'}")
+    assert str(parent) not in shown and shown in (
+        "PYTHONPATH=<unit_mcp>/..:<unit_mcp>/host.py",
+        "PYTHONPATH=<site-packages>:<unit_mcp>/host.py",  # installed from a wheel
+    ), shown
+
+
+def test_a_test_that_sends_a_host_path_itself_is_left_out_of_the_check(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "results-1.jsonl").write_text(
+        json.dumps(
+            {"tool": "unit_apply_patch", "via": "mcp", "test": f"{next(iter(AS_SENT))} (call)", "text": str(REPO)}
+        )
+        + "\n"
+    )
+    assert list(leaks(folder, host_paths([]))) == []

@@ -25,6 +25,13 @@ from unit_mcp import resultlog
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CONTEXT = 60
+AS_SENT = {
+    "tests/hardening/test_risks.py::test_approving_filesystem_write_does_not_grant_code_execution": (
+        "the attack's patch writes to a file in the test's tmp_path: the dry run's diff shows the patch as sent"
+    ),
+}
+"""Tests whose own arguments put a host path into a unit's text: a result shows a unit's text as it is (a diff, a
+source), so the path comes back; the test id and why."""
 MAX_SHOWN = 20
 
 
@@ -64,6 +71,9 @@ def leaks(folder: Path, paths: list[str]) -> Iterator[Leak]:
             try:
                 entry = json.loads(line)
             except ValueError:  # a process killed mid-write leaves a cut last line
+                continue
+            test = entry.get("test") or ""
+            if any(test.startswith(node) for node in AS_SENT):
                 continue
             text = entry["text"]
             for path in paths:
