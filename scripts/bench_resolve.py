@@ -1,7 +1,9 @@
 """unit_resolve on paraphrased descriptions (issues 24 and 38): top-1 and top-3 of the lexical ranker, the
 embedding alone and the shipped ranker, side by side, on the older paraphrase set, the held-out set and the
 second held-out set (written before the meaning ranker was tuned, never tuned on); and the meaning ranker at
-10,000 units: query latency, one unit re-embedded, memory. scripts/bench.py --only resolve reports the same.
+10,000 units: query latency (wall clock, and the CPU time of the querying thread, which a loaded machine's
+waits do not inflate; the load average is reported beside them), one unit re-embedded, memory.
+scripts/bench.py --only resolve reports the same.
 
     .venv/bin/python scripts/bench_resolve.py
 """
@@ -9,6 +11,7 @@ second held-out set (written before the meaning ranker was tuned, never tuned on
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import statistics
@@ -75,7 +78,7 @@ def quality(work: Path) -> dict[str, dict[str, dict[str, Any]]]:
         root = shutil.copytree(DATA / units, work / f"quality-{name}")
         with Host(root, work / f"quality-data-{name}", namespace=f"bench_resolve_{name}") as host:
             service = UnitService(host)
-            facts = [service._facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
+            facts = [service.unit_facts(unit_id, kind) for unit_id, kind in host.unit_kinds().items()]
             out[name] = {}
             for ranker, rank in rankers(facts, service).items():
                 top1, top3, empty = score_ranker(rank, queries)
@@ -141,10 +144,12 @@ def at_scale(count: int, queries: int = 400) -> dict[str, Any]:
     first = index.query(descriptions[0], 5)
     first_ms = (time.perf_counter() - started) * 1000
     assert first
-    samples = []
+    samples, cpu = [], []
+    load_before = os.getloadavg()[0]
     for n in range(queries):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         index.query(descriptions[n % len(descriptions)], 5)
+        cpu.append((time.thread_time() - started_cpu) * 1000)
         samples.append((time.perf_counter() - started) * 1000)
     reembed = []
     for n in range(200):
@@ -160,6 +165,10 @@ def at_scale(count: int, queries: int = 400) -> dict[str, Any]:
         "first_query_ms": round(first_ms, 1),
         "query_median_ms": round(statistics.median(samples), 3),
         "query_p99_ms": round(percentile(samples, 0.99), 3),
+        "query_cpu_median_ms": round(statistics.median(cpu), 3),
+        "query_cpu_p99_ms": round(percentile(cpu, 0.99), 3),
+        "load_average": round(max(load_before, os.getloadavg()[0]), 1),
+        "cores": os.cpu_count(),
         "reembed_median_ms": round(statistics.median(reembed), 3),
         "reembed_p99_ms": round(percentile(reembed, 0.99), 3),
         "lexical_index_kib": lexical_kib,

@@ -13,6 +13,8 @@ from support.server_process import ServerProcess
 
 from unit_mcp import Host, UnitService
 
+pytest_plugins = ["support.resultcheck"]  # no tool result holds a host path (checked at the end of the run)
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"
 FIXTURE_UNITS = REPO / "fixtures" / "units"

@@ -362,3 +362,39 @@ def test_test_names_and_routes_are_found() -> None:
     index.update("bank", unit("bank", "Accounts and transfers."))
     assert index.query("checkout", 1)[0].unit_id == "shop"
     assert index.query("cart items", 1)[0].unit_id == "shop"
+
+
+_WORD = st.text(alphabet="abcde", min_size=1, max_size=7)
+
+
+@settings(max_examples=300, deadline=None)
+@given(word=_WORD, names=st.lists(_WORD, min_size=1, max_size=12, unique=True), gone=st.integers(0, 11))
+def test_a_misspelt_word_finds_exactly_the_identifiers_one_edit_away(word: str, names: list[str], gone: int) -> None:
+    """The symmetric-deletion lookup finds what comparing the word with every identifier would, and nothing more,
+    also after a unit is forgotten."""
+    index = resolve.NameIndex()
+    for n, name in enumerate(names):
+        index.update(f"u{n}", UnitFacts(f"u{n}", (("symbol", name),)))
+    index.update(f"u{gone}", None)
+    kept = {f"u{n}": name for n, name in enumerate(names) if n != gone}
+    found = set(index.named(word, lambda _: False))
+    fuzzy = len(word) >= 4  # a word of four letters or more, not a known word, may be misspelt
+    expected = {
+        unit_id
+        for unit_id, name in kept.items()
+        if name == word or (fuzzy and len(name) >= 4 and resolve._one_edit(word, name))
+    }
+    assert found == expected
+
+
+def test_the_resolve_benchmark_runs_on_the_services_facts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/bench_resolve.py (and `scripts/bench.py --only resolve`) reads facts through the service: it broke
+    unnoticed when the service was split. A small run of each part, with the goal on the oldest set."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "scripts"))
+    from bench_resolve import at_scale, quality
+
+    scores = quality(tmp_path)
+    assert set(scores) == {"queries", "heldout", "heldout2"}
+    assert scores["queries"]["shipped"]["top1"] >= 0.98 and scores["heldout"]["shipped"]["empty"] == 0
+    scale = at_scale(300, queries=20)
+    assert scale["units"] == 300 and scale["query_cpu_median_ms"] > 0 and scale["cores"]

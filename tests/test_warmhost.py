@@ -198,3 +198,41 @@ def test_pytest_output_has_no_relative_host_path_and_no_anyio_rewrite_warning(tm
     assert "FAILED probe/test_fails.py::test_add" in run.stdout
     cwd = next(line for line in run.stdout.splitlines() if line.startswith("cwd "))
     assert str(tmp_path / "units") not in cwd  # the test body ran in its scratch folder, not in the unit's
+
+
+PARSER = "import json\n\n\ndef settings(text):\n    return json.loads(text)\n"  # line 5: the unit's frame
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_failing_pytest_test_shows_the_units_frames_first_and_counts_the_rest(tmp_path: Path, warm: bool) -> None:
+    """The failure reaches into json's decoder: pytest printed its frames after the unit's, long. Now the test's and
+    the unit's frames are shown, in order, and the others only counted."""
+    folder = tmp_path / "units" / "parser"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(PARSER)
+    (folder / "test_bad.py").write_text("def test_settings(unit):\n    assert unit.settings('{') == {}\n")
+    run = run_test_process(tmp_path / "units", "units", "parser", "bad", timeout=60, warm=warm)
+    assert run.exit_code == 1, run
+    out = run.stdout
+    test_frame, unit_frame = out.find("assert unit.settings('{') == {}"), out.find("return json.loads(text)")
+    assert 0 <= test_frame < unit_frame, out
+    assert "json/decoder.py" not in out and "json/__init__.py" not in out, out
+    assert "frames not shown" in out and "outside the unit" in out, out
+    assert "JSONDecodeError" in out
+    assert f"{folder / '__init__.py'}:5: JSONDecodeError" in out, out
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_failing_main_test_shows_the_units_frames_only(tmp_path: Path, warm: bool) -> None:
+    """A test module with main(): the traceback began with the test host's own frame (`unit_mcp/testhost.py`)."""
+    folder = tmp_path / "units" / "parser"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(PARSER)
+    (folder / "test_bad.py").write_text("from units import parser\n\n\ndef main():\n    parser.settings('{')\n")
+    run = run_test_process(tmp_path / "units", "units", "parser", "bad", timeout=60, warm=warm)
+    assert run.exit_code == 1, run
+    trace = run.stderr
+    assert "testhost" not in trace and "json/decoder.py" not in trace, trace
+    frames = [line for line in trace.splitlines() if line.strip().startswith("File ")]
+    assert "test_bad.py" in frames[0] and "__init__.py" in frames[1] and len(frames) == 2, trace
+    assert "not shown" in trace and "JSONDecodeError" in trace

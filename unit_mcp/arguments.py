@@ -15,6 +15,7 @@ from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from . import resultlog
 from .errors import InvalidArgument
 from .tooldecl import Refusal, validated
 
@@ -75,10 +76,14 @@ def takes(model: type[A], *, name: str | None = None) -> Callable[[Callable[[S, 
         @functools.wraps(method)
         def call(self: S, *args: Any, **arguments: Any) -> R:
             if len(args) == 1 and not arguments and isinstance(args[0], model):
-                return method(self, args[0])
-            bound = signature.bind(self, *args, **arguments).arguments
-            del bound["self"]
-            return method(self, checked(model, f"unit_{name or method.__name__}", bound))
+                result = method(self, args[0])
+            else:
+                bound = signature.bind(self, *args, **arguments).arguments
+                del bound["self"]
+                result = method(self, checked(model, f"unit_{name or method.__name__}", bound))
+            if resultlog.recorder is not None:  # the suite's check that no result holds a host path
+                resultlog.record(f"unit_{name or method.__name__}", "python", result)
+            return result
 
         if name is not None:
             call.__name__ = call.__qualname__ = name

@@ -776,7 +776,7 @@ class Host:
     ) -> ReloadError:
         """A reload given up before anything of the old version was touched: it serves on (a unit loaded for the
         first time is recorded as failed)."""
-        trace = self._trace(unit_id, exc)  # before the rollback: the lines shown are the ones attempted
+        trace = self.unit_traceback(unit_id, exc)  # before the rollback: the lines shown are the ones attempted
         source_restored = self._roll_back_source(unit_id, rollback_source)
         if old is None:
             self._load_errors[unit_id] = self._describe(exc)
@@ -832,7 +832,7 @@ class Host:
                 unit_id, lambda: progress.stage, lambda: self._bring_in(unit_id, prepared, state, has_state, progress)
             )
         except (Exception, SystemExit) as exc:
-            trace = self._trace(unit_id, exc)
+            trace = self.unit_traceback(unit_id, exc)
             if progress.loaded is not None:
                 self._teardown(progress.loaded)
             else:
@@ -1041,7 +1041,7 @@ class Host:
             return f"SyntaxError: {exc.msg} ({where}, line {exc.lineno}, column {exc.offset})"
         return self.redact(f"{type(exc).__name__}: {exc}")
 
-    def _trace(self, unit_id: str, exc: BaseException) -> str:
+    def unit_traceback(self, unit_id: str, exc: BaseException) -> str:
         """The traceback of a failed step, the unit's own frames only (the others counted). Call it before the
         source is rolled back: a frame's line is read then, and must be the line that was attempted."""
         prefix = self.module_name(unit_id)
@@ -1073,7 +1073,7 @@ class Host:
             "reloaded": False,
             "stage": stage,
             "error": text,
-            "traceback": trace if trace is not None else self._trace(unit_id, exc),
+            "traceback": trace if trace is not None else self.unit_traceback(unit_id, exc),
             "rolled_back": rolled_back,
             "source_restored": source_restored,
             "previous_version_serving": unit_id in self._loaded,

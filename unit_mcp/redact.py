@@ -39,6 +39,9 @@ class Redactor:
         defaults: list[tuple[Path | str, str]] = [
             (Path(__file__).resolve().parent, "<unit_mcp>"),
             (sysconfig.get_paths()["purelib"], "<site-packages>"),
+            # where unit_mcp is imported from (site-packages, or a checkout when installed editable): a test's
+            # PYTHONPATH names it
+            (Path(__file__).resolve().parent.parent, "<unit_mcp>/.."),
             (sysconfig.get_paths()["stdlib"], "<stdlib>"),
             (sys.prefix, "<python>"),
             (sys.base_prefix, "<python>"),

@@ -212,7 +212,7 @@ class _Entry:
             matched = [
                 term
                 for term, scores in zip(terms, term_scores, strict=True)
-                if any(token in scores for token in value_tokens)
+                if not scores.keys().isdisjoint(value_tokens)
             ]
             if matched:
                 shown = value if len(value) <= 200 else value[:200] + "…"
@@ -576,18 +576,11 @@ def _words(text: str) -> list[str]:
     return [word.lower() for word in _SPLIT.split(_CAMEL.sub(" ", text)) if word]
 
 
-_LETTERS = "abcdefghijklmnopqrstuvwxyz0123456789"
-
-
-def _edits(word: str) -> set[str]:
-    """Every string one edit from the word: a letter deleted, inserted or replaced, two neighbours swapped."""
-    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
-    out = {a + b[1:] for a, b in splits if b}
-    out.update(a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1)
-    out.update(a + c + b[1:] for a, b in splits if b for c in _LETTERS)
-    out.update(a + c + b for a, b in splits for c in _LETTERS)
-    out.discard(word)
-    return out
+def _deletes(word: str) -> set[str]:
+    """The word and every string one deletion from it. Two words one edit apart (a letter deleted, inserted or
+    replaced, two neighbours swapped) always share one of these (symmetric deletion), so a misspelt word finds
+    its identifiers through a handful of lookups instead of the hundreds of strings one edit from it."""
+    return {word, *(word[:i] + word[i + 1 :] for i in range(len(word)))}
 
 
 def _one_edit(a: str, b: str) -> bool:
@@ -629,6 +622,7 @@ class NameIndex:
     def __init__(self) -> None:
         self._units: dict[tuple[str, ...], dict[str, tuple[str, str]]] = {}  # words -> unit id -> (field, value)
         self._keys: dict[str, set[tuple[str, ...]]] = {}  # an identifier's first word -> identifiers
+        self._near: dict[str, set[str]] = {}  # a first word and each deletion from it -> first words
         self._by_unit: dict[str, list[tuple[str, ...]]] = {}
 
     def update(self, unit_id: str, facts: UnitFacts | None) -> None:
@@ -638,6 +632,9 @@ class NameIndex:
             if not units:
                 del self._units[words]
                 _discard_key(self._keys, words[0], words)
+                if words[0] not in self._keys:
+                    for variant in _deletes(words[0]):
+                        _discard(self._near, variant, words[0])
         if facts is None:
             return
         mine: dict[tuple[str, ...], tuple[str, str]] = {}
@@ -648,6 +645,9 @@ class NameIndex:
         for words, fact in mine.items():
             if words not in self._units:
                 self._units[words] = {}
+                if words[0] not in self._keys:
+                    for variant in _deletes(words[0]):
+                        self._near.setdefault(variant, set()).add(words[0])
                 self._keys.setdefault(words[0], set()).add(words)
             self._units[words][unit_id] = fact
         self._by_unit[unit_id] = list(mine)
@@ -663,8 +663,10 @@ class NameIndex:
         for start, word in enumerate(words):
             candidates = set(self._keys.get(word, ()))
             if typo[start] and len(word) <= 32:
-                for edit in _edits(word):
-                    candidates.update(self._keys.get(edit, ()))
+                near = {key for variant in _deletes(word) for key in self._near.get(variant, ())}
+                for key in near:
+                    if key != word and _one_edit(word, key):
+                        candidates.update(self._keys[key])
             for name in candidates:
                 span = words[start : start + len(name)]
                 if len(span) != len(name) or len(self._units[name]) > COMMON_NAME:

@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import traceback
 from typing import Any
 
 from .applog import LOG_FORMAT
@@ -103,17 +102,17 @@ def _run(host: Host, unit_id: str, test_name: str) -> int:
         if exc.name == name:
             print(f"unit {unit_id} has no test module test_{test_name}.py", file=sys.stderr)
             return 4
-        traceback.print_exc()
+        print(host.unit_traceback(unit_id, exc), file=sys.stderr)
         return 1
-    except Exception:
-        traceback.print_exc()
+    except Exception as exc:
+        print(host.unit_traceback(unit_id, exc), file=sys.stderr)
         return 1
     test_main = getattr(module, "main", None)
     if callable(test_main):
         try:
             result = test_main(host) if inspect.signature(test_main).parameters else test_main()
-        except Exception:
-            traceback.print_exc()
+        except Exception as exc:
+            print(host.unit_traceback(unit_id, exc), file=sys.stderr)
             return 1
         if _passed(result):
             return 0
@@ -125,7 +124,7 @@ def _run(host: Host, unit_id: str, test_name: str) -> int:
         print("pytest is not installed: give the test module a main() or install pytest", file=sys.stderr)
         return 1
     unit = host.module(unit_id)
-    plugins = [_Fixtures(host, unit).register()]
+    plugins = [_Fixtures(host, unit).register(), _unit_frames_first(host.module_name(unit_id))]
     path = str(module.__file__)
     rootdir = host.loader.location
     if not os.path.isfile(path):
@@ -150,6 +149,50 @@ def _run(host: Host, unit_id: str, test_name: str) -> int:
 _ANYIO_REWRITE = "ignore:Module already imported so cannot be rewritten; anyio:pytest.PytestAssertRewriteWarning"
 """anyio's pytest plugin is loaded after the host imported anyio: pytest's warning about it says nothing about the
 unit (a message prefix, taken literally from the command line)."""
+
+
+def _unit_frames_first(prefix: str) -> Any:
+    """A pytest plugin that shows a failure's frames of the unit (its test module included) and counts the others
+    (the host, pytest, libraries) in one line instead of printing them: the unit's frame comes first."""
+    import pytest
+    from _pytest._code import Traceback
+
+    def own(entry: Any, test_module: Any) -> bool:
+        if test_module is not None and entry.frame.f_globals is vars(test_module):
+            return True  # pytest imports the test module itself (--import-mode=importlib), under its own name
+        name = str(entry.frame.f_globals.get("__name__", ""))
+        return name == prefix or name.startswith(prefix + ".")
+
+    class UnitFramesFirst:
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+            hidden = 0
+            pytests = getattr(item, "_traceback_filter", None)  # pytest's cut at the test function, run first
+            if call.excinfo is not None and pytests is not None:
+                test_module = getattr(item, "module", None)
+
+                def unit_frames(excinfo: Any) -> Any:
+                    nonlocal hidden
+                    shown = pytests(excinfo)
+                    mine = [entry for entry in shown if own(entry, test_module)]
+                    if not mine or len(mine) == len(shown):
+                        return shown
+                    hidden = len(shown) - len(mine)
+                    return Traceback([*mine[:-1], mine[-1].with_repr_style(None)])  # the last one in full
+
+                item._traceback_filter = unit_frames
+            try:
+                report = yield
+            finally:
+                vars(item).pop("_traceback_filter", None)
+            if hidden:
+                plural = "s" if hidden != 1 else ""
+                report.sections.append(
+                    ("frames not shown", f"{hidden} frame{plural} outside the unit (libraries, the host) not shown")
+                )
+            return report
+
+    return UnitFramesFirst()
 
 
 class _BackToScratch:

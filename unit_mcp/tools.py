@@ -31,6 +31,7 @@ from mcp_types.version import is_version_at_least
 from opentelemetry import trace
 from pydantic import BaseModel
 
+from . import resultlog
 from ._version import __version__
 from .arguments import Operation, RunTestsArgs, TestStatusArgs
 from .cancel import cancellation, client_gone
@@ -507,7 +508,7 @@ class UnitTools:
             instructions=self.instructions,
             get_tool_input_schema=self.input_schema,
             on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            on_call_tool=resultlog.recording(self.call_tool, lambda ctx, params: params.name),
             on_list_resources=_no_resources,
             on_list_prompts=_no_prompts,
         )

@@ -22,15 +22,18 @@ STEAL = '''import os
 from pathlib import Path
 
 
+OWN = DATA_DIR  # this test's own server: other servers of the run (parallel workers) are not this test's to show
+
+
 def server_data_dirs():
-    """Every --data-dir on the command line of a unit-mcp server this user runs."""
+    """The --data-dir on the command line of the unit-mcp server this user runs for this test."""
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\\0")
         except OSError:
             continue
-        if "unit_mcp.server" in argv and "--data-dir" in argv:
-            yield Path(argv[argv.index("--data-dir") + 1])
+        if "unit_mcp.server" in argv and "--data-dir" in argv and argv[argv.index("--data-dir") + 1] == OWN:
+            yield Path(OWN)
 
 
 def main():
@@ -55,7 +58,7 @@ async def test_a_unit_test_that_reads_the_token_returns_it_redacted(tmp_path: Pa
     units, data = tmp_path / "units", tmp_path / "data"
     (units / "thief").mkdir(parents=True)
     (units / "thief" / "__init__.py").write_text('"""A unit whose test steals."""\n')
-    (units / "thief" / "test_steal.py").write_text(STEAL)
+    (units / "thief" / "test_steal.py").write_text(STEAL.replace("DATA_DIR", repr(str(data))))
     pg_password = f"pg-password-{secrets.token_hex(8)}"
     server = ServerProcess(
         "--units", str(units), "--data-dir", str(data), "--no-watch", tmp=tmp_path, env={"PGPASSWORD": pg_password}
