@@ -9,6 +9,7 @@ EXTRAS = {
     "agent": ("openai", "httpx", "httpx2"),
     "postgres": ("psycopg",),
     "durable": ("dbos", "sqlalchemy"),
+    "otel": ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"),
 }
 """The modules each extra of `pyproject.toml` installs that the package imports."""
 
