@@ -11,6 +11,7 @@ process's environment (`TRACEPARENT`, `TRACESTATE`).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import sys
@@ -161,6 +162,16 @@ def extract_meta(meta: Mapping[str, Any] | None) -> otel_context.Context | None:
     except (ValueError, TypeError):
         return None
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def carried(context: contextvars.Context) -> contextvars.Context:
+    """A copy of `context` (another task's) in which the current trace context is current: work run there (a
+    durable turn's step on its worker's loop) belongs to this trace. `context` itself when tracing is off."""
+    if not enabled():
+        return context
+    copy = context.copy()
+    copy.run(otel_context.attach, otel_context.get_current())
+    return copy
 
 
 def environment() -> dict[str, str]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import mcp.shared._otel as mcp_otel
 import pytest
+from agent.conftest import unit_server  # the agent tests' unit server with its test tools (durable turns)
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -73,7 +74,7 @@ class UnitServer:
 
 
 @pytest.fixture
-async def unit_server(tmp_path: Path, exporter: InMemorySpanExporter) -> AsyncIterator[UnitServer]:
+async def traced_server(tmp_path: Path, exporter: InMemorySpanExporter) -> AsyncIterator[UnitServer]:
     """The real tool layer over a real Host on a copy of the example units (namespace `units`, as their tests
     import them), served by the real Bridge."""
     units = tmp_path / "units"
@@ -143,6 +144,9 @@ def receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+__all__ = ["unit_server"]
 
 
 def by_name(spans: tuple[ReadableSpan, ...] | list[ReadableSpan], name: str) -> list[ReadableSpan]:

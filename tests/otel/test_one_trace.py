@@ -79,9 +79,9 @@ def ancestor_names(span: ReadableSpan, spans: dict[int, ReadableSpan]) -> list[s
 
 
 async def test_a_turn_is_one_trace_across_runner_server_and_test_process(
-    tmp_path: Path, exporter: InMemorySpanExporter, unit_server: UnitServer
+    tmp_path: Path, exporter: InMemorySpanExporter, traced_server: UnitServer
 ) -> None:
-    asked = await run_turn(tmp_path, unit_server)
+    asked = await run_turn(tmp_path, traced_server)
     assert "unit_apply_patch" in [request.tool for request in asked]
     every = exporter.get_finished_spans()
     (turn,) = by_name(every, "invoke_agent o")
@@ -150,7 +150,7 @@ async def test_a_turn_is_one_trace_across_runner_server_and_test_process(
 async def test_content_reaches_spans_only_when_asked(
     tmp_path: Path,
     exporter: InMemorySpanExporter,
-    unit_server: UnitServer,
+    traced_server: UnitServer,
     capture: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -158,8 +158,8 @@ async def test_content_reaches_spans_only_when_asked(
         monkeypatch.setenv(tracing.CAPTURE_CONTENT_ENV, "true")
     else:
         monkeypatch.delenv(tracing.CAPTURE_CONTENT_ENV, raising=False)
-    await run_turn(tmp_path, unit_server)
-    assert MARKER in (unit_server.units / "counter" / "__init__.py").read_text()
+    await run_turn(tmp_path, traced_server)
+    assert MARKER in (traced_server.units / "counter" / "__init__.py").read_text()
     exported = "\n".join(span.to_json() for span in exporter.get_finished_spans())
     assert (MARKER in exported) is capture
     assert ("patch counter" in exported) is capture  # the user's message
