@@ -81,6 +81,7 @@ SECTIONS = (
     "durable",
     "resolve",
     "edits",
+    "otel",
 )
 OPT_IN = ("idle",)
 """Sections that run only when named in --only (the idle one waits a minute)."""
@@ -1110,6 +1111,111 @@ class Bench:
                 ),
             ],
         )
+
+    async def otel(self) -> None:
+        """Tracing's cost: a no-tool turn (the runner, a function model) and a unit_list call (over HTTP) with no
+        tracer provider set ("off") against the same code with our spans bypassed ("before": tracing's helpers
+        replaced by no-ops, as before issue 39), interleaved call by call; then with the SDK and an in-memory
+        exporter on, reported beside them. Bounded to 5 minutes."""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from unit_mcp import tracing
+        from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, FunctionAgent
+
+        assert not tracing.enabled(), "the otel section needs a process with no tracer provider set"
+        helpers = ("span", "set_attributes", "set_content", "add_event", "fail", "inject_meta", "environment")
+        ours = {name: getattr(tracing, name) for name in helpers}
+        off_span = tracing._OFF
+        bypass = {name: (lambda *a, **k: None) for name in helpers} | {
+            "span": lambda *a, **k: off_span,
+            "inject_meta": lambda meta: meta,
+            "environment": dict,
+        }
+
+        def use(helpers: dict[str, Any]) -> None:
+            for name, fn in helpers.items():
+                setattr(tracing, name, fn)
+
+        rounds = 60 if self.quick else 400
+        root = self.work / "otel-units"
+        twenty_kb_unit(root)
+
+        @asynccontextmanager
+        async def both() -> AsyncIterator[tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]]]:
+            """A no-tool turn and a unit_list call, on servers built now (the SDK's server spans kept if on)."""
+            registry = AgentRegistry()
+            registry.register("f", lambda deps: FunctionAgent(lambda request, ctx: "ok", id="f"))
+            with Host(root, self.work / f"otel-data-{time.monotonic_ns()}", namespace="bench_otel") as host:
+                tools = UnitTools(UnitService(host))
+                async with (
+                    Bridge(tools.server(), config_root=self.work / f"cfg-otel-{time.monotonic_ns()}") as bridge,
+                    http_client(str(bridge.url), bridge.token) as client,
+                    AgentRunner(
+                        store=self.work / f"otel-sessions-{time.monotonic_ns()}",
+                        registry=registry,
+                        tools=AgentToolSurface(AgentApprovals()),
+                    ) as runner,
+                ):
+                    session = await runner.create_session("f")
+
+                    async def turn() -> Any:
+                        return await (await runner.run_turn(session.id, "hi")).wait(10)
+
+                    yield turn, lambda: client.call_tool("unit_list", {})
+
+        samples: dict[str, list[float]] = {}
+        with anyio.fail_after(300):
+            async with both() as (turn, listing):
+                for name, fn in (("no_tool_turn", turn), ("unit_list", listing)):
+                    for _ in range(5):
+                        await fn()
+                    for side in ("before", "off"):
+                        samples[f"{name}_{side}"] = []
+                    for _ in range(rounds):
+                        for side, helpers_now in (("before", bypass), ("off", ours)):
+                            use(helpers_now)
+                            started = time.perf_counter()
+                            await fn()
+                            samples[f"{name}_{side}"].append((time.perf_counter() - started) * 1000)
+                use(ours)
+            exporter = InMemorySpanExporter()
+            provider = TracerProvider()
+            provider.add_span_processor(SimpleSpanProcessor(exporter))
+            trace.set_tracer_provider(provider)
+            async with both() as (turn, listing):
+                for name, fn in (("no_tool_turn", turn), ("unit_list", listing)):
+                    for _ in range(5):
+                        await fn()
+                    samples[f"{name}_on"] = []
+                    for _ in range(rounds):
+                        started = time.perf_counter()
+                        await fn()
+                        samples[f"{name}_on"].append((time.perf_counter() - started) * 1000)
+                        exporter.clear()
+            provider.shutdown()
+        figures = {k: summary(v) for k, v in samples.items()}
+        ratios = []
+        for name in ("no_tool_turn", "unit_list"):
+            ratios.append(
+                ratio_row(
+                    f"{name}: tracing off (no provider) / our spans bypassed (before issue 39)",
+                    figures[f"{name}_off"],
+                    figures[f"{name}_before"],
+                    1.02,
+                )
+            )
+            ratios.append(
+                ratio_row(
+                    f"{name}: tracing on (SDK, in-memory exporter) / off",
+                    figures[f"{name}_on"],
+                    figures[f"{name}_off"],
+                    None,
+                )
+            )
+        self.record("otel", figures, ratios)
 
     async def sessions(self) -> None:
         """The agent session store: one append at 10 and at 10,000 items; on SQLite and on PostgreSQL, the first
