@@ -209,9 +209,11 @@ def replay_handed_back(folder: str | os.PathLike[str]) -> int:
             record = json.loads(line)
             name, start, end = record["name"], int(record["start"]), int(record["end"])
             attributes = record.get("attributes") or {}
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):  # not JSON, not an object, a field missing or bad
             continue
-        if name not in _HANDED_BACK or not 0 < start <= end or not isinstance(attributes, dict):
+        if not isinstance(name, str) or name not in _HANDED_BACK or not 0 < start <= end < 2**63:
+            continue
+        if not isinstance(attributes, dict):
             continue
         clean = {
             f"unit_mcp.test.{k}": v
