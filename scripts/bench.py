@@ -1113,10 +1113,11 @@ class Bench:
         )
 
     async def otel(self) -> None:
-        """Tracing's cost: a no-tool turn (the runner, a function model) and a unit_list call (over HTTP) with no
-        tracer provider set ("off") against the same code with our spans bypassed ("before": tracing's helpers
-        replaced by no-ops, as before issue 39), interleaved call by call; then with the SDK and an in-memory
-        exporter on, reported beside them. Bounded to 5 minutes."""
+        """Tracing's cost, three sides interleaved call by call: no tracer provider set ("off"), the same code with
+        our spans bypassed ("before": tracing's helpers replaced by no-ops, as before issue 39), and the SDK with an
+        in-memory exporter ("on", its own server built with the provider set, so it keeps the SDK's server spans).
+        Two calls: a no-tool turn (the runner, a function model) and a unit_list call over HTTP. Wall and CPU time
+        (this process: client, server and runner all run in it) per call. Bounded to 5 minutes."""
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -1134,87 +1135,96 @@ class Bench:
             "inject_meta": lambda meta: meta,
             "environment": dict,
         }
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
 
-        def use(helpers: dict[str, Any]) -> None:
-            for name, fn in helpers.items():
-                setattr(tracing, name, fn)
+        def side(name: str) -> None:
+            """Switch this process to one side: the API's global provider set or not (its private global: the API
+            sets it once), our helpers or the no-ops."""
+            trace._TRACER_PROVIDER = provider if name == "on" else None  # type: ignore[attr-defined]
+            for helper, fn in (bypass if name == "before" else ours).items():
+                setattr(tracing, helper, fn)
 
-        rounds = 60 if self.quick else 400
+        rounds = 60 if self.quick else 500
         root = self.work / "otel-units"
         twenty_kb_unit(root)
-
-        @asynccontextmanager
-        async def both() -> AsyncIterator[tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[Any]]]]:
-            """A no-tool turn and a unit_list call, on servers built now (the SDK's server spans kept if on)."""
-            registry = AgentRegistry()
-            registry.register("f", lambda deps: FunctionAgent(lambda request, ctx: "ok", id="f"))
-            with Host(root, self.work / f"otel-data-{time.monotonic_ns()}", namespace="bench_otel") as host:
-                tools = UnitTools(UnitService(host))
-                async with (
-                    Bridge(tools.server(), config_root=self.work / f"cfg-otel-{time.monotonic_ns()}") as bridge,
-                    http_client(str(bridge.url), bridge.token) as client,
-                    AgentRunner(
-                        store=self.work / f"otel-sessions-{time.monotonic_ns()}",
-                        registry=registry,
-                        tools=AgentToolSurface(AgentApprovals()),
-                    ) as runner,
-                ):
-                    session = await runner.create_session("f")
-
-                    async def turn() -> Any:
-                        return await (await runner.run_turn(session.id, "hi")).wait(10)
-
-                    yield turn, lambda: client.call_tool("unit_list", {})
-
+        registry = AgentRegistry()
+        registry.register("f", lambda deps: FunctionAgent(lambda request, ctx: "ok", id="f"))
         samples: dict[str, list[float]] = {}
-        with anyio.fail_after(300):
-            async with both() as (turn, listing):
-                for name, fn in (("no_tool_turn", turn), ("unit_list", listing)):
-                    for _ in range(5):
-                        await fn()
-                    for side in ("before", "off"):
-                        samples[f"{name}_{side}"] = []
-                    for _ in range(rounds):
-                        for side, helpers_now in (("before", bypass), ("off", ours)):
-                            use(helpers_now)
-                            started = time.perf_counter()
+        cpu: dict[str, list[float]] = {}
+        with (
+            anyio.fail_after(300),
+            Host(root, self.work / "otel-data", namespace="bench_otel") as host,
+        ):
+            tools = UnitTools(UnitService(host))
+            async with AsyncExitStack() as stack:
+                side("off")
+                plain = await stack.enter_async_context(Bridge(tools.server(), config_root=self.work / "cfg-otel"))
+                side("on")
+                traced = await stack.enter_async_context(Bridge(tools.server(), config_root=self.work / "cfg-otel-on"))
+                side("off")
+                clients = {
+                    "before": await stack.enter_async_context(http_client(str(plain.url), plain.token)),
+                    "off": await stack.enter_async_context(http_client(str(plain.url), plain.token)),
+                    "on": await stack.enter_async_context(http_client(str(traced.url), traced.token)),
+                }
+                runner = await stack.enter_async_context(
+                    AgentRunner(
+                        store=self.work / "otel-sessions", registry=registry, tools=AgentToolSurface(AgentApprovals())
+                    )
+                )
+                sessions = {name: (await runner.create_session("f")).id for name in clients}
+
+                def turn(name: str) -> Callable[[], Awaitable[Any]]:
+                    async def run() -> Any:
+                        return await (await runner.run_turn(sessions[name], "hi")).wait(10)
+
+                    return run
+
+                for call in ("no_tool_turn", "unit_list"):
+                    sides = {
+                        name: turn(name) if call == "no_tool_turn" else partial(clients[name].call_tool, "unit_list")
+                        for name in clients
+                    }
+                    for name, fn in sides.items():
+                        side(name)
+                        for _ in range(5):
                             await fn()
-                            samples[f"{name}_{side}"].append((time.perf_counter() - started) * 1000)
-                use(ours)
-            exporter = InMemorySpanExporter()
-            provider = TracerProvider()
-            provider.add_span_processor(SimpleSpanProcessor(exporter))
-            trace.set_tracer_provider(provider)
-            async with both() as (turn, listing):
-                for name, fn in (("no_tool_turn", turn), ("unit_list", listing)):
-                    for _ in range(5):
-                        await fn()
-                    samples[f"{name}_on"] = []
-                    for _ in range(rounds):
-                        started = time.perf_counter()
-                        await fn()
-                        samples[f"{name}_on"].append((time.perf_counter() - started) * 1000)
-                        exporter.clear()
-            provider.shutdown()
-        figures = {k: summary(v) for k, v in samples.items()}
+                        samples[f"{call}_{name}"], cpu[f"{call}_{name}"] = [], []
+                    order = list(sides.items())
+                    for turn_no in range(rounds):  # each side first in turn: what one call leaves runs in the next
+                        for name, fn in order[turn_no % 3 :] + order[: turn_no % 3]:
+                            side(name)
+                            started, started_cpu = time.perf_counter(), time.process_time()
+                            await fn()
+                            cpu[f"{call}_{name}"].append((time.process_time() - started_cpu) * 1000)
+                            samples[f"{call}_{name}"].append((time.perf_counter() - started) * 1000)
+                            exporter.clear()
+                side("off")
+        provider.shutdown()
+        figures: dict[str, Any] = {k: summary(v) for k, v in samples.items()}
+        figures |= {f"{k}_cpu": summary(v) for k, v in cpu.items()}
         ratios = []
-        for name in ("no_tool_turn", "unit_list"):
-            ratios.append(
-                ratio_row(
-                    f"{name}: tracing off (no provider) / our spans bypassed (before issue 39)",
-                    figures[f"{name}_off"],
-                    figures[f"{name}_before"],
-                    1.02,
+        for call in ("no_tool_turn", "unit_list"):
+            for clock in ("", "_cpu"):
+                what = "wall" if not clock else "CPU"
+                ratios.append(
+                    ratio_row(
+                        f"{call} ({what}): tracing off (no provider) / our spans bypassed (before issue 39)",
+                        figures[f"{call}_off{clock}"],
+                        figures[f"{call}_before{clock}"],
+                        1.02,
+                    )
                 )
-            )
-            ratios.append(
-                ratio_row(
-                    f"{name}: tracing on (SDK, in-memory exporter) / off",
-                    figures[f"{name}_on"],
-                    figures[f"{name}_off"],
-                    None,
+                ratios.append(
+                    ratio_row(
+                        f"{call} ({what}): tracing on (SDK, in-memory exporter) / off",
+                        figures[f"{call}_on{clock}"],
+                        figures[f"{call}_off{clock}"],
+                        None,
+                    )
                 )
-            )
         self.record("otel", figures, ratios)
 
     async def sessions(self) -> None:

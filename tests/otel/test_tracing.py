@@ -4,20 +4,27 @@ reaching the test process without restarting the warm test host."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from unit_mcp import tracing
+from unit_mcp.changelog import Caller
+from unit_mcp.confirm import Confirmations
+from unit_mcp.errors import Declined
 from unit_mcp.testrun import WARM, run_test_process
 
 from .conftest import EXAMPLE_UNITS, by_name
+
+pytestmark = pytest.mark.anyio
 
 HEX = st.text("0123456789abcdef", min_size=1, max_size=40)
 JUNK = st.one_of(st.none(), st.integers(), st.text(max_size=80), st.lists(st.text(max_size=5), max_size=3))
@@ -128,3 +135,22 @@ def test_a_test_run_carries_its_context_without_restarting_the_warm_host(
         assert sorted(s.name for s in stages) == ["unit load", "unit test"]
         exporter.clear()
     assert pids[0] is not None and pids[0] == pids[1]
+
+
+async def test_a_confirmation_wait_is_a_span_with_its_outcome_and_who(exporter: InMemorySpanExporter) -> None:
+    confirmations = Confirmations(["shell"])
+    caller = Caller(name="a client")
+
+    async def person(message: str) -> bool:
+        return True
+
+    for elicit, outcome in ((person, "approved"), (None, "declined")):
+        question = confirmations.question(caller, "unit_apply_patch", "shell", "patch counter", None, unit_id="counter")
+        with contextlib.suppress(Declined):
+            await confirmations.ask(question, elicit)
+        (wait,) = by_name(exporter.get_finished_spans(), "confirmation wait")
+        assert wait.attributes["unit_mcp.tool"] == "unit_apply_patch"
+        assert wait.attributes["unit_mcp.unit_id"] == "counter"
+        assert wait.attributes["unit_mcp.confirmation.outcome"] == outcome
+        assert f"confirmation {outcome}" in [event.name for event in wait.events]
+        exporter.clear()

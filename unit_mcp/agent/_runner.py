@@ -489,6 +489,7 @@ class AgentRunner:
             except TurnClosed:
                 pass
             except Exception as exc:
+                tracing.fail(span, type(exc).__name__)
                 if turn.cancel_reason is None and not turn.done:
                     log.info("turn %s of agent %s failed: %s", turn.id, agent.id, describe(exc), exc_info=True)
                     await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)
