@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from unit_mcp import tracing
 from unit_mcp.changelog import Caller
 from unit_mcp.confirm import Confirmations
 from unit_mcp.errors import Declined
+from unit_mcp.fleet import Fleet, FleetTools, NodeSpec
 from unit_mcp.testrun import WARM, run_test_process
 
 from .conftest import EXAMPLE_UNITS, by_name
@@ -154,3 +157,20 @@ async def test_a_confirmation_wait_is_a_span_with_its_outcome_and_who(exporter: 
         assert wait.attributes["unit_mcp.confirmation.outcome"] == outcome
         assert f"confirmation {outcome}" in [event.name for event in wait.events]
         exporter.clear()
+
+
+async def test_a_fleet_call_to_a_node_is_a_span_with_the_node_and_its_failure(exporter: InMemorySpanExporter) -> None:
+    with socket.socket() as sock:  # a port nothing listens on: the node is down
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with Fleet([NodeSpec("gone", f"http://127.0.0.1:{port}")], timeout=2) as fleet:
+        tools = FleetTools(fleet)
+        failed = await tools.call("fleet_send_message", {"node": "gone", "message": "hello"})
+        listed = await tools.call("fleet_list_nodes", {})
+    assert failed.is_error and not listed.is_error
+    (sent,) = by_name(exporter.get_finished_spans(), "fleet fleet_send_message")
+    assert sent.attributes["unit_mcp.fleet.node"] == "gone"
+    assert sent.attributes["error.type"] == "node_error" and sent.status.status_code is StatusCode.ERROR
+    assert "hello" not in sent.to_json()  # the message is content: off by default
+    (listing,) = by_name(exporter.get_finished_spans(), "fleet fleet_list_nodes")
+    assert listing.status.status_code is StatusCode.UNSET
