@@ -81,6 +81,7 @@ SECTIONS = (
     "durable",
     "resolve",
     "edits",
+    "otel",
 )
 OPT_IN = ("idle",)
 """Sections that run only when named in --only (the idle one waits a minute)."""
@@ -1113,6 +1114,121 @@ class Bench:
                 ),
             ],
         )
+
+    async def otel(self) -> None:
+        """Tracing's cost, three sides interleaved call by call: no tracer provider set ("off"), the same code with
+        our spans bypassed ("before": tracing's helpers replaced by no-ops, as before issue 39), and the SDK with an
+        in-memory exporter ("on", its own server built with the provider set, so it keeps the SDK's server spans).
+        Two calls: a no-tool turn (the runner, a function model) and a unit_list call over HTTP. Wall and CPU time
+        (this process: client, server and runner all run in it) per call. Bounded to 5 minutes."""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        from unit_mcp import tracing
+        from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, FunctionAgent
+
+        assert not tracing.enabled(), "the otel section needs a process with no tracer provider set"
+        helpers = ("span", "set_attributes", "set_content", "add_event", "fail", "inject_meta", "environment")
+        ours = {name: getattr(tracing, name) for name in helpers}
+        off_span = tracing._OFF
+        bypass = {name: (lambda *a, **k: None) for name in helpers} | {
+            "span": lambda *a, **k: off_span,
+            "inject_meta": lambda meta: meta,
+            "environment": dict,
+        }
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+        def side(name: str) -> None:
+            """Switch this process to one side: the API's global provider set or not (its private global: the API
+            sets it once), our helpers or the no-ops."""
+            trace._TRACER_PROVIDER = provider if name == "on" else None  # type: ignore[attr-defined]
+            for helper, fn in (bypass if name == "before" else ours).items():
+                setattr(tracing, helper, fn)
+
+        rounds = 60 if self.quick else 500
+        root = self.work / "otel-units"
+        twenty_kb_unit(root)
+        registry = AgentRegistry()
+        registry.register("f", lambda deps: FunctionAgent(lambda request, ctx: "ok", id="f"))
+        samples: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
+        with (
+            anyio.fail_after(300),
+            Host(root, self.work / "otel-data", namespace="bench_otel") as host,
+        ):
+            tools = UnitTools(UnitService(host))
+            async with AsyncExitStack() as stack:
+                side("off")
+                plain = await stack.enter_async_context(Bridge(tools.server(), config_root=self.work / "cfg-otel"))
+                side("on")
+                traced = await stack.enter_async_context(Bridge(tools.server(), config_root=self.work / "cfg-otel-on"))
+                side("off")
+                clients = {
+                    "before": await stack.enter_async_context(http_client(str(plain.url), plain.token)),
+                    "off": await stack.enter_async_context(http_client(str(plain.url), plain.token)),
+                    "on": await stack.enter_async_context(http_client(str(traced.url), traced.token)),
+                }
+                runner = await stack.enter_async_context(
+                    AgentRunner(
+                        store=self.work / "otel-sessions", registry=registry, tools=AgentToolSurface(AgentApprovals())
+                    )
+                )
+                sessions = {name: (await runner.create_session("f")).id for name in clients}
+
+                def turn(name: str) -> Callable[[], Awaitable[Any]]:
+                    async def run() -> Any:
+                        return await (await runner.run_turn(sessions[name], "hi")).wait(10)
+
+                    return run
+
+                for call in ("no_tool_turn", "unit_list"):
+                    sides = {
+                        name: turn(name) if call == "no_tool_turn" else partial(clients[name].call_tool, "unit_list")
+                        for name in clients
+                    }
+                    for name, fn in sides.items():
+                        side(name)
+                        for _ in range(5):
+                            await fn()
+                        samples[f"{call}_{name}"], cpu[f"{call}_{name}"] = [], []
+                    order = list(sides.items())
+                    for turn_no in range(rounds):  # each side first in turn: what one call leaves runs in the next
+                        for name, fn in order[turn_no % 3 :] + order[: turn_no % 3]:
+                            side(name)
+                            started, started_cpu = time.perf_counter(), time.process_time()
+                            await fn()
+                            cpu[f"{call}_{name}"].append((time.process_time() - started_cpu) * 1000)
+                            samples[f"{call}_{name}"].append((time.perf_counter() - started) * 1000)
+                            exporter.clear()
+                side("off")
+        provider.shutdown()
+        figures: dict[str, Any] = {k: summary(v) for k, v in samples.items()}
+        figures |= {f"{k}_cpu": summary(v) for k, v in cpu.items()}
+        ratios = []
+        for call in ("no_tool_turn", "unit_list"):
+            for clock in ("", "_cpu"):
+                what = "wall" if not clock else "CPU"
+                ratios.append(
+                    ratio_row(
+                        f"{call} ({what}): tracing off (no provider) / our spans bypassed (before issue 39)",
+                        figures[f"{call}_off{clock}"],
+                        figures[f"{call}_before{clock}"],
+                        1.02,
+                    )
+                )
+                ratios.append(
+                    ratio_row(
+                        f"{call} ({what}): tracing on (SDK, in-memory exporter) / off",
+                        figures[f"{call}_on{clock}"],
+                        figures[f"{call}_off{clock}"],
+                        None,
+                    )
+                )
+        self.record("otel", figures, ratios)
 
     async def sessions(self) -> None:
         """The agent session store: one append at 10 and at 10,000 items; on SQLite and on PostgreSQL, the first

@@ -100,6 +100,20 @@ def test_the_bare_install_is_the_server(wheel: Path, tmp_path: Path, server_proc
             "",
             f"unit-mcp {name}: error: needs the agent extra (openai, httpx not installed); install 'unit-mcp[agent]'\n",
         )
+    traced = subprocess.run(  # tracing asked for without the otel extra: one line naming it
+        [bin_dir / "unit-mcp", "serve", "--no-watch"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+    )
+    assert (traced.returncode, traced.stdout, traced.stderr) == (
+        1,
+        "",
+        "unit-mcp serve: error: needs the otel extra (opentelemetry.sdk, opentelemetry.exporter.otlp.proto.http not "
+        "installed); install 'unit-mcp[otel]'\n",
+    )
     printed = serve(bin_dir, tmp_path, server_processes)
     units = anyio.run(list_units, printed["MCP_URL"], printed["MCP_TOKEN"])
     assert {"greeter", "counter", "notes", "weather"} <= set(units), units

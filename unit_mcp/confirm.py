@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from . import tracing
 from .changelog import Caller, ChangeLog, Outcome, session_tag
 from .errors import ConfirmationTimeout, Declined, Withdrawn
 
@@ -135,6 +136,15 @@ class Confirmations:
     ) -> None:
         """Wait for a yes (returns), a no ([declined]) or the timeout ([confirmation_timeout]); cancelled, or
         `gone` returned (the client went away: `unit_mcp.cancel.client_gone`), the question is withdrawn."""
+        attributes = {
+            "unit_mcp.tool": question.tool,
+            "unit_mcp.risk": question.risk,
+            "unit_mcp.unit_id": question.unit_id,
+        }
+        with tracing.span("confirmation wait", attributes):
+            await self._ask(question, elicit, gone)
+
+    async def _ask(self, question: Question, elicit: Elicit | None, gone: Callable[[], Awaitable[None]] | None) -> None:
         tool = question.tool
         if elicit is None and not self.on_page:
             await self._record(question, "declined", "declined", "nobody can be asked: no elicitation and no page")
@@ -264,6 +274,13 @@ class Confirmations:
                 self._write(question, outcome, None, f"{said} from {question.answered_by}, unused")  # type: ignore[arg-type]
 
     async def _record(self, question: Question, outcome: Outcome, code: str | None, message: str) -> None:
+        tracing.add_event(f"confirmation {outcome}", by=question.answered_by, question=question.id)
+        if outcome != "asked":
+            tracing.set_attributes(
+                tracing.current(),
+                unit_mcp__confirmation__outcome=outcome,
+                unit_mcp__confirmation__by=question.answered_by,
+            )
         await anyio.to_thread.run_sync(self._write, question, outcome, code, message)
 
     def _write(self, question: Question, outcome: Outcome, code: str | None, message: str) -> None:

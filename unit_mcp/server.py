@@ -21,7 +21,7 @@ from pathlib import Path
 
 import anyio
 
-from . import paths
+from . import paths, tracing
 from .applog import StderrHandler
 from .asgi import units_app
 from .bridge import Bridge, BridgeError, serve_until_stopped
@@ -378,6 +378,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.debug:
         logging.getLogger("unit_mcp").setLevel(logging.DEBUG)
     keep_memory_private()
+    tracing.configure("unit-mcp-server", prog)  # before the tools' server is built (it keeps the SDK's spans then)
     try:
         anyio.run(serve, args, backend="asyncio")
     except BaseException as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import contextvars
 import functools
 import json
 import os
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from . import cancel
+from . import cancel, tracing
 from .loader import member_addresses
 from .pgconnect import is_postgres
 from .proctree import kill_tree, stopped
@@ -143,7 +144,7 @@ def run_test_process(
     """Run one test module in a scratch folder of its own (working directory, HOME, TMPDIR and the test host's data
     folder; private, removed after); `warm=False` starts a new interpreter instead of forking the warm test host."""
     with tempfile.TemporaryDirectory(prefix="unit-mcp-test-", ignore_cleanup_errors=True) as scratch:
-        env = sandbox_env(scratch, WARM.pass_env, units=units_root)
+        env = sandbox_env(scratch, WARM.pass_env, units=units_root) | tracing.environment()
         argv = ["--units", str(units_root), "--namespace", namespace, "--unit", unit_id, "--test", test_name,
                 "--data-dir", scratch]  # fmt: skip
         started = time.perf_counter()
@@ -153,6 +154,7 @@ def run_test_process(
                 run = _supervise(child, child.stdout, child.stderr, started, timeout=timeout, max_output=max_output)
             if child.returncode == LOST:
                 run.stderr += LOST_NOTE
+            tracing.replay_handed_back(scratch)
             return run
         proc = subprocess.Popen(
             [sys.executable, "-m", "unit_mcp.testhost", *argv],
@@ -165,9 +167,11 @@ def run_test_process(
         )
         assert proc.stdout is not None and proc.stderr is not None
         with proc.stdout, proc.stderr:
-            return _supervise(
+            run = _supervise(
                 proc, proc.stdout.fileno(), proc.stderr.fileno(), started, timeout=timeout, max_output=max_output
             )
+        tracing.replay_handed_back(scratch)
+        return run
 
 
 PASSED_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHOME", "PYTHONUTF8"})
@@ -180,6 +184,8 @@ LIBPQ_ENV = frozenset({
 """What libpq reads to connect: the test host of a PostgreSQL store loads the unit from that store."""
 SCRATCH_ENV = ("HOME", "TMPDIR")
 """Set per run, to its scratch folder."""
+PER_RUN_ENV = frozenset(tracing.ENV_CARRIER.values())
+"""Set per run, to the trace context of the call that runs it (the warm host is not restarted for them)."""
 
 
 def passed_env_name(name: str) -> str:
@@ -379,7 +385,7 @@ class WarmTestHost:
         start) is killed and replaced."""
         if time.monotonic() < self._failed_until or not _pidfds():
             return None
-        host_env = {name: value for name, value in env.items() if name not in SCRATCH_ENV}
+        host_env = {name: value for name, value in env.items() if name not in SCRATCH_ENV and name not in PER_RUN_ENV}
         for _ in range(2):
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
@@ -497,9 +503,10 @@ class TestRuns:
         """Run `work` in a thread of its own, cancellable through the run (`cancel.requested()` inside it); None
         when `limit` runs are running already."""
         run = TestRun(secrets.token_urlsafe(12), label, subject)
+        caller = contextvars.copy_context()  # the thread runs in the caller's trace
 
         def target() -> None:
-            with cancel.cancellation() as event:
+            with cancel.cancellation() as event, tracing.span("unit test run", {"unit_mcp.test_run.id": run.run_id}):
 
                 def watch() -> None:
                     run.cancel.wait()
@@ -520,7 +527,7 @@ class TestRuns:
             if sum(not other.done.is_set() for other in self._runs.values()) >= limit:
                 return None
             self._runs[run.run_id] = run
-        threading.Thread(target=target, name=f"test run {label}", daemon=True).start()
+        threading.Thread(target=caller.run, args=(target,), name=f"test run {label}", daemon=True).start()
         return run
 
     def get(self, run_id: str) -> TestRun | None:

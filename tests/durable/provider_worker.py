@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import openai
 
+from unit_mcp import tracing
 from unit_mcp.agent import (
     AgentApprovals,
     AgentRegistry,
@@ -95,4 +96,5 @@ if __name__ == "__main__":
     parser.add_argument("--executor-id", required=True)
     parser.add_argument("--takeover", action="store_true")
     count_model_clients()
+    tracing.configure("unit-mcp-agent", "provider_worker")  # on when the test sets OTEL_* (tests/otel)
     anyio.run(main, parser.parse_args())

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .. import tracing
 from ..commandline import CommandParser, print_error
 from ..paths import UnsafeSecret, UntrustedFolder, private_dir
 from ..proctree import keep_memory_private
@@ -686,6 +687,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             commands = {"run": run_command, "answer": answer_command, "ui": ui_command, "worker": worker_command}
             command = commands[args.command]
             keep_memory_private()  # the API key and the MCP token
+            tracing.configure("unit-mcp-agent", prog)
             outcome: Any = anyio.run(command, args, store)
             return int(outcome)
         return sessions_command(args, store)

@@ -18,7 +18,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +30,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the test extra installs it
     raise ImportError("durable turns need DBOS: pip install 'unit-mcp[durable]'") from exc
 
+from .. import tracing
 from ._context import TurnContext
 from ._inbox import Inbox
 from ._loop import LoopAgent
@@ -443,14 +444,15 @@ class DurableWorker:
             agents=self.registry,
         )
         try:
-            started = {"turn_id": turn_id, "agent_id": agent.id, DURABLE: True}
-            await turn.append(EventItem(kind="turn-started", data=started), status="running")
-            await turn.append(MessageItem(role="user", content=input))
-            if isinstance(agent, OpenCodeAgent):
-                return await self._opencode(agent, session, turn, ctx, input)
-            if isinstance(agent, CodexAgent):
-                return await self._codex(agent, session, turn, ctx, input)
-            return await self._steps(agent, turn, ctx)
+            with _turn_span(replay, agent.id, session_id, turn_id) as carrier:
+                started = {"turn_id": turn_id, "agent_id": agent.id, DURABLE: True, **carrier}
+                await turn.append(EventItem(kind="turn-started", data=started), status="running")
+                await turn.append(MessageItem(role="user", content=input))
+                if isinstance(agent, OpenCodeAgent):
+                    return await self._opencode(agent, session, turn, ctx, input)
+                if isinstance(agent, CodexAgent):
+                    return await self._codex(agent, session, turn, ctx, input)
+                return await self._steps(agent, turn, ctx)
         except Exception as exc:
             await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)
             return None
@@ -681,6 +683,25 @@ class DurableWorker:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_in_context(context, fn(*args)), self._loop))
 
 
+@contextlib.contextmanager
+def _turn_span(replay: list[Item], agent_id: str, session_id: str, turn_id: str) -> Iterator[dict[str, str]]:
+    """The turn's `invoke_agent` span; yields the trace context the turn records (in `turn-started`). A resumed turn
+    continues the trace its first worker recorded: its span is a child of that worker's (never ended, so never
+    exported), and only the steps that run again make spans (a replayed step returns its recorded output)."""
+    first = replay[0] if replay else None
+    recorded = first.data if isinstance(first, EventItem) and first.kind == "turn-started" else {}
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.id": agent_id,
+        "gen_ai.conversation.id": session_id,
+        "unit_mcp.turn.id": turn_id,
+        "unit_mcp.turn.durable": True,
+        "unit_mcp.turn.resumed": bool(replay) or None,
+    }
+    with tracing.span(f"invoke_agent {agent_id}", attributes, context=tracing.extract_meta(recorded)):
+        yield tracing.inject_meta({})
+
+
 async def _replayable(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     """A tool step, which runs again if its worker died in it: its unit-server calls say they may be repeats."""
     token = REPLAYING.set(True)
@@ -691,12 +712,14 @@ async def _replayable(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -
 
 
 async def _in_context(context: contextvars.Context | None, step: Coroutine[Any, Any, T]) -> T:
-    return await (step if context is None else asyncio.get_running_loop().create_task(step, context=context))
+    if context is None:
+        return await step
+    return await asyncio.get_running_loop().create_task(step, context=tracing.carried(context))
 
 
 async def _request(agent: LoopAgent, ctx: TurnContext, step: int) -> ModelResponse:
     system = await agent.system_prompt(ctx)
-    return await agent.request(await agent._prepare(ctx, system, step), ctx)
+    return await agent._chat(await agent._prepare(ctx, system, step), ctx)  # its `chat` span is the step's
 
 
 def recover(executor_id: str) -> None:

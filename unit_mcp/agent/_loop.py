@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .. import tracing
 from ._paused import RESUMED_OUTPUT, paused_calls
 from ._recorder import TurnRecorder
 from .errors import AgentError, StepLimitReached
@@ -113,7 +114,7 @@ class LoopAgent(ABC):
             if step > self.max_steps:
                 raise StepLimitReached(f"no final answer after {self.max_steps} model requests (max_steps)")
             request = await self._prepare(ctx, system, step)
-            response = await self.request(request, ctx)
+            response = await self._chat(request, ctx)
             response = await self.hooks.run_step_result(ctx, response)
             result = await self._record(ctx, step, response)
             await self.hooks.run_after_step(ctx, result)
@@ -121,6 +122,26 @@ class LoopAgent(ABC):
             if not await self.hooks.run_should_continue(ctx, result, carry_on):
                 await ctx.turn.finish(response.content)
                 return
+
+    async def _chat(self, request: ModelRequest, ctx: TurnContext) -> ModelResponse:
+        """One model request, in a `chat` span (model, provider, usage, finish reason; messages only by opt-in)."""
+        model = getattr(self, "model", None)
+        provider = getattr(self, "provider", None)
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.provider.name": provider}
+        with tracing.span(f"chat {model}" if model else "chat", attributes) as span:
+            tracing.set_content(span, "gen_ai.input.messages", request.messages)
+            response = await self.request(request, ctx)
+            usage = response.usage
+            tracing.set_attributes(
+                span,
+                gen_ai__response__model=response.model,
+                gen_ai__provider__name=response.provider,
+                gen_ai__usage__input_tokens=usage.input_tokens if usage else None,
+                gen_ai__usage__output_tokens=usage.output_tokens if usage else None,
+                gen_ai__response__finish_reasons=["tool_calls" if response.tool_calls else "stop"],
+            )
+            tracing.set_content(span, "gen_ai.output.messages", response.content)
+            return response
 
     async def system_prompt(self, ctx: TurnContext) -> str | None:
         if self.system is None:

@@ -26,6 +26,7 @@ from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 
+from .. import tracing
 from ..wire import REPLAY_META_KEY, SSE_PATH
 from ._listeners import ChangeListener, Listeners
 from .turns import describe
@@ -164,6 +165,8 @@ class McpToolSource:
         meta: types.RequestParamsMeta | None = None
         if REPLAYING.get():
             meta = cast(types.RequestParamsMeta, {REPLAY_META_KEY: True})  # an extra key, which the TypedDict allows
+        if tracing.enabled():  # the server continues this trace (`traceparent` in `_meta`)
+            meta = cast(types.RequestParamsMeta, tracing.inject_meta(dict(meta or {})))
         try:
             return await self.client.call_tool(name, arguments, meta=meta)
         except MCPError as exc:

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import anyio.abc
 
+from .. import tracing
 from ._context import TurnApprovals, TurnContext
 from ._inbox import Inbox
 from ._paused import AFTER_END, DECIDED, paused_calls
@@ -467,8 +468,17 @@ class AgentRunner:
 
     async def _drive(self, turn: Turn, agent: Agent, input: str, ctx: TurnContext, resume: str | None) -> None:
         """Run (or resume) the agent in the turn's cancel scope; whatever happens, the turn ends exactly once."""
-        with anyio.CancelScope() as scope:
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.id": agent.id,
+            "gen_ai.agent.name": getattr(agent, "name", None),
+            "gen_ai.conversation.id": turn.session_id,
+            "unit_mcp.turn.id": turn.id,
+            "unit_mcp.turn.resumes": resume,
+        }
+        with tracing.span(f"invoke_agent {agent.id}", attributes) as span, anyio.CancelScope() as scope:
             turn.scope = scope
+            tracing.set_content(span, "gen_ai.input.messages", input or None)
             if turn.cancel_reason is not None:
                 scope.cancel()
             try:
@@ -479,6 +489,7 @@ class AgentRunner:
             except TurnClosed:
                 pass
             except Exception as exc:
+                tracing.fail(span, type(exc).__name__)
                 if turn.cancel_reason is None and not turn.done:
                     log.info("turn %s of agent %s failed: %s", turn.id, agent.id, describe(exc), exc_info=True)
                     await turn.end(TurnStatus.FAILED, error=describe(exc), code=type(exc).__name__)

@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 
+from .. import tracing
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
 from .items import EventItem
 from .sessions import SessionStore
@@ -61,7 +62,16 @@ class TurnApprovals:
         asking = self.policy.check_risk(risk, grants) == "needs-approval" and self.policy.approver is not None
         if asking:
             await self.turn.append_item(EventItem(kind="approval-requested", data=request.model_dump(mode="json")))
-        decision = await self.policy.request_risk(request, grants)
+        if asking:  # a person's answer: the wait is a span of its own
+            with tracing.span("approval wait", {"unit_mcp.risk": risk, "gen_ai.tool.name": tool}) as span:
+                decision = await self.policy.request_risk(request, grants)
+                tracing.set_attributes(
+                    span,
+                    unit_mcp__approval__decision="approved" if decision.approved else "denied",
+                    unit_mcp__approval__by=decision.decided_by,
+                )
+        else:
+            decision = await self.policy.request_risk(request, grants)
         if asking or not decision.approved:
             await self.turn.append_item(
                 EventItem(

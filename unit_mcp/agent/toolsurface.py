@@ -16,6 +16,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from .. import tracing
 from ..tooldecl import Refusal, ToolDecl, mcp_tool_definition
 from ..wire import DRY_RUN_RISK_META_KEY, RISK_META_KEY, RISKS, call_risk
 from ._listeners import ChangeListener, Listeners
@@ -371,6 +372,23 @@ class AgentToolSurface:
     ) -> ToolOutput:
         """Run a tool after checking approval: through `ctx` when given (policy, the session's grants, then the
         approver; `call_id` ties a request to the model's call), otherwise by the policy and `grants` alone."""
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id}
+        with tracing.span(f"execute_tool {name}", attributes) as span:
+            tracing.set_content(span, "gen_ai.tool.call.arguments", arguments)
+            output = await self._call(name, arguments, ctx, grants, call_id)
+            tracing.set_content(span, "gen_ai.tool.call.result", output.text)
+            if output.is_error:
+                tracing.fail(span, "tool_error")
+            return output
+
+    async def _call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        ctx: CallContext | None,
+        grants: Iterable[str],
+        call_id: str | None,
+    ) -> ToolOutput:
         tool = self.get(name)
         owners = self.presets.owners(name) if self.presets is not None and tool is None else []
         if owners and any(t.name == name for t in self.registered()):
@@ -385,12 +403,20 @@ class AgentToolSurface:
                 is_error=True,
             )
         risk = self.call_risk(tool, arguments)
+        by = "policy"
         if ctx is not None:
             decision = await ctx.approvals.approve(risk, tool=tool.name, arguments=arguments, call_id=call_id)
-            approved, reason = decision.approved, decision.reason
+            approved, reason, by = decision.approved, decision.reason, decision.decided_by
         else:
             approved = self.approvals.check_risk(risk, grants) == "approved"
             reason = f"the policy for {risk} is {self.approvals.mode(risk)}"
+        tracing.set_attributes(
+            tracing.current(),
+            unit_mcp__risk=risk,
+            unit_mcp__tool__source=tool.source,
+            unit_mcp__approval__decision="approved" if approved else "denied",
+            unit_mcp__approval__by=by,
+        )
         if not approved:
             return ToolOutput(
                 text=f"[approval_denied] {tool.name} (risk: {risk}) is not approved: {reason}. "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 
+from .. import tracing
 from ..bridge import Bridge, BridgeError, serve_until_stopped
 from ..commandline import CommandParser, print_error
 from ..opencode_isolation import write_launcher
@@ -96,6 +97,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.debug:
         logging.getLogger("unit_mcp").setLevel(logging.DEBUG)
     keep_memory_private()  # the nodes' passwords and the MCP token
+    tracing.configure("unit-mcp-fleet", prog)
     try:
         anyio.run(serve, args, specs, backend="asyncio")
     except BridgeError as exc:

@@ -20,6 +20,7 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field
 
+from .. import tracing
 from .._version import __version__
 from ..agent.opencode import OpenCodeError
 from ..agent.toolsurface import ToolOutput
@@ -249,16 +250,20 @@ class FleetTools:
         args = tool.validate(arguments)
         if isinstance(args, Refusal):
             return _error(args.code, args.message)
-        try:
-            outcome = tool.handler(self.fleet, args)
-            result = await outcome if isinstance(outcome, Awaitable) else outcome
-        except FleetError as exc:
-            return _error(exc.code, str(exc))
-        except OpenCodeError as exc:
-            return _error("node_error", str(exc))
-        except Exception as exc:
-            log.exception("fleet tool %s failed", name)
-            return _error("internal_error", f"{name} failed: {type(exc).__name__}: {exc}")
+        with tracing.span(f"fleet {name}", {"unit_mcp.tool": name, "unit_mcp.fleet.node": getattr(args, "node", None)}):
+            try:
+                outcome = tool.handler(self.fleet, args)
+                result = await outcome if isinstance(outcome, Awaitable) else outcome
+            except FleetError as exc:
+                tracing.fail(tracing.current(), exc.code)
+                return _error(exc.code, str(exc))
+            except OpenCodeError as exc:
+                tracing.fail(tracing.current(), "node_error")
+                return _error("node_error", str(exc))
+            except Exception as exc:
+                log.exception("fleet tool %s failed", name)
+                tracing.fail(tracing.current(), "internal_error")
+                return _error("internal_error", f"{name} failed: {type(exc).__name__}: {exc}")
         structured = result.model_dump(mode="json")
         return ToolOutput(text=json.dumps(structured, ensure_ascii=False), structured=structured).call_result()
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from .. import paths
+from .. import paths, tracing
 from ..changelog import Change, Outcome
 from ..errors import Exists, ReloadFailed, StaleHash, UnitError
 from ..host import Reloaded, ReloadError
@@ -23,7 +23,7 @@ from ..models import ActivityEvidence, ReloadResult, RunTestsResult
 from ..paging import MAX_FIELD_BYTES, clip
 from ._caller import replaying
 from ._plan import Committed, Plan, Target, hash_or_none
-from ._recording import record as _record
+from ._recording import record as _record_change
 from ._recording import tested as _tested
 from ._units import Units
 
@@ -64,6 +64,19 @@ def commit(
     is kept (and reloaded) only if it passes, else put back and recorded as rolled back."""
     if dry_run:
         return plan().answer(Committed(dry_run=True))
+    with tracing.span("unit write", {"unit_mcp.tool": tool, "unit_mcp.unit_id": unit_id}):
+        return _commit(svc, tool, unit_id, source_id, plan, replayed, gate)
+
+
+def _commit(
+    svc: Units,
+    tool: str,
+    unit_id: str | None,
+    source_id: str | None,
+    plan: Callable[[], Plan[R]],
+    replayed: Callable[[], Plan[R] | None] | None,
+    gate: Callable[[], RunTestsResult] | None,
+) -> R:
     started = time.perf_counter()
     written: list[Target] = []
     try:
@@ -84,7 +97,37 @@ def commit(
         )
     elif not committed.already_applied:  # a repeat wrote nothing: the first call's record stands
         committed.change_id = _record(svc, tool, unit_id, source_id, "applied", written, started, message=said)
+    else:
+        tracing.set_attributes(
+            tracing.current(), unit_mcp__outcome="already_applied", unit_mcp__change_id=committed.change_id
+        )
     return answer(committed)
+
+
+def _record(
+    svc: Units,
+    tool: str,
+    unit_id: str | None,
+    source_id: str | None,
+    outcome: Outcome,
+    written: list[Target],
+    started: float,
+    code: str | None = None,
+    message: str | None = None,
+) -> int | None:
+    """Record the call in the change log and on the write's span (outcome, change id, the sources' hashes)."""
+    change_id = _record_change(svc, tool, unit_id, source_id, outcome, written, started, code, message)
+    span = tracing.current()
+    tracing.set_attributes(
+        span,
+        unit_mcp__outcome=outcome,
+        unit_mcp__change_id=change_id,
+        unit_mcp__hashes_before=[t.hash_before or "" for t in written] or None,
+        unit_mcp__hashes_after=[t.hash_after or "" for t in written] or None,
+    )
+    if outcome != "applied":
+        tracing.fail(span, code or outcome, message if outcome == "refused" else None)
+    return change_id
 
 
 def _transaction(
@@ -245,10 +288,23 @@ def _undo(superseded: list[tuple[Target, str | None]], target: Target, put_back:
 
 
 def reload_unit(svc: Units, unit_id: str, undo: Callable[[], bool] | None = None) -> ReloadResult:
-    try:
-        return reload_result(svc.host.reload(unit_id, rollback_source=undo))
-    except ReloadError as exc:
-        raise ReloadFailed(f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}.", **exc.evidence) from None
+    with tracing.span("unit reload", {"unit_mcp.unit_id": unit_id}) as span:
+        try:
+            result = reload_result(svc.host.reload(unit_id, rollback_source=undo))
+        except ReloadError as exc:
+            tracing.set_attributes(span, unit_mcp__reload__stage=exc.stage)
+            tracing.fail(span, "reload_failed")
+            raise ReloadFailed(
+                f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}.", **exc.evidence
+            ) from None
+        tracing.set_attributes(
+            span,
+            unit_mcp__reload__duration_ms=result.duration_ms,
+            unit_mcp__reload__blocked_ms=result.blocked_ms,
+            unit_mcp__reload__window_ms=result.window_ms,
+            unit_mcp__reload__restored_state=result.restored_state,
+        )
+        return result
 
 
 def _undone(failed: ReloadFailed, targets: list[Target], superseded: list[tuple[Target, str | None]]) -> ReloadFailed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
-from .. import cancel
+from .. import cancel, tracing
 from ..arguments import CancelTestArgs, RunTestsArgs, TestStatusArgs, takes
 from ..errors import (
     Cancelled,
@@ -61,7 +61,8 @@ def gate(svc: Units, unit_id: str, test_name: str) -> RunTestsResult:
     """Run the unit's test once, in the test host (which loads the unit from the store), for a write that keeps only
     if it passes: a run past the timeout is a failed run, not a refusal."""
     try:
-        return run_once(svc, unit_id, test_name, _runner(svc, unit_id, test_name), svc.test_timeout)
+        with tracing.span("unit test run", {"unit_mcp.test_run.gate": True}):
+            return run_once(svc, unit_id, test_name, _runner(svc, unit_id, test_name), svc.test_timeout)
     except TestTimeout as exc:
         return RunTestsResult.model_validate({k: v for k, v in exc.details.items() if k in RunTestsResult.model_fields})
 
@@ -114,6 +115,16 @@ def run_once(
         duration_ms=run.duration_ms,
         timed_out=run.timed_out,
     )
+    tracing.set_attributes(
+        tracing.current(),
+        unit_mcp__unit_id=unit_id,
+        unit_mcp__test_run__test=test_name,
+        unit_mcp__test_run__exit_code=run.exit_code,
+        unit_mcp__test_run__timed_out=run.timed_out,
+        unit_mcp__test_run__cancelled=run.cancelled,
+    )
+    if not result.passed:
+        tracing.fail(tracing.current(), "timed_out" if run.timed_out else "test_failed")
     if run.cancelled:
         raise Cancelled(f"Tests test_{test_name} of unit {unit_id!r} were cancelled and their processes killed.")
     if run.timed_out:

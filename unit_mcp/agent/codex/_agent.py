@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import mcp_types as types
 
+from ... import tracing
 from .._endpoint import ApprovedEndpoint
 from .._recorder import drive
 from ..items import EventItem, Session, Usage
@@ -153,6 +154,7 @@ class CodexAgent:
             await ctx.turn.fail(f"Codex exited without completing the turn: {reason}", code="codex_incomplete")
             return
         usage = recorder.usage
+        tracing.set_attributes(tracing.current(), unit_mcp__codex__thread_id=recorder.thread_id)
         await ctx.turn.append_item(
             EventItem(kind="codex-turn-completed", data={"thread_id": recorder.thread_id, "usage": usage.model_dump()})
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ... import tracing
 from .._recorder import drive
 from ..items import EventItem, MessageItem, Session, Usage
 from ..prompts import PERSONA, system_prompt
@@ -126,6 +127,7 @@ class OpenCodeAgent:
             on_session=lambda node_session_id: setattr(state, "node_session_id", node_session_id),
         )
         state.node_session_id, state.sent = sent.session_id, sent
+        tracing.set_attributes(tracing.current(), unit_mcp__opencode__session_id=sent.session_id)
         await self.note_session(ctx, stored if isinstance(stored, str) else None, sent)
         return await self._wait_reply(sent, deadline=anyio.current_time() + self.turn_timeout)
 
