@@ -5,6 +5,7 @@
     .venv/bin/python scripts/bench.py --only transport,reload
     .venv/bin/python scripts/bench.py --only changelog --merge   # fold one section into the written report
     .venv/bin/python scripts/bench.py --only idle --merge        # opt-in: a server of 10,000 units idle for 60 s
+    .venv/bin/python scripts/bench.py --only live --merge        # opt-in: a live app changed under load, vs peers
 
 Quick and partial runs print their figures and leave bench/ alone (--write replaces the report anyway).
 
@@ -83,8 +84,8 @@ SECTIONS = (
     "edits",
     "otel",
 )
-OPT_IN = ("idle",)
-"""Sections that run only when named in --only (the idle one waits a minute)."""
+OPT_IN = ("idle", "live")
+"""Sections that run only when named in --only (the idle one waits a minute, live about four)."""
 CALL = "UNIT_MCP_BENCH_CALL"  # the tool and arguments a `--client` process calls, as JSON
 READ_20KB = ["unit_read_source", {"unit_id": "big", "source_id": "__init__.py"}]
 WATCH_HOST = """
@@ -488,6 +489,62 @@ class Bench:
              "value": round((rss - rss_empty) / (bare - bare_empty), 3)},
         ]  # fmt: skip
         self.record("idle", figures, rows)
+
+    async def live(self) -> None:
+        """A web app under a constant-rate load while its code changes: unit-mcp (an agent's patch+reload calls
+        through MCP), `uvicorn --reload` (file edits) and a 2-worker rolling restart, one after the other in this
+        run (scripts/bench_live.py says how)."""
+        import bench_live
+
+        baseline_s, seconds, edits = (5.0, 15.0, 25) if self.quick else (15.0, 60.0, 100)
+        bound = baseline_s + seconds + 120
+        contestants = {
+            "unit_mcp": bench_live.ours(self.work / "live-ours", baseline_s, seconds, edits, http_client),
+            "uvicorn_reload": bench_live.peer(self.work / "live-reload", baseline_s, seconds, edits, rolling=False),
+            "rolling_2_workers": bench_live.peer(self.work / "live-rolling", baseline_s, seconds, edits, rolling=True),
+        }
+        figures: dict[str, Any] = {"load": f"{bench_live.RATE} req/s over {bench_live.CONNECTIONS} keep-alive "
+                                   f"connections (half POSTs) + {bench_live.SSE_CLIENTS} SSE clients; "
+                                   f"{baseline_s:g} s baseline, then {edits} changes in {seconds:g} s"}  # fmt: skip
+        for name, run in contestants.items():
+            figures[name] = await bench_live.bounded(bound, run)
+        rows: list[dict[str, Any]] = []
+        for name in contestants:
+            got = figures[name]
+            ours = name == "unit_mcp"
+            if "hang" in got:
+                rows.append({"ratio": f"{name}: run", "value": got["hang"], "goal": "finishes", "met": False})
+                continue
+            changing, baseline = got["changing"], got["baseline"]
+            total = changing["requests"] + baseline["requests"]
+            failed = changing["failed"] + baseline["failed"]
+            ratio = changing["p99_in_second_after_change_ms"] / baseline["p99_ms"]
+            backwards = changing["versions_backwards"] + baseline["versions_backwards"]
+            found: list[tuple[str, Any, str, bool]] = [
+                (f"failed requests of {total}", failed, "0", failed == 0),
+                ("lost writes", got["lost_writes"], "0", got["lost_writes"] == 0),
+                ("version went backwards on a connection", backwards, "0", backwards == 0),
+                ("p99 in the second after a change / baseline p99", round(ratio, 2), "<= 1.2", ratio <= 1.2),
+                ("SSE streams broken", changing["sse_breaks"], "", True),
+            ]
+            if ours:
+                blocked = got["blocked_ms"]["p99"]
+                bad_failed = changing["failed_within_5s_of_bad_changes"]
+                refused = all(r["error"] for r in got["bad_changes"])
+                found += [
+                    ("blocked window p99 (ms)", blocked, "<= 5", blocked <= 5),
+                    ("syntax error + hanging import refused, failed requests within 5 s", bad_failed, "0",
+                     refused and bad_failed == 0),
+                ]  # fmt: skip
+            for label, value, goal, met in found:
+                row: dict[str, Any] = {"ratio": f"{name}: {label}", "value": value}
+                if ours and goal:
+                    row |= {"goal": goal, "met": met}
+                rows.append(row)
+        for name in contestants:  # each change's report was for the rows; the written figures keep the bad ones
+            with contextlib.suppress(KeyError):
+                del figures[name]["changing"]["changes"]
+        self.record("live", figures, rows)
 
     async def resolve(self) -> None:
         """unit_resolve (scripts/bench_resolve.py): top-1 / top-3 of the lexical ranker, the embedding alone and

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp
 from support.server_process import ServerProcess
 
 from unit_mcp import Host, UnitService
-from unit_mcp.asgi import units_app
+from unit_mcp.asgi import unit_use, units_app
 from unit_mcp.loopback import LoopbackServer
 
 pytestmark = pytest.mark.anyio
@@ -216,3 +216,66 @@ async def test_serve_with_app_port_serves_the_examples_an_agent_changes_through_
         assert (await web.post("counter/increment")).json() == {"count": 6}, "the state moved, the new step serves"
         assert (await web.get("counter/")).json() == {"count": 6, "step": 5}
     assert process.stop(signal.SIGTERM) == 0
+
+
+FEED = """\
+import asyncio
+
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from unit_mcp.asgi import unit_use
+
+VERSION = {version}
+count = 0
+release = asyncio.Event()
+
+
+async def feed(request):
+    async def events():
+        yield "data: started\\n\\n"
+        await release.wait()
+        for n in range(3):
+            async with unit_use(request) as unit:  # each write handed to the version serving now
+                unit.count += 1
+                yield f"data: write {{n}} by v{{VERSION}} into v{{unit.VERSION}}\\n\\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def show(request):
+    return JSONResponse({{"count": count, "version": VERSION}})
+
+
+def snapshot():
+    return {{"count": count}}
+
+
+def restore(state):
+    global count
+    count = state["count"]
+
+
+routes = [Route("/", feed), Route("/count", show)]
+"""
+
+
+async def test_a_stream_hands_its_writes_after_a_reload_to_the_new_version(
+    host: Host, client: httpx.AsyncClient
+) -> None:
+    """The stream runs on the version it started with; its writes through unit_use(request) land in the version that
+    serves when it writes (a write into its own module after the swap would be lost)."""
+    path = put_unit(host, "feed", FEED.format(version=1))
+    old = host.module("feed")
+    async with client.stream("GET", "/feed/") as stream:
+        lines = stream.aiter_lines()
+        assert await anext(lines) == "data: started"
+        path.write_text(FEED.format(version=2))
+        await anyio.to_thread.run_sync(host.reload, "feed")
+        old.release.set()
+        rest = [line async for line in lines if line]
+    assert rest == [f"data: write {n} by v1 into v2" for n in range(3)]
+    assert (await client.get("/feed/count")).json() == {"count": 3, "version": 2}
+    assert old.count == 0
+    with pytest.raises(LookupError, match="units_app"):
+        unit_use({"type": "http"})

@@ -19,7 +19,7 @@ import pytest
 from conftest import root_of
 
 from unit_mcp import Host, ReloadError, UnitNotLoaded
-from unit_mcp.host import Reloaded
+from unit_mcp.host import DrainTimeout, Reloaded
 from unit_mcp.paths import hash_bytes
 
 TALLY = """\
@@ -480,3 +480,58 @@ def test_a_failed_reload_shows_the_line_that_was_attempted(host: Host) -> None:
     assert "frames of the host and importlib not shown" in trace
     assert "importlib" not in trace.split("\n", 1)[1], "only the unit's own frames are printed"
     assert path.read_text() == original
+
+
+def test_restoring_a_snapshot_waits_for_the_uses_in_flight_and_holds_new_ones(host: Host) -> None:
+    """restore_snapshot swaps the unit's state as a reload does: a write made through a use in flight is in the state
+    restore() replaces (not overwritten half-way), and a use that starts meanwhile sees the restored state."""
+    loaded(host, "tally", TALLY)
+    with host.use("tally") as tally:
+        closed = draining(host, "tally")
+        restorer, restored = in_thread(lambda: host.restore_snapshot("tally", {"count": 100}))
+        assert closed.wait(30)
+        writer, written = in_thread(lambda: count_after_add(host))
+        assert restorer.is_alive() and writer.is_alive(), "both wait for this use"
+        assert tally.add() == 1
+    restorer.join(30)
+    writer.join(30)
+    assert restored == [True]
+    assert written == [101], "the use that waited saw the restored state"
+
+
+def count_after_add(host: Host) -> int:
+    with host.use("tally") as tally:
+        return int(tally.add())
+
+
+def test_restoring_a_snapshot_is_refused_after_the_drain_timeout_and_inside_a_use(host: Host) -> None:
+    loaded(host, "tally", TALLY)
+    host.drain_timeout = 0.3
+    with host.use("tally") as tally:
+        tally.add()
+        restorer, outcome = in_thread(lambda: host.restore_snapshot("tally", {"count": 100}))
+        restorer.join(60)
+        with pytest.raises(DrainTimeout, match="inside a use"):
+            host.restore_snapshot("tally", {"count": 100})
+    assert isinstance(outcome[0], DrainTimeout) and "nothing was restored" in str(outcome[0])
+    assert count_of(host) == 1
+    assert host.restore_snapshot("tally", {"count": 7}) is True
+    assert count_of(host) == 7
+
+
+def test_a_released_use_no_longer_lets_a_new_use_past_a_reload_window(host: Host) -> None:
+    """After release() (a response that started streaming), a new use in the same thread is a use of its own: it
+    waits for a reload's window instead of entering as if nested in the released one."""
+    loaded(host, "tally", TALLY)
+    use = host.use("tally")
+    with use:
+        use.release()
+        closed = draining(host, "tally")
+        gate = host._gate("tally")
+        gate.close(30)  # what a reload's window does: the unit is closed to new uses
+        assert closed.is_set()
+        opener = threading.Timer(0.2, gate.open)
+        opener.start()
+        with host.use("tally"):
+            assert not gate._closed, "the new use entered only once the window was over"
+        opener.join(30)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+
+import httpx
+import pytest
+from support.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,3 +98,50 @@ def test_scripts_test_accepts_a_tree_that_was_dirty_before_and_that_the_run_leav
     done = run_scripts_test(repo)
     assert done.returncode == 0, done.stderr
     assert (repo / "ignored" / "report.md").exists(), "the stubbed test run did run"
+
+
+def fresh_clone(tmp_path: Path) -> Path:
+    """A clone of this checkout's commit whose `.venv` is already installed, as scripts/bootstrap leaves it: the
+    clone's own code first on its path, then this environment's dependencies (the pip install itself is what
+    tests/test_install.py covers; here it would take minutes)."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(clone)], check=True, timeout=120)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", head.stdout.strip()], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone / ".venv")], check=True, timeout=120)
+    site = Path(sysconfig.get_paths(vars={"base": str(clone / ".venv")})["purelib"])
+    (site / "fresh_clone.pth").write_text(f"{clone}\n{sysconfig.get_paths()['purelib']}\n")
+    python = clone / ".venv" / "bin" / "python"
+    (clone / ".venv" / "bin" / "unit-mcp").write_text(
+        f"#!{python}\nimport sys\nfrom unit_mcp.cli import main\nsys.exit(main())\n"
+    )
+    (clone / ".venv" / "bin" / "unit-mcp").chmod(0o755)
+    past = (clone / "pyproject.toml").stat().st_mtime - 60
+    os.utime(clone / "pyproject.toml", (past, past))
+    (clone / ".venv" / ".unit-mcp-installed").touch()
+    return clone
+
+
+@pytest.mark.anyio
+async def test_scripts_serve_with_app_port_on_a_fresh_clone_serves_the_example_app(
+    tmp_path: Path, server_processes: list[ServerProcess]
+) -> None:
+    """`scripts/serve --app-port 0` in a fresh clone: it prints APP_URL beside MCP_URL, the example units answer
+    there from the clone's own code, and SIGTERM ends it with exit 0."""
+    clone = fresh_clone(tmp_path)
+    greeter = clone / "unit_mcp" / "examples" / "units" / "greeter.py"
+    greeter.write_text(greeter.read_text().replace('"Hello, ', '"Hello from the clone, '))
+    run = tmp_path / "run"
+    run.mkdir()
+    process = ServerProcess("--no-watch", "--app-port", "0", tmp=run, program=[str(clone / "scripts" / "serve")])
+    server_processes.append(process)
+    printed = process.ready(timeout=300)
+    assert printed["APP_URL"].startswith("http://127.0.0.1:") and printed["APP_URL"].endswith("/")
+    assert printed["MCP_URL"].startswith("http://127.0.0.1:")
+    async with httpx.AsyncClient(base_url=printed["APP_URL"], timeout=30) as web:
+        index = (await web.get("")).json()["units"]
+        assert {"counter", "greeter"} <= set(index)
+        assert (await web.post("counter/increment")).json() == {"count": 1}
+        greeting = (await web.get("greeter/Ada")).text
+    assert "Hello from the clone, Ada!" in greeting, "the clone's own example units serve"
+    assert process.stop(signal.SIGTERM) == 0

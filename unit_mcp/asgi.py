@@ -2,7 +2,8 @@
 
 A request is a use of its unit until its response starts (host.py, `UnitUse`): a reload waits for the requests in
 flight and holds new ones for its short window, so no request fails and no write is lost because of a reload. A
-streamed body runs on after that, on the version it started with, and a reload does not wait for it.
+streamed body runs on after that, on the version it started with, and a reload does not wait for it: its writes
+after the start go through `unit_use(request)`, a new use of the unit's current version.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ import types
 
 import anyio
 from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .host import Host, UnitNotLoaded
+from .host import Host, UnitNotLoaded, UnitUse
 
 RETRY_AFTER_S = 1
+SCOPE_KEY = "unit_mcp.unit"
+"""The request scope's (host, unit id) of the unit serving it, for `unit_use`."""
 
 
 class UnitsApp:
@@ -83,6 +87,7 @@ class UnitsApp:
         return PlainTextResponse(f"unit {unit_id} is not loaded", 503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def _serve(self, unit_id: str, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SCOPE_KEY] = (self.host, unit_id)
         use = self.host.use(unit_id)
         try:
             module = await use.__aenter__()
@@ -122,6 +127,21 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def unit_use(request: Request | Scope) -> UnitUse:
+    """A new use of the unit serving `request` (a Starlette request or its ASGI scope), at the unit's version of
+    now: `async with unit_use(request) as unit: unit.record(...)`. A streamed body runs on the version it started
+    with, and a reload does not wait for it; its writes after the start go through this, each waiting for a
+    reload's window like any request, so they land in the version that serves then (handed over by its snapshot),
+    never in a superseded module."""
+    scope = request.scope if isinstance(request, Request) else request
+    try:
+        host, unit_id = scope[SCOPE_KEY]
+    except KeyError:
+        raise LookupError("unit_use() takes a request served by units_app(host)") from None
+    use: UnitUse = host.use(unit_id)
+    return use
 
 
 def units_app(host: Host) -> UnitsApp:

@@ -171,10 +171,14 @@ class UnitUse:
         return loaded.module
 
     def release(self) -> None:
-        """Let a waiting reload go on (idempotent); the module stays what this use got."""
+        """Let a waiting reload go on (idempotent); the module stays what this use got. A use made after this, in
+        the same thread or task, is a use of its own that waits for a reload's window like any other."""
         if self._entered:
             self._entered = False
             self._gate.leave()
+            held = _held.get()
+            if self._key in held:
+                _held.set(held - {self._key})
 
     def __enter__(self) -> types.ModuleType:
         self._gate.enter(self._entering())
@@ -304,11 +308,44 @@ class _Prepared:
     version: Any
 
 
+class _GivenUp(Exception):
+    """Raised in a job the caller stopped waiting for, before its next stage: nothing more of it runs."""
+
+
 @dataclass
 class _Progress:
+    """How far a bounded job got. A job of several stages (the window) calls `enter` for each: every stage gets
+    its own `reload_timeout`, and a job given up on stops before its next stage."""
+
     stage: str = "import"
     module: types.ModuleType | None = None
     loaded: LoadedUnit | None = None
+    since: float = field(default_factory=time.monotonic)
+    abandoned: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def enter(self, stage: str) -> None:
+        with self.lock:
+            if self.abandoned:
+                raise _GivenUp(stage)
+            self.stage = stage
+            self.since = time.monotonic()
+
+    def given_up(self, timeout: float) -> bool:
+        """Whether the current stage ran past `timeout` (then the job is marked abandoned)."""
+        with self.lock:
+            if time.monotonic() - self.since < timeout:
+                return False
+            self.abandoned = True
+            return True
+
+
+@dataclass
+class _Handed:
+    """The old version's state on its way to the new one (snapshot, then migrate)."""
+
+    state: Any = None
+    has_state: bool = False
 
 
 class Host:
@@ -667,7 +704,25 @@ class Host:
 
     def restore_snapshot(self, unit_id: str, state: Any) -> bool:
         """Hand `state` to the loaded unit's restore(), bounded by reload_timeout; False if it has none. If restore()
-        fails, the state snapshot() gave just before is put back (best effort) and `RestoreError` says so."""
+        fails, the state snapshot() gave just before is put back (best effort) and `RestoreError` says so.
+
+        Like a reload, it waits for the uses in flight (up to `drain_timeout`, else `DrainTimeout` and nothing is
+        restored) and holds new ones until it is done: a write made through a use is never overwritten half-way."""
+        if (id(self), unit_id) in _held.get():
+            raise DrainTimeout(f"restoring unit {unit_id} was asked for inside a use of it, which it would wait for")
+        gate = self._gate(unit_id)
+        with self.unit_lock(unit_id):
+            try:
+                if not gate.close(self.drain_timeout):
+                    raise DrainTimeout(
+                        f"uses of unit {unit_id} still running after {self.drain_timeout:g} s (drain timeout); "
+                        "nothing was restored"
+                    )
+                return self._restore_snapshot(unit_id, state)
+            finally:
+                gate.open()
+
+    def _restore_snapshot(self, unit_id: str, state: Any) -> bool:
         with self._guard():
             loaded = self._loaded.get(unit_id)
             restore = loaded.hook("restore") if loaded is not None else None
@@ -807,54 +862,87 @@ class Host:
     def _swap(
         self, unit_id: str, old: LoadedUnit | None, prepared: _Prepared, rollback_source: Callable[[], bool] | None
     ) -> tuple[bool, dict[str, Any]]:
-        """The window, with no use of the unit running: snapshot → migrate → drop → swap → init → restore."""
+        """The window, with no use of the unit running: snapshot → migrate → drop → swap → init → restore, as one
+        job on the reload worker (a hand-over between threads per stage cost more than the stages themselves on a
+        busy process: each waits for the GIL), each stage still bounded by `reload_timeout` on its own."""
         active_before = self.active_activity
         owned_active = self._activities.owned_by(unit_id)
-        progress = _Progress(stage="snapshot")
-        state: Any = None
-        snapshot = old.hook("snapshot") if old is not None else None
-        has_state = snapshot is not None
-        migrate = prepared.module.__dict__.get("migrate")
-        if old is not None and snapshot is not None:
-            try:
-                state = self._bounded(
-                    unit_id, lambda: progress.stage, lambda: self._handed_over(old, prepared, snapshot, progress)
-                )
-            except (Exception, SystemExit) as exc:
-                raise self._refuse(unit_id, progress.stage, exc, old, rollback_source) from exc
-        elif old is not None and callable(migrate) and old.version != prepared.version:
-            self.logger.info("unit %s has migrate() but its previous version had no snapshot(): not called", unit_id)
-        if old is not None:
-            self._teardown(old)
-        progress = _Progress(stage="init", module=prepared.module)
+        progress = _Progress(stage="snapshot", module=prepared.module)
+        handed = _Handed()
         try:
             new, restored = self._bounded(
-                unit_id, lambda: progress.stage, lambda: self._bring_in(unit_id, prepared, state, has_state, progress)
+                unit_id,
+                lambda: progress.stage,
+                lambda: self._window(unit_id, old, prepared, handed, progress),
+                progress=progress,
             )
         except (Exception, SystemExit) as exc:
-            trace = self.unit_traceback(unit_id, exc)
-            if progress.loaded is not None:
-                self._teardown(progress.loaded)
-            else:
-                self._discard(unit_id)
-            source_restored = self._roll_back_source(unit_id, rollback_source)
-            reinstated = old is not None and self._reinstate(
-                old, state, has_state, active_before if owned_active else None
-            )
-            if not reinstated:
-                self._loaded.pop(unit_id, None)
-                self._load_errors[unit_id] = self._describe(exc)
-            raise self._failure(
-                unit_id,
-                progress.stage,
-                exc,
-                rolled_back=reinstated,
-                source_restored=source_restored,
-                trace=trace,
-            ) from exc
+            if progress.stage in ("snapshot", "migrate"):
+                raise self._refuse(unit_id, progress.stage, exc, old, rollback_source) from exc
+            if progress.stage != "drop":
+                raise self._failed_window(
+                    unit_id, old, handed, progress, exc, rollback_source, active_before if owned_active else None
+                ) from exc
+            # drop() hung: given up on as a failing drop is (logged), and the new version comes in on a new worker
+            self.logger.error("drop() of unit %s failed: %s", unit_id, self._describe(exc))
+            self._discard(unit_id)
+            progress = _Progress(stage="init", module=prepared.module)
+            try:
+                new, restored = self._bounded(
+                    unit_id,
+                    lambda: progress.stage,
+                    lambda: self._bring_in(unit_id, prepared, handed.state, handed.has_state, progress),
+                )
+            except (Exception, SystemExit) as late:
+                raise self._failed_window(
+                    unit_id, old, handed, progress, late, rollback_source, active_before if owned_active else None
+                ) from late
         self._loaded[unit_id] = new
         self._load_errors.pop(unit_id, None)
         return restored, self._activities.reactivate(unit_id, active_before, owned_active, self._describe)
+
+    def _window(
+        self, unit_id: str, old: LoadedUnit | None, prepared: _Prepared, handed: _Handed, progress: _Progress
+    ) -> tuple[LoadedUnit, bool]:
+        """The window's stages in the reload worker; `progress` says which one failed or hangs."""
+        if old is not None:
+            snapshot = old.hook("snapshot")
+            if snapshot is not None:
+                handed.has_state = True
+                handed.state = self._handed_over(old, prepared, snapshot, progress)
+            elif callable(prepared.module.__dict__.get("migrate")) and old.version != prepared.version:
+                self.logger.info("unit %s has migrate() but its previous version had no snapshot(): not run", unit_id)
+            progress.enter("drop")
+            self._teardown(old, here=True)
+        progress.enter("init")
+        if old is not None:
+            self._discard(unit_id)
+        return self._bring_in(unit_id, prepared, handed.state, handed.has_state, progress)
+
+    def _failed_window(
+        self,
+        unit_id: str,
+        old: LoadedUnit | None,
+        handed: _Handed,
+        progress: _Progress,
+        exc: BaseException,
+        rollback_source: Callable[[], bool] | None,
+        reactivate: str | None,
+    ) -> ReloadError:
+        """init or restore of the new version failed: it goes, the old version comes back with its state."""
+        trace = self.unit_traceback(unit_id, exc)
+        if progress.loaded is not None:
+            self._teardown(progress.loaded)
+        else:
+            self._discard(unit_id)
+        source_restored = self._roll_back_source(unit_id, rollback_source)
+        reinstated = old is not None and self._reinstate(old, handed.state, handed.has_state, reactivate)
+        if not reinstated:
+            self._loaded.pop(unit_id, None)
+            self._load_errors[unit_id] = self._describe(exc)
+        return self._failure(
+            unit_id, progress.stage, exc, rolled_back=reinstated, source_restored=source_restored, trace=trace
+        )
 
     def _handed_over(
         self, old: LoadedUnit, prepared: _Prepared, snapshot: Callable[[], Any], progress: _Progress
@@ -903,8 +991,16 @@ class Host:
         progress.loaded.version = _version(progress.module, progress.loaded.modules)
         return progress.loaded
 
-    def _bounded(self, unit_id: str, stage: Callable[[], str], work: Callable[[], Any]) -> Any:
-        """Run unit code on the reload worker thread and stop waiting after `reload_timeout` seconds.
+    def _bounded(
+        self,
+        unit_id: str,
+        stage: Callable[[], str],
+        work: Callable[[], Any],
+        *,
+        progress: _Progress | None = None,
+    ) -> Any:
+        """Run unit code on the reload worker thread and stop waiting after `reload_timeout` seconds (per stage the
+        job `enter`s in `progress`, when given).
 
         A hung snapshot, drop, import, init or restore cannot be killed, but it no longer holds the
         host: the call fails with `ReloadTimeout` and the stuck worker is replaced. The worker acts
@@ -934,7 +1030,7 @@ class Host:
         if self._worker is None:
             self._worker = _Worker("unit-mcp-reload")
         self._worker.submit(run)
-        finished = cancel.wait(done, self.reload_timeout)
+        finished = self._waited(done, progress)
         self._transaction_thread = None
         if not finished:
             given_up.append(stage())
@@ -947,6 +1043,19 @@ class Host:
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
+
+    def _waited(self, done: threading.Event, progress: _Progress | None) -> bool:
+        """Wait for a bounded job: False once its stage ran past `reload_timeout` or the caller cancelled."""
+        if progress is None:
+            return cancel.wait(done, self.reload_timeout)
+        while not cancel.wait(done, max(0.0, progress.since + self.reload_timeout - time.monotonic())):
+            if cancel.requested():
+                with progress.lock:
+                    progress.abandoned = True
+                return done.is_set()
+            if progress.given_up(self.reload_timeout):
+                return done.is_set()
+        return True
 
     def _resync_modules(self, unit_id: str) -> None:
         """After an abandoned (timed-out) import finally returns, make sys.modules match what the host serves."""
@@ -981,17 +1090,22 @@ class Host:
             sys.modules[name] = module
         return LoadedUnit(unit_id, module, self._unit_modules(unit_id), list(self._pending_activities), lifecycle)
 
-    def _teardown(self, loaded: LoadedUnit) -> None:
-        """Deactivate the unit's activity, call drop() (bounded), unregister its activities, purge its modules."""
+    def _teardown(self, loaded: LoadedUnit, *, here: bool = False) -> None:
+        """Deactivate the unit's activity, call drop() (bounded), unregister its activities, purge its modules.
+        `here`: in the window's job on the reload worker, which bounds the drop stage and discards after it."""
         if self._activities.owned_by(loaded.unit_id):
             self.deactivate()
         drop = loaded.hook("drop")
         if drop is not None:
             try:
-                self._bounded(loaded.unit_id, lambda: "drop", drop)
+                if here:
+                    drop()
+                else:
+                    self._bounded(loaded.unit_id, lambda: "drop", drop)
             except (Exception, SystemExit):
                 self.logger.exception("drop() of unit %s failed", loaded.unit_id)
-        self._discard(loaded.unit_id)
+        if not here:
+            self._discard(loaded.unit_id)
 
     def _discard(self, unit_id: str) -> None:
         """Forget the unit's activities and modules (after drop, or after a failed import or init)."""

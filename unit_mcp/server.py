@@ -155,6 +155,20 @@ def command_parser(prog: str = PROG) -> CommandParser:
         metavar="PORT",
         help="also serve the units' web routes (unit_mcp.asgi) on this loopback port (0: a free one); prints APP_URL",
     )
+    parser.add_argument(
+        "--reload-timeout",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds a unit's import, init, snapshot, restore or drop may run in a reload before it is given up on "
+        "and the old version serves on (default %(default)g)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds a reload waits for the application's uses of the unit in flight before it is refused "
+        "(default %(default)g)",
+    )
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure and debug logging")
     return parser
 
@@ -238,7 +252,12 @@ def _tools(args: argparse.Namespace, stack: AsyncExitStack) -> tuple[UnitTools, 
                 _copy_private(EXAMPLE_UNITS, units)
         try:
             host = Host(
-                units, data_dir, git_history=args.git_history, change_retention=Retention(days=args.change_retention)
+                units,
+                data_dir,
+                git_history=args.git_history,
+                change_retention=Retention(days=args.change_retention),
+                reload_timeout=args.reload_timeout,
+                drain_timeout=args.drain_timeout,
             )
         except UnusableStore as exc:
             raise StartError(f"cannot serve --units {exc}") from None

@@ -10,7 +10,7 @@ from typing import Any
 from ..arguments import LocalAccessArgs, RestoreSnapshotArgs, UnitArgs, takes
 from ..changelog import iso_time
 from ..errors import NotSupported, RestoreFailed, SnapshotFailed, UnitNotLoaded, UnknownSnapshot
-from ..host import RestoreError
+from ..host import DrainTimeout, RestoreError
 from ..localaccess import LocalAccess
 from ..models import LocalAccessResult, LocalFolderHandle, ReloadResult, RestoreSnapshotResult, SnapshotResult
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, json_size
@@ -71,6 +71,12 @@ def restore_snapshot(svc: Units, args: RestoreSnapshotArgs) -> RestoreSnapshotRe
             raise UnknownSnapshot(f"Unit {unit_id!r} has no kept snapshot {snapshot_id!r}.")
         try:
             restored = svc.host.restore_snapshot(unit_id, json.loads(kept))
+        except DrainTimeout as exc:
+            raise RestoreFailed(
+                f"{svc.host.redact(str(exc))}.",
+                hint="The application's uses of the unit did not finish in time; call unit_restore_snapshot again.",
+                rolled_back=True,
+            ) from None
         except RestoreError as exc:
             back = "its state before was put back" if exc.rolled_back else "its state before could not be put back"
             raise RestoreFailed(
