@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
 HOOKS = (*LIFECYCLE, "migrate")
 """The lifecycle exports and `migrate(state, from_version)`, called when a reload changes the unit's version."""
+OWN_STATE: Any = object()
+"""`Host.reload`'s default `state`: the new version restores the state the old one hands over."""
 KEPT_SNAPSHOTS = 64
 KEPT_SNAPSHOT_BYTES = 64 * 1024 * 1024
 """Captured snapshots kept in memory for `restore_snapshot`: the newest 64, at most 64 MiB of JSON in all."""
@@ -706,7 +708,9 @@ class Host:
         for listener in self.unit_listeners:
             listener(unit_id)
 
-    def reload(self, unit_id: str, *, rollback_source: Callable[[], bool] | None = None) -> Reloaded:
+    def reload(
+        self, unit_id: str, *, rollback_source: Callable[[], bool] | None = None, state: Any = OWN_STATE
+    ) -> Reloaded:
         """Prepare → quiesce → snapshot → migrate → drop → swap → init → restore → re-activate, as one transaction.
 
         The new version is imported into fresh modules first, while the old one serves; then new uses of the unit
@@ -714,16 +718,18 @@ class Host:
         runs with nothing of the unit in use. On failure the old modules, their init and their state are put back,
         and `rollback_source` (given when the reload follows a write) restores the old sources first; it returns
         False when it did not (someone else changed them meanwhile, and their change stays).
-        The old version stays listed as loaded until the new one replaces it.
+        The old version stays listed as loaded until the new one replaces it. `state`, when given, is what the new
+        version's restore() gets instead of the old version's (a checkpoint's state, put back with its code); the old
+        version's own state still goes back to it if the reload fails.
         """
         try:
-            restored, evidence, timings = self._reload(unit_id, rollback_source)
+            restored, evidence, timings = self._reload(unit_id, rollback_source, state)
         finally:
             self._unit_changed(unit_id)
         return Reloaded(unit_id, restored, evidence, *timings)
 
     def _reload(
-        self, unit_id: str, rollback_source: Callable[[], bool] | None
+        self, unit_id: str, rollback_source: Callable[[], bool] | None, given: Any = OWN_STATE
     ) -> tuple[bool, dict[str, Any], tuple[float, float, float]]:
         """The transaction behind `reload`: (state restored, activity evidence, (duration, blocked, window) in ms)."""
         started = time.perf_counter()
@@ -751,7 +757,7 @@ class Host:
                         raise self._refuse(unit_id, "drain", drained, old, rollback_source)
                 window = time.perf_counter()
                 with self._guard():
-                    restored, evidence = self._swap(unit_id, old, prepared, rollback_source)
+                    restored, evidence = self._swap(unit_id, old, prepared, rollback_source, given)
             finally:
                 gate.open()
                 opened = time.perf_counter()
@@ -801,7 +807,12 @@ class Host:
         return _Prepared(module, modules, _version(module, modules))
 
     def _swap(
-        self, unit_id: str, old: LoadedUnit | None, prepared: _Prepared, rollback_source: Callable[[], bool] | None
+        self,
+        unit_id: str,
+        old: LoadedUnit | None,
+        prepared: _Prepared,
+        rollback_source: Callable[[], bool] | None,
+        given: Any = OWN_STATE,
     ) -> tuple[bool, dict[str, Any]]:
         """The window, with no use of the unit running: snapshot → migrate → drop → swap → init → restore."""
         active_before = self.active_activity
@@ -812,10 +823,11 @@ class Host:
         has_state = snapshot is not None
         migrate = prepared.module.__dict__.get("migrate")
         if old is not None and snapshot is not None:
+            handed_over = (
+                snapshot if given is not OWN_STATE else lambda: self._handed_over(old, prepared, snapshot, progress)
+            )
             try:
-                state = self._bounded(
-                    unit_id, lambda: progress.stage, lambda: self._handed_over(old, prepared, snapshot, progress)
-                )
+                state = self._bounded(unit_id, lambda: progress.stage, handed_over)
             except (Exception, SystemExit) as exc:
                 raise self._refuse(unit_id, progress.stage, exc, old, rollback_source) from exc
         elif old is not None and callable(migrate) and old.version != prepared.version:
@@ -824,8 +836,9 @@ class Host:
             self._teardown(old)
         progress = _Progress(stage="init", module=prepared.module)
         try:
+            new_state, new_has = (state, has_state) if given is OWN_STATE else (given, True)
             new, restored = self._bounded(
-                unit_id, lambda: progress.stage, lambda: self._bring_in(unit_id, prepared, state, has_state, progress)
+                unit_id, lambda: progress.stage, lambda: self._bring_in(unit_id, prepared, new_state, new_has, progress)
             )
         except (Exception, SystemExit) as exc:
             trace = self._trace(unit_id, exc)
