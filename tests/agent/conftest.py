@@ -131,6 +131,10 @@ class UnitServer:
         """The tools called, but for the checkpoint the runner takes at the start of every turn (`checkpoints`)."""
         return [call.name for call in self.calls if call not in self.checkpoints()]
 
+    def model_calls(self) -> list[tuple[str, dict[str, Any]]]:
+        """(tool, arguments) of every call but the runner's turn checkpoints."""
+        return [(call.name, call.arguments) for call in self.calls if call not in self.checkpoints()]
+
     def checkpoints(self) -> list[Call]:
         """The runner's own `unit_checkpoint` calls, one at the start of each turn (labelled "session … turn …")."""
         return [call for call in self.calls if turn_checkpoint(call.name, call.arguments)]
