@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,7 @@ SECTIONS = (
     "replicas",
     "log",
     "changelog",
+    "checkpoints",
     "sessions",
     "concurrency",
     "tests",
@@ -145,6 +147,17 @@ def start_row(count: int, milliseconds: float, which: str = "start") -> dict[str
         row["goal"] = "<= 1.0"
         row["met"] = row["value"] <= 1.0
     return row
+
+
+def sqlite_bytes(path: Path) -> int:
+    """A SQLite database's size once its write-ahead log is folded in (pages in use and free)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        return pages * int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
 
 
 def durable_write(path: Path, data: bytes) -> None:
@@ -1286,6 +1299,68 @@ class Bench:
                     )
                 )
         self.record("otel", figures, ratios)
+
+    async def checkpoints(self) -> None:
+        """Checkpoints that hold every source (issue 36): one of 10,000 units (1 KB each) taken cold, then again
+        with nothing changed (time, and bytes added to the blob store); a rollback of 100 sources against the 100
+        unit_apply_patch calls it undoes. Each part stops at its time bound (rounds not reached are not run)."""
+        count, budget = (1_000, 30.0) if self.quick else (10_000, 120.0)
+        root = self.work / "checkpoint-units"
+        make_units(root, count, body="".join(f"def f{j}(x):\n    return x * {j} + 1\n\n" for j in range(30)))
+        figures: dict[str, Any] = {}
+        with Host(root, self.work / "checkpoint-data", namespace="bench_checkpoints", app_log=False) as host:
+            service = UnitService(host)
+            started = time.perf_counter()
+            cold = service.checkpoint(label="cold")
+            figures["checkpoint_cold_ms"] = round((time.perf_counter() - started) * 1000, 1)
+            figures["checkpoint_cold_bytes_added"] = cold.bytes_added
+            figures["units"], figures["sources"] = cold.units, cold.sources
+            blobs_before = host.changes.blob_usage()  # type: ignore[attr-defined]
+            db = self.work / "checkpoint-data" / "changes.db"
+            size_before = sqlite_bytes(db)
+            unchanged, added = [], []
+            deadline = time.monotonic() + budget / 2
+            while len(unchanged) < (3 if self.quick else 10) and time.monotonic() < deadline:
+                started = time.perf_counter()
+                again = service.checkpoint(label="unchanged")
+                unchanged.append((time.perf_counter() - started) * 1000)
+                added.append(again.bytes_added)
+            figures["checkpoint_unchanged"] = summary(unchanged)
+            figures["checkpoint_unchanged_bytes_added_max"] = max(added)
+            figures["blob_store_bytes"] = host.changes.blob_usage()[1]  # type: ignore[attr-defined]
+            figures["blob_store_unchanged_growth"] = host.changes.blob_usage()[1] - blobs_before[1]  # type: ignore[attr-defined]
+            size_after = sqlite_bytes(db)
+            figures["changes_db_bytes"] = size_after
+            figures["changes_db_growth_per_unchanged_checkpoint_bytes"] = round(
+                (size_after - size_before) / max(1, len(unchanged))
+            )
+            patches, rollbacks = [], []
+            units = [f"unit_{n:05d}" for n in range(100)]
+            deadline = time.monotonic() + budget / 2
+            while len(rollbacks) < (3 if self.quick else 10) and time.monotonic() < deadline:
+                mark = service.checkpoint(label="before 100 patches", unit_ids=units)
+                started = time.perf_counter()
+                for unit_id in units:
+                    service.apply_patch(unit_id, f"{unit_id}.py", old="return x * 0 + 1", new="return x * 0 + 2")
+                patches.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                undone = service.rollback(mark.checkpoint_id)
+                rollbacks.append((time.perf_counter() - started) * 1000)
+                assert len(undone.sources) == 100 and not undone.conflicts
+            figures["unit_apply_patch_x100"] = summary(patches)
+            figures["unit_rollback_100_sources"] = summary(rollbacks)
+        self.record(
+            "checkpoints",
+            figures,
+            [
+                ratio_row(
+                    "unit_rollback of 100 sources / the 100 unit_apply_patch calls it undoes",
+                    figures["unit_rollback_100_sources"],
+                    figures["unit_apply_patch_x100"],
+                    None,
+                ),
+            ],
+        )
 
     async def sessions(self) -> None:
         """The agent session store: one append at 10 and at 10,000 items; on SQLite and on PostgreSQL, the first

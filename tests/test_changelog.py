@@ -383,11 +383,19 @@ ROLLBACK_SCRIPT = textwrap.dedent(
         service.apply_patch("greeter", "greeter.py", old="Hello", new="Hi")
         service.apply_patch("notes", "__init__.py", old="café au lait", new="café crème")
         # the checkpoint's notes waits for a file that never comes when it loads again: the rollback hangs there
+        # (its content is put in the blob store as a checkpoint of those bytes would have it)
+        from unit_mcp import blobstore
+        from unit_mcp.paths import hash_bytes
         log = service.change_log
-        notes = log.changes_after(checkpoint.after_change_id)[1]
+        tree = log.checkpoint_tree(checkpoint.checkpoint_id)
+        sources = tree.units["notes"][1]
+        hanging = waiting + log.blobs([sources["__init__.py"]])[sources["__init__.py"]]
+        sources["__init__.py"] = hash_bytes(hanging)
+        encoded = tree.encode()
         with log._transaction() as conn:
-            log._run(conn, "UPDATE change_sources SET data_before = ? || data_before WHERE change_id = ?",
-                     (waiting, notes.id))
+            blobstore.put(log._runner(conn), {hash_bytes(hanging): hanging, hash_bytes(encoded): encoded}, 0.0)
+            log._run(conn, "UPDATE checkpoint_trees SET tree = ? WHERE checkpoint_id = ?",
+                     (hash_bytes(encoded), checkpoint.checkpoint_id))
         print("rolling back", flush=True)
         service.rollback(checkpoint.checkpoint_id)
     """

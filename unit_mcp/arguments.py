@@ -268,6 +268,16 @@ class ChangesArgs(Args):
 
 class CheckpointArgs(Args):
     label: str | None = Field(None, max_length=200, description="A name to recognise the checkpoint by.")
+    unit_ids: list[str] | None = Field(
+        None,
+        min_length=1,
+        max_length=10_000,
+        description="Only these units (default: every unit). A rollback to the checkpoint puts back these only.",
+    )
+    with_state: bool = Field(
+        False,
+        description="Also keep each unit's snapshot() state: a rollback to it restores code and state together.",
+    )
 
 
 class RollbackArgs(Args):

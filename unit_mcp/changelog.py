@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import sqlite3
 import time
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NotRequired, Protocol, TypedDict, Unpack
 
+from . import blobstore
+from .blobstore import DEFAULT_BLOB_RETENTION, BlobRetention, Tree
 from .paths import UnsafePath, hash_bytes, open_private
 from .sqlitedb import SharedConnection
 from .wire import Risk
@@ -110,6 +113,11 @@ class Checkpoint:
     """The newest change id when the checkpoint was taken: a rollback undoes every change after it."""
     caller: Caller = NOBODY
     """Who took it (a label says nothing: anyone can copy one)."""
+    content: bool = False
+    """It holds every source's bytes (and maybe state) in the blob store (`blobstore.py`); False for a checkpoint of
+    the change log alone (taken before the store existed)."""
+    bytes_added: int = 0
+    """Bytes its taking added to the blob store (0 when every blob was stored already)."""
 
 
 class Entry(TypedDict):
@@ -176,7 +184,29 @@ class ChangeLog(Protocol):
         nothing is left to record. `caller` is who made it where that is known (a local-access grant)."""
         ...
 
-    def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint: ...
+    def checkpoint(
+        self, label: str | None, caller: Caller, tree: Tree | None = None, blobs: dict[str, bytes] | None = None
+    ) -> Checkpoint:
+        """A checkpoint; with `tree`, holding its content: `blobs` has the bytes of every hash of the tree the
+        store may not hold yet (`missing_blobs`)."""
+        ...
+
+    def missing_blobs(self, digests: Sequence[str]) -> set[str]:
+        """Which of `digests` the blob store does not hold."""
+        ...
+
+    def checkpoint_tree(self, checkpoint_id: int) -> Tree | None:
+        """What a content checkpoint holds (None: a checkpoint of the log alone); `blobstore.BlobMissing` when its
+        tree or state is gone or damaged."""
+        ...
+
+    def blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of `digests`, each checked against its hash (`blobstore.BlobMissing` otherwise)."""
+        ...
+
+    def blob_usage(self) -> tuple[int, int]:
+        """(blobs, bytes) the blob store holds."""
+        ...
 
     def get_checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
 
@@ -229,7 +259,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     session_id TEXT
 );
 """
-TABLES = frozenset({"changes", "change_sources", "checkpoints"})
+TABLES = frozenset({"changes", "change_sources", "checkpoints", *blobstore.BLOB_TABLES})
 
 
 def iso_time(seconds: float) -> str:
@@ -292,7 +322,10 @@ def _clip(text: str | None, limit: int) -> str | None:
 
 MAX_CHECKPOINTS_PER_CLIENT = 20
 """Checkpoints kept of one client (its name and session); taking another drops its oldest."""
-_CHECKPOINT_COLUMNS = "id, time, label, after_change, client_name, session_id"
+_CHECKPOINT_COLUMNS = (
+    "id, time, label, after_change, client_name, session_id, "
+    "EXISTS (SELECT 1 FROM checkpoint_trees t WHERE t.checkpoint_id = id)"
+)
 _SAME_CLIENT = "coalesce(client_name, '') = ? AND coalesce(session_id, '') = ?"
 
 
@@ -301,8 +334,10 @@ def _client_key(caller: Caller) -> tuple[str, str]:
 
 
 def _checkpoint(row: Sequence[Any]) -> Checkpoint:
-    id_, when, label, after, name, session = row
-    return Checkpoint(int(id_), str(when), _text(label), int(after), Caller(_text(name), None, _stored_tag(session)))
+    id_, when, label, after, name, session, content = row
+    return Checkpoint(
+        int(id_), str(when), _text(label), int(after), Caller(_text(name), None, _stored_tag(session)), bool(content)
+    )
 
 
 UNDOING_TOOLS = frozenset({"unit_rollback", "unit_revert_change", "unit_revert"})
@@ -326,6 +361,7 @@ class SqlChangeLog:
     def __init__(self, retention: Retention, clock: Callable[[], float]) -> None:
         self.retention = retention
         self.clock = clock
+        self.blob_retention: BlobRetention = DEFAULT_BLOB_RETENTION
 
     def _transaction(self) -> contextlib.AbstractContextManager[Any]:
         raise NotImplementedError
@@ -399,8 +435,12 @@ class SqlChangeLog:
             self._prune(conn)
         return change_id
 
-    def checkpoint(self, label: str | None, caller: Caller) -> Checkpoint:
-        when = iso_time(self.clock())
+    def checkpoint(
+        self, label: str | None, caller: Caller, tree: Tree | None = None, blobs: dict[str, bytes] | None = None
+    ) -> Checkpoint:
+        now = self.clock()
+        when = iso_time(now)
+        added = 0
         with self._transaction() as conn:
             after = int(self._run(conn, "SELECT coalesce(max(id), 0) FROM changes").fetchone()[0])
             row = self._run(
@@ -415,7 +455,43 @@ class SqlChangeLog:
                 f"{_SAME_CLIENT} ORDER BY id DESC LIMIT ?)",
                 (*_client_key(caller), *_client_key(caller), MAX_CHECKPOINTS_PER_CLIENT),
             )
-        return Checkpoint(int(row[0]), when, label, after, caller)
+            if tree is not None:
+                run = self._runner(conn)
+                added = blobstore.add_checkpoint(run, int(row[0]), tree, blobs or {}, now)
+                blobstore.prune(run, self.blob_retention)
+        return Checkpoint(int(row[0]), when, label, after, caller, tree is not None, added)
+
+    # -- the blob store (blobstore.py: its SQL, over this log's connection) -------------------
+
+    def _runner(self, conn: Any) -> blobstore.Run:
+        return lambda sql, args: self._run(conn, sql, args)
+
+    def _reader(self) -> blobstore.Run:
+        return lambda sql, args: blobstore.Fetched(self._rows(sql, args))
+
+    def missing_blobs(self, digests: Sequence[str]) -> set[str]:
+        return set(digests) - blobstore.present(self._reader(), digests)
+
+    def checkpoint_tree(self, checkpoint_id: int) -> Tree | None:
+        read = self._reader()
+        found = blobstore.tree_of(read, checkpoint_id)
+        if found is None:
+            return None
+        tree, state = found
+        got = blobstore.get(read, [tree] + ([state] if state else []))
+        units = Tree.decode(got[tree])
+        return Tree(units, None if state is None else json.loads(got[state]))
+
+    def blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        return blobstore.get(self._reader(), digests)
+
+    def blob_usage(self) -> tuple[int, int]:
+        return blobstore.stored_bytes(self._reader())
+
+    def prune_blobs(self) -> list[str]:
+        """Apply the blob retention now; returns the hashes removed."""
+        with self._transaction() as conn:
+            return blobstore.prune(self._runner(conn), self.blob_retention)
 
     def prune(self) -> int:
         with self._transaction() as conn:
@@ -589,7 +665,7 @@ class SqliteChangeLog(SqlChangeLog):
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed
-            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}{blobstore.SQLITE_SCHEMA}COMMIT;")
         except BaseException:
             conn.close()
             raise

@@ -173,6 +173,14 @@ class UnknownCheckpoint(UnitError):
     )
 
 
+class CheckpointIncomplete(UnitError):
+    code = "checkpoint_incomplete"
+    default_hint = (
+        "Part of this checkpoint's content is gone (the blob store's retention dropped it, or it was damaged); roll "
+        "back to a newer checkpoint (unit_checkpoint lists them on the unit page) or edit the sources directly."
+    )
+
+
 class StoreUnavailable(UnitError):
     code = "store_unavailable"
     default_hint = (

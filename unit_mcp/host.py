@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 LIFECYCLE = ("init", "drop", "snapshot", "restore")
 HOOKS = (*LIFECYCLE, "migrate")
 """The lifecycle exports and `migrate(state, from_version)`, called when a reload changes the unit's version."""
+OWN_STATE: Any = object()
+"""`Host.reload`'s default `state`: the new version restores the state the old one hands over."""
 KEPT_SNAPSHOTS = 64
 KEPT_SNAPSHOT_BYTES = 64 * 1024 * 1024
 """Captured snapshots kept in memory for `restore_snapshot`: the newest 64, at most 64 MiB of JSON in all."""
@@ -342,10 +344,16 @@ class _Progress:
 
 @dataclass
 class _Handed:
-    """The old version's state on its way to the new one (snapshot, then migrate)."""
+    """The old version's state on its way to the new one (snapshot, then migrate); `given`, when not `OWN_STATE`, is
+    what the new version restores instead (a checkpoint's state), the old state kept for a failure."""
 
+    given: Any = OWN_STATE
     state: Any = None
     has_state: bool = False
+
+    def for_new(self) -> tuple[Any, bool]:
+        """The state the new version's restore() gets, and whether there is one."""
+        return (self.state, self.has_state) if self.given is OWN_STATE else (self.given, True)
 
 
 class Host:
@@ -765,7 +773,9 @@ class Host:
         for listener in self.unit_listeners:
             listener(unit_id)
 
-    def reload(self, unit_id: str, *, rollback_source: Callable[[], bool] | None = None) -> Reloaded:
+    def reload(
+        self, unit_id: str, *, rollback_source: Callable[[], bool] | None = None, state: Any = OWN_STATE
+    ) -> Reloaded:
         """Prepare → quiesce → snapshot → migrate → drop → swap → init → restore → re-activate, as one transaction.
 
         The new version is imported into fresh modules first, while the old one serves; then new uses of the unit
@@ -773,16 +783,18 @@ class Host:
         runs with nothing of the unit in use. On failure the old modules, their init and their state are put back,
         and `rollback_source` (given when the reload follows a write) restores the old sources first; it returns
         False when it did not (someone else changed them meanwhile, and their change stays).
-        The old version stays listed as loaded until the new one replaces it.
+        The old version stays listed as loaded until the new one replaces it. `state`, when given, is what the new
+        version's restore() gets instead of the old version's (a checkpoint's state, put back with its code); the old
+        version's own state still goes back to it if the reload fails.
         """
         try:
-            restored, evidence, timings = self._reload(unit_id, rollback_source)
+            restored, evidence, timings = self._reload(unit_id, rollback_source, state)
         finally:
             self._unit_changed(unit_id)
         return Reloaded(unit_id, restored, evidence, *timings)
 
     def _reload(
-        self, unit_id: str, rollback_source: Callable[[], bool] | None
+        self, unit_id: str, rollback_source: Callable[[], bool] | None, given: Any = OWN_STATE
     ) -> tuple[bool, dict[str, Any], tuple[float, float, float]]:
         """The transaction behind `reload`: (state restored, activity evidence, (duration, blocked, window) in ms)."""
         started = time.perf_counter()
@@ -810,7 +822,7 @@ class Host:
                         raise self._refuse(unit_id, "drain", drained, old, rollback_source)
                 window = time.perf_counter()
                 with self._guard():
-                    restored, evidence = self._swap(unit_id, old, prepared, rollback_source)
+                    restored, evidence = self._swap(unit_id, old, prepared, rollback_source, given)
             finally:
                 gate.open()
                 opened = time.perf_counter()
@@ -860,7 +872,12 @@ class Host:
         return _Prepared(module, modules, _version(module, modules))
 
     def _swap(
-        self, unit_id: str, old: LoadedUnit | None, prepared: _Prepared, rollback_source: Callable[[], bool] | None
+        self,
+        unit_id: str,
+        old: LoadedUnit | None,
+        prepared: _Prepared,
+        rollback_source: Callable[[], bool] | None,
+        given: Any = OWN_STATE,
     ) -> tuple[bool, dict[str, Any]]:
         """The window, with no use of the unit running: snapshot → migrate → drop → swap → init → restore, as one
         job on the reload worker (a hand-over between threads per stage cost more than the stages themselves on a
@@ -868,7 +885,7 @@ class Host:
         active_before = self.active_activity
         owned_active = self._activities.owned_by(unit_id)
         progress = _Progress(stage="snapshot", module=prepared.module)
-        handed = _Handed()
+        handed = _Handed(given)
         try:
             new, restored = self._bounded(
                 unit_id,
@@ -891,7 +908,7 @@ class Host:
                 new, restored = self._bounded(
                     unit_id,
                     lambda: progress.stage,
-                    lambda: self._bring_in(unit_id, prepared, handed.state, handed.has_state, progress),
+                    lambda: self._bring_in(unit_id, prepared, *handed.for_new(), progress),
                 )
             except (Exception, SystemExit) as late:
                 raise self._failed_window(
@@ -909,7 +926,8 @@ class Host:
             snapshot = old.hook("snapshot")
             if snapshot is not None:
                 handed.has_state = True
-                handed.state = self._handed_over(old, prepared, snapshot, progress)
+                own = handed.given is OWN_STATE  # else the old state is only kept for a failure: not migrated
+                handed.state = self._handed_over(old, prepared, snapshot, progress) if own else snapshot()
             elif callable(prepared.module.__dict__.get("migrate")) and old.version != prepared.version:
                 self.logger.info("unit %s has migrate() but its previous version had no snapshot(): not run", unit_id)
             progress.enter("drop")
@@ -917,7 +935,7 @@ class Host:
         progress.enter("init")
         if old is not None:
             self._discard(unit_id)
-        return self._bring_in(unit_id, prepared, handed.state, handed.has_state, progress)
+        return self._bring_in(unit_id, prepared, *handed.for_new(), progress)
 
     def _failed_window(
         self,

@@ -349,6 +349,10 @@ class CheckpointResult(_Model):
     time: str
     label: str | None
     after_change_id: int = Field(description="A rollback undoes every change after this one.")
+    units: int = Field(0, description="Units whose sources (and state, with with_state) the checkpoint holds.")
+    sources: int = Field(0, description="Sources it holds, by content (whoever wrote them).")
+    bytes_added: int = Field(0, description="Bytes added to the blob store (an unchanged source costs nothing).")
+    with_state: bool = False
 
 
 class RestoredSource(_Model):
@@ -376,6 +380,9 @@ class RollbackResult(_Model):
         description="Sources changed outside the tools since the checkpoint: left alone (unless force)."
     )
     reloaded: list[str] = Field(description="The units reloaded.")
+    restored_state: list[str] = Field(
+        default_factory=list, description="Units whose restore() got the checkpoint's state (with_state)."
+    )
     change_id: int | None = Field(default=None, description="The change log's record of this rollback.")
     already_applied: bool = _ALREADY_APPLIED
 

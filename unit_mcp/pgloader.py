@@ -626,6 +626,18 @@ CREATE TABLE IF NOT EXISTS {SCHEMA}.checkpoints (
     client_name text,
     session_id text
 );
+CREATE TABLE IF NOT EXISTS {SCHEMA}.blobs (
+    hash text COLLATE "C" NOT NULL UNIQUE,
+    size bigint NOT NULL,
+    stored double precision NOT NULL,
+    data bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS blobs_by_age ON {SCHEMA}.blobs (stored, hash);
+CREATE TABLE IF NOT EXISTS {SCHEMA}.checkpoint_trees (
+    checkpoint_id bigint PRIMARY KEY,
+    tree text NOT NULL,
+    state text
+);
 """
 _LOG_COLUMNS = {
     "changes": {
@@ -660,8 +672,10 @@ _LOG_COLUMNS = {
         "client_name": "text",
         "session_id": "text",
     },
+    "blobs": {"hash": "text", "size": "bigint", "stored": "double precision", "data": "bytea"},
+    "checkpoint_trees": {"checkpoint_id": "bigint", "tree": "text", "state": "text"},
 }
-_LOG_TABLES = re.compile(r"\b(changes|change_sources|checkpoints)\b")
+_LOG_TABLES = re.compile(r"\b(changes|change_sources|checkpoints|blobs|checkpoint_trees)\b")
 
 
 class PostgresChangeLog(SqlChangeLog):

@@ -315,8 +315,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "unit_checkpoint",
         "Take a checkpoint",
-        "Mark the current state of every unit's sources (optionally with a label); unit_rollback with the "
-        "returned checkpoint_id puts back every source changed after it. Writes no source.",
+        "Keep the bytes of every unit's sources (or of unit_ids; optionally with a label, and with_state: each "
+        "unit's snapshot() state too); unit_rollback with the returned checkpoint_id puts every source back to "
+        "them, whoever changed it since. Writes no source.",
         handler=UnitService.checkpoint,
         risk="normal",
         read_only=False,

@@ -28,7 +28,7 @@ import pytest
 from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
-from support.recording import TestTool, recording_server
+from support.recording import TestTool, recording_server, turn_checkpoint
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import (
@@ -128,7 +128,16 @@ class UnitServer:
         return McpToolSource(self.url, token=self.token, **options)
 
     def called(self) -> list[str]:
-        return [call.name for call in self.calls]
+        """The tools called, but for the checkpoint the runner takes at the start of every turn (`checkpoints`)."""
+        return [call.name for call in self.calls if call not in self.checkpoints()]
+
+    def model_calls(self) -> list[tuple[str, dict[str, Any]]]:
+        """(tool, arguments) of every call but the runner's turn checkpoints."""
+        return [(call.name, call.arguments) for call in self.calls if call not in self.checkpoints()]
+
+    def checkpoints(self) -> list[Call]:
+        """The runner's own `unit_checkpoint` calls, one at the start of each turn (labelled "session … turn …")."""
+        return [call for call in self.calls if turn_checkpoint(call.name, call.arguments)]
 
 
 @pytest.fixture

@@ -69,7 +69,7 @@ async def test_without_a_terminal_an_ask_is_denied_and_the_turn_goes_on(
             "--mcp-url", unit_server.url, "--mcp-token-file", unit_server.token_file(tmp_path), "reload", "counter",
         )  # fmt: skip
     assert code == 0 and out.strip() == "I may not reload."
-    assert "✗ unit_reload: [approval_denied]" in err and unit_server.calls == []
+    assert "✗ unit_reload: [approval_denied]" in err and unit_server.called() == []
     assert main(["--data-dir", str(tmp_path / "d"), "sessions", "show", "ses-0000000000000000"]) == 1
     assert "no session" in capsys.readouterr().err
 
@@ -91,7 +91,7 @@ async def test_an_approval_asked_on_a_closed_terminal_is_answered_later_and_the_
         run = [*options, "--session", "ses-cli", "reload", "counter"]
         asked = await ask_on_a_terminal_then_die(data, run, wait=30)
         question = 'Allow unit_reload (shell) with {"unit_id": "counter"}?'
-        assert question in asked and unit_server.calls == []
+        assert question in asked and unit_server.called() == []
 
         assert main(["--data-dir", data, "sessions", "pending", "ses-cli"]) == 0
         (line,) = capsys.readouterr().out.strip().splitlines()
@@ -152,7 +152,7 @@ async def test_a_refused_token_names_the_401_and_the_variable(tmp_path: Path, un
     for names in (("MCP_URL", "MCP_TOKEN"), ("UNIT_MCP_URL", "UNIT_MCP_TOKEN")):
         code, out, err = await cli_with_env({names[0]: unit_server.url, names[1]: "wrong"}, *run)
         assert code == 1 and out == "" and last_line(err) == expected and len(err.splitlines()) == 1, err
-    assert unit_server.calls == []
+    assert unit_server.called() == []
 
 
 async def test_an_unreachable_unit_server_is_one_line(tmp_path: Path) -> None:

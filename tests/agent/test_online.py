@@ -52,7 +52,7 @@ async def test_echo_token(tmp_path: Path, unit_server: UnitServer) -> None:
         assert handle.status is TurnStatus.COMPLETED, handle.error
         assert handle.result is not None and marker in handle.result
 
-    assert [(c.name, c.arguments) for c in unit_server.calls] == [("echo_token", {"token": marker})]
+    assert unit_server.model_calls() == [("echo_token", {"token": marker})]
     reloaded = reload(tmp_path, session.id)  # a fresh store, cache gone: what is on disk
     shown = display_messages(reloaded.items)
     assert [(m.role, m.content) for m in shown if m.content] == [("user", prompt), ("assistant", marker)]
@@ -77,7 +77,7 @@ async def test_nonce_sequencing(tmp_path: Path, unit_server: UnitServer) -> None
         handle = await (await runner.run_turn(session.id, prompt)).wait(20)
         assert handle.status is TurnStatus.COMPLETED, handle.error
 
-    assert [(c.name, c.arguments) for c in unit_server.calls] == [("get_nonce", {}), ("record_value", {"value": NONCE})]
+    assert unit_server.model_calls() == [("get_nonce", {}), ("record_value", {"value": NONCE})]
     assert handle.result == f"done:{NONCE}"
     items = reload(tmp_path, session.id).items
     assert [i.name for i in items if isinstance(i, ToolCallItem)] == ["get_nonce", "record_value"]

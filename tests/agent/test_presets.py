@@ -79,7 +79,7 @@ async def test_only_the_active_presets_tools_are_offered_and_risk_is_the_highest
 
         refused = await surface.call("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})
         assert refused.is_error and refused.text.startswith("[preset_inactive] unit_read_source belongs to preset edit")
-        assert unit_server.calls == []
+        assert unit_server.called() == []
         unknown = await surface.call("nope", {})
         assert unknown.is_error and unknown.text.startswith("[unknown_tool]")
 

@@ -47,7 +47,7 @@ async def test_call_enforces_approval_again_and_reaches_the_server_only_when_app
         surface.add_source(source)
         denied = await surface.call("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})
         assert denied.is_error and denied.text.startswith("[approval_denied] unit_read_source (risk: filesystem-read)")
-        assert unit_server.calls == []
+        assert unit_server.called() == []
 
         approvals.set_policy("filesystem-read", "auto")
         read = await surface.call("unit_read_source", {"unit_id": "greeter", "source_id": "greeter.py"})

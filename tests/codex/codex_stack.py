@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from support.recording import TestTool, recording_server
+from support.recording import TestTool, recording_server, turn_checkpoint
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import (
@@ -47,6 +47,12 @@ NAMESPACE = "mcp__unit_agent"  # how Codex groups that server's tools for the mo
 NONCE = "nonce-c0dex7"
 TURN_TIMEOUT = 30
 AGENT_ID = "codex-agent"
+
+
+def record(server: UnitServer, name: str, arguments: dict[str, Any]) -> None:
+    """A call the agent made (the runner's own checkpoint at the start of a turn left out)."""
+    if not turn_checkpoint(name, arguments):
+        server.calls.append((name, arguments))
 
 
 @dataclass
@@ -143,7 +149,7 @@ async def codex_stack(
         server = UnitServer(bridge=None)  # type: ignore[arg-type]
         server.bridge = await stack.enter_async_context(
             Bridge(
-                recording_server(unit_tools, _test_tools(server), lambda name, args: server.calls.append((name, args))),
+                recording_server(unit_tools, _test_tools(server), lambda name, args: record(server, name, args)),
                 config_root=tmp / "unit-opencode",
             )
         )

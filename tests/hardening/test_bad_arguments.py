@@ -81,12 +81,14 @@ MISTYPED: dict[str, list[Any]] = {
     "bool": ["maybe", 2, [], {}],
     "float": ["fast", [], {}, -1, 0, 1e12],
     "seconds": ["fast", [], {}, -1, 1e12],  # 0 is a valid wait
+    "list": ["counter", 5, {}, [5], []],
 }
 KINDS = {"unit_id": "str", "source_id": "str", "description": "str", "patch": "str", "old": "str", "new": "str",
          "expected_hash": "str", "source": "str", "test_name": "str", "grep": "str", "limit": "int", "lines": "int",
          "offset": "int", "before": "int", "replace_all": "bool", "dry_run": "bool", "timeout": "float", "since": "str",
          "cursor": "str", "label": "str", "checkpoint_id": "int", "change_id": "int", "force": "bool",
-         "snapshot_id": "str", "wait": "bool", "run_id": "str", "wait_s": "seconds", "test": "str"}  # fmt: skip
+         "snapshot_id": "str", "wait": "bool", "run_id": "str", "wait_s": "seconds", "test": "str",
+         "unit_ids": "list", "with_state": "bool"}  # fmt: skip
 
 
 def cases() -> list[tuple[str, str, str, dict[str, Any], str | set[str]]]:

@@ -22,6 +22,12 @@ class TestTool:
     run: Callable[[dict[str, Any]], Any]  # the text it answers, or an awaitable of it
 
 
+def turn_checkpoint(name: str, arguments: Mapping[str, Any]) -> bool:
+    """The checkpoint an agent runner takes at the start of every turn (labelled "session … turn …"), not a call the
+    model made."""
+    return name == "unit_checkpoint" and str(arguments.get("label", "")).startswith("session ")
+
+
 def recording_server(
     unit_tools: UnitTools, tools: Mapping[str, TestTool], record: Callable[[str, dict[str, Any]], None]
 ) -> Server[Any]:

@@ -58,7 +58,7 @@ async def test_a_waiting_call_appears_live_and_approving_runs_it_exactly_once(
         await expect(request.locator(".arguments")).not_to_contain_text("Howdy")  # the edit is the diff, not JSON
         await expect(request.locator("tr.diff-del td.code")).to_have_text(["Hello, {name}!"])  # rendered as a diff
         await expect(request.locator("tr.diff-add td.code")).to_have_text(["Howdy, {name}!"])
-        assert unit_server.calls == []  # nothing ran before the answer
+        assert unit_server.called() == []  # nothing ran before the answer
         await shoot(page, "approval-page", readme=True)
 
         await request.get_by_role("button", name="Approve", exact=True).click()
@@ -143,7 +143,7 @@ async def test_deny_leaves_the_units_file_unchanged(
         await expect(result).to_have_class("item tool-result is-error")
         await expect(result).to_contain_text("[approval_denied]")
         await shoot(page, "denied-transcript")
-    assert unit_server.calls == [] and greeter.read_bytes() == before
+    assert unit_server.called() == [] and greeter.read_bytes() == before
 
 
 async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_the_turn_resumes(
@@ -157,7 +157,7 @@ async def test_a_request_left_by_a_killed_process_is_answered_on_a_new_page_and_
             "--mcp-token-file", unit_server.token_file(tmp_path),
         ]  # fmt: skip
         await ask_on_a_terminal_then_die(data, [*options, "--session", "ses-cli", "reload", "counter"], wait=60)
-        assert unit_server.calls == []
+        assert unit_server.called() == []
 
         ui = ServerProcess("--data-dir", data, "ui", *options, tmp=tmp_path, module="unit_mcp.agent")
         try:

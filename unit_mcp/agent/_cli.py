@@ -202,7 +202,16 @@ def command_parser(prog: str = PROG) -> CommandParser:
     audit.add_argument("--json", action="store_true", help="print JSON")
     imports = which.add_parser("import", help="bring in the sessions of the old file store (one journal file each)")
     imports.add_argument("folder", type=Path, help="the folder holding them")
-    for command in (run, answer, ui, listing, show, pending, audit, imports, *retiring):
+    undo = which.add_parser(
+        "undo", help="put the units back as they were when a turn started (its diffs first, then your yes)"
+    )
+    undo.add_argument("session_id")
+    undo.add_argument("turn_id", nargs="?", help="the turn (default: the session's newest turn with a checkpoint)")
+    undo.add_argument("--mcp-url", default=_env("MCP_URL", "UNIT_MCP_URL"), help="the MCP_URL the unit server printed")
+    add_secret_option(undo, "--mcp-token", env=MCP_TOKEN_ENV, what="MCP_TOKEN the unit server printed")
+    undo.add_argument("--yes", action="store_true", help="do not ask: undo after showing the diffs")
+    undo.add_argument("--force", action="store_true", help="also put back sources someone changed after the turn")
+    for command in (run, answer, ui, listing, show, pending, audit, imports, undo, *retiring):
         # also after the subcommand, as every other unit-mcp command takes it (SUPPRESS keeps the top's value)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return top
@@ -572,6 +581,61 @@ async def follow(handle: TurnHandle, terminal: Terminal, args: argparse.Namespac
     return {TurnStatus.COMPLETED: 0, TurnStatus.CANCELLED: 130}.get(handle.status, 1)
 
 
+async def undo_command(args: argparse.Namespace, address: Store) -> int:
+    """`sessions undo`: the rollback's dry run (diffs, conflicts), a person's yes, then the rollback itself."""
+    from ._mcpsource import McpToolSource
+    from ._undo import undo_turn
+    from .errors import AgentError
+    from .toolsurface import AgentToolSurface
+
+    if not args.mcp_url:
+        raise CliError("give --mcp-url (or MCP_URL): the undo is a rollback on the unit server the turn worked on")
+    with _store_error(address):
+        store = SessionStore(address)
+    try:
+        session = store.load(args.session_id)
+        if session is None:
+            raise _unknown_session(args.session_id, address)
+        surface = AgentToolSurface(AgentApprovals({}))
+        source = McpToolSource(args.mcp_url, token=args.mcp_token)
+        try:
+            await source.__aenter__()
+        except Exception as exc:
+            raise (_unit_server_error(args.mcp_url, source, exc) or exc) from exc
+        try:
+            surface.add_source(source)
+            try:
+                dry = await undo_turn(surface, session, args.turn_id, dry_run=True, force=args.force)
+            except AgentError as exc:
+                raise CliError(str(exc)) from exc
+            for change in dry.sources:
+                print(change.get("diff") or f"{change['action']} {change['unit_id']}/{change['source_id']}")
+            for conflict in dry.conflicts:
+                print(f"conflict: {conflict['unit_id']}/{conflict['source_id']}: {conflict['reason']}", file=sys.stderr)
+            if not dry.sources:
+                print(f"turn {dry.turn_id}: nothing to put back", file=sys.stderr)
+                return 1 if dry.conflicts else 0
+            question = f"Undo turn {dry.turn_id}: put back {len(dry.sources)} source(s)? [y/N] "
+            if not args.yes:
+                if not sys.stdin.isatty():
+                    raise CliError("not undone: give --yes to undo without a question (stdin is not a terminal)")
+                if input(question).strip().lower() not in ("y", "yes"):
+                    print("not undone", file=sys.stderr)
+                    return 1
+            done = await undo_turn(surface, session, dry.turn_id, dry_run=False, force=args.force)
+            store.append_item(session.id, done.event(args.force))
+        finally:
+            await source.__aexit__(None, None, None)
+    finally:
+        store.close()
+    print(f"turn {done.turn_id} undone: {len(done.sources)} source(s) put back", file=sys.stderr)
+    if done.conflicts:
+        left = ", ".join(f"{c['unit_id']}/{c['source_id']}" for c in done.conflicts)
+        print(f"left alone (changed after the turn by someone else): {left}; --force puts them back", file=sys.stderr)
+        return 1
+    return 0
+
+
 def sessions_command(args: argparse.Namespace, address: Store) -> int:
     from .errors import AgentError
 
@@ -673,6 +737,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         if args.command in ("run", "answer", "ui", "worker"):
             args.mcp_token = secret_value(args.mcp_token_file, "--mcp-token", MCP_TOKEN_ENV)
             args.api_key = secret_value(args.api_key_file, "--api-key", API_KEY_ENV)
+        if args.command == "sessions" and args.action == "undo":
+            args.mcp_token = secret_value(args.mcp_token_file, "--mcp-token", MCP_TOKEN_ENV)
     except (CliError, UnsafeSecret) as exc:
         print_error(prog, str(exc))
         return 2
@@ -690,6 +756,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             tracing.configure("unit-mcp-agent", prog)
             outcome: Any = anyio.run(command, args, store)
             return int(outcome)
+        if args.action == "undo":
+            keep_memory_private()  # the MCP token
+            return int(anyio.run(undo_command, args, store))
         return sessions_command(args, store)
     except BaseException as exc:
         expected = exc

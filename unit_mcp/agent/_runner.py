@@ -24,6 +24,7 @@ from ._inbox import Inbox
 from ._paused import AFTER_END, DECIDED, paused_calls
 from ._protocol import Agent
 from ._registry import AgentRegistry
+from ._undo import TurnUndo, checkpoint_turn, undo_turn
 from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, PendingApprovals
 from .errors import AgentError, AnsweredElsewhere, TurnClosed, UnknownApproval
 from .events import DEFAULT_BUFFER, AgentState, EventHub, Subscription
@@ -179,6 +180,20 @@ class AgentRunner:
         process while it waited (answer them with `answer_approval` to resume that turn)."""
         await anyio.to_thread.run_sync(self.store.require, session_id)
         return [entry.request for entry in await anyio.to_thread.run_sync(self._pending, session_id)]
+
+    async def undo_turn(
+        self, session_id: str, turn_id: str | None = None, *, dry_run: bool = True, force: bool = False
+    ) -> TurnUndo:
+        """Roll the units back to the checkpoint taken at the start of `turn_id` (default: the newest turn that has
+        one): a dry run unless `dry_run` is False, which a person's yes should come before. Refused while a turn runs
+        in the session; the undo is recorded in it."""
+        if self.active_turn(session_id) is not None:
+            raise AgentError(f"a turn is running in session {session_id}: stop it before undoing one")
+        session = await anyio.to_thread.run_sync(self.store.require, session_id)
+        done = await undo_turn(self.tools, session, turn_id, dry_run=dry_run, force=force)
+        if not dry_run:
+            await anyio.to_thread.run_sync(lambda: self.store.append_item(session_id, done.event(force)))
+        return done
 
     async def answer_approval(
         self,
@@ -422,6 +437,9 @@ class AgentRunner:
                 await turn.append(EventItem(kind="turn-started", data=started), status="running")
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))
+                marked = await checkpoint_turn(self.tools, session_id, turn_id)  # the turn can be undone in one step
+                if marked is not None:
+                    await turn.append(marked)
             except Exception as exc:
                 await turn.end(
                     TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"

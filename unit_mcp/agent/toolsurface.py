@@ -255,6 +255,10 @@ class AgentToolSurface:
         self._unsubscribe[source.name] = source.on_change(self._changed)
         self._changed()
 
+    def sources_offering(self, upstream_name: str) -> list[McpToolSource]:
+        """The MCP sources that list a tool of this name (e.g. every unit server: `unit_checkpoint`)."""
+        return [s for s in self._sources.values() if any(t.name == upstream_name for t in s.tools)]
+
     def remove_source(self, name: str) -> bool:
         source = self._sources.pop(name, None)
         if source is None:

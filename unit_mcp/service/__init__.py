@@ -11,7 +11,7 @@ reads, text, the loader's refusals), `_commit` (the one write transaction every 
 
 from __future__ import annotations
 
-from . import _changes, _edits, _reading, _resolving, _state, _testruns, _undo
+from . import _changes, _checkpoints, _edits, _reading, _resolving, _state, _testruns, _undo
 from ._caller import call_as
 from ._changes import change_record
 from ._commit import reload_result
@@ -42,7 +42,7 @@ class UnitService(Units):
     revert_change = _undo.revert_change
     # the change log
     changes = _changes.changes
-    checkpoint = _changes.checkpoint
+    checkpoint = _checkpoints.checkpoint
     # test runs
     run_tests = _testruns.run_tests
     test_status = _testruns.test_status

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime
 
 from .. import paths
-from ..arguments import ChangesArgs, CheckpointArgs, takes
+from ..arguments import ChangesArgs, takes
 from ..changelog import Change, iso_time
 from ..errors import InvalidArgument
 from ..models import (
@@ -16,9 +16,7 @@ from ..models import (
     ChangedSource,
     ChangeRecord,
     ChangesResult,
-    CheckpointResult,
 )
-from ._caller import caller
 from ._units import Units
 
 MAX_LISTED_SOURCES = 20
@@ -101,12 +99,6 @@ def changes(svc: Units, args: ChangesArgs) -> ChangesResult:
         records.append(record)
     cursor = _b64(f"before:{records[-1].change_id}") if len(found) > len(records) else None
     return ChangesResult(changes=records, next_cursor=cursor, latest_change_id=log.latest_id())
-
-
-@takes(CheckpointArgs)
-def checkpoint(svc: Units, args: CheckpointArgs) -> CheckpointResult:
-    made = svc.change_log.checkpoint(args.label, caller())
-    return CheckpointResult(checkpoint_id=made.id, time=made.time, label=made.label, after_change_id=made.after_change)
 
 
 def _b64(text: str) -> str:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .. import paths, tracing
 from ..changelog import Change, Outcome
 from ..errors import Exists, ReloadFailed, StaleHash, UnitError
-from ..host import Reloaded, ReloadError
+from ..host import OWN_STATE, Reloaded, ReloadError
 from ..loader import Source, StaleSource, Written
 from ..models import ActivityEvidence, ReloadResult, RunTestsResult
 from ..paging import MAX_FIELD_BYTES, clip
@@ -152,12 +152,12 @@ def _transaction(
             if planned is None:
                 planned = plan()  # not a repeat: its refusal stands
         units = planned.units
-        with _locked(svc, units):
+        with locked(svc, units):
             if not _in_place(svc, [(t.source, t.hash_before) for t in planned.targets]):
                 planned = plan()  # the store moved since the plan was made: plan again under the locks
                 if not set(planned.units) <= set(units):
                     continue
-            return _apply(svc, tool, planned.targets, written, gate), planned.answer
+            return _apply(svc, tool, planned.targets, written, gate, planned.states), planned.answer
     raise StaleHash(f"The sources of this {tool} call kept changing while it was planned; nothing was written.")
 
 
@@ -169,7 +169,7 @@ def _repeat(
     first = replayed()
     if first is None or not first.targets:
         return None
-    with _locked(svc, first.units):
+    with locked(svc, first.units):
         if not _in_place(svc, [(t.source, t.hash_after) for t in first.targets]):
             return None
         reloads = {unit_id: reload_unit(svc, unit_id) for unit_id in first.units}
@@ -184,7 +184,7 @@ def _in_place(svc: Units, sources: Sequence[tuple[Source, str | None]]) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(svc: Units, units: Sequence[str]) -> Iterator[None]:
+def locked(svc: Units, units: Sequence[str]) -> Iterator[None]:
     """The locks of `units`, always taken in sorted order (two calls on the same units never deadlock)."""
     with contextlib.ExitStack() as locks:
         for unit_id in sorted(units):
@@ -193,14 +193,27 @@ def _locked(svc: Units, units: Sequence[str]) -> Iterator[None]:
 
 
 def _apply(
-    svc: Units, tool: str, targets: list[Target], written: list[Target], gate: Callable[[], RunTestsResult] | None
+    svc: Units,
+    tool: str,
+    targets: list[Target],
+    written: list[Target],
+    gate: Callable[[], RunTestsResult] | None,
+    states: dict[str, Any] | None = None,
 ) -> Committed:
     """Compile, write, (test,) then reload every unit, all or nothing: if a write, the test or a reload fails, every
     source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
-    reloaded before are reloaded again. While the test runs the application serves the previous version."""
+    reloaded before are reloaded again (with the state they had before, where `states` gave them another). While
+    the test runs the application serves the previous version."""
     for target in targets:
         if target.after is not None:
             svc.compile(target.source, target.after)
+    states = states or {}
+    before = {}  # the state each unit has now, to hand back to it if the call is undone
+    for unit_id in sorted(states):
+        if svc.host.is_loaded(unit_id):
+            supported, state = svc.host.snapshot(unit_id)
+            if supported:
+                before[unit_id] = state
     undo: list[Callable[[], None]] = []
     accepted: list[Written] = []
     superseded: list[tuple[Target, str | None]] = []
@@ -244,14 +257,14 @@ def _apply(
             undo_all()
             committed.kept = False
             return committed
-    units = sorted({t.source.unit_id for t in targets})
+    units = sorted({t.source.unit_id for t in targets} | set(states))
     for unit_id in units:
         try:
-            committed.reloads[unit_id] = reload_unit(svc, unit_id, undo_all)
+            committed.reloads[unit_id] = reload_unit(svc, unit_id, undo_all, states.get(unit_id, OWN_STATE))
         except ReloadFailed as failed:
             for done in committed.reloads:  # they run the written sources' code: back to what they ran before
                 try:
-                    svc.host.reload(done)
+                    svc.host.reload(done, state=before.get(done, OWN_STATE))
                 except ReloadError:
                     svc.host.logger.exception("reloading unit %s again after a failed %s", done, tool)
             raise _undone(failed, targets, superseded) from None
@@ -287,10 +300,12 @@ def _undo(superseded: list[tuple[Target, str | None]], target: Target, put_back:
         superseded.append((target, exc.current_hash))
 
 
-def reload_unit(svc: Units, unit_id: str, undo: Callable[[], bool] | None = None) -> ReloadResult:
+def reload_unit(
+    svc: Units, unit_id: str, undo: Callable[[], bool] | None = None, state: Any = OWN_STATE
+) -> ReloadResult:
     with tracing.span("unit reload", {"unit_mcp.unit_id": unit_id}) as span:
         try:
-            result = reload_result(svc.host.reload(unit_id, rollback_source=undo))
+            result = reload_result(svc.host.reload(unit_id, rollback_source=undo, state=state))
         except ReloadError as exc:
             tracing.set_attributes(span, unit_mcp__reload__stage=exc.stage)
             tracing.fail(span, "reload_failed")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from .. import paths
 from ..loader import Source
@@ -58,7 +58,10 @@ class Plan(Generic[R]):
 
     targets: list[Target]
     answer: Callable[[Committed], R]
+    states: dict[str, Any] | None = None
+    """unit id → the state its restore() gets on the reload (a checkpoint's), instead of the state it has now; these
+    units are reloaded even where no source of theirs changes."""
 
     @property
     def units(self) -> list[str]:
-        return sorted({t.source.unit_id for t in self.targets})
+        return sorted({t.source.unit_id for t in self.targets} | set(self.states or ()))

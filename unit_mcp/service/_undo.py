@@ -4,13 +4,13 @@ undone). Each plans its targets from the change log and ends in `commit`, all or
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..arguments import RevertChangeArgs, RollbackArgs, takes
 from ..changelog import Change, Checkpoint
 from ..errors import NotSupported, StaleHash, UnitError, UnknownChange, UnknownCheckpoint
 from ..models import RestoreConflict, RestoredSource, RevertChangeResult, RollbackResult
 from ..patching import unified_diff
+from ._checkpoints import Since, content, content_targets
 from ._commit import commit
 from ._plan import Committed, Plan, Target, hash_or_none
 from ._units import Units
@@ -21,21 +21,12 @@ MAX_SHOWN_DIFF = 8000
 """Characters of each source's diff a rollback's or a revert's dry run shows."""
 
 
-@dataclass
-class _Since:
-    """What the change log says of one source since a checkpoint."""
-
-    known: bool
-    data: bytes | None
-    hash: str | None
-    expected: str | None = None
-    outside: bool = False
-
-
 @takes(RollbackArgs)
 def rollback(svc: Units, args: RollbackArgs) -> RollbackResult:
     """Every source changed since the checkpoint back to its bytes at the checkpoint; a source changed outside the
-    tools since then is a conflict, left alone unless `force` (and its bytes are known)."""
+    tools since then is a conflict, left alone unless `force`. A checkpoint that holds content (`_checkpoints`) puts
+    back every source of its units from it (and their state, if it kept it); one of the change log alone (taken
+    before the blob store) knows only what the log recorded."""
 
     def checkpoint() -> Checkpoint:
         found = svc.change_log.get_checkpoint(args.checkpoint_id)
@@ -47,18 +38,24 @@ def rollback(svc: Units, args: RollbackArgs) -> RollbackResult:
         mark = checkpoint()
         if not args.dry_run:
             svc.require_writable()
-        since: dict[tuple[str, str], _Since] = {}
+        since: dict[tuple[str, str], Since] = {}
         for change in svc.change_log.changes_after(mark.after_change):
             if change.outcome not in ("applied", "outside"):
                 continue
             for s in change.sources:
                 entry = since.setdefault(
-                    (s.unit_id, s.source_id), _Since(s.action != "unknown", s.data_before, s.hash_before)
+                    (s.unit_id, s.source_id), Since(s.action != "unknown", s.data_before, s.hash_before)
                 )
                 entry.expected = s.hash_after
                 entry.outside = entry.outside or change.outcome == "outside"
         targets: list[Target] = []
         conflicts: list[RestoreConflict] = []
+        states = None
+        if mark.content:
+            tree = content(svc, mark)
+            targets, conflicts = content_targets(svc, mark, tree, since, args.force)
+            states = tree.states
+            since.clear()
         for (unit_id, source_id), entry in sorted(since.items()):
             try:
                 src = svc.source(unit_id, source_id)
@@ -104,11 +101,12 @@ def rollback(svc: Units, args: RollbackArgs) -> RollbackResult:
                 sources=_shown(targets, done),
                 conflicts=conflicts,
                 reloaded=[*done.reloads],
+                restored_state=sorted(u for u, r in done.reloads.items() if r.restored_state and u in (states or {})),
                 change_id=done.change_id,
                 already_applied=done.already_applied,
             )
 
-        return Plan(targets, answer)
+        return Plan(targets, answer, states)
 
     def replayed() -> Plan[RollbackResult] | None:
         """The newest rollback since the checkpoint, as the first call of a repeat."""

@@ -27,7 +27,7 @@ from ..errors import AgentError, SessionLocked, UnknownApproval
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
 from .pending import PendingEntry, PendingIndex
-from .transcript import Change, Transcript
+from .transcript import TURN_ID, Change, Transcript
 
 if TYPE_CHECKING:
     from .._runner import AgentRunner
@@ -75,6 +75,8 @@ class AgentUI(PageApp):
                 Route("/fragments/sessions", self.sessions_fragment),
                 Route("/sessions/{session_id}", self.session_page),
                 Route("/sessions/{session_id}/retire", self.retire, methods=["POST"]),
+                Route("/sessions/{session_id}/undo/{turn_id}", self.undo_page),
+                Route("/sessions/{session_id}/undo/{turn_id}", self.undo, methods=["POST"]),
                 Route("/sessions/{session_id}/events", self.session_events),
                 Route("/events", self.store_events),
             ],
@@ -206,6 +208,42 @@ class AgentUI(PageApp):
             return self._notify(request, ("error", f"Not {chosen}d: {exc}"))
         done = f"{chosen.capitalize()}d session {session_id} ({meta.title or 'untitled'})"
         return self._notify(request, ("ok", f"{done}; the store's audit log records it."))
+
+    async def undo_page(self, request: Request) -> Response:
+        """What undoing a turn would put back (the rollback's dry run: diffs and conflicts), and the button that
+        asks for a person's yes."""
+        session_id, turn_id = request.path_params["session_id"], request.path_params["turn_id"]
+        if not (SESSION_ID.fullmatch(session_id) and TURN_ID.fullmatch(turn_id)):
+            return PlainTextResponse("No such turn.", status_code=404)
+        force = request.query_params.get("force") == "1"
+        try:
+            dry = await self.runner.undo_turn(session_id, turn_id, dry_run=True, force=force)
+        except AgentError as exc:
+            return self._notify(request, ("error", f"Turn {turn_id} cannot be undone: {exc}"))
+        finally:
+            self._release(session_id)
+        return self.page(request, "undo.html", undo=dry, force=force)
+
+    async def undo(self, request: Request) -> Response:
+        """The person said yes: the units back to the checkpoint of the turn's start."""
+        session_id, turn_id = request.path_params["session_id"], request.path_params["turn_id"]
+        async with request.form(max_files=0, max_fields=8) as form:
+            confirmed, force = form.get("confirm") == "yes", form.get("force") == "1"
+        if not (SESSION_ID.fullmatch(session_id) and TURN_ID.fullmatch(turn_id)):
+            return PlainTextResponse("No such turn.", status_code=404)
+        if not confirmed:
+            return PlainTextResponse("confirm must be yes.", status_code=400)
+        try:
+            done = await self.runner.undo_turn(session_id, turn_id, dry_run=False, force=force)
+        except AgentError as exc:
+            return self._notify(request, ("error", f"Turn {turn_id} not undone: {exc}"))
+        finally:
+            self._release(session_id)
+        said = f"Turn {turn_id} of session {session_id} undone: {len(done.sources)} source(s) put back."
+        if done.conflicts:
+            left = ", ".join(f"{c['unit_id']}/{c['source_id']}" for c in done.conflicts)
+            return self._notify(request, ("error", f"{said} Left alone (changed after the turn by others): {left}."))
+        return self._notify(request, ("ok", said))
 
     # -- live updates -----------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ both show an item the same way. A record that does not validate is shown as dama
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from .folding import Folded, fold_arguments, fold_text, fold_value
 
 MESSAGE_SHOW = 20_000  # characters of one message shown (models can write a lot)
 PRETTY_LIMIT = 1_000_000  # a JSON output longer than this is shown as it is, not parsed
+TURN_ID = re.compile(r"turn-[0-9a-f]{12}")
 TURN_ENDS = {"turn-completed", "turn-failed", "turn-cancelled", "turn-interrupted"}
 
 
@@ -38,6 +40,7 @@ class ItemView:
     duration: float | None = None  # seconds
     note: str | None = None
     child_session: str | None = None  # a delegation's child session, a valid session id
+    undo_turn: tuple[str, str] | None = None  # (session, turn) a turn's checkpoint can undo
 
 
 @dataclass
@@ -188,6 +191,20 @@ class Transcript:
                 blocks=blocks,
             )
             view.duration = None if started is None else max(0.0, item.created_at - started)
+            return view
+        if item.kind == "unit-checkpoint":
+            turn_id = str(data.get("turn_id", ""))
+            marks = data.get("checkpoints") or []
+            view = self._base(
+                item,
+                "event",
+                f"checkpoint at the start of turn {turn_id}",
+                note=", ".join(f"{m.get('source')} #{m.get('checkpoint_id')}" for m in marks if isinstance(m, dict))
+                or "; ".join(map(str, data.get("errors", []))),
+                error=not marks,
+            )
+            if marks and TURN_ID.fullmatch(turn_id):
+                view.undo_turn = (self.session_id, turn_id)
             return view
         child = data.get("child_session_id")
         view = self._base(
