@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import LOADERS, copy_units, store_of
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from unit_mcp import Host, UnitService, blobstore
@@ -55,6 +55,7 @@ def state_of(log: SqliteChangeLog) -> tuple[dict[str, tuple[float, int]], dict[i
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(taken=checkpoints, keep=st.integers(1, 8), bound=st.integers(0, 1500))
+@example(taken=[{"a.py": 0, "b.py": 0, "c.py": 1}, {"a.py": 0, "b.py": 0}], keep=2, bound=491)  # over by the older tree
 def test_retention_removes_the_oldest_unreferenced_blobs_and_nothing_else(
     taken: list[dict[str, int]], keep: int, bound: int
 ) -> None:
@@ -65,13 +66,13 @@ def test_retention_removes_the_oldest_unreferenced_blobs_and_nothing_else(
             for i, picked in enumerate(taken):
                 take(log, picked, 1000.0 + i)
             log.blob_retention = BlobRetention(checkpoints=keep, bytes=bound)
-            ids_before = sorted(state_of(log)[1])
-            blobs, _ = state_of(log)
+            blobs, refs = state_of(log)  # what each checkpoint needs, read before the pruning removes any of it
+            ids_before = sorted(refs)
             removed = set(log.prune_blobs())
-            after, refs = state_of(log)
-            kept_ids = sorted(refs)
+            after, refs_after = state_of(log)
+            kept_ids = sorted(refs_after)
             assert kept_ids == ids_before[-keep:]  # the newest `keep` checkpoints stay listed
-            referenced = set().union(*refs.values())
+            referenced = set().union(*(refs[i] for i in kept_ids))
             assert removed == blobs.keys() - after.keys()  # it says what it removed
             total = sum(n for _, n in after.values())
             unreferenced_before = blobs.keys() - referenced

@@ -437,9 +437,6 @@ class AgentRunner:
                 await turn.append(EventItem(kind="turn-started", data=started), status="running")
                 for text in inputs:
                     await turn.append(MessageItem(role="user", content=text))
-                marked = await checkpoint_turn(self.tools, session_id, turn_id)  # the turn can be undone in one step
-                if marked is not None:
-                    await turn.append(marked)
             except Exception as exc:
                 await turn.end(
                     TurnStatus.FAILED, error=f"the turn could not start: {describe(exc)}", code="start_failed"
@@ -500,6 +497,10 @@ class AgentRunner:
             if turn.cancel_reason is not None:
                 scope.cancel()
             try:
+                # The turn can be undone in one step: a checkpoint on each unit server first (in the turn's trace).
+                marked = await checkpoint_turn(self.tools, turn.session_id, turn.id)
+                if marked is not None:
+                    await turn.append(marked)
                 if resume is not None:
                     await agent.resume(resume, ctx)  # type: ignore[attr-defined]
                 else:
