@@ -30,10 +30,10 @@ def start_round(folder: Path, system_db: str, options: list[str]) -> str | None:
     children: dict[str, tuple[int, Path]] = {}
     for n in range(WORKERS):
         name, log = f"worker-{n}", folder / f"worker-{n}.log"
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # here: it exists before it is polled
         pid = os.fork()
         if pid == 0:  # the worker
             os.close(write)
-            out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(out, 1)
             os.dup2(out, 2)
             os.read(read, 1)
@@ -46,6 +46,7 @@ def start_round(folder: Path, system_db: str, options: list[str]) -> str | None:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
+        os.close(out)
         children[name] = (pid, log)
     os.close(read)
     os.write(write, b"g" * WORKERS)  # all four go
