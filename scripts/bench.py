@@ -88,11 +88,15 @@ SECTIONS = (
 )
 OPT_IN = ("idle", "live")
 """Sections that run only when named in --only (the idle one waits a minute, live about four)."""
+SECTION_SECONDS = 900.0
+"""Each section's own time bound (--section-seconds): one that has not ended by then is stopped and reported as a
+miss ("hang"), and the run goes on with the next section."""
 CALL = "UNIT_MCP_BENCH_CALL"  # the tool and arguments a `--client` process calls, as JSON
 READ_20KB = ["unit_read_source", {"unit_id": "big", "source_id": "__init__.py"}]
 WATCH_HOST = """
 import importlib, sys
 import watchfiles
+sys.dont_write_bytecode = True  # a same-size edit in the same second as the cached .pyc would be read stale
 sys.path.insert(0, sys.argv[1])
 import big
 print(big.VALUE_0001, flush=True)
@@ -100,7 +104,9 @@ for _ in watchfiles.watch(sys.argv[1]):
     importlib.reload(big)
     print(big.VALUE_0001, flush=True)
 """
-"""A host that serves a module and reloads it on its file watcher, saying which VALUE_0001 it serves now."""
+"""A host that serves a module and reloads it on its file watcher, saying which VALUE_0001 it serves now. It writes
+no bytecode: `importlib.reload` trusts a `.pyc` whose recorded source mtime (whole seconds) and size match, so an
+edit to 10 from 11 in the second that cached 11 would keep serving 11 and the section would wait forever."""
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -247,6 +253,14 @@ class Bench:
             self._cluster.start()
             os.environ["PGPASSFILE"] = str(self._cluster.passfile)
         return self._cluster
+
+    async def bounded(self, section: str, seconds: float) -> None:
+        """Run one section; past `seconds` it is cancelled and recorded as a miss, not waited for."""
+        with anyio.move_on_after(seconds) as scope:
+            await getattr(self, section)()
+        if scope.cancelled_caught:
+            row = {"ratio": f"section ended within {seconds:g} s", "value": "hang", "goal": "ends", "met": False}
+            self.record(section, {"hang": f"no result after {seconds:g} s: stopped"}, [row])
 
     def record(self, section: str, figures: dict[str, Any], ratios: list[dict[str, Any]]) -> None:
         self.results["sections"][section] = figures
@@ -1871,6 +1885,12 @@ def main() -> None:
         default=",".join(SECTIONS),
         help=f"comma-separated subset of {', '.join(SECTIONS)}, or of the opt-in {', '.join(OPT_IN)}",
     )
+    parser.add_argument(
+        "--section-seconds",
+        type=float,
+        default=SECTION_SECONDS,
+        help=f"each section's time bound; one still running then is reported as a hang (default {SECTION_SECONDS:g})",
+    )
     parser.add_argument("--client", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     parser.add_argument("--lean-client", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -1892,7 +1912,7 @@ def main() -> None:
 
         async def run() -> None:
             for section in chosen:
-                await getattr(bench, section)()
+                await bench.bounded(section, args.section_seconds)
 
         try:
             anyio.run(run)

@@ -245,8 +245,14 @@ def test_the_start_loads_every_unit_in_one_batch_and_reports_the_broken_ones(tmp
         assert not host.is_loaded("c_hangs") and "did not finish within 1 s" in (host.load_error("c_hangs") or "")
         assert host.is_loaded("d_after") and host.activities() == ["after"]
         log = host.log_path.read_text()
+        assert "reloading" not in log  # a first load that fails is a failed load, not a reload
+        (root / "a_ok.py").write_text("raise RuntimeError('broken on reload')\n")
+        with pytest.raises(ReloadError):
+            host.reload("a_ok")
+        reloaded = host.log_path.read_text()[len(log) :]
     assert "started: 2 units loaded in" in log and "2 failed: b_broken, c_hangs" in log
-    assert "reloading unit b_broken failed at import" in log
+    assert "loading unit b_broken failed at import" in log and "loading unit c_hangs failed" in log
+    assert "reloading unit a_ok failed at import" in reloaded
 
 
 def test_a_full_start_reuses_the_code_compiled_at_the_last_one_and_never_for_changed_source(tmp_path: Path) -> None:

@@ -192,8 +192,11 @@ def test_units_that_cannot_be_served_are_refused_in_one_line(
     from unit_mcp.server import parse_args
 
     (tmp_path / "notes.db").write_text("not a database\n")
+    (tmp_path / "empty.db").write_bytes(b"")
+    instead = "nothing was written to it. Give a new file, or a database made by --units sqlite:PATH"
     for units, problem in [
-        (f"sqlite:{tmp_path / 'notes.db'}", "is not a SQLite database"),
+        (f"sqlite:{tmp_path / 'notes.db'}", f"is not a units database (not SQLite); {instead}"),
+        (f"sqlite:{tmp_path / 'empty.db'}", f"is an empty file, not a units database; {instead}"),
         (f"sqlite:{tmp_path}", "is a folder, not a database file"),
         (str(tmp_path / "missing"), "is not a folder (a units database is given as sqlite:PATH)"),
     ]:
@@ -202,3 +205,4 @@ def test_units_that_cannot_be_served_are_refused_in_one_line(
         assert exited.value.code == 2
         assert capsys.readouterr().err.strip().endswith(f"--units {units} {problem}")
     assert parse_args(["--units", f"sqlite:{tmp_path / 'new.db'}"]).units == f"sqlite:{tmp_path / 'new.db'}"
+    assert (tmp_path / "notes.db").read_text() == "not a database\n" and (tmp_path / "empty.db").read_bytes() == b""

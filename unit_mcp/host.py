@@ -525,7 +525,9 @@ class Host:
                             return
                         self._discard(unit_id)
                         self._load_errors[unit_id] = self._describe(exc)
-                        self._failure(unit_id, progress.stage, exc, rolled_back=False, source_restored=False)
+                        self._failure(
+                            unit_id, progress.stage, exc, rolled_back=False, source_restored=False, first=True
+                        )
                         continue
                     self._loaded[unit_id] = new
                     self._load_errors.pop(unit_id, None)
@@ -549,7 +551,7 @@ class Host:
             self._discard(unit_id)
             exc = ReloadTimeout(f"{progress.stage} of unit {unit_id} did not finish within {self.reload_timeout:g} s")
             self._load_errors[unit_id] = self._describe(exc)
-            self._failure(unit_id, progress.stage, exc, rolled_back=False, source_restored=False)
+            self._failure(unit_id, progress.stage, exc, rolled_back=False, source_restored=False, first=True)
             return unit_ids[index + 1 :]
         self._transaction_thread = None
         if escaped:
@@ -848,7 +850,13 @@ class Host:
         if old is None:
             self._load_errors[unit_id] = self._describe(exc)
         return self._failure(
-            unit_id, stage, exc, rolled_back=old is not None, source_restored=source_restored, trace=trace
+            unit_id,
+            stage,
+            exc,
+            rolled_back=old is not None,
+            source_restored=source_restored,
+            trace=trace,
+            first=old is None,
         )
 
     def _prepare(self, unit_id: str) -> _Prepared:
@@ -959,7 +967,13 @@ class Host:
             self._loaded.pop(unit_id, None)
             self._load_errors[unit_id] = self._describe(exc)
         return self._failure(
-            unit_id, progress.stage, exc, rolled_back=reinstated, source_restored=source_restored, trace=trace
+            unit_id,
+            progress.stage,
+            exc,
+            rolled_back=reinstated,
+            source_restored=source_restored,
+            trace=trace,
+            first=old is None,
         )
 
     def _handed_over(
@@ -1198,7 +1212,9 @@ class Host:
         rolled_back: bool,
         source_restored: bool,
         trace: str | None = None,
+        first: bool = False,
     ) -> ReloadError:
+        """Record and log a failed load (`first`: the unit had no version serving before) or reload."""
         text = self._describe(exc)
         evidence = {
             "unit_id": unit_id,
@@ -1211,7 +1227,7 @@ class Host:
             "previous_version_serving": unit_id in self._loaded,
             "active_activity_after": self.active_activity,
         }
-        self.logger.error("reloading unit %s failed at %s: %s", unit_id, stage, text)
+        self.logger.error("%s unit %s failed at %s: %s", "loading" if first else "reloading", unit_id, stage, text)
         return ReloadError(unit_id, stage, text, evidence)
 
     def remember_code(self, origin: str, data: bytes, code: types.CodeType) -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import stat
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -322,11 +323,27 @@ def _trust_parents(folder: Path) -> None:
                 "is yours or root's"
             )
         if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            fix = f"run `chmod go-w {parent}` or give" if _may_tighten(parent, st) else "give"
             raise UntrustedFolder(
                 f"{parent}, a folder above {folder}, is writable by group or others (mode "
                 f"{stat.S_IMODE(st.st_mode):04o}) and not sticky, who could put a folder of their own in its place; "
-                f"run `chmod go-w {parent}` or give a data dir whose every parent folder is yours or root's"
+                f"{fix} a data dir whose every parent folder is yours or root's"
             )
+
+
+PRIVATE_FOLDER_HINT = "give a private folder of your own instead (`mktemp -d` makes one; or ~/.local/share/unit-mcp)"
+"""What to pass instead of a folder that is shared or not a folder: never a change to the shared one."""
+
+
+def _may_tighten(folder: Path, st: os.stat_result) -> bool:
+    """Whether `chmod go-w folder` is a safe hint: a folder of ours that is not shared by design (sticky, writable
+    by everyone, or the system's temporary folder), whose other users a chmod would lock out."""
+    shared = {os.path.realpath(p) for p in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm")}
+    return (
+        st.st_uid == os.geteuid()
+        and not st.st_mode & (stat.S_ISVTX | stat.S_IWOTH)
+        and os.path.realpath(folder) not in shared
+    )
 
 
 def _trust(folder: Path) -> None:
@@ -341,17 +358,19 @@ def _trust(folder: Path) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise UntrustedFolder(f"{folder} is a symbolic link; give the real folder (it may point anywhere)")
     if not stat.S_ISDIR(st.st_mode):
-        raise UntrustedFolder(f"{folder} is not a folder; remove it or give another folder")
+        what = "is a file, not a folder" if stat.S_ISREG(st.st_mode) else "is not a folder"
+        raise UntrustedFolder(
+            f"{folder} {what}; give a folder instead (a path that does not exist yet is created as "
+            f"a private folder, e.g. {folder}.d)"
+        )
     if st.st_uid != os.geteuid():
         raise UntrustedFolder(
             f"{folder} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}), who could have planted "
-            "files in it; remove it or give a folder of your own"
+            f"files in it; {PRIVATE_FOLDER_HINT}"
         )
     if st.st_mode & 0o022:
-        raise UntrustedFolder(
-            f"{folder} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); "
-            f"run `chmod go-w {folder}` or give a private folder"
-        )
+        fix = f"run `chmod go-w {folder}` or give a private folder" if _may_tighten(folder, st) else PRIVATE_FOLDER_HINT
+        raise UntrustedFolder(f"{folder} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}); {fix}")
 
 
 def open_private(path: Path, flags: int) -> int:

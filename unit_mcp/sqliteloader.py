@@ -96,16 +96,20 @@ def _blob(value: bytes | str) -> bytes:
 
 def units_database_problem(path: Path) -> str | None:
     """Why the file at `path` must not be opened as a units database, as the end of a sentence naming it, or None
-    (absent, empty, or a units database). Reads only: another application's database is refused untouched."""
+    (absent, or a units database). Reads only: another file (an empty one too) is refused untouched; a new units
+    database is never seen empty (`_create_private` makes it whole, then links it in place)."""
+    instead = "nothing was written to it. Give a new file, or a database made by --units sqlite:PATH"
     try:
         with path.open("rb") as handle:
             header = handle.read(16)
     except FileNotFoundError:
         return None
+    except IsADirectoryError:
+        return "is a folder, not a database file"
     if not header:
-        return None
+        return f"is an empty file, not a units database; {instead}"
     if header != b"SQLite format 3\x00":
-        return "is not a SQLite database"
+        return f"is not a units database (not SQLite); {instead}"
     try:
         conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)
         try:
@@ -122,17 +126,31 @@ def units_database_problem(path: Path) -> str | None:
     if ours and version > SCHEMA_VERSION:
         return f"was made by a newer unit-mcp (schema {version}, this one knows {SCHEMA_VERSION}); upgrade unit-mcp"
     shown = ", ".join(ascii(name) for name in sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-    return (
-        f"is not a units database (it holds the tables {shown or 'none'} and user_version {version}); nothing was "
-        "written to it. Give a new file, or a database made by --units sqlite:PATH"
-    )
+    return f"is not a units database (it holds the tables {shown or 'none'} and user_version {version}); {instead}"
 
 
 def _create_private(path: Path) -> None:
-    """Create the database file 0600 (SQLite gives its -wal and -shm files the database's mode)."""
+    """Create the database 0600 (SQLite gives its -wal and -shm files the database's mode) with its schema, made
+    whole under a private name and then linked in place (never over an existing file): another process starting
+    on the same new path at the same moment sees no file or a whole units database, never an empty file."""
+    if os.path.lexists(path):
+        return
+    made = path.with_name(f".{path.name}.{secrets.token_hex(6)}.new")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, flags, 0o600))
+    os.close(os.open(made, flags, 0o600))
+    try:
+        conn = sqlite3.connect(made, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+        finally:
+            conn.close()
+        with contextlib.suppress(FileExistsError):
+            os.link(made, path)
+    finally:
+        for leftover in (made, made.with_name(made.name + "-wal"), made.with_name(made.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
 
 
 class SqliteLoader(Loader):

@@ -7,6 +7,7 @@ completes.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 from .workers import Workers, stored_session
 
 pytestmark = pytest.mark.anyio
+START_AT_ONCE = Path(__file__).with_name("start_at_once.py")
 
 SESSION = "ses-workers"
 
@@ -166,3 +168,32 @@ async def test_run_queues_a_turn_for_a_worker_and_refuses_what_cannot_work_in_on
     assert code == 0, err
     assert out.splitlines()[-1] == "hi from a worker" and "queued for the workers" in err
     model.assert_done()
+
+
+@pytest.mark.timeout(900)  # a round is about 3 s on a quiet machine, 35 s at a load of 15 on 2 cores
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_four_workers_started_at_once_on_a_fresh_data_dir_all_come_up_quietly(
+    request: pytest.FixtureRequest, tmp_path: Path, backend: str
+) -> None:
+    """Four `worker`s started at the same moment on a fresh data dir (and a fresh system database), ten times
+    (`start_at_once.py`: forked from one interpreter, so the starts coincide): every one comes up (the tables are
+    made once, whoever comes first) and says so in one line, DBOS's own start-up log (a line per schema migration, a
+    console link) left out."""
+    rounds = 10 if backend == "sqlite" else 3  # PostgreSQL: the same path each time, taking turns on one lock
+    if backend == "postgres":
+        system_dbs = [str(request.getfixturevalue("pg_cluster").new_database()) for _ in range(rounds)]
+    else:
+        system_dbs = ["default"] * rounds
+    async with ScriptedModel([]) as model:
+        options = ["--model", "scripted", "--base-url", model.base_url]
+        done = await anyio.run_process(
+            [sys.executable, str(START_AT_ONCE), str(tmp_path), *system_dbs, "--", *options], check=False
+        )
+    said = done.stdout.decode()
+    assert done.returncode == 0, said + done.stderr.decode()[-3000:]
+    assert said.splitlines() == [f"round {n}: 4 workers up" for n in range(rounds)]
+    for n, system_db in enumerate(system_dbs):
+        url = f"sqlite:///{tmp_path / f'round-{n}' / 'data' / 'dbos.sqlite'}" if system_db == "default" else system_db
+        for k in range(4):
+            lines = (tmp_path / f"round-{n}" / f"worker-{k}.log").read_text().splitlines()
+            assert lines == [f"worker worker-{k} runs durable turns from {url}"], (n, lines)

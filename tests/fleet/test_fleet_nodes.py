@@ -230,6 +230,38 @@ async def test_with_the_event_stream_down_the_status_comes_from_the_node(tmp_pat
                 assert proxy.event_connections > 0 and fleet.list_nodes().nodes[0].event_stream == "reconnecting"
 
 
+async def test_a_reply_that_ends_before_the_prompt_is_answered_leaves_the_session_idle(
+    tmp_path: Path, opencode_binary: Path
+) -> None:
+    """The node takes the prompt up and ends its reply, and the fleet's event stream says so, before the answer to
+    the prompt's POST arrives (as under load): the fleet's status is idle, not a busy no event will ever clear."""
+    steps = [say("quick", when=Match(user_contains="quick task"))]
+    async with agent_stack(tmp_path, opencode_binary, steps, nodes=1) as stack:
+        assert stack.node.process.port is not None
+        async with EventProxy(stack.node.process.port) as proxy:
+            spec = NodeSpec("a", proxy.url, password=stack.node.process.password)
+            async with Fleet([spec], timeout=30) as fleet:
+                client = fleet.node("a").client
+                assert await client.events.wait_connected(POLL_TIMEOUT)
+                async with client.listen() as events:
+
+                    async def after_the_reply_ended() -> None:
+                        with anyio.fail_after(POLL_TIMEOUT):
+                            async for event in events:
+                                if event.type == "session.idle":
+                                    return
+
+                    proxy.hold = lambda request: b"/prompt_async " in request.split(b"\r\n", 1)[0]
+                    proxy.release = after_the_reply_ended
+                    sent = await fleet.send("a", "quick task")
+                assert proxy.held == 1
+                assert sent.session_id not in await client.session_statuses()  # the node: idle
+                status = await fleet.status("a")
+                assert (status.status, status.source) == ("idle", "events")
+                read = await fleet.messages("a")
+                assert [m.text for m in read.messages] == ["quick task", "quick"]
+
+
 async def test_a_session_busy_before_the_fleet_started_is_answered_from_the_node(
     tmp_path: Path, opencode_binary: Path
 ) -> None:

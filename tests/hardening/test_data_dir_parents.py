@@ -54,10 +54,11 @@ def test_data_dir_under_a_folder_others_can_write_is_refused(tmp_path: Path, uni
     team.chmod(mode)
     data = team / "unit-data"
     line = refusal(units, data)
+    fix = f"run `chmod go-w {team}` or give" if mode == 0o775 else "give"  # not a chmod others rely on
     assert line == (
         f"unit-mcp serve: error: refusing --data-dir: {team}, a folder above {data}, is writable by group or "
-        f"others (mode {mode:04o}) and not sticky, who could put a folder of their own in its place; run "
-        f"`chmod go-w {team}` or give a data dir whose every parent folder is yours or root's"
+        f"others (mode {mode:04o}) and not sticky, who could put a folder of their own in its place; {fix} a data "
+        "dir whose every parent folder is yours or root's"
     ), line
 
 

@@ -110,7 +110,8 @@ def test_data_dir_precreated_by_another_user_is_refused(shared: Path, units: Pat
     line = refusal(units, data)
     assert line == (
         f"unit-mcp serve: error: refusing --data-dir: {data} belongs to uid {NOBODY}, not to you (uid {os.geteuid()}), "
-        "who could have planted files in it; remove it or give a folder of your own"
+        "who could have planted files in it; give a private folder of your own instead (`mktemp -d` makes one; "
+        "or ~/.local/share/unit-mcp)"
     )
     assert not marker.exists(), "the planted bytecode ran"
     assert (data / "clients" / "opencode").read_text().startswith("#!/bin/sh"), "the plant was left alone"
@@ -234,6 +235,30 @@ def test_agent_store_precreated_by_another_user_is_refused(shared: Path) -> None
         assert done.stderr == (
             f"unit-mcp agent: error: refusing the session store: {store} belongs to uid {NOBODY}, not to you "
             f"(uid {os.geteuid()}), "
-            "who could have planted files in it; remove it or give a folder of your own\n"
+            "who could have planted files in it; give a private folder of your own instead (`mktemp -d` makes one; "
+            "or ~/.local/share/unit-mcp)\n"
         )
         assert list(store.iterdir()) == [], "the agent wrote into it"
+
+
+def test_the_system_temporary_folder_as_data_dir_is_refused_with_a_private_folder_to_give(units: Path) -> None:
+    """A folder every user shares is never to be chmod-ed (that would break every other user of it): the hint is a
+    private folder of one's own, and the shared folder keeps its mode."""
+    system_tmp = Path(tempfile.gettempdir())
+    before = system_tmp.stat().st_mode
+    line = refusal(units, system_tmp)
+    assert "chmod" not in line and "remove it" not in line, line
+    hint = "give a private folder of your own instead (`mktemp -d` makes one; or ~/.local/share/unit-mcp)"
+    assert line.endswith(hint), line
+    assert system_tmp.stat().st_mode == before
+
+
+def test_a_file_given_as_data_dir_is_refused_with_what_to_give_instead(units: Path, tmp_path: Path) -> None:
+    given = tmp_path / "notes.txt"
+    given.write_text("mine\n")
+    line = refusal(units, given)
+    assert line == (
+        f"unit-mcp serve: error: refusing --data-dir: {given} is a file, not a folder; give a folder instead (a path "
+        f"that does not exist yet is created as a private folder, e.g. {given}.d)"
+    ), line
+    assert given.read_text() == "mine\n"

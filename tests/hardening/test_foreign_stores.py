@@ -10,6 +10,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,55 @@ def test_an_applications_own_database_is_refused_before_anything_is_written(tmp_
         Host(f"sqlite:{db}", tmp_path / "data").start()
     assert fingerprint(app) == before, "no table, trigger, user_version, WAL or -shm file was added"
     figures.record("foreign_stores", application_database="refused untouched")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"", "is an empty file, not a units database"), (b"notes\n", "is not a units database (not SQLite)")],
+)
+def test_a_file_that_is_not_a_units_database_is_refused_untouched_in_one_line(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    """An existing file (empty, or anything else) given as `--units sqlite:PATH` never becomes a database."""
+    db = tmp_path / "kept" / "notes.db"
+    db.parent.mkdir()
+    db.write_bytes(content)
+    server = subprocess.run(
+        [sys.executable, "-m", "unit_mcp.server", "--units", f"sqlite:{db}", "--no-watch"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert server.returncode != 0 and len(server.stderr.splitlines()) == 1, server.stderr
+    assert f"--units sqlite:{db} {problem}; nothing was written to it. Give a new file" in server.stderr
+    with pytest.raises(ForeignStore, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        SqliteLoader(db)
+    assert [p.name for p in db.parent.iterdir()] == ["notes.db"] and db.read_bytes() == content
+
+
+def test_loaders_opening_one_new_database_at_once_all_open_it(tmp_path: Path) -> None:
+    """A new units database is never seen half made (an empty file would be refused): eight loaders at once."""
+    db = tmp_path / "new.db"
+    opened: list[SqliteLoader] = []
+    failed: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            opened.append(SqliteLoader(db))
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for loader in opened:
+        loader.close()
+    assert not failed and len(opened) == 8, failed
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("new.db-")) == ["new.db"]
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
 BAD_IDS = ["has space", "class", "../../x", "ok.evil", "new\nline"]

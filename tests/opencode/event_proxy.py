@@ -4,13 +4,15 @@ Every byte goes to the real `opencode serve` and back; the proxy only decides wh
 connection once a request on it starts with `GET /event`: pass it, refuse it (`block`: the connection is
 closed at once), or `freeze` it (kept open, nothing more delivered: a stream that went silent). `cut()`
 closes the event connections open now; `refuse` (a predicate on a request's first bytes) closes the
-connection of any other request it picks. This is how the client's reconnect, polling fallback and
-read-back failures are tested against the real node, not against an imitation of it.
+connection of any other request it picks, and `hold` (a predicate too) delays the answer to each request
+it picks until `release()` returns (the node has done the work; its answer comes late, as under load).
+This is how the client's reconnect, polling fallback and read-back failures are tested against the real
+node, not against an imitation of it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Literal
 
@@ -27,6 +29,10 @@ class EventProxy:
         self.target_port = target_port
         self.mode: Mode = "pass"
         self.refuse: Callable[[bytes], bool] | None = None
+        self.hold: Callable[[bytes], bool] | None = None
+        self.release: Callable[[], Awaitable[None]] | None = None
+        self.held = 0
+        self._holding: set[SocketStream] = set()  # connections whose next answer is held
         self.event_connections = 0
         self.refused = 0
         self._events: set[SocketStream] = set()
@@ -80,6 +86,8 @@ class EventProxy:
                         self.refused += 1
                         break
                     self._events.add(client)
+                elif self.hold is not None and self.hold(chunk):
+                    self._holding.add(client)
                 await upstream.send(chunk)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
@@ -90,6 +98,11 @@ class EventProxy:
             async for chunk in upstream:
                 if client in self._events and self.mode == "freeze":
                     continue
+                if client in self._holding:
+                    self._holding.discard(client)
+                    self.held += 1
+                    if self.release is not None:
+                        await self.release()
                 await client.send(chunk)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass

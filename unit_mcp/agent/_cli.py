@@ -113,7 +113,9 @@ def command_parser(prog: str = PROG) -> CommandParser:
         help="session store: a folder, or postgresql://USER@HOST:PORT/DB shared by several machines (password from "
         "PGPASSWORD or PGPASSFILE; default: $UNIT_MCP_AGENT_SESSIONS or the data folder)",
     )
-    top.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    top.add_argument(
+        "--debug", action="store_true", help="show the traceback of a failure (a worker: DBOS's own start-up log too)"
+    )
     commands = top.add_subparsers(dest="command", required=True)
 
     turns = CommandParser(add_help=False)
@@ -483,6 +485,7 @@ async def worker_command(args: argparse.Namespace, store: Store) -> int:
             executor_id=args.executor_id or default_executor_id(),
             system_database_url=system_database(args.data_dir, args.system_db),
             takeover=args.takeover,
+            log_level="INFO" if args.debug else "WARNING",
         )
         try:
             async with worker:

@@ -158,6 +158,9 @@ async def _no_delegation(*_: object) -> TurnHandle:
     raise AgentError("a durable turn cannot delegate yet")
 
 
+_CREATE_LOCK = 0x756E69745F6D6370  # the advisory lock workers take turns on to create their table ("unit_mcp")
+
+
 class _Beats:
     """Which workers live, in a table of the system database: each worker beats every `BEAT_SECONDS`. One on this
     host is dead once its process is gone (or it stopped beating for `STALE_SECONDS`, its pid reused), one on another
@@ -173,7 +176,16 @@ class _Beats:
             sa.Column("pid", sa.Integer, nullable=False),
             sa.Column("beat", sa.Float, nullable=False),
         )
-        self.table.metadata.create_all(self.engine)
+        self._create()
+
+    def _create(self) -> None:
+        """Create the table unless it exists, safe when several workers start at once on a fresh system database:
+        SQLite checks `IF NOT EXISTS` under its write lock; PostgreSQL's concurrent creations can still collide in
+        its catalog, so they take turns on a transaction-scoped advisory lock."""
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CREATE_LOCK})
+            conn.execute(sa.schema.CreateTable(self.table, if_not_exists=True))
 
     def beat(self, executor_id: str) -> None:
         row = {"host": socket.gethostname(), "pid": os.getpid(), "beat": time.time()}
@@ -310,6 +322,7 @@ class DurableWorker:
         system_database_url: str | None = None,
         takeover: bool = False,
         approval_timeout: float = APPROVAL_TIMEOUT,
+        log_level: str = "WARNING",
     ) -> None:
         self.store = store
         self.registry = registry
@@ -319,6 +332,7 @@ class DurableWorker:
         self.system_database_url = system_database(data_dir, system_database_url)
         self.takeover = takeover
         self.approval_timeout = approval_timeout
+        self.log_level = log_level  # DBOS's own (a line per schema migration, a console link at INFO)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beats: _Beats | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -339,6 +353,7 @@ class DurableWorker:
             "name": APP,
             "system_database_url": self.system_database_url,
             "executor_id": self.executor_id,
+            "log_level": self.log_level,
         }
         try:
             engine = system_engine(self.system_database_url)

@@ -219,7 +219,7 @@ class OpenCodeClient(StackedResource):
         await self._request(
             "POST", f"/session/{session_id}/prompt_async", json=body, session_id=session_id, expect=(200, 204)
         )
-        events.mark_busy(session_id)
+        events.mark_busy(session_id, since)
         return since
 
     async def abort(self, session_id: str) -> bool:

@@ -86,6 +86,7 @@ class EventStream:
         self._statuses: dict[str, str] = {}
         self._idle_seq: dict[str, int] = {}
         self._activity_seq: dict[str, int] = {}
+        self._busy_seq: dict[str, int] = {}  # the last busy (or retry) status event per session
         self._waiters: list[_Waiter] = []
         self._listeners: list[_Listener] = []
         self._connected = anyio.Event()
@@ -103,9 +104,13 @@ class EventStream:
         """The cached status (`idle` when the node has said nothing about the session): no network."""
         return self._statuses.get(session_id, "idle")
 
-    def mark_busy(self, session_id: str) -> None:
-        """Optimistic busy right after a prompt is accepted, before the node's first event arrives."""
-        self._statuses[session_id] = "busy"
+    def mark_busy(self, session_id: str, since: int) -> None:
+        """Optimistic busy right after a prompt sent at the event mark `since` is accepted, before the node's first
+        event arrives; not when the stream already saw the session take the prompt up and end it after the mark (a
+        quick reply can end before the prompt's own answer comes back): busy then would never be cleared."""
+        idle_at, busy_at = self._idle_seq.get(session_id, 0), self._busy_seq.get(session_id, 0)
+        if not since < busy_at < idle_at:
+            self._statuses[session_id] = "busy"
 
     async def wait_connected(self, timeout: float) -> bool:
         with anyio.move_on_after(timeout):
@@ -263,6 +268,8 @@ class EventStream:
         active = status in ("busy", "retry") or event.type in _ACTIVITY
         if active:
             self._activity_seq[session_id] = event.seq
+        if status in ("busy", "retry"):
+            self._busy_seq[session_id] = event.seq
         elif status == "idle":
             self._idle_seq[session_id] = event.seq
         for waiter in list(self._waiters):
