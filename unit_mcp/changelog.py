@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,8 +21,8 @@ from typing import Any, Literal, NotRequired, Protocol, TypedDict, Unpack
 
 from . import blobstore
 from .blobstore import DEFAULT_BLOB_RETENTION, BlobRetention, Tree
-from .paths import UnsafePath, hash_bytes, open_private
-from .sqlitedb import SharedConnection
+from .database import Conn, PostgresDatabase, SqliteDatabase
+from .paths import hash_bytes
 from .wire import Risk
 
 Outcome = Literal[
@@ -267,22 +266,6 @@ def iso_time(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}Z"
 
 
-def open_private_file(path: Path) -> None:
-    """Create `path` 0600 if missing (`paths.open_private`: no symbolic link followed), refusing a file that is not
-    ours (another local user may have pre-created it). SQLite gives its -wal and -shm files the database's mode."""
-    try:
-        fd = open_private(path, os.O_RDWR | os.O_CREAT)
-    except (OSError, UnsafePath) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise PermissionError(f"{path} cannot be opened as a private file ({reason}); remove it") from None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise PermissionError(f"{path} is not a private file of this user (mode 0600); remove it")
-    finally:
-        os.close(fd)
-
-
 MAX_MESSAGE = 2000
 """Characters kept of a record's message (a reload error can be megabytes): on writing, and on reading a record
 written before."""
@@ -354,33 +337,31 @@ def undo_risk(log: ChangeLog, change_id: int) -> Risk | None:
 
 
 class SqlChangeLog:
-    """The change log over a SQL database, in the tables of `SCHEMA` (or the same tables in another dialect). A
-    subclass gives the connection: `_transaction` (one write transaction, taken before anything is read, so
-    records and checkpoints are numbered in the order they commit) and `_query`; SQL is written with `?`."""
+    """The change log over a SQL database (`database.SqliteDatabase` or `PostgresDatabase`), in the tables of
+    `SCHEMA` (or the same tables in another dialect). `_transaction` is one write transaction, taken before anything
+    is read, so records and checkpoints are numbered in the order they commit; SQL is written with `?`."""
 
-    def __init__(self, retention: Retention, clock: Callable[[], float]) -> None:
+    def __init__(self, db: SqliteDatabase | PostgresDatabase, retention: Retention, clock: Callable[[], float]) -> None:
+        self._db = db
         self.retention = retention
         self.clock = clock
         self.blob_retention: BlobRetention = DEFAULT_BLOB_RETENTION
 
-    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
-        raise NotImplementedError
+    def _transaction(self) -> contextlib.AbstractContextManager[Conn]:
+        return self._db.write()
 
     def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        raise NotImplementedError
+        return self._db.query(sql, args)
 
     def close(self) -> None:
-        raise NotImplementedError
+        self._db.close()
 
-    def _sql(self, sql: str) -> str:
-        """`sql` in this database's dialect."""
-        return sql
-
-    def _run(self, conn: Any, sql: str, args: Sequence[object] = ()) -> Any:
-        return conn.execute(self._sql(sql), tuple(args))
+    @staticmethod
+    def _run(conn: Conn, sql: str, args: Sequence[object] = ()) -> Any:
+        return conn.execute(sql, args)
 
     def _rows(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        return self._query(self._sql(sql), args)
+        return self._db.query(sql, args)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -410,13 +391,11 @@ class SqlChangeLog:
             ),
         ).fetchone()
         change_id = int(row[0])
-        conn.cursor().executemany(
-            self._sql(
-                "INSERT INTO change_sources (change_id, unit_id, source_id, action, hash_before, hash_after, "
-                "data_before, data_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (change_id, unit_id, "
-                "source_id) DO UPDATE SET action = excluded.action, hash_before = excluded.hash_before, "
-                "hash_after = excluded.hash_after, data_before = excluded.data_before, data_after = excluded.data_after"
-            ),
+        conn.executemany(
+            "INSERT INTO change_sources (change_id, unit_id, source_id, action, hash_before, hash_after, "
+            "data_before, data_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (change_id, unit_id, "
+            "source_id) DO UPDATE SET action = excluded.action, hash_before = excluded.hash_before, "
+            "hash_after = excluded.hash_after, data_before = excluded.data_before, data_after = excluded.data_after",
             [
                 (
                     change_id,
@@ -647,7 +626,8 @@ class SqlChangeLog:
 
 
 class SqliteChangeLog(SqlChangeLog):
-    """The change log in a SQLite file (created if missing; `private` files are checked as `open_private_file`)."""
+    """The change log in a SQLite file (created if missing; a `private` file is checked as
+    `database.check_private`)."""
 
     def __init__(
         self,
@@ -657,28 +637,12 @@ class SqliteChangeLog(SqlChangeLog):
         private: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(retention, clock)
         self.path = Path(path)
-        if private:
-            open_private_file(self.path)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed
-            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}{blobstore.SQLITE_SCHEMA}COMMIT;")
-        except BaseException:
-            conn.close()
-            raise
-        self._db = SharedConnection(lambda: conn)
-
-    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return self._db.transaction()
-
-    def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        return self._db.query(sql, args)
-
-    def close(self) -> None:
-        self._db.close()
+        super().__init__(
+            SqliteDatabase(self.path, private="check" if private else None, schema=SCHEMA + blobstore.SQLITE_SCHEMA),
+            retention,
+            clock,
+        )
 
 
 def _text(value: object) -> str | None:

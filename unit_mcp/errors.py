@@ -181,7 +181,12 @@ class CheckpointIncomplete(UnitError):
     )
 
 
-class StoreUnavailable(UnitError):
+class Unavailable(Exception):
+    """A database cannot be used right now (unreachable, restarting, or a lock held too long); nothing was written.
+    The one outage error of `database`: each store raises its own subclass, with the message its users know."""
+
+
+class StoreUnavailable(UnitError, Unavailable):
     code = "store_unavailable"
     default_hint = (
         "The units database cannot be used right now (restarting, unreachable or locked by a stuck writer); "

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .database import connect_sqlite
 from .paths import write_file
 
 OPENCODE_VERSION = "1.18.33"
@@ -294,7 +295,7 @@ def _check_credentials(data_home: Path, environ: Mapping[str, str]) -> None:
             )
     for database in sorted((data_home / "opencode").glob("opencode*.db")):
         try:
-            with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as db:
+            with contextlib.closing(connect_sqlite(database, read_only=True, timeout=5)) as db:
                 active = db.execute("SELECT 1 FROM account_state WHERE active_org_id IS NOT NULL").fetchone()
         except sqlite3.OperationalError as exc:
             if "no such" in str(exc):

@@ -8,18 +8,17 @@ database is unreachable, calls fail with `store_unavailable` (docs/postgres.md).
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import psycopg
 
 from .changelog import DEFAULT_RETENTION, Retention, SqlChangeLog
+from .database import Conn, PgConn, PostgresDatabase, connect_postgres
 from .errors import StoreUnavailable
 from .loader import (
     Capabilities,
@@ -43,12 +42,11 @@ from .loader import (
     primary_source_id,
 )
 from .paths import StoredIds, hash_bytes, is_unit_id
-from .pgconnect import CONNECT_OPTIONS, CONNECT_TIMEOUT, ForeignSchema, first_line, schema_is_ours
+from .pgconnect import CONNECT_TIMEOUT, ForeignSchema, schema_is_ours
 
 SCHEMA = "unit_mcp"
 CHANNEL = "unit_mcp"
 MARK = "unit-mcp units store, schema 1"
-IDLE_CHECK = 0.5  # seconds: a connection idle longer is checked before use (a restart may have dropped it)
 _LOCK_KEY = 0x756E6974  # the advisory lock that orders versions ('unit')
 _HASH = "'sha256:' || encode(sha256({}), 'hex')"
 _DDL = f"""
@@ -125,15 +123,13 @@ def _key(source: Source) -> tuple[str, str]:
     return source.unit_id, source.source_id
 
 
-def _check_tables(
-    conn: psycopg.Connection[Any], expected: dict[str, dict[str, str]], *, present_only: bool = False
-) -> None:
+def _check_tables(conn: Conn, expected: dict[str, dict[str, str]], *, present_only: bool = False) -> None:
     """`ForeignStore` unless each table of `expected` in our schema (each one there, with `present_only`) has
     exactly these columns and types."""
     found: dict[str, dict[str, str]] = {}
     for table, column, kind in conn.execute(
-        "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = %s "
-        "AND table_name = ANY(%s)",
+        "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = ? "
+        "AND table_name = ANY(?)",
         (SCHEMA, list(expected)),
     ):
         found.setdefault(table, {})[column] = kind
@@ -142,72 +138,8 @@ def _check_tables(
             raise ForeignStore(f"has a table {SCHEMA}.{table} unlike unit-mcp's; give another database")
 
 
-class _Connections:
-    """Idle connections for reuse. A connection that failed is dropped, and a new one is made on the next call,
-    so an outage fails calls at once and ends by itself (no reconnect backoff to wait out)."""
-
-    def __init__(self, address: str, size: int = 8) -> None:
-        self.address = address
-        self._size = size
-        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # with when it was put back
-        self._lock = threading.Lock()
-
-    def connect(self) -> psycopg.Connection[Any]:
-        try:
-            return psycopg.connect(self.address, application_name="unit-mcp", **CONNECT_OPTIONS)
-        except psycopg.OperationalError as exc:
-            raise _unavailable(exc) from None
-
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._lock:
-            conn, since = self._idle.pop() if self._idle else (None, 0.0)
-        if conn is not None and time.monotonic() - since > IDLE_CHECK:
-            try:
-                conn.execute("")  # one round trip: a connection the server dropped (a restart) is not used
-            except psycopg.Error:
-                conn.close()
-                conn = None
-        if conn is None:
-            conn = self.connect()
-        try:
-            yield conn
-        except psycopg.OperationalError as exc:
-            conn.close()
-            self.close()  # the others were made to the same server: likely dropped too
-            raise _unavailable(exc) from None
-        except BaseException:
-            self._release(conn)
-            raise
-        self._release(conn)
-
-    def query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        """A read; one that failed on a connection the server dropped since it was last used (a restart closes
-        every connection, and the idle check skips those used within IDLE_CHECK) is tried once more on a new one."""
-        try:
-            with self.connection() as conn:
-                return conn.execute(sql, tuple(args)).fetchall()  # type: ignore[arg-type]
-        except StoreUnavailable:
-            with self.connection() as conn:  # the failure emptied the idle list: a new connection
-                return conn.execute(sql, tuple(args)).fetchall()  # type: ignore[arg-type]
-
-    def _release(self, conn: psycopg.Connection[Any]) -> None:
-        with self._lock:
-            idle = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            if idle and len(self._idle) < self._size:
-                self._idle.append((conn, time.monotonic()))
-                return
-        conn.close()
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn, _ in idle:
-            conn.close()
-
-
-def _unavailable(exc: BaseException) -> StoreUnavailable:
-    return StoreUnavailable(f"The units database is unreachable or held up ({first_line(exc)}).")
+def _unavailable(reason: str) -> StoreUnavailable:
+    return StoreUnavailable(f"The units database is unreachable or held up ({reason}).")
 
 
 class PostgresLoader(Loader):
@@ -223,7 +155,7 @@ class PostgresLoader(Loader):
         self.capabilities = Capabilities(write=not read_only, create=not read_only, history=True)
         self.poll_interval = poll_interval
         self.writer = secrets.token_hex(8)
-        self._connections = _Connections(address)
+        self._db = PostgresDatabase(address, name="unit-mcp", unavailable=_unavailable)
         self._versions_lock = threading.Lock()
         self._served: dict[str, int] = {}
         self._stored: dict[str, int] = {}
@@ -240,7 +172,7 @@ class PostgresLoader(Loader):
             if not self._ours(conn):
                 if self.read_only:
                     raise FileNotFoundError("holds no units store yet")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))  # two servers starting at once
+                conn.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_KEY,))  # two servers starting at once
                 if not self._ours(conn):  # made meanwhile by another server, or by another role: checked again
                     conn.execute(_DDL)
                     return
@@ -253,29 +185,29 @@ class PostgresLoader(Loader):
                 raise ForeignStore(f"has lost the trigger on {SCHEMA}.sources that records versions; restore it")
 
     @staticmethod
-    def _ours(conn: psycopg.Connection[Any]) -> bool:
+    def _ours(conn: PgConn) -> bool:
         try:
-            return schema_is_ours(conn, SCHEMA, MARK, alone=True)
+            return schema_is_ours(conn.raw, SCHEMA, MARK, alone=True)
         except ForeignSchema as exc:
             raise ForeignStore(str(exc)) from None
 
     @contextlib.contextmanager
-    def _transaction(self, tool_call: str | None = None, *, listed: bool = True) -> Iterator[psycopg.Connection[Any]]:
+    def _transaction(self, tool_call: str | None = None, *, listed: bool = True) -> Iterator[PgConn]:
         """One transaction; the trigger signs its version rows with this writer and `tool_call`. A lock held longer
         than 5 s by a stuck writer elsewhere ends it with `store_unavailable` rather than a hang."""
-        with self._connections.connection() as conn, conn.transaction():
+        with self._db.write() as conn:
             conn.execute(
-                "SELECT set_config('unit_mcp.writer', %s, true), set_config('unit_mcp.tool_call', %s, true), "
-                "set_config('unit_mcp.listed', %s, true), set_config('lock_timeout', '5s', true)",
+                "SELECT set_config('unit_mcp.writer', ?, true), set_config('unit_mcp.tool_call', ?, true), "
+                "set_config('unit_mcp.listed', ?, true), set_config('lock_timeout', '5s', true)",
                 (self.writer, tool_call or "", "true" if listed else "false"),
             )
             yield conn
 
     def _query(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
-        return self._connections.query(sql, args)
+        return self._db.query(sql, args)
 
     def close(self) -> None:
-        self._connections.close()
+        self._db.close()
 
     # -- discovery --------------------------------------------------------------------------
 
@@ -289,19 +221,19 @@ class PostgresLoader(Loader):
     def kind(self, unit_id: str) -> UnitKind | None:
         if not is_unit_id(unit_id):
             return None
-        rows = self._query(f"{_UNITS} AND u.unit_id = %s", (unit_id,))
+        rows = self._query(f"{_UNITS} AND u.unit_id = ?", (unit_id,))
         return rows[0][1] if rows else None
 
     def source_ids(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind == "file":
             return [f"{unit_id}.py"]
-        rows = self._query(f"SELECT source_id FROM {SCHEMA}.sources WHERE unit_id = %s ORDER BY 1", (unit_id,))
+        rows = self._query(f"SELECT source_id FROM {SCHEMA}.sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
         return [str(r[0]) for r in rows if self._ids.source(unit_id, str(r[0]))]
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         primary = primary_source_id(unit_id, kind)
         wanted = set(self.source_ids(unit_id, kind))
-        rows = self._query(f"SELECT source_id, data FROM {SCHEMA}.sources WHERE unit_id = %s ORDER BY 1", (unit_id,))
+        rows = self._query(f"SELECT source_id, data FROM {SCHEMA}.sources WHERE unit_id = ? ORDER BY 1", (unit_id,))
         return [
             SourceInfo(sid, len(data), hash_bytes(data), sid == primary, artifact_kind(sid, data))
             for sid, data in rows
@@ -312,14 +244,14 @@ class PostgresLoader(Loader):
 
     def read_python_sources(self) -> dict[tuple[str, str], bytes]:
         """Every unit's Python sources by (unit id, source id), in one query: the host's start imports them all."""
-        rows = self._query(f"SELECT unit_id, source_id, data FROM {SCHEMA}.sources WHERE source_id LIKE '%%.py'")
+        rows = self._query(f"SELECT unit_id, source_id, data FROM {SCHEMA}.sources WHERE source_id LIKE '%.py'")
         return {(unit_id, source_id): bytes(data) for unit_id, source_id, data in rows}
 
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         """With `max_bytes`, `SourceTooLarge` for a bigger source, whose bytes are not fetched."""
         rows = self._query(
-            f"SELECT length(data), CASE WHEN %s::bigint IS NULL OR length(data) <= %s THEN data END "
-            f"FROM {SCHEMA}.sources WHERE unit_id = %s AND source_id = %s",
+            f"SELECT length(data), CASE WHEN ?::bigint IS NULL OR length(data) <= ? THEN data END "
+            f"FROM {SCHEMA}.sources WHERE unit_id = ? AND source_id = ?",
             (max_bytes, max_bytes, *_key(source)),
         )
         if not rows:
@@ -329,9 +261,9 @@ class PostgresLoader(Loader):
             raise SourceTooLarge(int(size))
         return bytes(data)
 
-    def _missing(self, source: Source, conn: psycopg.Connection[Any] | None = None) -> NoReturn:
+    def _missing(self, source: Source, conn: PgConn | None = None) -> NoReturn:
         """Raise why there is no such source, as the folder loader would say it."""
-        sql = f"SELECT 1 FROM {SCHEMA}.sources WHERE unit_id = %s AND starts_with(source_id, %s) LIMIT 1"
+        sql = f"SELECT 1 FROM {SCHEMA}.sources WHERE unit_id = ? AND starts_with(source_id, ?) LIMIT 1"
         args = (source.unit_id, source.source_id + "/")
         if (conn.execute(sql, args).fetchall() if conn is not None else self._query(sql, args)) != []:
             raise NotASource()
@@ -348,10 +280,10 @@ class PostgresLoader(Loader):
             version = self._store(conn, source, data)
         return Written(source, data, previous, tool_call, token=version)
 
-    def _locked(self, conn: psycopg.Connection[Any], source: Source, expected_hash: str) -> bytes:
+    def _locked(self, conn: PgConn, source: Source, expected_hash: str) -> bytes:
         """The source's bytes, row-locked until the transaction ends, if they still hash to `expected_hash`."""
         row = conn.execute(
-            f"SELECT data FROM {SCHEMA}.sources WHERE unit_id = %s AND source_id = %s FOR UPDATE", _key(source)
+            f"SELECT data FROM {SCHEMA}.sources WHERE unit_id = ? AND source_id = ? FOR UPDATE", _key(source)
         ).fetchone()
         if row is None:
             self._missing(source, conn)
@@ -360,24 +292,22 @@ class PostgresLoader(Loader):
             raise StaleSource(hash_bytes(current))
         return current
 
-    def _store(self, conn: psycopg.Connection[Any], source: Source, data: bytes) -> int:
-        conn.execute(
-            f"UPDATE {SCHEMA}.sources SET data = %s WHERE unit_id = %s AND source_id = %s", (data, *_key(source))
-        )
+    def _store(self, conn: PgConn, source: Source, data: bytes) -> int:
+        conn.execute(f"UPDATE {SCHEMA}.sources SET data = ? WHERE unit_id = ? AND source_id = ?", (data, *_key(source)))
         return self._last_version(conn, source.unit_id)
 
-    def _last_version(self, conn: psycopg.Connection[Any], unit_id: str) -> int:
+    def _last_version(self, conn: PgConn, unit_id: str) -> int:
         """The version the trigger just recorded in this transaction (the advisory lock makes it the newest)."""
-        row = conn.execute(f"SELECT max(version) FROM {SCHEMA}.versions WHERE unit_id = %s", (unit_id,)).fetchone()
+        row = conn.execute(f"SELECT max(version) FROM {SCHEMA}.versions WHERE unit_id = ?", (unit_id,)).fetchone()
         assert row is not None
         return int(row[0])
 
     def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
         unit_id, source_id = _key(source)
         with self._transaction(tool_call) as conn:
-            conn.execute(f"SELECT 1 FROM {SCHEMA}.units WHERE unit_id = %s FOR UPDATE", (unit_id,))
+            conn.execute(f"SELECT 1 FROM {SCHEMA}.units WHERE unit_id = ? FOR UPDATE", (unit_id,))
             if conn.execute(
-                f"SELECT 1 FROM {SCHEMA}.sources WHERE unit_id = %s AND (source_id = %s OR starts_with(source_id, %s))",
+                f"SELECT 1 FROM {SCHEMA}.sources WHERE unit_id = ? AND (source_id = ? OR starts_with(source_id, ?))",
                 (unit_id, source_id, source_id + "/"),
             ).fetchone():
                 raise SourceExists()
@@ -385,12 +315,12 @@ class PostgresLoader(Loader):
             if (
                 folders
                 and conn.execute(
-                    f"SELECT 1 FROM {SCHEMA}.sources WHERE unit_id = %s AND source_id = ANY(%s)", (unit_id, folders)
+                    f"SELECT 1 FROM {SCHEMA}.sources WHERE unit_id = ? AND source_id = ANY(?)", (unit_id, folders)
                 ).fetchone()
             ):
                 raise PathConflict()
             conn.execute(
-                f"INSERT INTO {SCHEMA}.sources (unit_id, source_id, data) VALUES (%s, %s, %s)",
+                f"INSERT INTO {SCHEMA}.sources (unit_id, source_id, data) VALUES (?, ?, ?)",
                 (unit_id, source_id, data),
             )
             version = self._last_version(conn, unit_id)
@@ -416,14 +346,12 @@ class PostgresLoader(Loader):
         with self._transaction(None, listed=False) as conn:
             self._locked(conn, written.source, hash_bytes(written.data))
             if written.previous is None:
-                conn.execute(
-                    f"DELETE FROM {SCHEMA}.sources WHERE unit_id = %s AND source_id = %s", _key(written.source)
-                )
+                conn.execute(f"DELETE FROM {SCHEMA}.sources WHERE unit_id = ? AND source_id = ?", _key(written.source))
                 version = self._last_version(conn, unit_id)
             else:
                 version = self._store(conn, written.source, written.previous)
             if written.token:  # a `Written` the service makes to remove a source has no version of its own
-                conn.execute(f"UPDATE {SCHEMA}.versions SET listed = false WHERE version = %s", (written.token,))
+                conn.execute(f"UPDATE {SCHEMA}.versions SET listed = false WHERE version = ?", (written.token,))
         self._served_now(unit_id, version)  # the bytes put back are the ones still served
 
     # -- history ----------------------------------------------------------------------------
@@ -431,15 +359,15 @@ class PostgresLoader(Loader):
     def history(self, source: Source, limit: int) -> list[Version]:
         rows = self._query(
             f"SELECT version, hash, length(data), to_char(time AT TIME ZONE 'UTC', "
-            f'\'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\'), tool_call FROM {SCHEMA}.versions WHERE unit_id = %s '
-            "AND source_id = %s AND listed AND data IS NOT NULL ORDER BY version DESC LIMIT %s",
+            f'\'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\'), tool_call FROM {SCHEMA}.versions WHERE unit_id = ? '
+            "AND source_id = ? AND listed AND data IS NOT NULL ORDER BY version DESC LIMIT ?",
             (*_key(source), limit),
         )
         return [Version(int(v), str(h), int(size), str(when), call) for v, h, size, when, call in rows]
 
     def version_data(self, source: Source, version: int) -> bytes:
         rows = self._query(
-            f"SELECT data FROM {SCHEMA}.versions WHERE version = %s AND unit_id = %s AND source_id = %s AND listed "
+            f"SELECT data FROM {SCHEMA}.versions WHERE version = ? AND unit_id = ? AND source_id = ? AND listed "
             "AND data IS NOT NULL",
             (version, *_key(source)),
         )
@@ -460,7 +388,7 @@ class PostgresLoader(Loader):
         """Per unit, the version this process serves (as far as its watch has seen; None without one) and the newest
         stored, with the reload error while behind."""
         rows = self._query(
-            f"SELECT unit_id, max(version) FROM {SCHEMA}.versions WHERE unit_id = ANY(%s) GROUP BY unit_id",
+            f"SELECT unit_id, max(version) FROM {SCHEMA}.versions WHERE unit_id = ANY(?) GROUP BY unit_id",
             (unit_ids,),
         )
         stored = {unit_id: int(version) for unit_id, version in rows}
@@ -482,16 +410,15 @@ class PostgresLoader(Loader):
 
     def put_unit(self, unit_id: str, kind: UnitKind, files: dict[str, bytes], *, replace: bool) -> None:
         with self._transaction() as conn:
-            if conn.execute(f"SELECT 1 FROM {SCHEMA}.units WHERE unit_id = %s FOR UPDATE", (unit_id,)).fetchone():
+            if conn.execute(f"SELECT 1 FROM {SCHEMA}.units WHERE unit_id = ? FOR UPDATE", (unit_id,)).fetchone():
                 if not replace:
                     raise SourceExists()
-                conn.execute(f"DELETE FROM {SCHEMA}.units WHERE unit_id = %s", (unit_id,))  # sources go too
-            conn.execute(f"INSERT INTO {SCHEMA}.units (unit_id, kind) VALUES (%s, %s)", (unit_id, kind))
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    f"INSERT INTO {SCHEMA}.sources (unit_id, source_id, data) VALUES (%s, %s, %s)",
-                    [(unit_id, source_id, data) for source_id, data in sorted(files.items())],
-                )
+                conn.execute(f"DELETE FROM {SCHEMA}.units WHERE unit_id = ?", (unit_id,))  # sources go too
+            conn.execute(f"INSERT INTO {SCHEMA}.units (unit_id, kind) VALUES (?, ?)", (unit_id, kind))
+            conn.executemany(
+                f"INSERT INTO {SCHEMA}.sources (unit_id, source_id, data) VALUES (?, ?, ?)",
+                [(unit_id, source_id, data) for source_id, data in sorted(files.items())],
+            )
 
 
 class _Listener:
@@ -516,16 +443,15 @@ class _Listener:
     def stop(self) -> None:
         self._stop.set()
         with contextlib.suppress(StoreUnavailable, psycopg.Error):
-            self._loader._query("SELECT pg_notify(%s, '')", (self._wake,))
+            self._loader._query("SELECT pg_notify(?, '')", (self._wake,))
         self._thread.join(CONNECT_TIMEOUT + 2)
 
     def _run(self) -> None:
         down_since: float | None = None
         while not self._stop.is_set():
             try:
-                with psycopg.connect(
-                    self._loader.address, application_name=f"unit-mcp-listen-{self._loader.writer}", **CONNECT_OPTIONS
-                ) as conn:
+                with connect_postgres(self._loader.address, name=f"unit-mcp-listen-{self._loader.writer}") as raw:
+                    conn = PgConn(raw)
                     conn.execute(f"LISTEN {CHANNEL}")
                     conn.execute(f'LISTEN "{self._wake}"')
                     if down_since is not None:
@@ -535,7 +461,7 @@ class _Listener:
                     self._armed.set()
                     while not self._stop.is_set():
                         self._catch_up(conn)
-                        for _ in conn.notifies(timeout=self._loader.poll_interval, stop_after=1):
+                        for _ in raw.notifies(timeout=self._loader.poll_interval, stop_after=1):
                             pass
             except (psycopg.Error, StoreUnavailable) as exc:
                 self._armed.set()
@@ -548,13 +474,13 @@ class _Listener:
                 log.exception("watching the units database failed; reconnecting")
                 self._stop.wait(1)
 
-    def _catch_up(self, conn: psycopg.Connection[Any]) -> None:
+    def _catch_up(self, conn: PgConn) -> None:
         loader = self._loader
         with loader._versions_lock:
             unsettled, loader._unsettled = loader._unsettled, set()
         try:
             rows = conn.execute(
-                f"SELECT version, unit_id, source_id, writer, tool_call FROM {SCHEMA}.versions WHERE version > %s "
+                f"SELECT version, unit_id, source_id, writer, tool_call FROM {SCHEMA}.versions WHERE version > ? "
                 "ORDER BY version",
                 (self._seen,),
             ).fetchall()
@@ -578,7 +504,7 @@ class _Listener:
         if rows:
             self._seen = int(rows[-1][0])
 
-    def _apply(self, conn: psycopg.Connection[Any], unit_id: str, version: int, sources: set[str]) -> None:
+    def _apply(self, conn: PgConn, unit_id: str, version: int, sources: set[str]) -> None:
         error = self._target.reload_changed(unit_id, sources)
         if error is None:
             self._loader._served_now(unit_id, version)
@@ -675,7 +601,6 @@ _LOG_COLUMNS = {
     "blobs": {"hash": "text", "size": "bigint", "stored": "double precision", "data": "bytea"},
     "checkpoint_trees": {"checkpoint_id": "bigint", "tree": "text", "state": "text"},
 }
-_LOG_TABLES = re.compile(r"\b(changes|change_sources|checkpoints|blobs|checkpoint_trees)\b")
 
 
 class PostgresChangeLog(SqlChangeLog):
@@ -686,29 +611,15 @@ class PostgresChangeLog(SqlChangeLog):
     def __init__(
         self, address: str, retention: Retention = DEFAULT_RETENTION, *, clock: Callable[[], float] = time.time
     ) -> None:
-        super().__init__(retention, clock)
-        self._connections = _Connections(address, size=4)
+        db = PostgresDatabase(
+            address,
+            name="unit-mcp",
+            unavailable=_unavailable,
+            size=4,
+            settings={"search_path": SCHEMA},  # the log's SQL names its tables as SQLite's does
+            lock=f"SELECT pg_advisory_xact_lock({_LOG_LOCK_KEY}), set_config('lock_timeout', '5s', true)",
+        )
+        super().__init__(db, retention, clock)
         with self._transaction() as conn:
             conn.execute(_LOG_DDL)
             _check_tables(conn, _LOG_COLUMNS)
-
-    def _sql(self, sql: str) -> str:
-        return _log_sql(sql)
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._connections.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s), set_config('lock_timeout', '5s', true)", (_LOG_LOCK_KEY,))
-            yield conn
-
-    def _query(self, sql: str, args: Sequence[object] = ()) -> list[Any]:
-        return self._connections.query(sql, args)
-
-    def close(self) -> None:
-        self._connections.close()
-
-
-@functools.lru_cache(maxsize=512)
-def _log_sql(sql: str) -> str:
-    """The change log's SQL for psycopg: our schema's tables, `%s` parameters."""
-    return _LOG_TABLES.sub(rf"{SCHEMA}.\1", sql).replace("?", "%s")

@@ -8,9 +8,7 @@ cannot lose an update. Changes committed by anyone else are noticed with `PRAGMA
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import secrets
 import sqlite3
 import threading
@@ -18,6 +16,7 @@ import time
 from pathlib import Path
 
 from .changelog import Retention, SqliteChangeLog
+from .database import SqliteDatabase, connect_sqlite
 from .loader import (
     SQLITE_PREFIX,
     Capabilities,
@@ -40,7 +39,6 @@ from .loader import (
     primary_source_id,
 )
 from .paths import StoredIds, hash_bytes
-from .sqlitedb import SharedConnection
 
 log = logging.getLogger("unit_mcp.sqliteloader")
 
@@ -97,7 +95,7 @@ def _blob(value: bytes | str) -> bytes:
 def units_database_problem(path: Path) -> str | None:
     """Why the file at `path` must not be opened as a units database, as the end of a sentence naming it, or None
     (absent, or a units database). Reads only: another file (an empty one too) is refused untouched; a new units
-    database is never seen empty (`_create_private` makes it whole, then links it in place)."""
+    database is never seen empty (`database.create_private` makes it whole, then links it in place)."""
     instead = "nothing was written to it. Give a new file, or a database made by --units sqlite:PATH"
     try:
         with path.open("rb") as handle:
@@ -111,7 +109,7 @@ def units_database_problem(path: Path) -> str | None:
     if header != b"SQLite format 3\x00":
         return f"is not a units database (not SQLite); {instead}"
     try:
-        conn = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)
+        conn = connect_sqlite(path, read_only=True)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -129,28 +127,10 @@ def units_database_problem(path: Path) -> str | None:
     return f"is not a units database (it holds the tables {shown or 'none'} and user_version {version}); {instead}"
 
 
-def _create_private(path: Path) -> None:
-    """Create the database 0600 (SQLite gives its -wal and -shm files the database's mode) with its schema, made
-    whole under a private name and then linked in place (never over an existing file): another process starting
-    on the same new path at the same moment sees no file or a whole units database, never an empty file."""
-    if os.path.lexists(path):
-        return
-    made = path.with_name(f".{path.name}.{secrets.token_hex(6)}.new")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    os.close(os.open(made, flags, 0o600))
-    try:
-        conn = sqlite3.connect(made, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
-        finally:
-            conn.close()
-        with contextlib.suppress(FileExistsError):
-            os.link(made, path)
-    finally:
-        for leftover in (made, made.with_name(made.name + "-wal"), made.with_name(made.name + "-shm")):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(leftover)
+def _refuse_foreign(path: Path) -> None:
+    problem = units_database_problem(path)
+    if problem is not None:
+        raise ForeignStore(f"{path} {problem}")
 
 
 class SqliteLoader(Loader):
@@ -166,34 +146,24 @@ class SqliteLoader(Loader):
         self.capabilities = Capabilities(write=not read_only, create=not read_only, history=True)
         self.poll_interval = poll_interval
         self.writer = secrets.token_hex(8)
-        self._db = SharedConnection(self._open)
         self._ids = StoredIds(log)
         if read_only and not self.path.is_file():
             raise FileNotFoundError(f"units database {self.path} does not exist")
-        self._db.get()
+        self._db = SqliteDatabase(
+            self.path,
+            read_only=read_only,
+            private="create",
+            foreign_keys=True,
+            schema=SCHEMA,
+            schema_version=SCHEMA_VERSION,
+            check=_refuse_foreign,
+        )
 
     # -- connection -----------------------------------------------------------------------
 
     def connect(self) -> sqlite3.Connection:
-        """A new connection in autocommit mode (transactions are explicit), WAL, waiting up to 30 s for a lock."""
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a crash loses nothing committed; power loss may
-        return conn
-
-    def _open(self) -> sqlite3.Connection:
-        problem = units_database_problem(self.path)
-        if problem is not None:
-            raise ForeignStore(f"{self.path} {problem}")
-        if not self.read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            _create_private(self.path)
-        conn = self.connect()
-        if not self.read_only:
-            conn.execute("PRAGMA journal_mode = WAL")
-            if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
-        return conn
+        """A new connection of its own (a watcher's): WAL, waiting up to 30 s for a lock."""
+        return self._db.connect()
 
     def close(self) -> None:
         self._db.close()
@@ -266,7 +236,7 @@ class SqliteLoader(Loader):
         return f"{self.path}/{unit_id}/{source_id}" if source.kind == "directory" else f"{self.path}/{source_id}"
 
     def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
-        with self._db.transaction() as conn:
+        with self._db.write() as conn:
             row = conn.execute("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", _key(source)).fetchone()
             if row is None:
                 self._missing(conn, source)
@@ -279,7 +249,7 @@ class SqliteLoader(Loader):
 
     def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
         unit_id, source_id = _key(source)
-        with self._db.transaction() as conn:
+        with self._db.write() as conn:
             if conn.execute(
                 "SELECT 1 FROM sources WHERE unit_id = ? AND (source_id = ? OR substr(source_id, 1, ?) = ?)",
                 (unit_id, source_id, len(source_id) + 1, source_id + "/"),
@@ -314,7 +284,7 @@ class SqliteLoader(Loader):
         """Put the previous bytes back if the source still holds the rejected ones (one transaction), and drop the
         rejected version from the history either way."""
         key = _key(written.source)
-        with self._db.transaction() as conn:
+        with self._db.write() as conn:
             if written.token:  # a `Written` the service makes to remove a source has no version row
                 conn.execute("DELETE FROM versions WHERE version = ?", (written.token,))
             row = conn.execute("SELECT data FROM sources WHERE unit_id = ? AND source_id = ?", key).fetchone()
@@ -367,7 +337,7 @@ class SqliteLoader(Loader):
         return _Poller(self, target, debounce_ms / 1000)
 
     def put_unit(self, unit_id: str, kind: UnitKind, files: dict[str, bytes], *, replace: bool) -> None:
-        with self._db.transaction() as conn:
+        with self._db.write() as conn:
             if conn.execute("SELECT 1 FROM units WHERE unit_id = ?", (unit_id,)).fetchone():
                 if not replace:
                     raise SourceExists()

@@ -1,23 +1,17 @@
-"""The two databases a `SessionStore` keeps its tables in: SQLite (one file per store, WAL) and PostgreSQL (a schema
-of its own, shared by the machines that point at it). Both hold the same tables and answer the same SQL (written
-with `?` placeholders); what differs is here: connecting, creating or checking the tables, a write transaction
-that excludes every other writer, a read transaction that sees one snapshot, and the durability settings.
+"""The two databases a `SessionStore` keeps its tables in, on the shared SQL layer (`unit_mcp.database`): SQLite
+(one file per store, WAL) and PostgreSQL (a schema of its own, shared by the machines that point at it). Both hold
+the same tables and answer the same SQL (written with `?` placeholders); what differs is here: the tables, creating
+or checking them, what orders writers and the audit trail, and the durability settings.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sqlite3
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Literal
 
-from ..pgconnect import CONNECT_OPTIONS, ForeignSchema, address_problem, first_line, schema_is_ours, shown_address
+from ..database import PostgresDatabase, SqliteDatabase
+from ..pgconnect import ForeignSchema, address_problem, schema_is_ours, shown_address
 from .errors import AgentError, SessionStoreUnavailable
-
-if TYPE_CHECKING:
-    import psycopg
 
 Durability = Literal["always", "flush", "never"]
 DATABASE = "sessions.db"
@@ -74,100 +68,40 @@ INSERT INTO {schema}.clock VALUES (1, 0);
 """
 
 
-class Cursor(Protocol):
-    @property
-    def rowcount(self) -> int: ...
-
-    def fetchone(self) -> Any: ...
-    def fetchall(self) -> list[Any]: ...
-    def __iter__(self) -> Iterator[Any]: ...
-
-
-class Conn(Protocol):
-    def execute(self, sql: str, args: Sequence[Any] = ..., /) -> Cursor: ...
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> Any: ...
-
-
-class Database(Protocol):
-    """A store's connection and the few statements that differ between the two databases."""
-
-    conn: Conn
-    audit_order: str  # the column that orders the audit trail as it was written
-    errors: tuple[type[Exception], ...]  # what a failed statement raises
-
-    def begin_write(self) -> None:
-        """Begin a transaction no other writer of the store runs beside (they wait for it)."""
-
-    def begin_read(self) -> None:
-        """Begin a transaction whose reads all see one snapshot."""
-
-    def commit(self) -> None: ...
-    def rollback(self) -> None: ...
-
-    def synchronous(self) -> contextlib.AbstractContextManager[None]:
-        """Commits made inside are durable with every commit before them (a flush point)."""
-
-    def problems(self) -> list[str]:
-        """What the database's own check finds wrong with its files."""
-
-    def close(self) -> None: ...
-
+Database = SqliteDatabase | PostgresDatabase
+AUDIT_ORDER = {"sqlite": "rowid", "postgresql": "n"}  # the column that orders the audit trail as it was written
 
 # -- SQLite ---------------------------------------------------------------------------------------
 
 SYNCHRONOUS = {"always": "FULL", "flush": "NORMAL", "never": "OFF"}
 
 
-class SqliteDatabase:
-    audit_order = "rowid"
-    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+def sqlite_exists(folder: Path) -> bool:
+    return (folder / DATABASE).exists()
 
-    def __init__(self, folder: Path, durability: Durability) -> None:
-        path = folder / DATABASE
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, flags, 0o600))
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[durability]}")
-        if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
-            raise AgentError(f"{path}: the session store needs SQLite's WAL mode, which this file system refuses")
-        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-            conn.executescript(f"BEGIN IMMEDIATE;{SQLITE_TABLES}COMMIT;")
-        self.durability = durability
-        self._sqlite = conn
-        self.conn: Conn = conn  # type: ignore[assignment]  # sqlite3's cursor is the protocol's
 
-    @staticmethod
-    def exists(folder: Path) -> bool:
-        return (folder / DATABASE).exists()
+def open_sqlite(folder: Path, durability: Durability) -> SqliteDatabase:
+    """The store's file, 0600, its tables made or brought to SCHEMA_VERSION."""
 
-    def begin_write(self) -> None:
-        self._sqlite.execute("BEGIN IMMEDIATE")
+    def refused(path: Path) -> Exception:
+        return AgentError(f"{path}: the session store needs SQLite's WAL mode, which this file system refuses")
 
-    def begin_read(self) -> None:
-        self._sqlite.execute("BEGIN")
+    return SqliteDatabase(
+        folder / DATABASE,
+        private="create",
+        synchronous=SYNCHRONOUS[durability],
+        foreign_keys=True,
+        schema=SQLITE_TABLES,
+        schema_version=SCHEMA_VERSION,
+        wal_refused=refused,
+    )
 
-    def commit(self) -> None:
-        self._sqlite.execute("COMMIT")
 
-    def rollback(self) -> None:
-        self._sqlite.execute("ROLLBACK")
-
-    @contextlib.contextmanager
-    def synchronous(self) -> Iterator[None]:
-        """A FULL commit syncs the write-ahead log, with every commit before it."""
-        self._sqlite.execute("PRAGMA synchronous = FULL")
-        try:
-            yield
-        finally:
-            self._sqlite.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
-
-    def problems(self) -> list[str]:
-        return [row[0] for row in self._sqlite.execute("PRAGMA integrity_check") if row[0] != "ok"]
-
-    def close(self) -> None:
-        self._sqlite.close()
+def problems(db: Database) -> list[str]:
+    """What the database's own check finds wrong with its files (PostgreSQL checks its own pages)."""
+    if isinstance(db, SqliteDatabase):
+        return [row[0] for row in db.execute("PRAGMA integrity_check") if row[0] != "ok"]
+    return []
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
@@ -183,133 +117,45 @@ def postgres_problem(address: str) -> str | None:
     return None if problem is None else f"the session store {shown_address(address)} {problem}"
 
 
-class _PgConn:
-    """psycopg behind the store's SQL: `?` placeholders, an outage as `SessionStoreUnavailable` (one line), and a new
-    connection on the next transaction after one was lost."""
+def open_postgres(address: str, schema: str, durability: Durability, *, create: bool) -> PostgresDatabase | None:
+    """The store's schema, checked to be the store's (or created, with `create`); None when there is none yet.
+    Every writer takes the clock row first: one at a time."""
 
-    def __init__(self, database: PostgresDatabase) -> None:
-        self._database = database
-        self._sql: dict[str, str] = {}
-
-    def _text(self, sql: str) -> str:
-        text = self._sql.get(sql)
-        if text is None:
-            text = self._sql[sql] = sql.replace("?", "%s")
-        return text
-
-    def execute(self, sql: str, args: Sequence[Any] = (), /) -> Cursor:
-        import psycopg
-
-        try:
-            cursor = self._database.connection().execute(self._text(sql), args or None)  # type: ignore[arg-type]
-            return cursor  # type: ignore[return-value]
-        except psycopg.OperationalError as exc:
-            raise self._database.lost(exc) from None
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> None:
-        import psycopg
-
-        try:
-            with self._database.connection().cursor() as cursor:
-                cursor.executemany(self._text(sql), rows)  # type: ignore[arg-type]
-        except psycopg.OperationalError as exc:
-            raise self._database.lost(exc) from None
-
-
-class PostgresDatabase:
-    audit_order = "n"
-
-    def __init__(self, address: str, schema: str, durability: Durability) -> None:
-        import psycopg
-
-        self.address = address
-        self.schema = schema
-        self.durability = durability
-        self.errors: tuple[type[Exception], ...] = (psycopg.Error,)
-        self.conn: Conn = _PgConn(self)
-        self._psycopg: psycopg.Connection[Any] | None = None
-        self._in_transaction = False
-
-    def connection(self) -> psycopg.Connection[Any]:
-        import psycopg
-
-        if self._psycopg is not None and not self._psycopg.closed:
-            return self._psycopg
-        if self._in_transaction:
-            raise self.lost(psycopg.OperationalError("the connection was lost during a transaction"))
-        try:
-            conn = psycopg.connect(self.address, application_name="unit-mcp-sessions", **CONNECT_OPTIONS)
-        except psycopg.OperationalError as exc:
-            raise self.lost(exc) from None
-        conn.execute(f"SET search_path = {self.schema}")
-        conn.execute("SELECT set_config('synchronous_commit', %s, false)", (SYNCHRONOUS_COMMIT[self.durability],))
-        self._psycopg = conn
-        return conn
-
-    def lost(self, exc: BaseException) -> SessionStoreUnavailable:
-        if self._psycopg is not None:
-            self._psycopg.close()
+    def unavailable(reason: str) -> SessionStoreUnavailable:
         return SessionStoreUnavailable(
-            f"the session store {shown_address(self.address)} is unreachable ({first_line(exc)}); nothing was "
-            "written: try again once the database is back"
+            f"the session store {shown_address(address)} is unreachable ({reason}); nothing was written: try again "
+            "once the database is back"
         )
 
-    def prepare(self, *, create: bool) -> bool:
-        """Check that the schema is the store's (or create it, with `create`); False when there is none yet."""
-        import psycopg
+    db = PostgresDatabase(
+        address,
+        name="unit-mcp-sessions",
+        unavailable=unavailable,
+        size=1,
+        settings={"search_path": schema, "synchronous_commit": SYNCHRONOUS_COMMIT[durability]},
+        lock="SELECT 1 FROM clock FOR UPDATE",
+    )
+    try:
+        if _prepare(db, schema, create=create):
+            return db
+    except BaseException:
+        db.close()
+        raise
+    db.close()
+    return None
 
-        conn = self.connection()
-        try:
-            with conn.transaction():
-                if schema_is_ours(conn, self.schema, PG_MARK, alone=False):
-                    return True
-                if not create:
-                    return False
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK,))  # two stores starting at once
-                if schema_is_ours(conn, self.schema, PG_MARK, alone=False):
-                    return True
-                conn.execute(_pg_tables(self.schema))  # type: ignore[arg-type]
+
+def _prepare(db: PostgresDatabase, schema: str, *, create: bool) -> bool:
+    try:
+        with db.write(lock=False) as conn:
+            if schema_is_ours(conn.raw, schema, PG_MARK, alone=False):
                 return True
-        except ForeignSchema as exc:
-            raise AgentError(f"the session store {shown_address(self.address)} {exc}") from None
-        except psycopg.OperationalError as exc:
-            raise self.lost(exc) from None
-
-    def begin_write(self) -> None:
-        self.conn.execute("BEGIN")
-        self._in_transaction = True
-        self.conn.execute("SELECT 1 FROM clock FOR UPDATE")  # every writer takes this row first: one at a time
-
-    def begin_read(self) -> None:
-        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        self._in_transaction = True
-
-    def commit(self) -> None:
-        try:
-            self.conn.execute("COMMIT")
-        finally:
-            self._in_transaction = False
-
-    def rollback(self) -> None:
-        self._in_transaction = False
-        if self._psycopg is not None and not self._psycopg.closed:
-            with contextlib.suppress(*self.errors):
-                self._psycopg.execute("ROLLBACK")
-
-    @contextlib.contextmanager
-    def synchronous(self) -> Iterator[None]:
-        """A commit with synchronous_commit on waits for the log up to it, every earlier commit included."""
-        self.conn.execute("SET synchronous_commit = on")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(SessionStoreUnavailable):
-                self.conn.execute(f"SET synchronous_commit = {SYNCHRONOUS_COMMIT[self.durability]}")
-
-    def problems(self) -> list[str]:
-        return []  # PostgreSQL checks its own pages; the store's own consistency is checked by `verify`
-
-    def close(self) -> None:
-        if self._psycopg is not None:
-            self._psycopg.close()
-            self._psycopg = None
+            if not create:
+                return False
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK,))  # two stores starting at once
+            if schema_is_ours(conn.raw, schema, PG_MARK, alone=False):
+                return True
+            conn.execute(_pg_tables(schema))
+            return True
+    except ForeignSchema as exc:
+        raise AgentError(f"the session store {shown_address(db.address)} {exc}") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..database import Unavailable
+
 
 class AgentError(Exception):
     """Base of every error the agent layer raises on purpose."""
@@ -20,7 +22,7 @@ class SessionLocked(AgentError):
     """Another store (in this or another process) has the session open for writing; one writer at a time."""
 
 
-class SessionStoreUnavailable(AgentError):
+class SessionStoreUnavailable(AgentError, Unavailable):
     """The session database cannot be reached right now; nothing was written. The store reconnects by itself."""
 
 

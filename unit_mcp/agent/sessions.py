@@ -25,17 +25,20 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
+from ..database import Conn
 from ..paths import private_dir
 from ..pgconnect import is_postgres
 from ._paused import REQUESTED, State, repair, waiting
 from ._sessiondb import (
+    AUDIT_ORDER,
     PG_SCHEMA,
-    Conn,
     Database,
     Durability,
-    PostgresDatabase,
-    SqliteDatabase,
+    open_postgres,
+    open_sqlite,
     postgres_problem,
+    problems,
+    sqlite_exists,
 )
 from .approvals import GRANTS_KEY, ApprovalRequest, normalise_risk
 from .errors import AgentError, SessionLocked, SessionNotFound
@@ -301,7 +304,7 @@ class SessionStore:
             conn = self._reader()
             if conn is None or self._db is None:
                 return []
-            rows = conn.execute(f"SELECT at, action, via, session FROM audit ORDER BY {self._db.audit_order}")
+            rows = conn.execute(f"SELECT at, action, via, session FROM audit ORDER BY {AUDIT_ORDER[self._db.dialect]}")
             return [
                 {"at": at, "action": action, "via": via, "session": json.loads(session)}
                 for at, action, via, session in rows
@@ -511,7 +514,7 @@ class SessionStore:
                     self._store_item(opened.session.id, position, opened.session.items[position])
                 opened.unpersisted.clear()
             if self.durability == "flush" and self._db is not None:
-                with self._db.synchronous(), self._write(tick=False) as (conn, _):
+                with self._db.durable(), self._write(tick=False) as (conn, _):
                     conn.execute("UPDATE clock SET seq = seq")  # a write, so that the commit waits for the log
 
     def invalidate(self, session_id: str | None = None) -> None:
@@ -546,37 +549,30 @@ class SessionStore:
             conn = self._reader()
             if conn is None or self._db is None:
                 return []
-            problems = self._db.problems()
+            trouble = problems(self._db)
             rows = conn.execute(
                 "SELECT s.id, s.item_count, count(i.position), coalesce(max(i.position) + 1, 0) FROM sessions s "
                 "LEFT JOIN items i ON i.session_id = s.id GROUP BY s.id, s.item_count"
             ).fetchall()
         for sid, count, found, span in rows:
             if not count == found == span:
-                problems.append(f"session {sid} counts {count} items, holds {found} numbered up to {span}")
-        return problems
+                trouble.append(f"session {sid} counts {count} items, holds {found} numbered up to {span}")
+        return trouble
 
     # -- internals ------------------------------------------------------------------------------
 
     def _connect(self) -> Conn | None:
         """Open the database (a writable store creates its tables; a reader finds None while there are none)."""
         if self._folder is not None:
-            if self.read_only and not SqliteDatabase.exists(self._folder):
+            if self.read_only and not sqlite_exists(self._folder):
                 return None
-            self._db = SqliteDatabase(self._folder, self.durability)
+            self._db = open_sqlite(self._folder, self.durability)
         else:
             schema = f"{PG_SCHEMA}_{ARCHIVE}" if self.archive else PG_SCHEMA
-            database = PostgresDatabase(str(self.address), schema, self.durability)
-            try:
-                ready = database.prepare(create=not self.read_only)
-            except BaseException:
-                database.close()
-                raise
-            if not ready:
-                database.close()
+            self._db = open_postgres(str(self.address), schema, self.durability, create=not self.read_only)
+            if self._db is None:
                 return None
-            self._db = database
-        self._conn = self._db.conn
+        self._conn = self._db
         return self._conn
 
     def _reader(self) -> Conn | None:
@@ -589,11 +585,10 @@ class SessionStore:
     def _write(self, session_id: str | None = None, *, tick: bool = True) -> Iterator[tuple[Conn, int]]:
         """One write transaction with the next clock value (`tick`; claims and heartbeats change no data and
         take none); for `session_id` only while this store holds it."""
-        conn, db = self._conn, self._db
-        if conn is None or db is None:
+        db = self._db
+        if db is None:
             raise AgentError("this session store is closed")
-        db.begin_write()
-        try:
+        with db.write() as conn:
             if session_id is not None:
                 row = conn.execute("SELECT token FROM writers WHERE session_id = ?", (session_id,)).fetchone()
                 if row is None or row[0] != self._token:
@@ -601,10 +596,6 @@ class SessionStore:
                     raise SessionLocked(f"{session_id} is no longer held by this store (another writer took it over)")
             seq = conn.execute("UPDATE clock SET seq = seq + 1 RETURNING seq").fetchone()[0] if tick else 0
             yield conn, seq
-        except BaseException:
-            db.rollback()
-            raise
-        db.commit()
 
     @contextlib.contextmanager
     def _snapshot(self) -> Iterator[Conn | None]:
@@ -613,11 +604,8 @@ class SessionStore:
         if conn is None or db is None:
             yield None
             return
-        db.begin_read()
-        try:
-            yield conn
-        finally:
-            db.commit()
+        with db.read() as snapshot:
+            yield snapshot
 
     def _claim(self, conn: Conn, session_id: str) -> None:
         """Make this store the session's writer (inside a write transaction), unless a live one holds it."""
