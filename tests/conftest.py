@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.pgcluster import Cluster
@@ -18,6 +19,40 @@ pytest_plugins = ["support.resultcheck"]  # no tool result holds a host path (ch
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"
 FIXTURE_UNITS = REPO / "fixtures" / "units"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`, scripts/test) the tests of a file that share a module- or class-scoped
+    set-up (a built wheel, a server for the module) run on one worker, so that set-up is made once, not per worker."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = [] if info is None else info.name2fixturedefs.values()
+        if any(chain and chain[-1].scope in ("module", "class", "package") for chain in definitions):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.partition("::")[0]))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The hardening figures this process measured: written to the report, or, in a pytest-xdist worker, handed to
+    the controller, which writes one report from every worker's share (`pytest_testnodedown`)."""
+    from hardening.report import REPORT
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["hardening_report"] = REPORT.payload()
+    else:
+        REPORT.write()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A pytest-xdist worker finished: add its hardening figures (see `pytest_sessionfinish`)."""
+    from hardening.report import REPORT
+
+    share = getattr(node, "workeroutput", {}).get("hardening_report")
+    if share:
+        REPORT.merge(share)
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncIterator, Generator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -16,16 +16,14 @@ from unit_mcp.bridge import Bridge
 from unit_mcp.mcphttp import Limits
 from unit_mcp.tools import UnitTools
 
-from .report import Report, report_dir
-
-REPORT = Report(report_dir())
+from .report import REPORT, Report
 
 
 @pytest.fixture(scope="session")
-def figures() -> Iterator[Report]:
-    """Each test records its figures here; they are written to reports/ when the session ends."""
-    yield REPORT
-    REPORT.write()
+def figures() -> Report:
+    """Each test records its figures here; they are written to reports/ when the session ends (tests/conftest.py:
+    by the controller under pytest-xdist, from every worker's share)."""
+    return REPORT
 
 
 @pytest.hookimpl(wrapper=True)
@@ -38,10 +36,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         module = "" if item.module is None else item.module.__name__.rpartition(".")[2]
         for section, modules in ATTACK_ROUNDS.items():
             if module in modules:
-                name = getattr(item, "originalname", item.name)
-                held, cases = ROUND3_CASES.get(name, (0, 0))
-                ROUND3_CASES[name] = (held + report.passed, cases + 1)
-                REPORT.record(section, **{name: f"held in {held + report.passed} of {cases + 1} cases"})
+                REPORT.case(section, getattr(item, "originalname", item.name), report.passed)
     return report
 
 
@@ -58,7 +53,6 @@ ROUND3_MODULES = {
     "test_huge_source",
     "test_foreign_stores",
 }
-ROUND3_CASES: dict[str, tuple[int, int]] = {}  # test function -> (cases that held, cases run), of every round
 
 # Security round 4 (issue 34), items 2, 4, 5 and 6: a diff that froze the server, the token in a test's reach,
 # the confirmations' guarantees, risks and bounds. (Items 1, 3, 7 and 8 have their own set.)

@@ -3,7 +3,8 @@
 A test run writes them to `build/hardening/` (ignored by git), so tests leave the work tree as they found
 it; `scripts/hardening-report` runs the suite with `UNIT_MCP_REPORT_DIR=reports` to refresh the committed
 report. Each test records its own section; a run merges its sections into the existing report, so running
-one test module refreshes its figures without dropping the others.
+one test module refreshes its figures without dropping the others. Under pytest-xdist each worker hands its
+figures to the controller (`payload`, `merge`: tests/conftest.py), which writes the one report.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Report:
         self.directory = directory
         self.sections: dict[str, dict[str, Any]] = {}
         self.findings: dict[str, str | None] = {}  # test id -> why it is expected to fail, or None once it passes
+        self.cases: dict[str, dict[str, list[int]]] = {}  # section -> test function -> [cases that held, cases run]
 
     def outcome(self, test: str, xfail_reason: str | None) -> None:
         """A test of this suite ran: an expected failure is an open finding; a pass closes one."""
@@ -60,7 +62,32 @@ class Report:
         """Add figures to a section of this run (later calls for the same section add to it)."""
         self.sections.setdefault(section, {}).update(figures)
 
+    def case(self, section: str, test: str, held: bool) -> None:
+        """One case of an attack test ran; the section shows each test as "held in N of M cases"."""
+        counts = self.cases.setdefault(section, {}).setdefault(test, [0, 0])
+        counts[0] += held
+        counts[1] += 1
+
+    def payload(self) -> dict[str, Any]:
+        """What this process measured, for the process that writes the report (a pytest-xdist worker's share)."""
+        return {"sections": self.sections, "findings": self.findings, "cases": self.cases}
+
+    def merge(self, payload: dict[str, Any]) -> None:
+        """Add another process's `payload`: its figures, findings and attack cases (counts are summed)."""
+        for section, figures in payload["sections"].items():
+            self.record(section, **figures)
+        self.findings.update(payload["findings"])
+        for section, tests in payload["cases"].items():
+            for test, (held, cases) in tests.items():
+                counts = self.cases.setdefault(section, {}).setdefault(test, [0, 0])
+                counts[0] += held
+                counts[1] += cases
+
     def write(self) -> None:
+        for section, tests in self.cases.items():  # by name: under xdist the workers finish in any order
+            self.record(
+                section, **{test: f"held in {held} of {cases} cases" for test, (held, cases) in sorted(tests.items())}
+            )
         if not self.sections and not self.findings:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -129,3 +156,7 @@ def render(report: dict[str, Any]) -> str:
 def report_dir() -> Path:
     """`UNIT_MCP_REPORT_DIR`, else `build/hardening` (ignored): a plain test run changes no tracked file."""
     return Path(os.environ.get("UNIT_MCP_REPORT_DIR") or REPO / "build" / "hardening")
+
+
+REPORT = Report(report_dir())
+"""This process's figures: written when the session ends (tests/conftest.py), by the controller under xdist."""
