@@ -185,7 +185,7 @@ def test_200_sessions_every_source_back_hash_for_hash(two_servers: tuple[str, Ho
 # -- state with code (item 2) -------------------------------------------------------------------------------------
 
 STATEFUL = """import os
-FLAG = {flag!r}
+FLAG = os.path.join(os.environ["UNDO_TEST_FLAGS"], {flag!r})  # not the host path in the unit's text
 COUNT = [0]
 
 
@@ -206,14 +206,17 @@ def restore(state):
 
 
 @pytest.fixture(params=LOADERS)
-def stateful(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Host, UnitService, Path]]:
+def stateful(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Host, UnitService, Path]]:
     """Two units with snapshot()/restore() (`alpha_state`, `zeta_state`), whose restore() refuses a count under 10
     while the unit's flag file is there."""
     root = tmp_path / "units"
     flag = tmp_path / "flag"
+    monkeypatch.setenv("UNDO_TEST_FLAGS", str(tmp_path))
     for unit_id in ("alpha_state", "zeta_state"):
         (root / unit_id).mkdir(parents=True)
-        (root / unit_id / "__init__.py").write_text(STATEFUL.format(flag=str(flag) + "-" + unit_id))
+        (root / unit_id / "__init__.py").write_text(STATEFUL.format(flag="flag-" + unit_id))
     store = store_of(request, root, tmp_path)
     with Host(store, tmp_path / "data", app_log=False) as host:
         yield host, UnitService(host), flag

@@ -16,7 +16,6 @@ import os
 import re
 import secrets
 import stat
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -338,6 +337,8 @@ PRIVATE_FOLDER_HINT = "give a private folder of your own instead (`mktemp -d` ma
 def _may_tighten(folder: Path, st: os.stat_result) -> bool:
     """Whether `chmod go-w folder` is a safe hint: a folder of ours that is not shared by design (sticky, writable
     by everyone, or the system's temporary folder), whose other users a chmod would lock out."""
+    import tempfile  # only for this hint: a unit's test process imports paths and starts without it
+
     shared = {os.path.realpath(p) for p in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm")}
     return (
         st.st_uid == os.geteuid()

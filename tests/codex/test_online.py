@@ -70,6 +70,7 @@ async def test_echo_token(tmp_path: Path, codex_binary: Path) -> None:
     assert kinds == [
         "turn-started",
         "message",
+        "unit-checkpoint",  # the turn can be undone in one step
         "codex-thread-started",
         "tool-call",
         "tool-result",

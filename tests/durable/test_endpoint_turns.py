@@ -133,7 +133,7 @@ async def test_a_worker_killed_while_the_approval_waits_takes_its_node_along_and
         session = stack.session()
         prompts = stack.risky_requests()
         pending = await anyio.to_thread.run_sync(stack.store.pending, SESSION)
-    assert "Recovering 1 workflows for executor worker-a" in stack.workers.log("worker-b").read_text()
+    assert "worker worker-b resumed 1 turn(s) of dead worker worker-a" in stack.workers.log("worker-b").read_text()
     assert unit_server.called() == [] and prompts == 1  # no node was prompted again
     kinds = ["turn-started", "message", "opencode-session-created", "approval-requested", "error", "turn-interrupted"]
     assert item_kinds(session.items) == kinds

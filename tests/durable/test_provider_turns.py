@@ -87,7 +87,7 @@ async def test_a_live_worker_reattaches_to_the_node_session_of_a_killed_worker_a
         async with stack.node.client() as node:
             messages = await node.messages(created.data["opencode_session_id"])
         prompts = stack.prompts()
-    assert "Recovering 1 workflows for executor worker-a" in stack.workers.log("worker-b").read_text()
+    assert "worker worker-b resumed 1 turn(s) of dead worker worker-a" in stack.workers.log("worker-b").read_text()
     # The prompt went to the node once and reached the model once; the reply was read back into the session once.
     assert prompts == 1
     assert [message["info"]["role"] for message in messages] == ["user", "assistant"]
@@ -180,7 +180,7 @@ async def test_a_codex_turn_whose_worker_is_killed_ends_interrupted_on_the_worke
                 assert await turn.client.wait(turn.turn_id) is None
         prompts = [request for request in model.requests if request.label == "the answer"]
     session = stored_session(data, SESSION)
-    assert "Recovering 1 workflows for executor worker-a" in workers.log("worker-b").read_text()
+    assert "worker worker-b resumed 1 turn(s) of dead worker worker-a" in workers.log("worker-b").read_text()
     assert len(prompts) == 1  # Codex never ran on the prompt again
     kinds = item_kinds(session.items)
     assert kinds[:3] == ["turn-started", "message", "codex-begun"] and kinds[-2:] == ["error", "turn-interrupted"]

@@ -48,6 +48,7 @@ async def test_echo_token(tmp_path: Path, opencode_binary: Path) -> None:
     assert kinds == [
         "turn-started",
         "message",
+        "unit-checkpoint",  # the turn can be undone in one step
         "opencode-session-created",
         "tool-call",
         "tool-result",

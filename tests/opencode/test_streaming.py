@@ -59,6 +59,7 @@ async def test_text_streams_and_calls_are_recorded_as_they_happen(tmp_path: Path
     assert kinds == [
         "turn-started",
         "message",
+        "unit-checkpoint",  # the turn can be undone in one step
         "opencode-session-created",
         "message",
         "tool-call",

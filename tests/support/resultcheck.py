@@ -29,6 +29,9 @@ AS_SENT = {
     "tests/hardening/test_risks.py::test_approving_filesystem_write_does_not_grant_code_execution": (
         "the attack's patch writes to a file in the test's tmp_path: the dry run's diff shows the patch as sent"
     ),
+    "tests/opencode/test_local_access.py::test_local_access_on_the_real_opencode": (
+        "local access hands OpenCode a real folder by design: the grant's result and its change-log record name it"
+    ),
 }
 """Tests whose own arguments put a host path into a unit's text: a result shows a unit's text as it is (a diff, a
 source), so the path comes back; the test id and why."""

@@ -406,8 +406,9 @@ class DurableWorker:
             try:
                 await anyio.to_thread.run_sync(beats.beat, self.executor_id)
                 for dead in await anyio.to_thread.run_sync(beats.dead, self.executor_id) if self.takeover else []:
-                    log.info("worker %s takes over the turns of dead worker %s", self.executor_id, dead)
-                    await anyio.to_thread.run_sync(recover, dead)
+                    resumed = await anyio.to_thread.run_sync(recover, dead)
+                    # one line an operator sees (a worker logs at WARNING unless --debug): who took whose turns
+                    log.warning("worker %s resumed %d turn(s) of dead worker %s", self.executor_id, resumed, dead)
                     await anyio.to_thread.run_sync(beats.forget, dead)
             except Exception:
                 log.exception("worker %s: beating or taking over dead workers failed; trying again", self.executor_id)
@@ -737,10 +738,10 @@ async def _request(agent: LoopAgent, ctx: TurnContext, step: int) -> ModelRespon
     return await agent._chat(await agent._prepare(ctx, system, step), ctx)  # its `chat` span is the step's
 
 
-def recover(executor_id: str) -> None:
-    """Resume the pending turns of a dead worker here. DBOS 3 keeps this private (the admin server that offered it
-    is gone): `tests/durable/test_dbos_contract.py` pins it."""
-    DBOS._recover_pending_workflows([executor_id])
+def recover(executor_id: str) -> int:
+    """Resume the pending turns of a dead worker here; how many. DBOS 3 keeps this private (the admin server that
+    offered it is gone): `tests/durable/test_dbos_contract.py` pins it."""
+    return len(DBOS._recover_pending_workflows([executor_id]))
 
 
 @DBOS.workflow(name=WORKFLOW)
