@@ -68,6 +68,7 @@ async def test_a_turn_resumes_on_a_restarted_worker_after_a_kill_mid_turn(
     assert item_kinds(session.items) == [
         "turn-started",
         "message",
+        "unit-checkpoint",  # taken once, a step: the resumed turn took the recorded one
         "message",
         "tool-call",
         "tool-result",

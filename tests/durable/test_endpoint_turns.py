@@ -97,7 +97,7 @@ async def test_the_nodes_risky_call_is_asked_once_approved_through_the_client_an
     assert unit_server.called() == ["wipe_units"]
     assert prompts == 1
     kinds = item_kinds(session.items)
-    assert kinds[:4] == ["turn-started", "message", "opencode-session-created", "approval-requested"]
+    assert kinds[:5] == ["turn-started", "message", "unit-checkpoint", "opencode-session-created", "approval-requested"]
     assert kinds.count("approval-requested") == 1 and kinds.count("approval-decided") == 1
     assert kinds[-1] == "turn-completed"
     (result,) = [item for item in session.items if isinstance(item, ToolResultItem)]
@@ -135,7 +135,8 @@ async def test_a_worker_killed_while_the_approval_waits_takes_its_node_along_and
         pending = await anyio.to_thread.run_sync(stack.store.pending, SESSION)
     assert "worker worker-b resumed 1 turn(s) of dead worker worker-a" in stack.workers.log("worker-b").read_text()
     assert unit_server.called() == [] and prompts == 1  # no node was prompted again
-    kinds = ["turn-started", "message", "opencode-session-created", "approval-requested", "error", "turn-interrupted"]
+    kinds = ["turn-started", "message", "unit-checkpoint", "opencode-session-created", "approval-requested", "error"]
+    kinds.append("turn-interrupted")
     assert item_kinds(session.items) == kinds
     error = session.items[-2]
     assert isinstance(error, ErrorItem) and error.code == "interrupted"

@@ -128,6 +128,7 @@ async def test_a_turn_survives_a_kill_in_a_tool_call_and_a_kill_in_its_approval_
     assert item_kinds(session.items) == [
         "turn-started",
         "message",
+        "unit-checkpoint",  # taken once, a step: the resumed turn took the recorded one
         "message",
         "tool-call",
         "tool-result",

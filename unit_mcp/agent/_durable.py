@@ -39,6 +39,7 @@ from ._paused import DECIDED, DURABLE, REQUESTED
 from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
 from ._turnapprovals import TurnApprovals, save_session_data
+from ._undo import checkpoint_turn
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
 from .codex import CodexAgent
 from .errors import AgentError, SessionLocked, StepLimitReached, WorkerRunning
@@ -464,6 +465,13 @@ class DurableWorker:
                 started = {"turn_id": turn_id, "agent_id": agent.id, DURABLE: True, **carrier}
                 await turn.append(EventItem(kind="turn-started", data=started), status="running")
                 await turn.append(MessageItem(role="user", content=input))
+                # The turn can be undone in one step: a checkpoint on each unit server, taken once (a step: a worker
+                # that resumes the turn takes the recorded one, never a new one after the turn's edits).
+                marked = await DBOS.run_step_async(
+                    {"name": "turn checkpoint"}, self._on_main, checkpoint_turn, self.tools, session_id, turn_id
+                )
+                if marked is not None:
+                    await turn.append(marked)
                 if isinstance(agent, OpenCodeAgent):
                     return await self._opencode(agent, session, turn, ctx, input)
                 if isinstance(agent, CodexAgent):
