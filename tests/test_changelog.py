@@ -120,11 +120,12 @@ def test_a_rollback_puts_five_patches_in_three_units_back_to_the_checkpoint(serv
 
 
 def test_a_reload_failing_midway_through_a_rollback_leaves_everything_as_before(
-    service: UnitService, tmp_path: Path
+    service: UnitService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flag = tmp_path / "notes-may-load"
     flag.touch()
-    guard = f"import os\nassert os.path.exists({str(flag)!r})\n"
+    monkeypatch.setenv("NOTES_MAY_LOAD", str(flag))  # in the unit's text by name: no host path in its results
+    guard = "import os\nassert os.path.exists(os.environ['NOTES_MAY_LOAD'])\n"
     service.apply_patch("notes", "__init__.py", old="NOTES = [", new=guard + "NOTES = [")
     checkpoint = service.checkpoint()
     five_patches(service)
