@@ -15,7 +15,7 @@ from typing import Any
 
 import mcp.shared._otel as mcp_otel
 import pytest
-from agent.conftest import unit_server  # the agent tests' unit server with its test tools (durable turns)
+from agent.conftest import UnitServer, unit_server  # the agent tests' unit server (durable turns), and its handle
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -57,22 +57,6 @@ def exporter() -> Iterator[InMemorySpanExporter]:
         _reset_globals()
 
 
-@dataclass
-class UnitServer:
-    bridge: Bridge
-    units: Path
-
-    @property
-    def url(self) -> str:
-        assert self.bridge.url is not None
-        return self.bridge.url
-
-    @property
-    def token(self) -> str:
-        assert self.bridge.token is not None
-        return self.bridge.token
-
-
 @pytest.fixture
 async def traced_server(tmp_path: Path, exporter: InMemorySpanExporter) -> AsyncIterator[UnitServer]:
     """The real tool layer over a real Host on a copy of the example units (namespace `units`, as their tests
@@ -82,7 +66,7 @@ async def traced_server(tmp_path: Path, exporter: InMemorySpanExporter) -> Async
     with Host(units, tmp_path / "host-data", namespace="units") as host:
         tools = UnitTools(UnitService(host, test_timeout=30))
         async with Bridge(tools.server(), config_root=tmp_path / "unit-opencode") as bridge:
-            yield UnitServer(bridge, units)
+            yield UnitServer(bridge, units)  # its units folder as `units_root`
 
 
 @dataclass

@@ -159,7 +159,7 @@ async def test_content_reaches_spans_only_when_asked(
     else:
         monkeypatch.delenv(tracing.CAPTURE_CONTENT_ENV, raising=False)
     await run_turn(tmp_path, traced_server)
-    assert MARKER in (traced_server.units / "counter" / "__init__.py").read_text()
+    assert MARKER in (traced_server.units_root / "counter" / "__init__.py").read_text()
     exported = "\n".join(span.to_json() for span in exporter.get_finished_spans())
     assert (MARKER in exported) is capture
     assert ("patch counter" in exported) is capture  # the user's message
