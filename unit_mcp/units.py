@@ -102,7 +102,12 @@ def command_parser(prog: str = PROG) -> CommandParser:
         description="Copy units between stores: a units folder, sqlite:PATH or postgresql://USER@HOST:PORT/DB.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    copy = commands.add_parser("copy", help="copy every unit of SRC into DST (DIR or sqlite:PATH)")
+    copy = commands.add_parser(
+        "copy",
+        help="copy every unit of SRC into DST (a units folder, sqlite:PATH or postgresql://…)",
+        description="Copy every unit of SRC into DST. Each is a units folder, sqlite:PATH or "
+        "postgresql://USER@HOST:PORT/DB (its password from PGPASSWORD or PGPASSFILE, never in the address).",
+    )
     copy.add_argument("src", help="units folder, sqlite:PATH or postgresql://USER@HOST:PORT/DB to copy from")
     copy.add_argument("dst", help="units folder, sqlite:PATH or postgresql://… to copy into (a database is set up)")
     copy.add_argument("--replace", action="store_true", help="replace units that already exist in DST")
@@ -122,7 +127,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     try:
         target = open_loader(args.dst)
     except FileNotFoundError:
-        parser.error(f"{args.dst} is not a folder (create it first) nor sqlite:PATH")
+        parser.error(f"{args.dst} is not a folder (create it first), sqlite:PATH nor postgresql://…")
     except (ForeignStore, UnusableStore) as exc:
         source.close()
         parser.error(str(exc))

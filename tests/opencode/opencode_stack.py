@@ -11,6 +11,7 @@ the tools, not on what the agent says it did.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Sequence
@@ -54,20 +55,23 @@ def oc(tool: str, server: str = SERVER) -> str:
     return opencode_tool_name(server, tool)
 
 
+def documented_provider() -> dict[str, Any]:
+    """The OpenCode config for the scripted model that docs/agent.md shows (`provider.scripted`): the one source of
+    what these tests give OpenCode, so the page shows what is tested."""
+    text = (REPO / "docs" / "agent.md").read_text(encoding="utf-8")
+    for block in re.findall(r"^```json\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        config = json.loads(block)
+        if isinstance(config, dict) and "scripted" in config.get("provider", {}):
+            return dict(config)
+    raise AssertionError("docs/agent.md shows no OpenCode provider for the scripted model (provider.scripted)")
+
+
 def scripted_provider(base_url: str) -> dict[str, Any]:
-    """OpenCode config adding only the scripted model as a provider (no permissions, no MCP servers)."""
-    return {
-        "provider": {
-            "scripted": {
-                "npm": "@ai-sdk/openai-compatible",
-                "name": "Scripted",
-                "options": {"baseURL": base_url, "apiKey": "unused"},
-                "models": {"m": {"name": "m", "tool_call": True}},
-            }
-        },
-        "model": MODEL,
-        "small_model": MODEL,
-    }
+    """OpenCode config adding only the scripted model as a provider (no permissions, no MCP servers): the one
+    docs/agent.md shows, with this run's `base_url` for its placeholder."""
+    config = documented_provider()
+    config["provider"]["scripted"]["options"]["baseURL"] = base_url
+    return config
 
 
 def title_step() -> Step:
