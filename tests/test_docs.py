@@ -322,24 +322,25 @@ def test_every_option_a_page_names_exists(path: Path) -> None:
 
 
 def test_a_planted_stale_option_fails_the_check(tmp_path: Path) -> None:
-    """The check is not blind: a copy of a page with a stale option, in prose or in a command, fails it."""
-    page = REPO / "docs" / "operations.md"
-    copy = tmp_path / "operations.md"
-    text = page.read_text(encoding="utf-8")
+    """The check is not blind: a temporary copy of a page with a stale option planted in prose, in a command, or
+    on the wrong subcommand fails it, naming the option."""
+    text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     assert option_problems("operations.md", text) == []
-    copy.write_text(text + "\nStart it with `--units-dir DIR`.\n", encoding="utf-8")
-    assert option_problems("operations.md", copy.read_text(encoding="utf-8")) == [
-        f"operations.md:{len(text.splitlines()) + 2}: no parser has the option --units-dir"
+    end = len(text.splitlines()) + 2  # the planted line
+
+    def planted(line: str) -> list[str]:
+        copy = tmp_path / "operations.md"
+        copy.write_text(f"{text}\n{line}\n", encoding="utf-8")
+        return option_problems("operations.md", copy.read_text(encoding="utf-8"))
+
+    assert planted("Start it with `--units-dir DIR`.") == [f"operations.md:{end}: no parser has the option --units-dir"]
+    assert f"operations.md:{end}: `unit-mcp serve` has no option --env" in planted("`scripts/serve --env FILE`")
+    assert planted("`unit-mcp units copy --stdio SRC DST`") == [
+        f"operations.md:{end}: `unit-mcp units copy` has no option --stdio"  # an option of serve, not of copy
     ]
-    in_command = text.replace("`scripts/serve --env-file .unit-mcp.env`", "`scripts/serve --env .unit-mcp.env`")
-    assert in_command != text
-    problems = option_problems("operations.md", in_command)
-    assert any("`unit-mcp serve` has no option --env" in problem for problem in problems), problems
-    on_the_wrong_command = text.replace("`unit-mcp units copy --help`", "`unit-mcp units copy --stdio`")
-    problems = option_problems("operations.md", on_the_wrong_command + "\n`unit-mcp units copy --stdio`\n")
-    assert any("`unit-mcp units copy` has no option --stdio" in problem for problem in problems), problems
-    script = option_problems("x.md", "Run `scripts/bench.py --only served,no_such_section`.")
-    assert script == ["x.md:1: `scripts/bench.py --only` has no section no_such_section"]
+    assert planted("`scripts/bench.py --only served,no_such_section`") == [
+        f"operations.md:{end}: `scripts/bench.py --only` has no section no_such_section"
+    ]
 
 
 def risk_tables(text: str) -> list[tuple[int, dict[str, str]]]:
@@ -497,3 +498,25 @@ def test_units_copy_help_names_every_kind_of_store() -> None:
     sub = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     for shown in (parser.format_help(), sub.choices["copy"].format_help()):
         assert all(kind in shown for kind in ("folder", "sqlite:PATH", "postgresql://")), shown
+
+
+def test_fleet_md_names_every_fleet_tool_and_each_risk_above_normal() -> None:
+    from unit_mcp.fleet.server import TOOLS as FLEET_TOOLS
+
+    text = (REPO / "docs" / "fleet.md").read_text(encoding="utf-8")
+    missing = [tool.name for tool in FLEET_TOOLS if f"`{tool.name}`" not in text]
+    assert not missing, f"docs/fleet.md does not name the fleet tools {missing}"
+    unsaid = [tool.name for tool in FLEET_TOOLS if tool.risk != "normal"
+              and not re.search(rf"`{tool.name}`\s+is\s+`{tool.risk}`", text)]  # fmt: skip
+    assert not unsaid, f"docs/fleet.md does not say the risk of {unsaid} (`NAME` is `RISK`)"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda path: str(path.relative_to(REPO)))
+def test_every_extra_a_page_names_exists(path: Path) -> None:
+    extras = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    )
+    text = path.read_text(encoding="utf-8")
+    named = {extra for group in re.findall(r"unit-mcp\[([\w,]+)\]", text) for extra in group.split(",")}
+    named |= set(re.findall(r"the `?(\w+)`? extra\b", text))
+    assert named <= extras, f"{path.relative_to(REPO)} names extras unit-mcp does not have: {sorted(named - extras)}"
