@@ -520,3 +520,11 @@ def test_every_extra_a_page_names_exists(path: Path) -> None:
     named = {extra for group in re.findall(r"unit-mcp\[([\w,]+)\]", text) for extra in group.split(",")}
     named |= set(re.findall(r"the `?(\w+)`? extra\b", text))
     assert named <= extras, f"{path.relative_to(REPO)} names extras unit-mcp does not have: {sorted(named - extras)}"
+
+
+def test_every_option_of_the_command_is_named_in_a_page() -> None:
+    """The other direction: an option the `unit-mcp` command has that no page names is undocumented."""
+    text = "\n".join(path.read_text(encoding="utf-8") for path in DOCS)
+    missing = sorted(option for option in our_options() if option.startswith("--") and option != "--help"
+                     and not re.search(re.escape(option) + r"(?![\w-])", text))  # fmt: skip
+    assert not missing, f"no page names these options of unit-mcp: {missing}"
