@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ._paused import durable_turn, pending_requests, running_turn
+from ._paused import DECIDED, durable_turn, pending_requests, running_turn
 from .items import EventItem, Session, ToolCallItem, ToolResultItem
 from .sessions import SessionStore, Writer
 
@@ -73,8 +73,9 @@ def current_step(session: Session) -> tuple[Step, str | None, float, float]:
         return "waiting for a person", asked[0].tool, asked[0].created_at, started.created_at
     closed = {item.call_id for item in items if isinstance(item, ToolResultItem)}
     calls = [item for item in items if isinstance(item, ToolCallItem) and item.call_id not in closed]
-    if calls:
-        return "tool call", calls[0].name, calls[0].created_at, started.created_at
+    if calls:  # running since it was called, or since the person's answer let it run
+        decided = [item.created_at for item in items if isinstance(item, EventItem) and item.kind == DECIDED]
+        return "tool call", calls[0].name, max([calls[0].created_at, *decided]), started.created_at
     return "model request", None, items[-1].created_at, started.created_at
 
 
