@@ -1,13 +1,20 @@
 """A running turn's current step as `agent status` reads it from the stored items, whatever order a turn's calls,
 results, questions and answers came in: waiting for a person while a question of this turn is unanswered, else in
-the first call without a result, else in a model request; an earlier turn's items never count."""
+the first call without a result, else in a model request; an earlier turn's items never count. And the store's
+`running()` it reads, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import os
+import socket
+from pathlib import Path
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from unit_mcp.agent._status import current_step
+from unit_mcp.agent import SessionStore
+from unit_mcp.agent._status import current_step, read_status
 from unit_mcp.agent.approvals import ApprovalDecision, ApprovalRequest
 from unit_mcp.agent.items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
 
@@ -59,3 +66,33 @@ def test_the_step_is_the_question_else_the_open_call_else_the_model(before: list
         assert (step, tool) == ("tool call", open_calls[0].name) and since >= open_calls[0].created_at
     else:
         assert (step, tool, since) == ("model request", None, mine[-1].created_at)
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_running_lists_running_sessions_with_their_live_writer_on_either_database(
+    tmp_path: Path, database: str, request: pytest.FixtureRequest
+) -> None:
+    """`SessionStore.running()`, what `agent status` reads: only sessions marked running, each with the process
+    holding it (this one, alive), read by another store that claims nothing."""
+    address: str | Path = tmp_path / "sessions"
+    if database == "postgres":
+        address = str(request.getfixturevalue("pg_cluster").new_database())
+    store = SessionStore(address)
+    reader = SessionStore(address, read_only=True)
+    try:
+        store.create("agent-a", session_id="ses-idle")
+        store.create("agent-b", session_id="ses-busy")
+        store.append_item("ses-busy", EventItem(kind="turn-started", data={"turn_id": TURN}), status="running")
+        store.append_item("ses-busy", ToolCallItem(name="slow_echo", call_id="c1", turn_id=TURN))
+        ((session, writer),) = reader.running()
+        assert (session.id, session.agent_id, session.status) == ("ses-busy", "agent-b", "running")
+        assert writer is not None and writer.pid == os.getpid() and writer.alive()
+        (turn,) = read_status(reader).turns
+        assert (turn.step, turn.tool, turn.turn_id) == ("tool call", "slow_echo", TURN)
+        assert turn.worker == f"pid {os.getpid()} on {socket.gethostname()}" and not turn.durable
+        assert reader.load("ses-busy") is not None  # still readable; the writer keeps its claim:
+        store.append_item("ses-busy", EventItem(kind="turn-completed", data={}), status="idle")
+        assert reader.running() == [] and read_status(reader).turns == []
+    finally:
+        reader.close()
+        store.close()
