@@ -61,7 +61,9 @@ def current_step(session: Session) -> tuple[Step, str | None, float, float]:
         (
             item
             for item in reversed(session.items)
-            if isinstance(item, EventItem) and item.kind == "turn-started" and item.data.get("turn_id") == turn
+            if isinstance(item, EventItem)
+            and item.kind == "turn-started"
+            and (item.data.get("turn_id") or item.turn_id) == turn
         ),
         None,
     )
