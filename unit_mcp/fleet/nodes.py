@@ -290,7 +290,7 @@ def capability_summary(config: Mapping[str, Any], mcp: Mapping[str, Any]) -> Cap
 
 def permission_mode(capabilities: Capabilities) -> tuple[bool, str]:
     """Whether a node would block on a question (a rule that asks: nobody answers a headless node), and one line
-    saying so; the fleet wants nodes that never ask (the design's `--auto`: every rule allows or denies)."""
+    saying so; the fleet wants nodes that never ask (the design's auto mode: every rule allows or denies)."""
     asking = sorted(tool for tool, rule in capabilities.rules.items() if rule == "ask" or ": ask" in rule)
     if capabilities.default == "ask":
         asking.insert(0, "every tool not listed ('*')")
