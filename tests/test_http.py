@@ -293,6 +293,7 @@ async def test_entry_point_prints_its_lines_serves_and_stops_on_sigterm(
         "MCP_TOKEN",
         "OPENCODE_XDG_CONFIG_HOME",
         *("OPENCODE_CMD", "CLAUDE_CMD", "GEMINI_CLI_HOME", "CURSOR_MCP_JSON", "VSCODE_MCP_JSON", "INSPECTOR_CMD"),
+        "UNITS_UI_URL_FILE",
         "XDG_CONFIG_HOME",
     ]
     root = Path(printed["OPENCODE_XDG_CONFIG_HOME"])

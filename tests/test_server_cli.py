@@ -4,12 +4,14 @@ line on stderr saying what happened and what to do, and a non-zero exit; a trace
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from support.server_process import ServerProcess
 
 
@@ -87,7 +89,7 @@ def test_env_file_holds_the_printed_lines_for_a_shell(tmp_path: Path) -> None:
     before = env_file.stat().st_ino
     server = ServerProcess("--env-file", str(env_file), "--no-watch", tmp=tmp_path)
     try:
-        printed = server.ready()
+        printed = server.ready(last="UNITS_UI_URL")
         written = env_file.stat()
         assert stat.S_IMODE(written.st_mode) == 0o600, "the file holds the token"
         assert written.st_ino != before, "replaced by a rename, not rewritten in place"
@@ -96,11 +98,36 @@ def test_env_file_holds_the_printed_lines_for_a_shell(tmp_path: Path) -> None:
             ["bash", "-c", f'set -a; . "{env_file}"; env'], capture_output=True, text=True, check=True, env={}
         )
         sourced = dict(line.partition("=")[::2] for line in shell.stdout.splitlines())
+        comments = [line[2:] for line in env_file.read_text().splitlines() if line.startswith("# ")]
     finally:
         assert server.stop() == 0
-    keys = ["MCP_URL", "MCP_SSE_URL", "MCP_TOKEN", "OPENCODE_XDG_CONFIG_HOME"]
-    assert {key: sourced[key] for key in keys} == {key: printed[key] for key in keys}
+    command = printed.pop("XDG_CONFIG_HOME")  # a command line: a comment, sourcing must not run it
+    assert comments == [f"XDG_CONFIG_HOME={command}"]
+    assert {"MCP_URL", "MCP_TOKEN", "OPENCODE_CMD", "UNITS_UI_URL", "UNITS_UI_URL_FILE"} <= printed.keys()
+    assert {key: sourced.get(key) for key in printed} == printed, "every printed KEY=VALUE line is in the env file"
     assert "OLD" not in sourced and "XDG_CONFIG_HOME" not in sourced
+
+
+def test_a_spent_login_link_leads_to_a_fresh_one_in_a_private_file(tmp_path: Path) -> None:
+    env_file = tmp_path / "unit-mcp.env"
+    server = ServerProcess("--env-file", str(env_file), "--no-watch", tmp=tmp_path)
+    try:
+        printed = server.ready(last="UNITS_UI_URL")
+        link, link_file = printed["UNITS_UI_URL"], Path(printed["UNITS_UI_URL_FILE"])
+        assert stat.S_IMODE(link_file.stat().st_mode) == 0o600 and link_file.read_text() == f"{link}\n"
+        with httpx.Client(timeout=30) as http:
+            assert http.get(link).status_code == 200  # a script (or a person) logs in: the link is spent
+            announced = server.ready(last="UNITS_UI_URL")["UNITS_UI_URL"]
+            gone = http.get(link)
+            assert gone.status_code == 410 and "works once" in gone.text and "UNITS_UI_URL_FILE" in gone.text
+            fresh = link_file.read_text().strip()
+            assert fresh == announced != link
+            assert f"UNITS_UI_URL={shlex.quote(fresh)}" in env_file.read_text().splitlines()
+            assert http.get(fresh).status_code == 200, "the fresh link from the file works"
+            assert http.get(fresh).status_code == 410
+            assert link_file.read_text().strip() not in (link, fresh)
+    finally:
+        assert server.stop() == 0
 
 
 def test_an_env_file_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:

@@ -48,6 +48,9 @@ from .wire import RISKS
 EXAMPLE_UNITS = Path(__file__).resolve().parent / "examples" / "units"
 UNITS_PAGE = "/units"
 """Where the bridge serves the unit server's page (`UNITS_UI_URL`)."""
+LOGIN_LINK_FILE = "units-ui-url"
+"""The data dir's file (0600) holding the newest unspent `UNITS_UI_URL` (`UNITS_UI_URL_FILE`): a script whose link
+was spent reads the fresh one there."""
 
 
 _OPENCODE_CONFIG = "opencode-config"
@@ -313,7 +316,12 @@ def _cannot_write(option: str, path: Path, remedy: str) -> Iterator[None]:
 
 
 async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:
-    page = UnitsUI(tools.service, confirmations=tools.confirmations, local_access=tools.service.local_access)
+    page = UnitsUI(
+        tools.service,
+        confirmations=tools.confirmations,
+        local_access=tools.service.local_access,
+        link_file="UNITS_UI_URL_FILE",
+    )
     bridge = Bridge(
         tools.server(),
         host=args.host,
@@ -343,20 +351,33 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
         lines.append(f"{key}={value}")
     if args.app_port is not None:
         lines.append(f"APP_URL={await _serve_app(args.app_port, tools.service.host, stack)}")
-    if args.env_file is not None:
-        write_env_file(args.env_file, lines)
-    for line in lines:
-        _say(line)
-    _say(f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode")
+    link_file = data_dir / LOGIN_LINK_FILE
+    lines.append(f"UNITS_UI_URL_FILE={link_file}")
+    opencode_line = f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode"
 
-    def announce() -> None:  # each link works once: a new one after each login
+    def fresh_link() -> str:  # each link works once: a new one after each login, in the file and the env file
         link = page.login_url(f"{bridge.base_url}{UNITS_PAGE}")
         tools.service.host.redact.hide(link.rpartition("token=")[2], "<login>", slot="login")
-        _say(f"UNITS_UI_URL={link}")
+        with _cannot_write("--data-dir", data_dir, "give a folder you can write, or leave --data-dir out"):
+            paths.write_file(data_dir, LOGIN_LINK_FILE, f"{link}\n".encode(), mode=0o600, durable=False)
+        if args.env_file is not None:
+            write_env_file(args.env_file, [*lines, f"UNITS_UI_URL={link}"], commands=[opencode_line])
+        return link
+
+    first = fresh_link()
+    for line in lines:
+        _say(line)
+    _say(opencode_line)
+    _say(f"UNITS_UI_URL={first}")
+
+    def announce() -> None:
+        try:
+            _say(f"UNITS_UI_URL={fresh_link()}")
+        except StartError as exc:  # after start a file that cannot be written is worth a warning, not the server
+            print(f"unit-mcp: warning: the fresh UNITS_UI_URL was not saved: {exc}", file=sys.stderr, flush=True)
 
     page.on_login = announce
     stack.callback(page.close_streams)
-    announce()
     await anyio.sleep_forever()
 
 
@@ -369,9 +390,11 @@ async def _serve_app(port: int, host: Host, stack: AsyncExitStack) -> str:
     return f"{server.base_url}/"
 
 
-def write_env_file(path: Path, lines: Sequence[str]) -> None:
-    """The KEY=VALUE lines, shell-quoted, replacing `path` atomically with mode 0600 (it holds the token)."""
+def write_env_file(path: Path, lines: Sequence[str], *, commands: Sequence[str] = ()) -> None:
+    """The KEY=VALUE lines, shell-quoted, and the printed command lines as comments (sourcing the file must not run
+    them), replacing `path` atomically with mode 0600 (it holds the token)."""
     text = "".join(f"{key}={shlex.quote(value)}\n" for key, _, value in (line.partition("=") for line in lines))
+    text += "".join(f"# {command}\n" for command in commands)
     target = path.absolute()
     with _cannot_write("--env-file", path, "give a file in a folder you can write"):
         paths.write_file(target.parent, target.name, text.encode(), mode=0o600)

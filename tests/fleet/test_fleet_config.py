@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mcp import Client
 
 from unit_mcp.fleet import Fleet, FleetError, FleetTools, NodeSpec, capability_summary, node_specs
+from unit_mcp.fleet.nodes import permission_mode
 from unit_mcp.wire import ERROR_META_KEY, RISK_META_KEY, RISKS
 
 pytestmark = pytest.mark.anyio
@@ -93,11 +96,18 @@ async def test_a_node_that_does_not_answer_is_reported_not_fatal() -> None:
         unknown = await tools.call("fleet_nope", {})
         assert unknown.is_error and "use one of: fleet_list_nodes" in unknown.content[0].text  # type: ignore[union-attr]
         listed = await tools.call("fleet_list_nodes", {})
-        assert listed.structured_content == {
-            "nodes": [
-                {"name": "gone", "url": f"http://127.0.0.1:{port}", "event_stream": "reconnecting", "session_id": None}
-            ]
+        assert listed.structured_content is not None
+        (node,) = listed.structured_content["nodes"]
+        permission = node.pop("permission")
+        assert node == {
+            "name": "gone",
+            "url": f"http://127.0.0.1:{port}",
+            "event_stream": "reconnecting",
+            "session_id": None,
         }
+        assert permission.startswith("not checked: its config could not be read (")
+        assert permission.endswith("; fleet_node_health reads it again")
+        assert fleet.blocking() == [], "a node not read is not reported as blocking"
 
 
 def test_the_command_line_refuses_bad_arguments() -> None:
@@ -146,3 +156,25 @@ async def test_every_tool_has_a_risk_label_and_limit_is_refused_outside_its_rang
             assert refused.is_error and refused.meta is not None
             assert refused.meta[ERROR_META_KEY]["code"] == "invalid_argument"
             assert "limit: Input should be" in refused.content[0].text  # type: ignore[union-attr]
+
+
+ACTIONS = st.sampled_from(["allow", "deny", "ask"])
+RULE = ACTIONS | st.dictionaries(st.sampled_from(["*", "*.py", "src/**", "git *"]), ACTIONS, min_size=1)
+
+
+@given(
+    default=st.none() | ACTIONS,
+    rules=st.dictionaries(st.sampled_from(["bash", "edit", "read", "webfetch", "unit_*"]), RULE, max_size=4),
+)
+def test_a_node_would_block_exactly_when_a_rule_asks_or_none_is_configured(
+    default: str | None, rules: dict[str, Any]
+) -> None:
+    permission: dict[str, Any] = {**({"*": default} if default else {}), **rules}
+    capabilities = capability_summary({"permission": permission}, {})
+    blocks, line = permission_mode(capabilities)
+    actions = {default, *(a for r in rules.values() for a in ([r] if isinstance(r, str) else r.values()))} - {None}
+    assert blocks == ("ask" in actions or not permission)
+    assert line.startswith("would block on a question: " if blocks else "never asks: ")
+    asking = sorted(t for t, r in rules.items() if (r == "ask" if isinstance(r, str) else "ask" in r.values()))
+    if asking:
+        assert line.startswith(f"would block on a question: {', '.join(asking)} ask") or default == "ask"

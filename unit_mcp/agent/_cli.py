@@ -180,6 +180,16 @@ def command_parser(prog: str = PROG) -> CommandParser:
     )
     worker.add_argument("--takeover", action="store_true", help="also resume the turns of workers that died")
 
+    status = commands.add_parser(
+        "status", help="who is doing what: running turns by agent and worker, their current step, the workers"
+    )
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument(
+        "--system-db",
+        type=system_db,
+        help="the durable workers' system database (default: dbos.sqlite in the data dir, when workers used it)",
+    )
+
     sessions = commands.add_parser(
         "sessions", help="list, show, delete or archive stored sessions, or list their pending approvals"
     )
@@ -213,7 +223,7 @@ def command_parser(prog: str = PROG) -> CommandParser:
     add_secret_option(undo, "--mcp-token", env=MCP_TOKEN_ENV, what="MCP_TOKEN the unit server printed")
     undo.add_argument("--yes", action="store_true", help="do not ask: undo after showing the diffs")
     undo.add_argument("--force", action="store_true", help="also put back sources someone changed after the turn")
-    for command in (run, answer, ui, listing, show, pending, audit, imports, undo, *retiring):
+    for command in (run, answer, ui, status, listing, show, pending, audit, imports, undo, *retiring):
         # also after the subcommand, as every other unit-mcp command takes it (SUPPRESS keeps the top's value)
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return top
@@ -538,8 +548,13 @@ async def ui_command(args: argparse.Namespace, store: Store) -> int:
 
     async with turn_runtime(args, store, Terminal()) as (runner, _):
         runner.approvals.attach(PendingApprovals())
+        system_db = None
+        if _durable(args, args.data_dir):
+            from ._durable import system_database
+
+            system_db = system_database(args.data_dir, args.system_db)
         try:
-            await serve(runner, port=args.port)
+            await serve(runner, port=args.port, system_db=system_db)
         except AgentError as exc:
             raise CliError(str(exc)) from exc
     return 0
@@ -636,6 +651,34 @@ async def undo_command(args: argparse.Namespace, address: Store) -> int:
         left = ", ".join(f"{c['unit_id']}/{c['source_id']}" for c in done.conflicts)
         print(f"left alone (changed after the turn by someone else): {left}; --force puts them back", file=sys.stderr)
         return 1
+    return 0
+
+
+def status_command(args: argparse.Namespace, address: Store) -> int:
+    """`status`: the running turns of the store, by agent and worker, with their step and for how long; the durable
+    workers with their last beat."""
+    from ._status import read_status, status_lines
+    from .errors import AgentError
+
+    workers = []
+    if args.system_db or (args.data_dir / "dbos.sqlite").exists():
+        try:
+            from ._durable import system_database, worker_beats
+        except ImportError as exc:
+            raise CliError(f"{exc} (needed to read the durable workers)") from None
+        workers = worker_beats(system_database(args.data_dir, args.system_db))
+    with _store_error(address):
+        store = SessionStore(address, read_only=True)
+    try:
+        status = read_status(store, workers)
+    except AgentError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        store.close()
+    if args.json:
+        print(status.model_dump_json(indent=2))
+    else:
+        print("\n".join(status_lines(status)))
     return 0
 
 
@@ -759,6 +802,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             tracing.configure("unit-mcp-agent", prog)
             outcome: Any = anyio.run(command, args, store)
             return int(outcome)
+        if args.command == "status":
+            return status_command(args, store)
         if args.action == "undo":
             keep_memory_private()  # the MCP token
             return int(anyio.run(undo_command, args, store))

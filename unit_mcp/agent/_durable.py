@@ -38,6 +38,7 @@ from ._mcpsource import REPLAYING
 from ._paused import DECIDED, DURABLE, REQUESTED
 from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
+from ._status import WorkerBeat
 from ._turnapprovals import TurnApprovals, save_session_data
 from ._undo import checkpoint_turn
 from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
@@ -162,6 +163,42 @@ async def _no_delegation(*_: object) -> TurnHandle:
 _CREATE_LOCK = 0x756E69745F6D6370  # the advisory lock workers take turns on to create their table ("unit_mcp")
 
 
+WORKERS = sa.Table(
+    "unit_mcp_workers",
+    sa.MetaData(),
+    sa.Column("executor_id", sa.Text, primary_key=True),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("beat", sa.Float, nullable=False),
+)
+
+
+def worker_beats(url: str) -> list[WorkerBeat]:
+    """Every worker that beat in the system database at `url`, with its last beat and whether it lives (read
+    only: a database no worker used yet has none, and a missing SQLite file is not created)."""
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        return []
+    engine = system_engine(url)
+    host, now = socket.gethostname(), time.time()
+    try:
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table(WORKERS.name):
+                return []
+            rows = conn.execute(sa.select(WORKERS).order_by(WORKERS.c.executor_id)).all()
+    finally:
+        engine.dispose()
+    return [
+        WorkerBeat(
+            executor_id=row.executor_id,
+            host=row.host,
+            pid=row.pid,
+            beat=row.beat,
+            alive=_alive(row.host, row.pid, now - row.beat, host),
+        )
+        for row in rows
+    ]
+
+
 class _Beats:
     """Which workers live, in a table of the system database: each worker beats every `BEAT_SECONDS`. One on this
     host is dead once its process is gone (or it stopped beating for `STALE_SECONDS`, its pid reused), one on another
@@ -169,14 +206,7 @@ class _Beats:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        self.table = sa.Table(
-            "unit_mcp_workers",
-            sa.MetaData(),
-            sa.Column("executor_id", sa.Text, primary_key=True),
-            sa.Column("host", sa.Text, nullable=False),
-            sa.Column("pid", sa.Integer, nullable=False),
-            sa.Column("beat", sa.Float, nullable=False),
-        )
+        self.table = WORKERS
         self._create()
 
     def _create(self) -> None:

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import TypeAdapter
 
@@ -139,6 +139,27 @@ class _Open:
     session: Session
     index: dict[str, int] = field(default_factory=dict)
     unpersisted: set[str] = field(default_factory=set)
+
+
+class Writer(NamedTuple):
+    """The process holding a session for writing, and when it last said it lives."""
+
+    host: str
+    pid: int
+    heartbeat: float
+
+    def alive(self) -> bool:
+        """Whether it still lives: it beat within `STALE_SECONDS` and, on this host, its process exists."""
+        if time.time() - self.heartbeat > STALE_SECONDS:
+            return False
+        if self.host == HOST:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                pass
+        return True
 
 
 class SessionStore:
@@ -320,6 +341,22 @@ class SessionStore:
                 return []
             rows = conn.execute(f"SELECT {HEAD} FROM sessions {where}ORDER BY updated_at DESC, id", args).fetchall()
         return _metas(rows)
+
+    def running(self) -> builtins.list[tuple[Session, Writer | None]]:
+        """Every session marked running, oldest change first, with the process holding it for writing (None: no
+        claim): who is doing what (`agent status`). Sessions are read as stored, never claimed."""
+        with self._lock, self._snapshot() as conn:
+            if conn is None:
+                return []
+            ids = conn.execute("SELECT id FROM sessions WHERE status = 'running' ORDER BY updated_at, id").fetchall()
+            rows = conn.execute("SELECT session_id, host, pid, heartbeat FROM writers").fetchall()
+        writers = {sid: Writer(host, int(pid), float(beat)) for sid, host, pid, beat in rows}
+        found = []
+        for (sid,) in ids:
+            session = self._read(sid)
+            if session is not None and session.status == "running":
+                found.append((session, writers.get(sid)))
+        return found
 
     def page(self, limit: int = 50, cursor: str | None = None) -> SessionPage:
         """Up to `limit` sessions, newest first, after `cursor` (the `next` of the page before): one index range,
@@ -632,16 +669,7 @@ class SessionStore:
         host, pid, token, heartbeat = found
         if host == HOST and pid == os.getpid():
             return pid if token in _HELD else 0
-        if time.time() - heartbeat > STALE_SECONDS:
-            return 0
-        if host == HOST:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return 0
-            except PermissionError:
-                pass
-        return int(pid)
+        return int(pid) if Writer(host, int(pid), float(heartbeat)).alive() else 0
 
     def _heartbeat(self) -> None:
         with self._lock, contextlib.suppress(AgentError, *(() if self._db is None else self._db.errors)):

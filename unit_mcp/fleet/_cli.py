@@ -70,6 +70,8 @@ async def serve(args: argparse.Namespace, specs: list[NodeSpec]) -> None:
     async with AsyncExitStack() as stack:
         streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
         fleet = await stack.enter_async_context(Fleet(specs, timeout=args.timeout))
+        for line in fleet.blocking():  # the fleet wants nodes that never ask (nobody answers them)
+            print(f"{PROG}: warning: {line}", file=sys.stderr, flush=True)
         server = FleetTools(fleet).server(args.server_name)
 
         async def serve_http() -> None:

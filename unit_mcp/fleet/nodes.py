@@ -21,6 +21,7 @@ from ..agent.opencode import NodeUnavailable, OpenCodeClient, OpenCodeError, Unk
 from ..resource import StackedResource
 
 DEFAULT_USERNAME = "opencode"
+CHECK_SECONDS = 5.0  # at most this long at start for each node's permission mode (read side by side)
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
@@ -101,6 +102,10 @@ class NodeInfo(BaseModel):
     url: str
     event_stream: Literal["connected", "reconnecting"]
     session_id: str | None = Field(None, description="The node's working session, once a message was sent.")
+    permission: str = Field(
+        description="The node's permission mode in one line, read when it connected (and by fleet_node_health): "
+        "whether it never asks, or would block on a question nobody answers (then do not give it such work)."
+    )
 
 
 class NodeList(BaseModel):
@@ -221,6 +226,9 @@ class FleetNode:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     dispatched: set[str] = field(default_factory=set)
     """Sessions this fleet sent a prompt to: the event stream's cache has followed them since."""
+    permission: str = "not checked yet"
+    blocks: bool = False
+    """Whether the node would block on a question (`permission_mode`), as last read."""
 
 
 def _clip(text: str | None, limit: int) -> str | None:
@@ -280,6 +288,25 @@ def capability_summary(config: Mapping[str, Any], mcp: Mapping[str, Any]) -> Cap
     return Capabilities(summary=summary, default=default, rules=rules, mcp=servers, model=model)
 
 
+def permission_mode(capabilities: Capabilities) -> tuple[bool, str]:
+    """Whether a node would block on a question (a rule that asks: nobody answers a headless node), and one line
+    saying so; the fleet wants nodes that never ask (the design's auto mode: every rule allows or denies)."""
+    asking = sorted(tool for tool, rule in capabilities.rules.items() if rule == "ask" or ": ask" in rule)
+    if capabilities.default == "ask":
+        asking.insert(0, "every tool not listed ('*')")
+    if asking:
+        return True, (
+            f"would block on a question: {', '.join(asking)} ask, and nobody answers a headless node; make those "
+            "rules allow or deny (start it as the fleet wants: never asking)"
+        )
+    if capabilities.default is None and not capabilities.rules:
+        return True, (
+            "would block on a question: no permission rules are configured, and OpenCode's defaults may ask; give "
+            "it rules that allow or deny (start it as the fleet wants: never asking)"
+        )
+    return False, "never asks: every rule allows or denies"
+
+
 def simplify(message: Mapping[str, Any], limit: int) -> Message:
     info = message.get("info") if isinstance(message.get("info"), dict) else {}
     assert isinstance(info, dict)
@@ -312,6 +339,25 @@ class Fleet(StackedResource):
         for spec in self.specs:
             client = OpenCodeClient(spec.url, username=spec.username, password=spec.password, timeout=self.timeout)
             self._nodes[spec.name] = FleetNode(spec, await stack.enter_async_context(client))
+        async with anyio.create_task_group() as tg:  # each node's permission mode, as it connects
+            for node in self._nodes.values():
+                tg.start_soon(self._check_permission, node)
+
+    async def _check_permission(self, node: FleetNode) -> None:
+        """Read the node's permission mode; a node that does not answer soon does not hold up the start."""
+        seconds = min(self.timeout, CHECK_SECONDS)
+        try:
+            with anyio.fail_after(seconds):
+                config = await node.client.config()
+        except (OpenCodeError, TimeoutError) as exc:
+            why = str(exc) or f"no answer within {seconds:g} s"
+            node.permission = f"not checked: its config could not be read ({why}); fleet_node_health reads it again"
+            return
+        node.blocks, node.permission = permission_mode(capability_summary(config, {}))
+
+    def blocking(self) -> list[str]:
+        """One line per node that would block on a question (what `unit-mcp fleet` says at start)."""
+        return [f"node {name} {node.permission}" for name, node in self._nodes.items() if node.blocks]
 
     def node(self, name: str) -> FleetNode:
         node = self._nodes.get(name)
@@ -359,6 +405,7 @@ class Fleet(StackedResource):
                     url=node.spec.url,
                     event_stream="connected" if node.client.events.connected else "reconnecting",
                     session_id=node.session_id,
+                    permission=node.permission,
                 )
                 for name, node in self._nodes.items()
             ]
@@ -382,6 +429,7 @@ class Fleet(StackedResource):
                     health.escalation = self._escalation(node, exc)
             else:
                 health.capabilities = capability_summary(config, mcp)
+                node.blocks, node.permission = permission_mode(health.capabilities)
         return health
 
     def _escalation(self, node: FleetNode, exc: NodeUnavailable) -> Escalation:

@@ -55,7 +55,8 @@ The standard workflow for any task:
 
 Before the first dispatch to a node, call fleet_node_health: it says whether the node is up and what it may do
 (its resolved permission rules and MCP servers); include_capabilities=false is a quick ping. A rule that asks
-blocks a headless node, so do not give it work that needs one. fleet_list_nodes names the nodes;
+blocks a headless node, so do not give it work that needs one. fleet_list_nodes names the nodes and says which
+would block on a question;
 fleet_list_models lists the models a node can use (pass one as `model` to fleet_send_message).
 
 To stop a running task but keep its session: fleet_interrupt_session. If you lost track of a session (e.g. after
@@ -128,7 +129,8 @@ TOOLS = [
     FleetTool(
         "fleet_list_nodes",
         "List the fleet's nodes",
-        "The nodes of the fleet: name, URL, whether their event stream is connected, their working session.",
+        "The nodes of the fleet: name, URL, whether their event stream is connected, their working session, and "
+        "their permission mode in one line (a node that would block on a question must not get work needing one).",
         NoArgs,
         NodeList,
         lambda fleet, args: fleet.list_nodes(),

@@ -163,9 +163,11 @@ class DiffCache(Generic[Key, Shown]):
 
 class PageOptions(TypedDict, total=False):
     """How a page is served: the `host` it is reached on (127.0.0.1 unless given), `on_login` called after each
-    login, how long an unused page session lives (`session_seconds`) and the `clock` that counts it."""
+    login, the printed name of a file holding the newest login link (`link_file`, named to a spent link), how long
+    an unused page session lives (`session_seconds`) and the `clock` that counts it."""
 
     host: str
+    link_file: str | None
     on_login: Callable[[], None] | None
     session_seconds: float
     clock: Callable[[], float]
@@ -205,6 +207,7 @@ class PageApp:
             self.starlette,
             shell=self.shell,
             link=link,
+            link_file=options.get("link_file"),
             on_login=self._logged_in,
             session_seconds=options.get("session_seconds", SESSION_SECONDS),
             clock=options.get("clock", time.monotonic),

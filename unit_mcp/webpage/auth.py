@@ -42,10 +42,12 @@ def unauthorized(link: str) -> str:
     return f"Unauthorized: open the {link} this page's server printed (it carries the token once)."
 
 
-def spent(link: str) -> str:
+def spent(link: str, link_file: str | None = None) -> str:
+    """What a spent login link is told; `link_file` names the printed path of the file holding the newest link."""
+    written = f", and writes it to the file {link_file} names" if link_file else ""
     return (
         f"Gone: this login link was used already (each {link} works once). Open the newest {link} the "
-        "page's server printed: it prints a new one after each login."
+        f"page's server printed: it prints a new one after each login{written}."
     )
 
 
@@ -71,6 +73,7 @@ class PageAuth:
         *,
         shell: Shell,
         link: str,
+        link_file: str | None = None,
         on_login: Callable[[], None] | None = None,
         session_seconds: float = SESSION_SECONDS,
         clock: Callable[[], float] = time.monotonic,
@@ -78,7 +81,7 @@ class PageAuth:
         self.app = app
         self.shell = shell
         self.unauthorized = unauthorized(link)
-        self.spent_message = spent(link)
+        self.spent_message = spent(link, link_file)
         self.on_login = on_login
         self.session_seconds = session_seconds
         self.clock = clock

@@ -23,6 +23,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ...webpage import RECONNECT, PageApp, PageOptions, event_stream, sse
+from .._status import AgentStatus, read_status, seconds
 from ..errors import AgentError, SessionLocked, UnknownApproval
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
@@ -38,6 +39,7 @@ HERE = Path(__file__).parent
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 DECISIONS = {"approve": (True, False), "always": (True, True), "deny": (False, False)}
 POLL_SECONDS = 0.25  # how often an open page's event stream asks the store what changed
+STATUS_POLL_SECONDS = 1.0  # how often "Working now" looks again (its durations count in seconds)
 NOTICES_KEPT = 64
 PAGE_SIZE = 50  # sessions a page of the sessions list shows
 
@@ -50,8 +52,9 @@ def _cursor(token: str | None) -> int | None:
 class AgentUI(PageApp):
     """The page's Starlette app (`app`, wrapped in the loopback guard and the page's credential) for `runner`'s store.
 
-    `port` is the port the page is reached on (Host and Origin are checked against it); `on_login` is called
-    after each login (`serve` prints the next link); `session_seconds` is how long an unused page session lives.
+    `port` is the port the page is reached on (Host and Origin are checked against it); `system_db` the durable
+    workers' system database ("Working now" lists them; None: none); `on_login` is called after each login (`serve`
+    prints the next link); `session_seconds` is how long an unused page session lives.
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class AgentUI(PageApp):
         runner: AgentRunner,
         *,
         port: int,
+        system_db: str | None = None,
         **options: Unpack[PageOptions],
     ) -> None:
         self.runner = runner
@@ -79,12 +83,17 @@ class AgentUI(PageApp):
                 Route("/sessions/{session_id}/undo/{turn_id}", self.undo, methods=["POST"]),
                 Route("/sessions/{session_id}/events", self.session_events),
                 Route("/events", self.store_events),
+                Route("/status", self.status_page),
+                Route("/fragments/status", self.status_fragment),
+                Route("/status/events", self.status_events),
             ],
             link="AGENT_UI_URL",
             port=port,
             **options,
         )
         self.templates.tests["session_id"] = lambda value: isinstance(value, str) and bool(SESSION_ID.fullmatch(value))
+        self.templates.filters["seconds"] = seconds
+        self.system_db = system_db
 
     # -- pages ------------------------------------------------------------------------------------
 
@@ -145,6 +154,22 @@ class AgentUI(PageApp):
             position=position,
             children=children,
         )
+
+    async def status_page(self, request: Request) -> Response:
+        status = await anyio.to_thread.run_sync(self.status)
+        return self.page(request, "status.html", status=status, state=self.status_state(status))
+
+    async def status_fragment(self, request: Request) -> Response:
+        return self.page(request, "_status_table.html", status=await anyio.to_thread.run_sync(self.status))
+
+    def status(self) -> AgentStatus:
+        """Who is doing what: the store's running turns and the workers' beats (`unit-mcp agent status` alike)."""
+        workers = []
+        if self.system_db is not None:
+            from .._durable import worker_beats
+
+            workers = worker_beats(self.system_db)
+        return read_status(self.browse, workers)
 
     # -- answers ----------------------------------------------------------------------------------
 
@@ -258,6 +283,17 @@ class AgentUI(PageApp):
         """`store` events (id: the store's state) whenever the store changed since the event id the client last
         saw (`Last-Event-ID`, or `from` on the first connection)."""
         return self.state_events(request, self.store_state, POLL_SECONDS)
+
+    def status_state(self, status: AgentStatus | None = None) -> str:
+        """What "Working now" shows, to the second: its durations count while nothing else changes."""
+        status = status or self.status()
+        shown = status.model_copy(update={"at": int(status.at)}).model_dump_json(exclude={"workers"})
+        beats = ",".join(f"{w.executor_id}:{w.alive}:{int(status.at - w.beat)}" for w in status.workers)
+        return hashlib.sha256(f"{shown}\n{beats}".encode()).hexdigest()[:16]
+
+    async def status_events(self, request: Request) -> Response:
+        """`store` events whenever "Working now" would show something else (at most once a poll)."""
+        return self.state_events(request, self.status_state, STATUS_POLL_SECONDS)
 
     async def session_events(self, request: Request) -> Response:
         """`item` and `status` events for what changed in one session since the store's change counter the client

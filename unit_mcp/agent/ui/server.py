@@ -16,11 +16,18 @@ if TYPE_CHECKING:
     from .._runner import AgentRunner
 
 
-async def serve(runner: AgentRunner, *, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout) -> None:
+async def serve(
+    runner: AgentRunner,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    out: TextIO = sys.stdout,
+    system_db: str | None = None,
+) -> None:
     """Serve the page for `runner` until SIGINT or SIGTERM; print `AGENT_UI_URL=<url>` once it listens, and a new
-    one after each login (each works once)."""
+    one after each login (each works once). `system_db`: the durable workers' system database, if any."""
     server = LoopbackServer(host=host, port=port, error=AgentError)
-    ui = AgentUI(runner, host=server.host, port=server.bind())
+    ui = AgentUI(runner, host=server.host, port=server.bind(), system_db=system_db)
 
     def announce() -> None:  # each link works once: a new one after each login
         print(f"AGENT_UI_URL={ui.login_url(server.base_url)}", file=out, flush=True)
