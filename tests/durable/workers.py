@@ -1,5 +1,6 @@
-"""Worker processes of one data dir for the durable tests, each logging to its own file: the CLI's `worker`, or
-`provider_worker.py` running one agent (`Workers.script`)."""
+"""Worker processes of one data dir for the durable tests, each logging to its own file: the CLI's `worker` (a fork of
+the warm CLI, support.warm_cli: a process of its own, killed as any), or `provider_worker.py` running one agent
+(`Workers.script`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import anyio
 from agent.conftest import REPO
+from support.warm_cli import WarmProcess, warm_cli
 
 from unit_mcp.agent import DurableClient, SessionStore
 from unit_mcp.agent.items import Session
@@ -46,9 +48,9 @@ class Workers:
         self, data: Path, options: list[str], *, command: list[str] | None = None, env: dict[str, str] | None = None
     ) -> None:
         self.data, self.options = data, options
-        self.command = command or [sys.executable, "-m", "unit_mcp.agent", "--data-dir", str(data), "worker", *options]
+        self.command = command  # None: the CLI's worker, a fork of the warm CLI (support.warm_cli)
         self.env = {**os.environ, **(env or {})}
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.running: dict[str, subprocess.Popen[bytes] | WarmProcess] = {}
 
     @classmethod
     def script(cls, data: Path, system_db: str, provider: str, target: str, model: str, env: dict[str, str]) -> Workers:
@@ -59,13 +61,20 @@ class Workers:
     def log(self, executor_id: str) -> Path:
         return self.data.parent / f"{executor_id}.log"
 
-    async def start(self, executor_id: str) -> subprocess.Popen[bytes]:
+    async def start(self, executor_id: str) -> subprocess.Popen[bytes] | WarmProcess:
         log = self.log(executor_id)
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [*self.command, "--executor-id", executor_id, "--takeover"],
-                cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+        process: subprocess.Popen[bytes] | WarmProcess
+        with log.open("wb") as out, open(os.devnull, "rb") as null:
+            if self.command is None:
+                args = ["--data-dir", str(self.data), "worker", *self.options, "--executor-id", executor_id]
+                process = warm_cli().spawn(
+                    [*args, "--takeover"], stdin=null.fileno(), stdout=out.fileno(), stderr=out.fileno(), env=self.env
+                )
+            else:
+                process = subprocess.Popen(
+                    [*self.command, "--executor-id", executor_id, "--takeover"],
+                    cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                )  # fmt: skip
         self.running[executor_id] = process
         with anyio.fail_after(60):
             while f"worker {executor_id} runs durable turns".encode() not in log.read_bytes():
@@ -88,7 +97,7 @@ class Workers:
             _kill(process)
 
 
-def _kill(process: subprocess.Popen[bytes]) -> int:
+def _kill(process: subprocess.Popen[bytes] | WarmProcess) -> int:
     """SIGKILL a worker and what it started (an agents-file OpenCode agent's node dies with it); its exit code."""
     started = descendants(process.pid)
     process.kill()
