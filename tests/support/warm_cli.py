@@ -6,7 +6,8 @@ process is what these tests check (its exit code, its stdout and stderr, a termi
 interpreter's start, so a server process imports the CLI and what a turn imports once, and forks a child per call
 (as `tests/durable/start_at_once.py` does): a real process with its own pid, the caller's arguments, environment,
 working folder and stdin/stdout/stderr (passed over a Unix socket), running the same `unit_mcp/agent/__main__.py`
-under `runpy` with SIGKILL, exit codes and signals as a subprocess has them. The interpreter's own start is still
+under `runpy` (or a script: the durable tests' `provider_worker.py`), with SIGKILL, exit codes and signals as a
+subprocess has them. The interpreter's own start is still
 checked cold: `test_help_shows_the_real_defaults` and the other tests that run `python -m unit_mcp.agent` directly.
 
 No module the server imports reads the environment at import time (each child gets the caller's whole environment
@@ -49,7 +50,10 @@ WARM = [  # what `run`, `answer` and `worker` import once they start (the CLI im
     "unit_mcp.agent.turns",
     "unit_mcp.agent.presets",
     "unit_mcp.agent.agentfile",
+    "unit_mcp.agent.codex",  # and what the durable tests' provider_worker.py imports
+    "unit_mcp.agent.opencode",
     "httpx2",
+    "openai",
 ]
 
 
@@ -68,11 +72,18 @@ def serve(address: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
     listener.listen(64)
+    try:
+        _serve(listener)
+    finally:  # the folder goes with the server (a pytest-xdist worker ends without running atexit)
+        shutil.rmtree(os.path.dirname(address), ignore_errors=True)
+
+
+def _serve(listener: socket.socket) -> None:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     waiting: dict[int, socket.socket] = {}  # child pid -> the connection its exit status goes to
     while True:
-        readable, _, _ = select.select([listener, sys.stdin], [], [], 0.02)
+        readable, _, _ = select.select([listener, sys.stdin], [], [], 0.02 if waiting else None)  # polls only to reap
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
             return  # the test process ended
         if listener in readable:
@@ -131,9 +142,15 @@ def _become_cli(request: dict[str, Any], fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = [str(REPO / "unit_mcp" / "agent" / "__main__.py"), *request["args"]]
+        script = request.get("script")
         try:
-            runpy.run_module("unit_mcp.agent", run_name="__main__", alter_sys=True)
+            if script is None:
+                sys.argv = [str(REPO / "unit_mcp" / "agent" / "__main__.py"), *request["args"]]
+                runpy.run_module("unit_mcp.agent", run_name="__main__", alter_sys=True)
+            else:  # `python SCRIPT ARGS`: its folder first on sys.path
+                sys.argv = [script, *request["args"]]
+                sys.path.insert(0, os.path.dirname(script))
+                runpy.run_path(script, run_name="__main__")
             code = 0
         except SystemExit as stop:  # as the interpreter turns it into an exit status
             if stop.code is None or isinstance(stop.code, int):
@@ -214,9 +231,16 @@ class WarmCli:
         stderr: int,
         env: Mapping[str, str] | None = None,
         cwd: Path = REPO,
+        script: Path | None = None,
     ) -> WarmProcess:
-        """`python -m unit_mcp.agent ARGS` with these descriptors (the caller keeps and closes its own)."""
-        request = {"args": list(args), "env": dict(os.environ if env is None else env), "cwd": str(cwd)}
+        """`python -m unit_mcp.agent ARGS`, or `python SCRIPT ARGS`, with these descriptors (the caller keeps and
+        closes its own)."""
+        request = {
+            "args": list(args),
+            "env": dict(os.environ if env is None else env),
+            "cwd": str(cwd),
+            "script": None if script is None else str(script),
+        }
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         connection.connect(self.address)
         socket.send_fds(connection, [json.dumps(request).encode()], [stdin, stdout, stderr])
