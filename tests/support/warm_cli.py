@@ -252,33 +252,25 @@ class WarmCli:
 
     async def run(self, args: list[str], *, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of `python -m unit_mcp.agent ARGS` (stdin /dev/null), like
-        `anyio.run_process`."""
-        return await anyio.to_thread.run_sync(self._run, list(args), env, abandon_on_cancel=True)
-
-    def _run(self, args: list[str], env: Mapping[str, str] | None) -> tuple[int, str, str]:
+        `anyio.run_process`: a cancelled caller kills the process."""
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
         try:
-            process = self.spawn(args, stdin=null, stdout=out_write, stderr=err_write, env=env)
+            process = self.spawn(list(args), stdin=null, stdout=out_write, stderr=err_write, env=env)
+        except BaseException:
+            os.close(out_read)
+            os.close(err_read)
+            raise
         finally:
             for fd in (null, out_write, err_write):
                 os.close(fd)
-        chunks: dict[int, list[bytes]] = {out_read: [], err_read: []}
-        reading = set(chunks)
         try:
-            while reading:  # to the end of both streams, as `anyio.run_process` reads them
-                for fd in select.select(list(reading), [], [])[0]:
-                    chunk = os.read(fd, 65536)
-                    if chunk:
-                        chunks[fd].append(chunk)
-                    else:
-                        reading.discard(fd)
-        finally:
-            os.close(out_read)
-            os.close(err_read)
-        code = process.wait()
-        return code, b"".join(chunks[out_read]).decode(), b"".join(chunks[err_read]).decode()
+            out, err = await anyio.to_thread.run_sync(_read_to_end, out_read, err_read, abandon_on_cancel=True)
+        except BaseException:
+            process.kill()  # its pipes end with it, and the abandoned reader with them
+            raise
+        return await anyio.to_thread.run_sync(process.wait), out.decode(), err.decode()
 
     def close(self) -> None:
         if self.server.poll() is None:
@@ -290,6 +282,24 @@ class WarmCli:
                 self.server.kill()
                 self.server.wait(10)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _read_to_end(out_read: int, err_read: int) -> tuple[bytes, bytes]:
+    """Both streams to their end, as `anyio.run_process` reads them (then closed)."""
+    chunks: dict[int, list[bytes]] = {out_read: [], err_read: []}
+    reading = set(chunks)
+    try:
+        while reading:
+            for fd in select.select(list(reading), [], [])[0]:
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    chunks[fd].append(chunk)
+                else:
+                    reading.discard(fd)
+    finally:
+        os.close(out_read)
+        os.close(err_read)
+    return b"".join(chunks[out_read]), b"".join(chunks[err_read])
 
 
 _warm: WarmCli | None = None
