@@ -13,8 +13,6 @@ import os
 import pty
 import secrets
 import shutil
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from mcp import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 from support.recording import TestTool, recording_server, turn_checkpoint
+from support.warm_cli import warm_cli
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import (
@@ -203,29 +202,35 @@ async def running(
 
 async def ask_on_a_terminal_then_die(data: str, run_args: list[str], *, wait: float) -> str:
     """`python -m unit_mcp.agent --data-dir DATA run RUN_ARGS` on a terminal (a pty), SIGKILLed while its approval
-    question waits for an answer (at most `wait` seconds for it to ask); returns what it wrote to stderr."""
+    question waits for an answer (at most `wait` seconds for it to ask); returns what it wrote to stderr. A fork of
+    the warm CLI (support.warm_cli), a process of its own like every CLI run here."""
     controller, terminal = pty.openpty()
+    err_read, err_write = os.pipe()
+    null = os.open(os.devnull, os.O_WRONLY)
     try:
-        first = subprocess.Popen(
-            [sys.executable, "-m", "unit_mcp.agent", "--data-dir", data, "run", *run_args],
-            cwd=REPO, stdin=terminal, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        assert first.stderr is not None
+        try:
+            first = warm_cli().spawn(
+                ["--data-dir", data, "run", *run_args], stdin=terminal, stdout=null, stderr=err_write
+            )
+        finally:
+            os.close(err_write)
+            os.close(null)
         asked = b""
         with anyio.fail_after(wait):
             while b"? [y]es / [N]o" not in asked:
-                chunk = await anyio.to_thread.run_sync(first.stderr.read1)
+                chunk = await anyio.to_thread.run_sync(os.read, err_read, 65536)
                 assert chunk, f"the CLI ended before it asked: {asked.decode()}"
                 asked += chunk
         first.kill()  # SIGKILL
         first.wait(10)
     finally:
+        os.close(err_read)
         os.close(controller)
         os.close(terminal)
     return asked.decode()
 
 
-async def agent_cli(*args: str) -> tuple[int, str, str]:
-    """`python -m unit_mcp.agent ARGS` in its own process: exit code, stdout, stderr."""
-    done = await anyio.run_process([sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False)
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
+async def agent_cli(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """`python -m unit_mcp.agent ARGS` in its own process (a fork of the warm CLI, support.warm_cli; `env`: its whole
+    environment, default this process's): exit code, stdout, stderr."""
+    return await warm_cli().run(list(args), env=env)

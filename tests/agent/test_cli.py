@@ -129,8 +129,12 @@ def unused_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def cli_with_env(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+async def cli_with_env(env: dict[str, str], *args: str, cold: bool = False) -> tuple[int, str, str]:
+    """The CLI with `env` over this process's environment less its MCP_, UNIT_MCP_ and OPENAI_ variables: a fork of
+    the warm CLI, or with `cold` a fresh `python -m unit_mcp.agent` (the interpreter's own start, checked here)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_", "UNIT_MCP_", "OPENAI_"))}
+    if not cold:
+        return await agent_cli(*args, env={**clean, **env})
     done = await anyio.run_process(
         [sys.executable, "-m", "unit_mcp.agent", *args], cwd=REPO, check=False, env={**clean, **env}
     )
@@ -216,12 +220,14 @@ async def test_a_store_that_cannot_be_written_and_an_unknown_session_are_one_lin
 
 
 async def test_help_shows_the_real_defaults(tmp_path: Path) -> None:
-    code, out, _ = await cli_with_env({"HOME": str(tmp_path), "XDG_DATA_HOME": "", "COLUMNS": "1000"}, "--help")
+    code, out, _ = await cli_with_env(
+        {"HOME": str(tmp_path), "XDG_DATA_HOME": "", "COLUMNS": "1000"}, "--help", cold=True
+    )
     assert code == 0
     assert f"(default: $UNIT_MCP_AGENT_DATA or {tmp_path}/.local/share/unit-mcp/agent-sessions)" in " ".join(
         out.split()
     )
-    code, out, _ = await cli_with_env({"COLUMNS": "1000"}, "run", "--help")
+    code, out, _ = await cli_with_env({"COLUMNS": "1000"}, "run", "--help", cold=True)
     flat = " ".join(out.split())
     assert code == 0 and "(default: $MCP_URL;" in flat and "(yours, mode 0600; default: $MCP_TOKEN or" in flat
     assert "(default: $OPENAI_BASE_URL)" in flat

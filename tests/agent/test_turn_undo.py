@@ -6,10 +6,8 @@ unless --force."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-import anyio
 import pytest
 
 from unit_mcp.agent import (
@@ -24,7 +22,7 @@ from unit_mcp.agent import (
 from unit_mcp.agent.items import EventItem
 from unit_mcp.wire import RISKS
 
-from .conftest import REPO, UnitServer, reload, running
+from .conftest import UnitServer, agent_cli, reload, running
 
 pytestmark = pytest.mark.anyio
 
@@ -59,9 +57,6 @@ async def a_turn_that_patches(unit_server: UnitServer, tmp_path: Path) -> tuple[
 
 async def undo(tmp_path: Path, unit_server: UnitServer, *args: str) -> tuple[int, str, str]:
     command = [
-        sys.executable,
-        "-m",
-        "unit_mcp.agent",
         "--data-dir",
         str(tmp_path / "agent-data"),
         "--sessions",
@@ -74,8 +69,7 @@ async def undo(tmp_path: Path, unit_server: UnitServer, *args: str) -> tuple[int
         "--mcp-token-file",
         unit_server.token_file(tmp_path),
     ]
-    done = await anyio.run_process(command, check=False, cwd=REPO, env={**os.environ, "MCP_URL": ""})
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
+    return await agent_cli(*command, env={**os.environ, "MCP_URL": ""})
 
 
 def source(unit_server: UnitServer, unit_id: str, source_id: str) -> str:

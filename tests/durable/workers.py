@@ -1,19 +1,18 @@
-"""Worker processes of one data dir for the durable tests, each logging to its own file: the CLI's `worker`, or
-`provider_worker.py` running one agent (`Workers.script`)."""
+"""Worker processes of one data dir for the durable tests, each logging to its own file: the CLI's `worker` (a fork of
+the warm CLI, support.warm_cli: a process of its own, killed as any), or `provider_worker.py` running one agent
+(`Workers.script`)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-from agent.conftest import REPO
+from support.warm_cli import WarmProcess, warm_cli
 
 from unit_mcp.agent import DurableClient, SessionStore
 from unit_mcp.agent.items import Session
@@ -39,32 +38,32 @@ def stored_session(data: Path, session_id: str) -> Session:
 
 
 class Workers:
-    """Workers run as `python -m unit_mcp.agent worker OPTIONS`, or as `command` + the executor id when given; every
-    one still running is killed at the end."""
+    """Workers run as `python -m unit_mcp.agent worker OPTIONS`, or as `python SCRIPT OPTIONS` when given, each with
+    its executor id; every one still running is killed at the end."""
 
     def __init__(
-        self, data: Path, options: list[str], *, command: list[str] | None = None, env: dict[str, str] | None = None
+        self, data: Path, options: list[str], *, script: Path | None = None, env: dict[str, str] | None = None
     ) -> None:
         self.data, self.options = data, options
-        self.command = command or [sys.executable, "-m", "unit_mcp.agent", "--data-dir", str(data), "worker", *options]
+        self.script_path = script  # None: the CLI's worker; either way a fork of the warm CLI (support.warm_cli)
         self.env = {**os.environ, **(env or {})}
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.running: dict[str, WarmProcess] = {}
 
     @classmethod
     def script(cls, data: Path, system_db: str, provider: str, target: str, model: str, env: dict[str, str]) -> Workers:
         """Workers running `provider_worker.py` (its agent `provider_worker.AGENT`), secrets in `env`."""
-        command = [sys.executable, str(SCRIPT), str(data), system_db, provider, target, model]
-        return cls(data, [], command=command, env=env)
+        return cls(data, [str(data), system_db, provider, target, model], script=SCRIPT, env=env)
 
     def log(self, executor_id: str) -> Path:
         return self.data.parent / f"{executor_id}.log"
 
-    async def start(self, executor_id: str) -> subprocess.Popen[bytes]:
+    async def start(self, executor_id: str) -> WarmProcess:
         log = self.log(executor_id)
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [*self.command, "--executor-id", executor_id, "--takeover"],
-                cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+        args = self.options if self.script_path else ["--data-dir", str(self.data), "worker", *self.options]
+        with log.open("wb") as out, open(os.devnull, "rb") as null:
+            process = warm_cli().spawn(
+                [*args, "--executor-id", executor_id, "--takeover"],
+                stdin=null.fileno(), stdout=out.fileno(), stderr=out.fileno(), env=self.env, script=self.script_path,
             )  # fmt: skip
         self.running[executor_id] = process
         with anyio.fail_after(60):
@@ -88,7 +87,7 @@ class Workers:
             _kill(process)
 
 
-def _kill(process: subprocess.Popen[bytes]) -> int:
+def _kill(process: WarmProcess) -> int:
     """SIGKILL a worker and what it started (an agents-file OpenCode agent's node dies with it); its exit code."""
     started = descendants(process.pid)
     process.kill()
