@@ -19,8 +19,8 @@ import pytest
 from conftest import root_of
 
 from unit_mcp import Host, ReloadError, UnitNotLoaded
-from unit_mcp.host import DrainTimeout, Reloaded
 from unit_mcp.paths import hash_bytes
+from unit_mcp.reloading import DrainTimeout, Reloaded
 
 TALLY = """\
 import threading
