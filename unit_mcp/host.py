@@ -627,13 +627,16 @@ class Host:
         work: Callable[[], Any],
         *,
         progress: Progress | None = None,
+        acting: bool = True,
     ) -> Any:
         """Run unit code on the reload worker thread and stop waiting after `reload_timeout` seconds (per stage the
         job `enter`s in `progress`, when given).
 
         A hung snapshot, drop, import, init or restore cannot be killed, but it no longer holds the
-        host: the call fails with `ReloadTimeout` and the stuck worker is replaced. The worker acts
-        as the host's lock holder meanwhile (unit code calls host methods from init).
+        host: the call fails with `ReloadTimeout` and the stuck worker is replaced. With `acting`, the caller
+        holds the host lock and the worker acts as its holder meanwhile (unit code calls host methods from
+        init); without, the job takes the lock itself (the reload's window), and leaves `_transaction_thread`,
+        which only a holder of the lock may set, alone.
         """
         outcome: dict[str, Any] = {}
         abandoned = threading.Event()
@@ -642,7 +645,8 @@ class Host:
         given_up: list[str] = []
 
         def run() -> None:
-            self._transaction_thread = threading.get_ident()
+            if acting:
+                self._transaction_thread = threading.get_ident()
             try:
                 outcome["value"] = work()
             except BaseException as exc:
@@ -660,7 +664,8 @@ class Host:
             self._worker = _Worker("unit-mcp-reload")
         self._worker.submit(run)
         finished = self._waited(done, progress)
-        self._transaction_thread = None
+        if acting:
+            self._transaction_thread = None
         if not finished:
             given_up.append(stage())
             abandoned.set()

@@ -374,6 +374,7 @@ class Engine(Protocol):
         work: Callable[[], Any],
         *,
         progress: Progress | None = None,
+        acting: bool = True,
     ) -> Any: ...
 
     def _init(self, unit_id: str, module: types.ModuleType) -> LoadedUnit: ...
@@ -533,7 +534,9 @@ def _swap(
     try:
         with quick_switches():
             try:
-                new, restored = host._bounded(unit_id, lambda: progress.stage, quiesce_and_window, progress=progress)
+                new, restored = host._bounded(
+                    unit_id, lambda: progress.stage, quiesce_and_window, progress=progress, acting=False
+                )
             except Contended:  # the unit stays closed (drained) while this thread waits for the host lock
                 with host._guard():
                     new, restored = host._bounded(unit_id, lambda: progress.stage, window, progress=progress)
