@@ -19,8 +19,8 @@ import pytest
 from conftest import root_of
 
 from unit_mcp import Host, ReloadError, UnitNotLoaded
-from unit_mcp.host import DrainTimeout, Reloaded
 from unit_mcp.paths import hash_bytes
+from unit_mcp.reloading import DrainTimeout, Reloaded
 
 TALLY = """\
 import threading
@@ -535,3 +535,35 @@ def test_a_released_use_no_longer_lets_a_new_use_past_a_reload_window(host: Host
         with host.use("tally"):
             assert not gate._closed, "the new use entered only once the window was over"
         opener.join(30)
+
+
+def test_reloads_of_two_units_at_once_all_succeed_and_their_uses_go_on(host: Host) -> None:
+    """A reload's window job takes the host lock itself, without its caller holding it: reloads of other units at
+    the same time (each holding the lock for its prepare) must neither fail nor see the other's worker as theirs."""
+    loaded(host, "tally", TALLY)
+    loaded(host, "other", TALLY)
+    stop = threading.Event()
+
+    def use_both() -> int:
+        uses = 0
+        while not stop.is_set():
+            for unit_id in ("tally", "other"):
+                with host.use(unit_id) as unit:
+                    unit.add()
+                    uses += 1
+        return uses
+
+    def reload_often(unit_id: str) -> list[Reloaded]:
+        return [host.reload(unit_id) for _ in range(40)]
+
+    user, used = in_thread(use_both)
+    runs = [in_thread(lambda unit_id=unit_id: reload_often(unit_id)) for unit_id in ("tally", "other")]
+    for thread, _ in runs:
+        thread.join(120)
+    stop.set()
+    user.join(30)
+    for _, outcome in runs:
+        assert len(outcome) == 1 and not isinstance(outcome[0], BaseException), outcome
+        assert len(outcome[0]) == 40
+    assert used and used[0] > 0
+    assert count_of(host, "tally") + count_of(host, "other") == used[0]

@@ -14,7 +14,7 @@ from ._version import __version__ as __version__
 _EXPORTS = {
     "Confirmations": "confirm",
     "Host": "host",
-    "ReloadError": "host",
+    "ReloadError": "reloading",
     "UnitNotLoaded": "host",
     "UnitError": "errors",
     "UnitService": "service",
@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from .bridge import Bridge, BridgeError
     from .confirm import Confirmations
     from .errors import UnitError
-    from .host import Host, ReloadError, UnitNotLoaded
+    from .host import Host, UnitNotLoaded
+    from .reloading import ReloadError
     from .service import UnitService
     from .tools import UnitTools, tool_risks
     from .unitpage import UnitsUI

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import gc
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
@@ -20,50 +19,40 @@ import traceback
 import types
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import applog, cancel, paths
+from . import applog, cancel, paths, reloading
 from .activities import Activities
 from .changelog import DEFAULT_RETENTION, NOBODY, Caller, ChangeLog, Retention, SqliteChangeLog
 from .importer import BytecodeCache, UnitFinder
 from .loader import Loader, LoaderError, Source, SourceTooLarge, UnitKind, Watch, is_loader
 from .redact import Redactor
+from .reloading import (
+    OWN_STATE,
+    DrainTimeout,
+    Gate,
+    HostLock,
+    LoadedUnit,
+    Progress,
+    Reloaded,
+    ReloadError,
+    ReloadTimeout,
+    held_uses,
+    install,
+    lifecycle_of,
+    version_of,
+)
 from .units import open_loader
 
 if TYPE_CHECKING:
-    import asyncio  # imported where a use waits in a task: it pulls in subprocess, which a test run does without
-
     from .githistory import GitMode
 
-LIFECYCLE = ("init", "drop", "snapshot", "restore")
-HOOKS = (*LIFECYCLE, "migrate")
-"""The lifecycle exports and `migrate(state, from_version)`, called when a reload changes the unit's version."""
-OWN_STATE: Any = object()
-"""`Host.reload`'s default `state`: the new version restores the state the old one hands over."""
 KEPT_SNAPSHOTS = 64
 KEPT_SNAPSHOT_BYTES = 64 * 1024 * 1024
 """Captured snapshots kept in memory for `restore_snapshot`: the newest 64, at most 64 MiB of JSON in all."""
 _claimed_namespaces: dict[str, Host] = {}
 _claim_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class Reloaded:
-    """What a reload did, as plain data (the service turns it into the tools' result; pydantic stays out of the
-    test host process, whose start-up it would double)."""
-
-    unit_id: str
-    restored_state: bool
-    """snapshot() state was handed to restore()."""
-    activity: dict[str, Any]
-    """The `ActivityEvidence` fields: the activity active before and after, whether it was re-activated."""
-    duration_ms: float
-    blocked_ms: float = 0.0
-    """How long new uses of the unit waited: the drain of the uses in flight plus the window."""
-    window_ms: float = 0.0
-    """The window itself (snapshot, migrate, drop, swap, init, restore), with nothing of the unit running."""
 
 
 class UnitNotLoaded(LookupError):
@@ -72,74 +61,6 @@ class UnitNotLoaded(LookupError):
     def __init__(self, unit_id: str) -> None:
         super().__init__(f"unit {unit_id!r} is not loaded")
         self.unit_id = unit_id
-
-
-_held: contextvars.ContextVar[frozenset[tuple[int, str]]] = contextvars.ContextVar("unit_mcp_uses", default=frozenset())
-"""(host id, unit id) of the uses the current thread or task holds: a nested use never waits for a reload that is
-itself waiting for the outer use to finish."""
-
-
-class _Gate:
-    """The uses of one unit in flight, and whether a reload has closed the unit to new ones (they wait, threads on
-    the condition, asyncio tasks on a future woken from the reloading thread)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._closed = False
-        self.active = 0
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-
-    def enter(self, nested: bool) -> None:
-        with self._cond:
-            while self._closed and not nested:
-                self._cond.wait()
-            self.active += 1
-
-    def enter_or_wait(self, nested: bool) -> asyncio.Future[None] | None:
-        """Enter now (None), or a future of the running loop that is done when the gate opens again."""
-        with self._cond:
-            if not self._closed or nested:
-                self.active += 1
-                return None
-            import asyncio
-
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[None] = loop.create_future()
-            self._waiters.append((loop, future))
-            return future
-
-    def leave(self) -> None:
-        with self._cond:
-            self.active -= 1
-            if self.active == 0:
-                self._cond.notify_all()
-
-    def close(self, timeout: float) -> bool:
-        """Hold new uses and wait for those in flight to finish; False if some still run after `timeout` seconds
-        (the gate stays closed: the caller opens it)."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            self._closed = True
-            while self.active:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-            return True
-
-    def open(self) -> None:
-        with self._cond:
-            self._closed = False
-            self._cond.notify_all()
-            waiters, self._waiters = self._waiters, []
-        for loop, future in waiters:
-            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile has nobody left to wake
-                loop.call_soon_threadsafe(_wake, future)
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class UnitUse:
@@ -160,7 +81,7 @@ class UnitUse:
     def _entering(self) -> bool:
         if self._entered or self._token is not None:
             raise RuntimeError("a UnitUse is entered once; call host.use() again for another use")
-        return self._key in _held.get()
+        return self._key in held_uses.get()
 
     def _admitted(self) -> types.ModuleType:
         self._entered = True
@@ -168,7 +89,7 @@ class UnitUse:
         if loaded is None:
             self.release()
             raise UnitNotLoaded(self.unit_id)
-        self._token = _held.set(_held.get() | {self._key})
+        self._token = held_uses.set(held_uses.get() | {self._key})
         self.module = loaded.module
         return loaded.module
 
@@ -178,9 +99,9 @@ class UnitUse:
         if self._entered:
             self._entered = False
             self._gate.leave()
-            held = _held.get()
+            held = held_uses.get()
             if self._key in held:
-                _held.set(held - {self._key})
+                held_uses.set(held - {self._key})
 
     def __enter__(self) -> types.ModuleType:
         self._gate.enter(self._entering())
@@ -207,18 +128,7 @@ class UnitUse:
         token, self._token = self._token, None
         if token is not None:
             with contextlib.suppress(ValueError):  # exited in another context than entered: nothing to undo there
-                _held.reset(token)
-
-
-class ReloadError(Exception):
-    """A reload step failed; the previous version (if any) was put back. `evidence` says what happened."""
-
-    def __init__(self, unit_id: str, stage: str, error: str, evidence: dict[str, Any]) -> None:
-        super().__init__(f"{unit_id}: {stage} failed: {error}")
-        self.unit_id = unit_id
-        self.stage = stage
-        self.error = error
-        self.evidence = evidence
+                held_uses.reset(token)
 
 
 class RestoreError(Exception):
@@ -248,112 +158,6 @@ class _Worker:
     def stop(self) -> None:
         """The thread ends after its current job, if that job ever returns."""
         self._jobs.put(None)
-
-
-class ReloadTimeout(Exception):
-    """Unit code (import, init or restore) ran past the host's reload timeout."""
-
-
-class DrainTimeout(Exception):
-    """Uses of the unit were still running after the host's drain timeout: the reload was refused."""
-
-
-@dataclass
-class LoadedUnit:
-    unit_id: str
-    module: types.ModuleType
-    modules: dict[str, types.ModuleType]
-    activities: list[str] = field(default_factory=list)
-    lifecycle: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    version: Any = None
-    """The unit's `VERSION` if it declares one, else the hash of its module sources."""
-
-    def hook(self, name: str) -> Callable[..., Any] | None:
-        """The lifecycle function as exported at import (a unit deleting its own later cannot lose its state)."""
-        return self.lifecycle.get(name)
-
-
-def _lifecycle(module: types.ModuleType) -> dict[str, Callable[..., Any]]:
-    return {name: fn for name in HOOKS if callable(fn := getattr(module, name, None))}
-
-
-def _version(module: types.ModuleType, modules: dict[str, types.ModuleType]) -> Any:
-    """`VERSION` as the unit declares it, else the `sha256:` hash of its source (of its module sources in name
-    order, for a unit of several modules)."""
-    declared = getattr(module, "VERSION", None)
-    if declared is not None:
-        return declared
-    datas = [getattr(getattr(m.__spec__, "loader", None), "data", b"") for _, m in sorted(modules.items())]
-    if len(datas) == 1:
-        return paths.hash_bytes(datas[0])
-    digest = hashlib.sha256()
-    for name, data in zip(sorted(modules), datas, strict=True):
-        digest.update(f"{name}\0{paths.hash_bytes(data)}\n".encode())
-    return f"sha256:{digest.hexdigest()}"
-
-
-def _install(modules: dict[str, types.ModuleType]) -> None:
-    """Put modules in sys.modules, each bound to its package as an import binds it (`units.counter.panel`)."""
-    for name, module in sorted(modules.items()):
-        sys.modules[name] = module
-        parent, _, child = name.rpartition(".")
-        if parent in sys.modules:
-            setattr(sys.modules[parent], child, module)
-
-
-@dataclass
-class _Prepared:
-    """A new version imported into fresh module objects, none of them in sys.modules or served yet."""
-
-    module: types.ModuleType
-    modules: dict[str, types.ModuleType]
-    version: Any
-
-
-class _GivenUp(Exception):
-    """Raised in a job the caller stopped waiting for, before its next stage: nothing more of it runs."""
-
-
-@dataclass
-class _Progress:
-    """How far a bounded job got. A job of several stages (the window) calls `enter` for each: every stage gets
-    its own `reload_timeout`, and a job given up on stops before its next stage."""
-
-    stage: str = "import"
-    module: types.ModuleType | None = None
-    loaded: LoadedUnit | None = None
-    since: float = field(default_factory=time.monotonic)
-    abandoned: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def enter(self, stage: str) -> None:
-        with self.lock:
-            if self.abandoned:
-                raise _GivenUp(stage)
-            self.stage = stage
-            self.since = time.monotonic()
-
-    def given_up(self, timeout: float) -> bool:
-        """Whether the current stage ran past `timeout` (then the job is marked abandoned)."""
-        with self.lock:
-            if time.monotonic() - self.since < timeout:
-                return False
-            self.abandoned = True
-            return True
-
-
-@dataclass
-class _Handed:
-    """The old version's state on its way to the new one (snapshot, then migrate); `given`, when not `OWN_STATE`, is
-    what the new version restores instead (a checkpoint's state), the old state kept for a failure."""
-
-    given: Any = OWN_STATE
-    state: Any = None
-    has_state: bool = False
-
-    def for_new(self) -> tuple[Any, bool]:
-        """The state the new version's restore() gets, and whether there is one."""
-        return (self.state, self.has_state) if self.given is OWN_STATE else (self.given, True)
 
 
 class Host:
@@ -404,7 +208,7 @@ class Host:
         self._log_max_bytes = log_max_bytes
         self.log_backups = log_backups
         self.app_log = app_log
-        self._lock = threading.RLock()
+        self._lock = HostLock()
         self._unit_locks: dict[str, threading.RLock] = {}
         self._locks_lock = threading.Lock()
         self._loaded: dict[str, LoadedUnit] = {}
@@ -415,7 +219,7 @@ class Host:
         self._worker: _Worker | None = None
         self.reload_timeout = reload_timeout
         self.drain_timeout = drain_timeout
-        self._gates: dict[str, _Gate] = {}
+        self._gates: dict[str, Gate] = {}
         self._pending_activities: list[str] = []
         self._finder: UnitFinder | None = None
         self._log_handler: logging.Handler | None = None
@@ -502,7 +306,7 @@ class Host:
         than most units' import). Each unit still gets `reload_timeout` seconds: a unit that hangs is given up
         on, recorded as failed, and the units after it are returned for a new worker. A failure is recorded and
         logged as a reload's is; nothing was loaded before, so nothing is rolled back."""
-        marker: list[Any] = [0, time.perf_counter(), _Progress()]
+        marker: list[Any] = [0, time.perf_counter(), Progress()]
         abandoned = threading.Event()
         done = threading.Event()
         escaped: list[BaseException] = []
@@ -513,7 +317,7 @@ class Host:
                 for index, unit_id in enumerate(unit_ids):
                     if abandoned.is_set():
                         return
-                    progress = _Progress()
+                    progress = Progress()
                     marker[:] = [index, time.perf_counter(), progress]
                     try:
                         new = self._bring_up(unit_id, progress)
@@ -648,9 +452,12 @@ class Host:
         made through a use is lost. `UnitNotLoaded` if the unit is not loaded."""
         return UnitUse(self, unit_id)
 
-    def _gate(self, unit_id: str) -> _Gate:
+    def _gate(self, unit_id: str) -> Gate:
+        gate = self._gates.get(unit_id)  # every request asks: no lock and no new gate once the unit has one
+        if gate is not None:
+            return gate
         with self._locks_lock:
-            return self._gates.setdefault(unit_id, _Gate())
+            return self._gates.setdefault(unit_id, Gate())
 
     # -- activities -----------------------------------------------------------------------
 
@@ -718,7 +525,7 @@ class Host:
 
         Like a reload, it waits for the uses in flight (up to `drain_timeout`, else `DrainTimeout` and nothing is
         restored) and holds new ones until it is done: a write made through a use is never overwritten half-way."""
-        if (id(self), unit_id) in _held.get():
+        if (id(self), unit_id) in held_uses.get():
             raise DrainTimeout(f"restoring unit {unit_id} was asked for inside a use of it, which it would wait for")
         gate = self._gate(unit_id)
         with self.unit_lock(unit_id):
@@ -798,221 +605,11 @@ class Host:
     def _reload(
         self, unit_id: str, rollback_source: Callable[[], bool] | None, given: Any = OWN_STATE
     ) -> tuple[bool, dict[str, Any], tuple[float, float, float]]:
-        """The transaction behind `reload`: (state restored, activity evidence, (duration, blocked, window) in ms)."""
-        started = time.perf_counter()
-        if (id(self), unit_id) in _held.get():
-            inside = RuntimeError(f"reload of unit {unit_id} asked for inside a use of it, which it would wait for")
-            with self._guard():  # not the unit lock: a reload waiting for this very use may hold it
-                raise self._refuse(unit_id, "drain", inside, self._loaded.get(unit_id), rollback_source)
-        with self.unit_lock(unit_id):
-            with self._guard():
-                old = self._loaded.get(unit_id)
-                progress = _Progress()
-                try:
-                    prepared = self._bounded(unit_id, lambda: progress.stage, lambda: self._prepare(unit_id))
-                except (Exception, SystemExit) as exc:
-                    raise self._refuse(unit_id, "import", exc, old, rollback_source) from exc
-            gate = self._gate(unit_id)
-            closed = time.perf_counter()
-            try:
-                if not gate.close(self.drain_timeout):
-                    drained = DrainTimeout(
-                        f"uses of unit {unit_id} still running after {self.drain_timeout:g} s (drain timeout); "
-                        "reload refused, the previous version serves on"
-                    )
-                    with self._guard():
-                        raise self._refuse(unit_id, "drain", drained, old, rollback_source)
-                window = time.perf_counter()
-                with self._guard():
-                    restored, evidence = self._swap(unit_id, old, prepared, rollback_source, given)
-            finally:
-                gate.open()
-                opened = time.perf_counter()
-        duration = (opened - started) * 1000
-        blocked, in_window = (opened - closed) * 1000, (opened - window) * 1000
-        self.logger.info(
-            "unit %s reloaded in %.1f ms (uses held %.2f ms, window %.2f ms)", unit_id, duration, blocked, in_window
-        )
-        return restored, evidence, (duration, blocked, in_window)
+        """The transaction behind `reload` (reloading.py): (state restored, activity evidence, (duration, blocked,
+        window) in ms)."""
+        return reloading.run(self, unit_id, rollback_source, given)
 
-    def _refuse(
-        self,
-        unit_id: str,
-        stage: str,
-        exc: BaseException,
-        old: LoadedUnit | None,
-        rollback_source: Callable[[], bool] | None,
-    ) -> ReloadError:
-        """A reload given up before anything of the old version was touched: it serves on (a unit loaded for the
-        first time is recorded as failed)."""
-        trace = self.unit_traceback(unit_id, exc)  # before the rollback: the lines shown are the ones attempted
-        source_restored = self._roll_back_source(unit_id, rollback_source)
-        if old is None:
-            self._load_errors[unit_id] = self._describe(exc)
-        return self._failure(
-            unit_id,
-            stage,
-            exc,
-            rolled_back=old is not None,
-            source_restored=source_restored,
-            trace=trace,
-            first=old is None,
-        )
-
-    def _prepare(self, unit_id: str) -> _Prepared:
-        """Read, compile and import the unit's new version into fresh modules, then put back in sys.modules what
-        serves now: nothing of the new version is visible until the swap."""
-        serving = self._unit_modules(unit_id)
-        self._purge(unit_id)
-        modules: dict[str, types.ModuleType] = {}
-        try:
-            module = importlib.import_module(self.module_name(unit_id))
-            modules = self._unit_modules(unit_id)
-        finally:
-            self._purge(unit_id)
-            for name, new in modules.items():  # an import binds a module to its package: unbind what it bound
-                parent, _, child = name.rpartition(".")
-                if getattr(sys.modules.get(parent), child, None) is new:
-                    delattr(sys.modules[parent], child)
-            _install(serving)
-        if self._transaction_thread != threading.get_ident():
-            raise ReloadTimeout("the import returned after the reload had given up on it; discarded")
-        return _Prepared(module, modules, _version(module, modules))
-
-    def _swap(
-        self,
-        unit_id: str,
-        old: LoadedUnit | None,
-        prepared: _Prepared,
-        rollback_source: Callable[[], bool] | None,
-        given: Any = OWN_STATE,
-    ) -> tuple[bool, dict[str, Any]]:
-        """The window, with no use of the unit running: snapshot → migrate → drop → swap → init → restore, as one
-        job on the reload worker (a hand-over between threads per stage cost more than the stages themselves on a
-        busy process: each waits for the GIL), each stage still bounded by `reload_timeout` on its own."""
-        active_before = self.active_activity
-        owned_active = self._activities.owned_by(unit_id)
-        progress = _Progress(stage="snapshot", module=prepared.module)
-        handed = _Handed(given)
-        try:
-            new, restored = self._bounded(
-                unit_id,
-                lambda: progress.stage,
-                lambda: self._window(unit_id, old, prepared, handed, progress),
-                progress=progress,
-            )
-        except (Exception, SystemExit) as exc:
-            if progress.stage in ("snapshot", "migrate"):
-                raise self._refuse(unit_id, progress.stage, exc, old, rollback_source) from exc
-            if progress.stage != "drop":
-                raise self._failed_window(
-                    unit_id, old, handed, progress, exc, rollback_source, active_before if owned_active else None
-                ) from exc
-            # drop() hung: given up on as a failing drop is (logged), and the new version comes in on a new worker
-            self.logger.error("drop() of unit %s failed: %s", unit_id, self._describe(exc))
-            self._discard(unit_id)
-            progress = _Progress(stage="init", module=prepared.module)
-            try:
-                new, restored = self._bounded(
-                    unit_id,
-                    lambda: progress.stage,
-                    lambda: self._bring_in(unit_id, prepared, *handed.for_new(), progress),
-                )
-            except (Exception, SystemExit) as late:
-                raise self._failed_window(
-                    unit_id, old, handed, progress, late, rollback_source, active_before if owned_active else None
-                ) from late
-        self._loaded[unit_id] = new
-        self._load_errors.pop(unit_id, None)
-        return restored, self._activities.reactivate(unit_id, active_before, owned_active, self._describe)
-
-    def _window(
-        self, unit_id: str, old: LoadedUnit | None, prepared: _Prepared, handed: _Handed, progress: _Progress
-    ) -> tuple[LoadedUnit, bool]:
-        """The window's stages in the reload worker; `progress` says which one failed or hangs."""
-        if old is not None:
-            snapshot = old.hook("snapshot")
-            if snapshot is not None:
-                handed.has_state = True
-                own = handed.given is OWN_STATE  # else the old state is only kept for a failure: not migrated
-                handed.state = self._handed_over(old, prepared, snapshot, progress) if own else snapshot()
-            elif callable(prepared.module.__dict__.get("migrate")) and old.version != prepared.version:
-                self.logger.info("unit %s has migrate() but its previous version had no snapshot(): not run", unit_id)
-            progress.enter("drop")
-            self._teardown(old, here=True)
-        progress.enter("init")
-        if old is not None:
-            self._discard(unit_id)
-        return self._bring_in(unit_id, prepared, *handed.for_new(), progress)
-
-    def _failed_window(
-        self,
-        unit_id: str,
-        old: LoadedUnit | None,
-        handed: _Handed,
-        progress: _Progress,
-        exc: BaseException,
-        rollback_source: Callable[[], bool] | None,
-        reactivate: str | None,
-    ) -> ReloadError:
-        """init or restore of the new version failed: it goes, the old version comes back with its state."""
-        trace = self.unit_traceback(unit_id, exc)
-        if progress.loaded is not None:
-            self._teardown(progress.loaded)
-        else:
-            self._discard(unit_id)
-        source_restored = self._roll_back_source(unit_id, rollback_source)
-        reinstated = old is not None and self._reinstate(old, handed.state, handed.has_state, reactivate)
-        if not reinstated:
-            self._loaded.pop(unit_id, None)
-            self._load_errors[unit_id] = self._describe(exc)
-        return self._failure(
-            unit_id,
-            progress.stage,
-            exc,
-            rolled_back=reinstated,
-            source_restored=source_restored,
-            trace=trace,
-            first=old is None,
-        )
-
-    def _handed_over(
-        self, old: LoadedUnit, prepared: _Prepared, snapshot: Callable[[], Any], progress: _Progress
-    ) -> Any:
-        """The old version's state as the new version takes it: snapshot(), then the new version's
-        migrate(state, from_version) when the version changed."""
-        state = snapshot()
-        migrate = prepared.module.__dict__.get("migrate")
-        if callable(migrate) and old.version != prepared.version:
-            progress.stage = "migrate"
-            state = migrate(state, old.version)
-        return state
-
-    def _bring_in(
-        self, unit_id: str, prepared: _Prepared, state: Any, has_state: bool, progress: _Progress
-    ) -> tuple[LoadedUnit, bool]:
-        """swap → init → restore (the old version is torn down already)."""
-        _install(prepared.modules)
-        self._pending_activities = []
-        progress.loaded = self._init(unit_id, prepared.module)
-        progress.loaded.version = prepared.version
-        progress.stage = "restore"
-        restore = progress.loaded.hook("restore")
-        if has_state and restore is not None:
-            restore(state)
-            return progress.loaded, True
-        return progress.loaded, False
-
-    def _roll_back_source(self, unit_id: str, rollback_source: Callable[[], bool] | None) -> bool:
-        if rollback_source is None:
-            return False
-        try:
-            return rollback_source()
-        except Exception:
-            self.logger.exception("restoring the previous source of unit %s failed", unit_id)
-            return False
-
-    def _bring_up(self, unit_id: str, progress: _Progress) -> LoadedUnit:
+    def _bring_up(self, unit_id: str, progress: Progress) -> LoadedUnit:
         """import → init of a unit loaded at start; `progress` tells the caller how far it got if it fails or
         hangs."""
         progress.module = self._import(unit_id)
@@ -1020,7 +617,7 @@ class Host:
             raise ReloadTimeout("the import returned after the reload had given up on it; not initialised")
         progress.stage = "init"
         progress.loaded = self._init(unit_id, progress.module)
-        progress.loaded.version = _version(progress.module, progress.loaded.modules)
+        progress.loaded.version = version_of(progress.module, progress.loaded.modules)
         return progress.loaded
 
     def _bounded(
@@ -1029,14 +626,17 @@ class Host:
         stage: Callable[[], str],
         work: Callable[[], Any],
         *,
-        progress: _Progress | None = None,
+        progress: Progress | None = None,
+        acting: bool = True,
     ) -> Any:
         """Run unit code on the reload worker thread and stop waiting after `reload_timeout` seconds (per stage the
         job `enter`s in `progress`, when given).
 
         A hung snapshot, drop, import, init or restore cannot be killed, but it no longer holds the
-        host: the call fails with `ReloadTimeout` and the stuck worker is replaced. The worker acts
-        as the host's lock holder meanwhile (unit code calls host methods from init).
+        host: the call fails with `ReloadTimeout` and the stuck worker is replaced. With `acting`, the caller
+        holds the host lock and the worker acts as its holder meanwhile (unit code calls host methods from
+        init); without, the job takes the lock itself (the reload's window), and leaves `_transaction_thread`,
+        which only a holder of the lock may set, alone.
         """
         outcome: dict[str, Any] = {}
         abandoned = threading.Event()
@@ -1045,7 +645,8 @@ class Host:
         given_up: list[str] = []
 
         def run() -> None:
-            self._transaction_thread = threading.get_ident()
+            if acting:
+                self._transaction_thread = threading.get_ident()
             try:
                 outcome["value"] = work()
             except BaseException as exc:
@@ -1063,7 +664,8 @@ class Host:
             self._worker = _Worker("unit-mcp-reload")
         self._worker.submit(run)
         finished = self._waited(done, progress)
-        self._transaction_thread = None
+        if acting:
+            self._transaction_thread = None
         if not finished:
             given_up.append(stage())
             abandoned.set()
@@ -1076,14 +678,18 @@ class Host:
             raise outcome["error"]
         return outcome["value"]
 
-    def _waited(self, done: threading.Event, progress: _Progress | None) -> bool:
-        """Wait for a bounded job: False once its stage ran past `reload_timeout` or the caller cancelled."""
+    def _waited(self, done: threading.Event, progress: Progress | None) -> bool:
+        """Wait for a bounded job: False once its stage ran past `reload_timeout` or the caller cancelled (looked at
+        every 0.1 s: the job moves from stage to stage, each with its own bound)."""
         if progress is None:
             return cancel.wait(done, self.reload_timeout)
-        while not cancel.wait(done, max(0.0, progress.since + self.reload_timeout - time.monotonic())):
-            if cancel.requested():
-                with progress.lock:
-                    progress.abandoned = True
+        while not cancel.wait(
+            done, max(0.0, min(0.1, progress.since + progress.extra + self.reload_timeout - time.monotonic()))
+        ):
+            if progress.committed:  # only the gate's opening is left: it ends in microseconds
+                done.wait()
+                return True
+            if cancel.requested() and progress.abandon():
                 return done.is_set()
             if progress.given_up(self.reload_timeout):
                 return done.is_set()
@@ -1094,7 +700,7 @@ class Host:
         self._purge(unit_id)
         loaded = self._loaded.get(unit_id)
         if loaded is not None:
-            _install(loaded.modules)
+            install(loaded.modules)
 
     def _guard(self) -> Any:
         """The host lock, except in the reload worker, which runs while its caller holds that lock."""
@@ -1108,7 +714,7 @@ class Host:
         return importlib.import_module(self.module_name(unit_id))
 
     def _init(self, unit_id: str, module: types.ModuleType) -> LoadedUnit:
-        lifecycle = _lifecycle(module)  # as exported at import, before init can change it
+        lifecycle = lifecycle_of(module)  # as exported at import, before init can change it
         init = lifecycle.get("init")
         if init is not None:
             self._initialising = unit_id
@@ -1143,35 +749,6 @@ class Host:
         """Forget the unit's activities and modules (after drop, or after a failed import or init)."""
         self._activities.forget(unit_id)
         self._purge(unit_id)
-
-    def _reinstate(self, old: LoadedUnit, state: Any, has_state: bool, reactivate: str | None) -> bool:
-        """Put the previous module objects back and bring them up again with their state."""
-        _install(old.modules)
-        self._pending_activities = []
-        try:
-            init = old.hook("init")
-            if init is not None:
-                self._initialising = old.unit_id
-                try:
-                    init(self)
-                finally:
-                    self._initialising = None
-            restore = old.hook("restore")
-            if has_state and restore is not None:
-                restore(state)
-        except Exception as exc:
-            self.logger.exception("putting back the previous version of unit %s failed", old.unit_id)
-            self._discard(old.unit_id)
-            self._load_errors[old.unit_id] = self._describe(exc)
-            return False
-        old.activities = list(self._pending_activities)
-        self._loaded[old.unit_id] = old
-        if reactivate is not None and reactivate in self._activities:
-            try:
-                self.activate(reactivate)
-            except Exception:
-                self.logger.exception("re-activating %s after a rollback failed", reactivate)
-        return True
 
     def _unit_modules(self, unit_id: str) -> dict[str, types.ModuleType]:
         names = self._finder.names.get(unit_id, ()) if self._finder is not None else ()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import shlex
@@ -231,6 +232,10 @@ async def serve(args: argparse.Namespace) -> None:
         # Claim stdin/stdout before the units start, so that nothing they print at import reaches the wire.
         streams = await stack.enter_async_context(stdio_streams()) if args.stdio else None
         tools, data_dir = _tools(args, stack)
+        # What start-up made (modules, the units loaded, the tools' models) lives as long as the process: out of
+        # the collector's full passes, each of which stopped every thread, the application's requests too, for
+        # 100-400 ms (about 100,000 objects). A unit's version loaded here stays in memory after its reload.
+        gc.freeze()
         await serve_until_stopped(tools.server(), streams, lambda: _serve_http(args, tools, data_dir, stack))
 
 

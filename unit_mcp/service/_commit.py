@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 from .. import paths, tracing
 from ..changelog import Change, Outcome
 from ..errors import Exists, ReloadFailed, StaleHash, UnitError
-from ..host import OWN_STATE, Reloaded, ReloadError
 from ..loader import Source, StaleSource, Written
 from ..models import ActivityEvidence, ReloadResult, RunTestsResult
 from ..paging import MAX_FIELD_BYTES, clip
+from ..reloading import OWN_STATE, Reloaded, ReloadError
 from ._caller import replaying
 from ._plan import Committed, Plan, Target, hash_or_none
 from ._recording import record as _record_change

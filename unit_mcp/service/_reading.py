@@ -10,7 +10,6 @@ from .. import applog, paths
 from ..arguments import MAX_LOG_LINES, ListArgs, ReadLogArgs, ReadSourceArgs, UnitArgs, takes
 from ..errors import InvalidArgument, StaleHash, TooLarge
 from ..folderloader import FilesystemLoader
-from ..host import LIFECYCLE
 from ..loader import LoaderError, Source, UnitKind, primary_source_id
 from ..models import (
     InspectResult,
@@ -37,6 +36,7 @@ from ..paging import (
     text_page,
 )
 from ..patching import line_ending_kind
+from ..reloading import LIFECYCLE
 from ._units import Units
 
 LINE_ENDINGS = typing.get_args(ReadSourceResult.model_fields["line_ending"].annotation)

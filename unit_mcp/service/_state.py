@@ -10,10 +10,11 @@ from typing import Any
 from ..arguments import LocalAccessArgs, RestoreSnapshotArgs, UnitArgs, takes
 from ..changelog import iso_time
 from ..errors import NotSupported, RestoreFailed, SnapshotFailed, UnitNotLoaded, UnknownSnapshot
-from ..host import DrainTimeout, RestoreError
+from ..host import RestoreError
 from ..localaccess import LocalAccess
 from ..models import LocalAccessResult, LocalFolderHandle, ReloadResult, RestoreSnapshotResult, SnapshotResult
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, json_size
+from ..reloading import DrainTimeout
 from ._caller import caller
 from ._commit import reload_unit
 from ._units import Units
