@@ -612,7 +612,7 @@ class Bench:
                       f"trigrams were kept as two-byte numbers)",
              "value": scale["lexical_index_kib"], "goal": "<= 40000", "met": scale["lexical_index_kib"] <= 40_000},
             {"ratio": f"memory of the identifier index (names, typo keys) at {count} units, KiB traced: these units "
-                      f"(few shared words) | {count} units of five made-up identifiers each (the typo keys' worst "
+                      f"(few shared words); {count} units of five made-up identifiers each (the typo keys' worst "
                       f"case; {scale['names_index_varied_kib']} KiB)",
              "value": scale["names_index_kib"]},
         ]  # fmt: skip

@@ -224,7 +224,12 @@ class _Entry:
 
     def candidate(self, terms: list[str], term_scores: list[dict[str, float]], confidence: float) -> Candidate:
         evidence: list[Evidence] = []
-        for field, value, value_tokens in _field_tokens(self.facts) if terms else ():
+        hits = {token for scores in term_scores for token in scores if token in self.weights}
+        for field, value in self.facts.fields if hits else ():
+            lowered = value.lower()
+            if not any(token in lowered for token in hits):
+                continue  # a token of the value is part of the lower-cased value: no need to split this one
+            value_tokens = frozenset(tokens(value))
             matched = [
                 term
                 for term, scores in zip(terms, term_scores, strict=True)
