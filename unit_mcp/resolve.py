@@ -190,11 +190,20 @@ def _field_tokens(facts: UnitFacts) -> list[tuple[str, str, frozenset[str]]]:
     return [(field, value, frozenset(map(sys.intern, tokens(value)))) for field, value in facts.fields]
 
 
-class _Entry:
-    """One indexed unit: its facts, its summary, its letter trigrams and the best field weight of each of its
-    tokens (the tokens are the index's own strings: one copy however many units hold them)."""
+_FIELD_BITS = {field: 1 << n for n, field in enumerate(FIELD_WEIGHTS)}
+_MASK_WEIGHT = tuple(
+    max((weight for n, weight in enumerate(FIELD_WEIGHTS.values()) if mask >> n & 1), default=0.0)
+    for mask in range(1 << len(FIELD_WEIGHTS))
+)
+"""The best weight of the fields a mask of `_FIELD_BITS` names."""
 
-    __slots__ = ("facts", "summary", "trigrams", "weights")
+
+class _Entry:
+    """One indexed unit: its facts, its summary, its letter trigrams and, per token, the fields holding it as
+    a bit mask (a small int, shared by every unit; its best weight is `_MASK_WEIGHT[mask]`). The tokens are
+    interned: one copy however many units hold them."""
+
+    __slots__ = ("facts", "masks", "summary", "trigrams")
 
     def __init__(self, facts: UnitFacts, fields: list[tuple[str, str, frozenset[str]]]) -> None:
         self.facts = facts
@@ -202,10 +211,11 @@ class _Entry:
         first = docstring.strip().split("\n", 1)[0]
         self.summary = (first if len(first) <= 200 else first[:200] + "…") or None
         self.trigrams = array("H", sorted(_trigrams(" ".join(value for _, value in facts.fields))))
-        self.weights: dict[str, float] = {}
+        self.masks: dict[str, int] = {}
         for field, _, value_tokens in fields:
+            bit = _FIELD_BITS[field]
             for token in value_tokens:
-                self.weights[token] = max(self.weights.get(token, 0.0), FIELD_WEIGHTS[field])
+                self.masks[token] = self.masks.get(token, 0) | bit
 
     def confidence(self, term_scores: list[dict[str, float]], whole: str) -> float:
         """Each term's best weighted match over the unit's tokens, averaged over the terms; 1 for the exact unit
@@ -215,16 +225,16 @@ class _Entry:
         total = 0.0
         for scores in term_scores:
             best = 0.0
-            for token, weight in self.weights.items():
+            for token, mask in self.masks.items():
                 score = scores.get(token)
-                if score is not None and score * weight > best:
-                    best = score * weight
+                if score is not None and score * _MASK_WEIGHT[mask] > best:
+                    best = score * _MASK_WEIGHT[mask]
             total += best
         return round(min(total / len(term_scores), 1.0), 3)
 
     def candidate(self, terms: list[str], term_scores: list[dict[str, float]], confidence: float) -> Candidate:
         evidence: list[Evidence] = []
-        hits = {token for scores in term_scores for token in scores if token in self.weights}
+        hits = {token for scores in term_scores for token in scores if token in self.masks}
         for field, value in self.facts.fields if hits else ():
             lowered = value.lower()
             if not any(token in lowered for token in hits):
@@ -278,14 +288,13 @@ class LexicalIndex:
             if old is not None:
                 self._forget(old)
             if facts is not None:
-                fields = _field_tokens(facts)
-                self._add(_Entry(facts, fields), fields)
+                self._add(_Entry(facts, _field_tokens(facts)))
 
-    def _add(self, entry: _Entry, fields: list[tuple[str, str, frozenset[str]]]) -> None:
+    def _add(self, entry: _Entry) -> None:
         unit_id = entry.facts.unit_id
         self._units[unit_id] = entry
         self._by_lower.setdefault(unit_id.lower(), set()).add(unit_id)
-        for token, weight in entry.weights.items():
+        for token, mask in entry.masks.items():
             if token not in self._postings:
                 self._postings[token] = {}
                 self._field_counts[token] = {}
@@ -293,10 +302,11 @@ class LexicalIndex:
                     self._prefixes.setdefault(token[:3], set()).add(token)
                 for gram in _grams(token):
                     self._grams.setdefault(gram, set()).add(token)
-            self._postings[token][unit_id] = weight
-        for token, field in _token_fields(fields):
+            self._postings[token][unit_id] = _MASK_WEIGHT[mask]
             counts = self._field_counts[token]
-            counts[field] = counts.get(field, 0) + 1
+            for field, bit in _FIELD_BITS.items():
+                if mask & bit:
+                    counts[field] = counts.get(field, 0) + 1
 
     def _forget(self, entry: _Entry) -> None:
         unit_id = entry.facts.unit_id
@@ -304,12 +314,14 @@ class LexicalIndex:
         lower.discard(unit_id)
         if not lower:
             del self._by_lower[unit_id.lower()]
-        for token, field in _token_fields(_field_tokens(entry.facts)):
+        for token, mask in entry.masks.items():
             counts = self._field_counts[token]
-            counts[field] -= 1
-            if not counts[field]:
-                del counts[field]
-        for token in entry.weights:
+            for field, bit in _FIELD_BITS.items():
+                if mask & bit:
+                    counts[field] -= 1
+                    if not counts[field]:
+                        del counts[field]
+        for token in entry.masks:
             postings = self._postings[token]
             del postings[unit_id]
             if postings:
@@ -408,11 +420,6 @@ def _discard(index: dict[str, set[str]], key: str, token: str) -> None:
     tokens_.discard(token)
     if not tokens_:
         del index[key]
-
-
-def _token_fields(fields: list[tuple[str, str, frozenset[str]]]) -> list[tuple[str, str]]:
-    """Each (token, field) of a unit once: a field counts a token once however often its value repeats it."""
-    return list(dict.fromkeys((token, field) for field, _, value_tokens in fields for token in value_tokens))
 
 
 WEIGHTS_FILE = "l2_supercat_256.safetensors"
@@ -747,7 +754,9 @@ def _linked(index: dict[str, str | tuple[str, ...]], key: str) -> tuple[str, ...
 
 def _discard_key(index: dict[str, tuple[tuple[str, ...], ...]], key: str, words: tuple[str, ...]) -> None:
     """Forget one identifier under its first word (a tuple, not a set: most first words start one identifier)."""
-    names = tuple(name for name in index[key] if name != words)
+    held = index[key]
+    at = held.index(words)
+    names = held[:at] + held[at + 1 :]
     if names:
         index[key] = names
     else:
