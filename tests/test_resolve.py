@@ -4,6 +4,7 @@ index that ranks exactly as scoring every unit did."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -398,3 +399,65 @@ def test_the_resolve_benchmark_runs_on_the_services_facts(tmp_path: Path, monkey
     assert scores["queries"]["shipped"]["top1"] >= 0.98 and scores["heldout"]["shipped"]["empty"] == 0
     scale = at_scale(300, queries=20)
     assert scale["units"] == 300 and scale["query_cpu_median_ms"] > 0 and scale["cores"]
+
+
+_NAME = st.lists(st.text(alphabet="ab", min_size=1, max_size=5), min_size=1, max_size=3).map("_".join)
+"""Identifiers of few letters, so that first words often share a deletion key (a key held by two words)."""
+_CHANGE = st.tuples(st.integers(0, 5), st.none() | st.lists(_NAME, min_size=1, max_size=4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(changes=st.lists(_CHANGE, min_size=1, max_size=20), words=st.lists(_WORD, min_size=1, max_size=3))
+def test_the_name_index_after_any_changes_answers_as_one_built_afresh(
+    changes: list[tuple[int, list[str] | None]], words: list[str]
+) -> None:
+    """Units whose identifiers share first words (kept as tuples, and the typo keys as one word or a tuple, to
+    save memory) changed and removed in any order: the index answers as one built from what is left, and once
+    every unit is gone it holds nothing (no key of a forgotten identifier is left behind)."""
+    index = resolve.NameIndex()
+    current: dict[str, UnitFacts] = {}
+    for n, names in changes:
+        unit_id = f"u{n}"
+        facts = None if names is None else UnitFacts(unit_id, tuple(("symbol", name) for name in names))
+        index.update(unit_id, facts)
+        if facts is None:
+            current.pop(unit_id, None)
+        else:
+            current[unit_id] = facts
+    fresh = resolve.NameIndex()
+    for unit_id, facts in current.items():
+        fresh.update(unit_id, facts)
+    description = " ".join(words)
+    assert index.named(description, lambda _: False) == fresh.named(description, lambda _: False)
+    for unit_id in list(current):
+        index.update(unit_id, None)
+    assert not index._units and not index._keys and not index._near and not index._by_unit
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=60), description=st.text(max_size=30))
+def test_the_fallback_shares_letter_trigrams_as_strings_would(text: str, description: str) -> None:
+    """A unit keeps its letter trigrams as two-byte numbers (not a set of strings): the share of a description's
+    trigrams it holds is what comparing the strings gives."""
+
+    def grams(value: str) -> set[str]:
+        letters = " ".join(re.split(r"[^A-Za-z0-9]+", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", value).lower()))
+        return {letters[i : i + 3] for i in range(len(letters) - 2)}
+
+    unit = UnitFacts("u", (("unit_id", "u"), ("docstring", text)))
+    expected = len(grams(description) & grams("u " + text)) / len(grams(description)) if grams(description) else 0
+    entry = resolve._Entry(unit, resolve._field_tokens(unit))
+    assert entry.likeness(resolve._trigrams(description)) == expected
+
+
+def test_the_index_keeps_a_few_kilobytes_a_unit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory per unit, traced (no timing): the lexical index kept about 20 KiB a unit while a unit's letter
+    trigrams were a set of strings, the identifier index about 11 KiB a unit of five made-up identifiers while
+    every typo key held a set; now about 2.5 and 5."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "scripts"))
+    from bench_resolve import indexed, synthetic_facts, traced_kib, varied_names
+
+    count = 2000
+    facts, varied = synthetic_facts(count), varied_names(count)
+    assert traced_kib(lambda: indexed(LexicalIndex(), facts)) < 6 * count
+    assert traced_kib(lambda: indexed(resolve.NameIndex(), varied)) < 8 * count

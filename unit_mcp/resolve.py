@@ -11,7 +11,9 @@ import ast
 import heapq
 import importlib.util
 import re
+import sys
 import threading
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,27 +171,51 @@ def _token_score(term: str, token: str) -> float:
     return 0.0
 
 
-def _trigrams(text: str) -> set[str]:
+_GRAM_CODES = bytes(max(" 0123456789abcdefghijklmnopqrstuvwxyz".find(chr(byte)), 0) for byte in range(256))
+"""Each character a trigram may hold (a space, a digit, a lower-case ASCII letter) as a number below 37; words
+hold nothing else once split, anything else would count as a space."""
+
+
+def _trigrams(text: str) -> set[int]:
+    """The text's letter trigrams (its words lower-cased, joined by one space), each as a number below 37 ** 3:
+    a unit keeps them as an array of two-byte numbers, not a set of strings (about 15 KB a unit)."""
     letters = " ".join(_SPLIT.split(_CAMEL.sub(" ", text).lower()))
-    return {letters[i : i + 3] for i in range(len(letters) - 2)}
+    codes = letters.encode("ascii", "replace").translate(_GRAM_CODES)
+    return {(a * 37 + b) * 37 + c for a, b, c in zip(codes, codes[1:], codes[2:], strict=False)}
+
+
+def _field_tokens(facts: UnitFacts) -> list[tuple[str, str, frozenset[str]]]:
+    """Each (field, value) of the facts with the value's tokens: worked out when needed (evidence of the few
+    units shown, an update), not kept for every unit."""
+    return [(field, value, frozenset(map(sys.intern, tokens(value)))) for field, value in facts.fields]
+
+
+_FIELD_BITS = {field: 1 << n for n, field in enumerate(FIELD_WEIGHTS)}
+_MASK_WEIGHT = tuple(
+    max((weight for n, weight in enumerate(FIELD_WEIGHTS.values()) if mask >> n & 1), default=0.0)
+    for mask in range(1 << len(FIELD_WEIGHTS))
+)
+"""The best weight of the fields a mask of `_FIELD_BITS` names."""
 
 
 class _Entry:
-    """One indexed unit: its facts with each value's tokens, and the best field weight of each of its tokens."""
+    """One indexed unit: its facts, its summary, its letter trigrams and, per token, the fields holding it as
+    a bit mask (a small int, shared by every unit; its best weight is `_MASK_WEIGHT[mask]`). The tokens are
+    interned: one copy however many units hold them."""
 
-    __slots__ = ("facts", "fields", "summary", "trigrams", "weights")
+    __slots__ = ("facts", "masks", "summary", "trigrams")
 
-    def __init__(self, facts: UnitFacts) -> None:
+    def __init__(self, facts: UnitFacts, fields: list[tuple[str, str, frozenset[str]]]) -> None:
         self.facts = facts
-        self.fields = tuple((field, value, frozenset(tokens(value))) for field, value in facts.fields)
         docstring = next((value for field, value in facts.fields if field == "docstring"), "")
         first = docstring.strip().split("\n", 1)[0]
         self.summary = (first if len(first) <= 200 else first[:200] + "…") or None
-        self.trigrams = _trigrams(" ".join(value for _, value in facts.fields))
-        self.weights: dict[str, float] = {}
-        for field, _, value_tokens in self.fields:
+        self.trigrams = array("H", sorted(_trigrams(" ".join(value for _, value in facts.fields))))
+        self.masks: dict[str, int] = {}
+        for field, _, value_tokens in fields:
+            bit = _FIELD_BITS[field]
             for token in value_tokens:
-                self.weights[token] = max(self.weights.get(token, 0.0), FIELD_WEIGHTS[field])
+                self.masks[token] = self.masks.get(token, 0) | bit
 
     def confidence(self, term_scores: list[dict[str, float]], whole: str) -> float:
         """Each term's best weighted match over the unit's tokens, averaged over the terms; 1 for the exact unit
@@ -199,16 +225,21 @@ class _Entry:
         total = 0.0
         for scores in term_scores:
             best = 0.0
-            for token, weight in self.weights.items():
+            for token, mask in self.masks.items():
                 score = scores.get(token)
-                if score is not None and score * weight > best:
-                    best = score * weight
+                if score is not None and score * _MASK_WEIGHT[mask] > best:
+                    best = score * _MASK_WEIGHT[mask]
             total += best
         return round(min(total / len(term_scores), 1.0), 3)
 
     def candidate(self, terms: list[str], term_scores: list[dict[str, float]], confidence: float) -> Candidate:
         evidence: list[Evidence] = []
-        for field, value, value_tokens in self.fields:
+        hits = {token for scores in term_scores for token in scores if token in self.masks}
+        for field, value in self.facts.fields if hits else ():
+            lowered = value.lower()
+            if not any(token in lowered for token in hits):
+                continue  # a token of the value is part of the lower-cased value: no need to split this one
+            value_tokens = frozenset(tokens(value))
             matched = [
                 term
                 for term, scores in zip(terms, term_scores, strict=True)
@@ -221,9 +252,9 @@ class _Entry:
                     break
         return Candidate(unit_id=self.facts.unit_id, confidence=confidence, evidence=evidence, summary=self.summary)
 
-    def likeness(self, grams: set[str]) -> float:
+    def likeness(self, grams: set[int]) -> float:
         """How much of a description's letter trigrams the unit's facts share: the fallback when no word matches."""
-        return len(grams & self.trigrams) / len(grams) if grams else 0.0
+        return len(grams.intersection(self.trigrams)) / len(grams) if grams else 0.0
 
 
 class LexicalIndex:
@@ -257,13 +288,13 @@ class LexicalIndex:
             if old is not None:
                 self._forget(old)
             if facts is not None:
-                self._add(_Entry(facts))
+                self._add(_Entry(facts, _field_tokens(facts)))
 
     def _add(self, entry: _Entry) -> None:
         unit_id = entry.facts.unit_id
         self._units[unit_id] = entry
         self._by_lower.setdefault(unit_id.lower(), set()).add(unit_id)
-        for token, weight in entry.weights.items():
+        for token, mask in entry.masks.items():
             if token not in self._postings:
                 self._postings[token] = {}
                 self._field_counts[token] = {}
@@ -271,10 +302,11 @@ class LexicalIndex:
                     self._prefixes.setdefault(token[:3], set()).add(token)
                 for gram in _grams(token):
                     self._grams.setdefault(gram, set()).add(token)
-            self._postings[token][unit_id] = weight
-        for token, field in _token_fields(entry):
+            self._postings[token][unit_id] = _MASK_WEIGHT[mask]
             counts = self._field_counts[token]
-            counts[field] = counts.get(field, 0) + 1
+            for field, bit in _FIELD_BITS.items():
+                if mask & bit:
+                    counts[field] = counts.get(field, 0) + 1
 
     def _forget(self, entry: _Entry) -> None:
         unit_id = entry.facts.unit_id
@@ -282,12 +314,14 @@ class LexicalIndex:
         lower.discard(unit_id)
         if not lower:
             del self._by_lower[unit_id.lower()]
-        for token, field in _token_fields(entry):
+        for token, mask in entry.masks.items():
             counts = self._field_counts[token]
-            counts[field] -= 1
-            if not counts[field]:
-                del counts[field]
-        for token in entry.weights:
+            for field, bit in _FIELD_BITS.items():
+                if mask & bit:
+                    counts[field] -= 1
+                    if not counts[field]:
+                        del counts[field]
+        for token in entry.masks:
             postings = self._postings[token]
             del postings[unit_id]
             if postings:
@@ -386,11 +420,6 @@ def _discard(index: dict[str, set[str]], key: str, token: str) -> None:
     tokens_.discard(token)
     if not tokens_:
         del index[key]
-
-
-def _token_fields(entry: _Entry) -> list[tuple[str, str]]:
-    """Each (token, field) of the entry once: a field counts a token once however often its value repeats it."""
-    return list(dict.fromkeys((token, field) for field, _, value_tokens in entry.fields for token in value_tokens))
 
 
 WEIGHTS_FILE = "l2_supercat_256.safetensors"
@@ -615,14 +644,15 @@ class NameIndex:
 
     A word may be misspelt when it has four letters or more and is not a known word (`known`: the embedding's
     vocabulary), so that "look" never stands for `lock` nor "times" for `timer`, while "tmer" stands for
-    `timer`. The edits are generated from the description's word, not stored for every identifier: memory
-    follows the identifiers, and a description of ten words costs a few thousand lookups at most.
+    `timer`. Misspellings are found by symmetric deletion: each distinct first word of an identifier is kept
+    under itself and every string one deletion from it (at most 34 keys, most leading to that one word, kept as
+    the word itself), and a description's word looks up its own deletions: a few dozen lookups a word.
     """
 
     def __init__(self) -> None:
         self._units: dict[tuple[str, ...], dict[str, tuple[str, str]]] = {}  # words -> unit id -> (field, value)
-        self._keys: dict[str, set[tuple[str, ...]]] = {}  # an identifier's first word -> identifiers
-        self._near: dict[str, set[str]] = {}  # a first word and each deletion from it -> first words
+        self._keys: dict[str, tuple[tuple[str, ...], ...]] = {}  # an identifier's first word -> identifiers
+        self._near: dict[str, str | tuple[str, ...]] = {}  # a first word and each deletion from it -> first word(s)
         self._by_unit: dict[str, list[tuple[str, ...]]] = {}
 
     def update(self, unit_id: str, facts: UnitFacts | None) -> None:
@@ -633,22 +663,24 @@ class NameIndex:
                 del self._units[words]
                 _discard_key(self._keys, words[0], words)
                 if words[0] not in self._keys:
-                    for variant in _deletes(words[0]):
-                        _discard(self._near, variant, words[0])
+                    for variant in _typo_keys(words[0]):
+                        _unlink(self._near, variant, words[0])
         if facts is None:
             return
         mine: dict[tuple[str, ...], tuple[str, str]] = {}
         for field, value in facts.fields:
-            words = tuple(_words(value))
-            if field in NAME_FIELDS and words and words not in mine:
+            if field not in NAME_FIELDS:
+                continue
+            words = tuple(map(sys.intern, _words(value)))
+            if words and words not in mine:
                 mine[words] = (field, value)
         for words, fact in mine.items():
             if words not in self._units:
                 self._units[words] = {}
                 if words[0] not in self._keys:
-                    for variant in _deletes(words[0]):
-                        self._near.setdefault(variant, set()).add(words[0])
-                self._keys.setdefault(words[0], set()).add(words)
+                    for variant in _typo_keys(words[0]):
+                        _link(self._near, variant, words[0])
+                self._keys[words[0]] = (*self._keys.get(words[0], ()), words)
             self._units[words][unit_id] = fact
         self._by_unit[unit_id] = list(mine)
 
@@ -663,7 +695,7 @@ class NameIndex:
         for start, word in enumerate(words):
             candidates = set(self._keys.get(word, ()))
             if typo[start] and len(word) <= 32:
-                near = {key for variant in _deletes(word) for key in self._near.get(variant, ())}
+                near = {key for variant in _deletes(word) for key in _linked(self._near, variant)}
                 for key in near:
                     if key != word and _one_edit(word, key):
                         candidates.update(self._keys[key])
@@ -686,10 +718,48 @@ class NameIndex:
         return found
 
 
-def _discard_key(index: dict[str, set[tuple[str, ...]]], key: str, words: tuple[str, ...]) -> None:
-    names = index[key]
-    names.discard(words)
-    if not names:
+def _typo_keys(word: str) -> set[str]:
+    """The deletion keys of an identifier's first word in the typo index: none for a word no misspelling may
+    stand for (a misspelt word has 4 to 32 letters, so a word one edit from it has 3 to 33), which bounds the
+    index at 34 keys a distinct first word."""
+    return _deletes(word) if 3 <= len(word) <= 33 else set()
+
+
+def _link(index: dict[str, str | tuple[str, ...]], key: str, word: str) -> None:
+    """Add `word` under `key`: most keys lead to one word, kept as the string itself rather than a set of one
+    (a set costs 216 bytes; the index holds up to 34 keys for each distinct first word)."""
+    held = index.get(key)
+    if held is None:
+        index[key] = word
+    elif isinstance(held, str):
+        if held != word:
+            index[key] = (held, word)
+    elif word not in held:
+        index[key] = (*held, word)
+
+
+def _unlink(index: dict[str, str | tuple[str, ...]], key: str, word: str) -> None:
+    held = index.get(key)
+    if held is None or held == word:
+        index.pop(key, None)
+    elif isinstance(held, tuple) and word in held:
+        left = tuple(other for other in held if other != word)
+        index[key] = left[0] if len(left) == 1 else left
+
+
+def _linked(index: dict[str, str | tuple[str, ...]], key: str) -> tuple[str, ...]:
+    held = index.get(key)
+    return () if held is None else (held,) if isinstance(held, str) else held
+
+
+def _discard_key(index: dict[str, tuple[tuple[str, ...], ...]], key: str, words: tuple[str, ...]) -> None:
+    """Forget one identifier under its first word (a tuple, not a set: most first words start one identifier)."""
+    held = index[key]
+    at = held.index(words)
+    names = held[:at] + held[at + 1 :]
+    if names:
+        index[key] = names
+    else:
         del index[key]
 
 
@@ -708,9 +778,9 @@ class ResolveIndex:
     def __init__(self, *, meaning: bool = True) -> None:
         self._lock = threading.Lock()
         self._lexical = LexicalIndex()
-        self._names = NameIndex()
         folder = meaning_folder() if meaning else None
         self._meaning = MeaningIndex(folder) if folder is not None else None
+        self._names = NameIndex() if self._meaning is not None else None  # the lexical ranker reads none
 
     def __len__(self) -> int:
         return len(self._lexical)
@@ -727,7 +797,8 @@ class ResolveIndex:
         query (or `flush`)."""
         with self._lock:
             self._lexical.update(unit_id, facts)
-            self._names.update(unit_id, facts)
+            if self._names is not None:
+                self._names.update(unit_id, facts)
             if self._meaning is not None:
                 self._meaning.update(unit_id, None if facts is None else unit_document(facts))
 
@@ -745,17 +816,17 @@ class ResolveIndex:
         description = description[:MAX_QUERY]
         if limit <= 0:
             return []
-        if self._meaning is None:
+        if self._meaning is None or self._names is None:
             ranker = Evidence(field="ranker", value=LEXICAL_ONLY, matched=[])
             return [_with_first(c, ranker) for c in self._lexical.query(description, limit)]
         with self._lock:
-            return self._query(self._meaning, description, limit)
+            return self._query(self._meaning, self._names, description, limit)
 
-    def _query(self, meaning: MeaningIndex, description: str, limit: int) -> list[Candidate]:
+    def _query(self, meaning: MeaningIndex, names: NameIndex, description: str, limit: int) -> list[Candidate]:
         if not len(self._lexical):
             return []
         ids, cosines = meaning.cosines(" ".join(tokens(description)) or description)
-        named = self._names.named(description, meaning.embedder.is_word)
+        named = names.named(description, meaning.embedder.is_word)
         scores = cosines.copy()
         for unit_id, matches in named.items():
             scores[meaning.row(unit_id)] += NAME_BOOST * min(1.0, sum(m.share for m in matches))
