@@ -274,8 +274,10 @@ def test_a_full_start_reuses_the_code_compiled_at_the_last_one_and_never_for_cha
     entries = marshal.loads(blob[len(importlib.util.MAGIC_NUMBER) :])
     [key] = entries
     assert key[0] == str(unit.resolve()) and key[1].startswith("sha256:")
-    # What runs at the next start is the cached code (here deliberately other code for the same key).
-    entries[key] = compile("VALUE = 'from the cache'\n", key[0], "exec")
+    # What runs at the next start is the cached code (here deliberately other code for the same key); each entry
+    # is the marshalled code, unmarshalled only when its module runs.
+    assert isinstance(entries[key], bytes)
+    entries[key] = marshal.dumps(compile("VALUE = 'from the cache'\n", key[0], "exec"))
     cache.write_bytes(importlib.util.MAGIC_NUMBER + marshal.dumps(entries))
     with Host(root, tmp_path / "data") as host:
         assert host.module("cached").VALUE == "from the cache"
