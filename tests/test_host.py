@@ -290,6 +290,28 @@ def test_a_full_start_reuses_the_code_compiled_at_the_last_one_and_never_for_cha
     assert len(entries) == 1 and next(iter(entries))[1] != key[1]  # only this start's entries are kept
 
 
+def test_a_bytecode_cache_of_the_older_form_is_compiled_again_and_rewritten(tmp_path: Path) -> None:
+    """Entries used to be code objects; now each is its marshalled bytes (unmarshalled only when its module runs):
+    an older file's entry is never run, the source is compiled and the file rewritten in the new form."""
+    import importlib.util
+    import marshal
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "plain.py").write_text("VALUE = 3\n")
+    cache = tmp_path / "data" / "bytecode" / "units"
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("plain").VALUE == 3
+    magic = importlib.util.MAGIC_NUMBER
+    entries = marshal.loads(cache.read_bytes()[len(magic) :])
+    older = {key: compile("VALUE = 'old form'\n", key[0], "exec") for key in entries}
+    cache.write_bytes(magic + marshal.dumps(older))
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("plain").VALUE == 3
+    rewritten = marshal.loads(cache.read_bytes()[len(magic) :])
+    assert rewritten.keys() == entries.keys() and all(isinstance(v, bytes) for v in rewritten.values())
+
+
 @pytest.mark.parametrize("content", [b"", b"not a cache at all", b"\x00" * 64])
 def test_a_damaged_or_foreign_bytecode_cache_is_ignored_and_replaced(tmp_path: Path, content: bytes) -> None:
     import importlib.util
