@@ -23,6 +23,7 @@ import http.client
 import json
 import os
 import platform
+import resource
 import select
 import shutil
 import sqlite3
@@ -255,13 +256,16 @@ def initialize_answered(command: list[str], timeout: float = 120.0) -> tuple[flo
         server.wait(30)
 
 
-def scripts_serve_ready(clone: Path, env: dict[str, str]) -> float:
+def scripts_serve_ready(clone: Path, env: dict[str, str]) -> tuple[float, float]:
     """Seconds from running `scripts/serve --no-watch` in `clone` (cloned from this checkout's HEAD first, if it is
-    not there) to its ready lines; the server is stopped after."""
+    not there) to its ready lines, and the CPU seconds of everything it ran (the install too: `scripts/serve` waits
+    for it, then becomes the server); the server is stopped after."""
     if not clone.exists():
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
     keep = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
+    ready = None
     server = subprocess.Popen(
         [str(clone / "scripts" / "serve"), "--no-watch", "--data-dir", str(clone.parent / f"{clone.name}-data")],
         cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**keep, **env},
@@ -270,11 +274,15 @@ def scripts_serve_ready(clone: Path, env: dict[str, str]) -> float:
         assert server.stdout is not None
         for line in server.stdout:
             if line.startswith("XDG_CONFIG_HOME="):
-                return time.perf_counter() - started
-        raise RuntimeError(f"scripts/serve in {clone} exited before its ready lines")
+                ready = time.perf_counter() - started
+                break
+        else:
+            raise RuntimeError(f"scripts/serve in {clone} exited before its ready lines")
     finally:
         server.terminate()
         server.wait(30)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ready, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def bare_server() -> Server[Any]:
@@ -608,8 +616,9 @@ class Bench:
             ("second_run", {}, "startup-clone"),
             ("first_run_pip_cache_off", {"PIP_NO_CACHE_DIR": "1"}, "startup-clone-cold"),
         ):
-            seconds = await anyio.to_thread.run_sync(scripts_serve_ready, self.work / clone, env)
+            seconds, used = await anyio.to_thread.run_sync(scripts_serve_ready, self.work / clone, env)
             figures[f"scripts_serve_{name}_s"] = round(seconds, 1)
+            figures[f"scripts_serve_{name}_cpu_s"] = round(used, 1)
         first = figures["scripts_serve_first_run_warm_cache_s"]
         rows += [
             {"ratio": "scripts/serve first run on a fresh clone to the ready lines, package cache warm (s)",
