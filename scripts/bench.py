@@ -6,6 +6,7 @@
     .venv/bin/python scripts/bench.py --only changelog --merge   # fold one section into the written report
     .venv/bin/python scripts/bench.py --only idle --merge        # opt-in: a server of 10,000 units idle for 60 s
     .venv/bin/python scripts/bench.py --only live --merge        # opt-in: a live app changed under load, vs peers
+    .venv/bin/python scripts/bench.py --only startup --merge     # opt-in: stdio initialize; scripts/serve on a clone
 
 Quick and partial runs print their figures and leave bench/ alone (--write replaces the report anyway).
 
@@ -22,6 +23,8 @@ import http.client
 import json
 import os
 import platform
+import resource
+import select
 import shutil
 import sqlite3
 import statistics
@@ -86,8 +89,9 @@ SECTIONS = (
     "edits",
     "otel",
 )
-OPT_IN = ("idle", "live")
-"""Sections that run only when named in --only (the idle one waits a minute, live about four)."""
+OPT_IN = ("idle", "live", "startup")
+"""Sections that run only when named in --only (the idle one waits a minute, live about four, startup installs a
+fresh clone: a minute or two)."""
 SECTION_SECONDS = 900.0
 """Each section's own time bound (--section-seconds): one that has not ended by then is stopped and reported as a
 miss ("hang"), and the run goes on with the next section."""
@@ -219,6 +223,66 @@ def read_ready_lines(server: subprocess.Popen[str]) -> dict[str, str]:
         key, _, value = line.rstrip("\n").partition("=")
         printed[key] = value
     return printed
+
+
+def initialize_answered(command: list[str], timeout: float = 120.0) -> tuple[float, float]:
+    """Start `command` (an MCP server on stdio), send `initialize` at once and read its answer: the wall time from
+    exec to the answer and the server's CPU time by then, in milliseconds. The server is ended after."""
+    client = {"name": "bench", "version": "0"}
+    params = {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {}, "clientInfo": client}
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+    started = time.perf_counter()
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps(hello).encode() + b"\n")
+        server.stdin.flush()
+        deadline = started + timeout
+        answer = b""
+        while not answer.endswith(b"\n"):
+            if not select.select([server.stdout], [], [], max(0.0, deadline - time.perf_counter()))[0]:
+                raise RuntimeError(f"{command[:3]} did not answer initialize within {timeout:g} s")
+            chunk = os.read(server.stdout.fileno(), 1 << 16)
+            if not chunk:
+                raise RuntimeError(f"{command[:3]} exited before it answered initialize")
+            answer += chunk
+        wall = (time.perf_counter() - started) * 1000
+        used = cpu_seconds(server.pid) * 1000
+        if b'"result"' not in answer:
+            raise RuntimeError(f"{command[:3]} answered initialize with {answer[:200]!r}")
+        return wall, used
+    finally:
+        server.kill()
+        server.wait(30)
+
+
+def scripts_serve_ready(clone: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Seconds from running `scripts/serve --no-watch` in `clone` (cloned from this checkout's HEAD first, if it is
+    not there) to its ready lines, and the CPU seconds of everything it ran (the install too: `scripts/serve` waits
+    for it, then becomes the server); the server is stopped after."""
+    if not clone.exists():
+        subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=300)
+    keep = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    ready = None
+    server = subprocess.Popen(
+        [str(clone / "scripts" / "serve"), "--no-watch", "--data-dir", str(clone.parent / f"{clone.name}-data")],
+        cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**keep, **env},
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            if line.startswith("XDG_CONFIG_HOME="):
+                ready = time.perf_counter() - started
+                break
+        else:
+            raise RuntimeError(f"scripts/serve in {clone} exited before its ready lines")
+    finally:
+        server.terminate()
+        server.wait(30)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ready, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def bare_server() -> Server[Any]:
@@ -516,6 +580,56 @@ class Bench:
              "value": round((rss - rss_empty) / (bare - bare_empty), 3)},
         ]  # fmt: skip
         self.record("idle", figures, rows)
+
+    async def startup(self) -> None:
+        """How soon a newcomer and a launching client are served: `scripts/serve` on a fresh clone of HEAD to its
+        ready lines (first run, which installs into the clone's .venv with the package cache warm; a second run; a
+        first run with pip's cache off), and exec to the answer of `initialize` over stdio, beside the official
+        filesystem server's start as the anchor (both interleaved, each a fresh process)."""
+        rounds = 5 if self.quick else 15
+        fs_root = self.work / "startup-fs"
+        fs_root.mkdir()
+        ours = [sys.executable, "-m", "unit_mcp.server", "--stdio", "--no-watch"]
+        sides = {"unit_mcp_stdio": ours, "fs_server_stdio": [*self._fs_server(), str(fs_root)]}
+        samples: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
+        load_before = os.getloadavg()[0]
+        for turn in range(rounds + 1):  # the first turn warms the page cache
+            for name, command in sides.items():
+                data = ["--data-dir", str(self.work / f"startup-data-{turn}")] if name == "unit_mcp_stdio" else []
+                wall, used = await anyio.to_thread.run_sync(initialize_answered, [*command, *data])
+                if turn:
+                    samples[name].append(wall)
+                    cpu[name].append(used)
+        figures: dict[str, Any] = {name: summary(values) for name, values in samples.items()}
+        for name, values in cpu.items():
+            figures[f"{name}_cpu_ms_median"] = round(statistics.median(values), 1)
+        ours_ms = figures["unit_mcp_stdio"]["median_ms"]
+        rows: list[dict[str, Any]] = [
+            {"ratio": "stdio: exec to the answer of initialize, unit-mcp (ms)", "value": round(ours_ms),
+             "goal": "<= 400 (quiet machine)", "met": ours_ms <= 400},
+            ratio_row("stdio initialize answered: unit-mcp / the filesystem server (Node)", figures["unit_mcp_stdio"],
+                      figures["fs_server_stdio"], None),
+        ]  # fmt: skip
+        for name, env, clone in (
+            ("first_run_warm_cache", {}, "startup-clone"),
+            ("second_run", {}, "startup-clone"),
+            ("first_run_pip_cache_off", {"PIP_NO_CACHE_DIR": "1"}, "startup-clone-cold"),
+        ):
+            seconds, used = await anyio.to_thread.run_sync(scripts_serve_ready, self.work / clone, env)
+            figures[f"scripts_serve_{name}_s"] = round(seconds, 1)
+            figures[f"scripts_serve_{name}_cpu_s"] = round(used, 1)
+        first = figures["scripts_serve_first_run_warm_cache_s"]
+        rows += [
+            {"ratio": "scripts/serve first run on a fresh clone to the ready lines, package cache warm (s)",
+             "value": first, "goal": "<= 25", "met": first <= 25},
+            {"ratio": "scripts/serve second run to the ready lines (s)",
+             "value": figures["scripts_serve_second_run_s"]},
+            {"ratio": "scripts/serve first run on a fresh clone, pip's cache off (s)",
+             "value": figures["scripts_serve_first_run_pip_cache_off_s"]},
+        ]  # fmt: skip
+        figures["load_average_1min"] = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+        self.record("startup", figures, rows)
 
     async def live(self) -> None:
         """A web app under a constant-rate load while its code changes: unit-mcp (an agent's patch+reload calls

@@ -274,8 +274,10 @@ def test_a_full_start_reuses_the_code_compiled_at_the_last_one_and_never_for_cha
     entries = marshal.loads(blob[len(importlib.util.MAGIC_NUMBER) :])
     [key] = entries
     assert key[0] == str(unit.resolve()) and key[1].startswith("sha256:")
-    # What runs at the next start is the cached code (here deliberately other code for the same key).
-    entries[key] = compile("VALUE = 'from the cache'\n", key[0], "exec")
+    # What runs at the next start is the cached code (here deliberately other code for the same key); each entry
+    # is the marshalled code, unmarshalled only when its module runs.
+    assert isinstance(entries[key], bytes)
+    entries[key] = marshal.dumps(compile("VALUE = 'from the cache'\n", key[0], "exec"))
     cache.write_bytes(importlib.util.MAGIC_NUMBER + marshal.dumps(entries))
     with Host(root, tmp_path / "data") as host:
         assert host.module("cached").VALUE == "from the cache"
@@ -286,6 +288,28 @@ def test_a_full_start_reuses_the_code_compiled_at_the_last_one_and_never_for_cha
         assert host.module("cached").VALUE == 2
     entries = marshal.loads(cache.read_bytes()[len(importlib.util.MAGIC_NUMBER) :])
     assert len(entries) == 1 and next(iter(entries))[1] != key[1]  # only this start's entries are kept
+
+
+def test_a_bytecode_cache_of_the_older_form_is_compiled_again_and_rewritten(tmp_path: Path) -> None:
+    """Entries used to be code objects; now each is its marshalled bytes (unmarshalled only when its module runs):
+    an older file's entry is never run, the source is compiled and the file rewritten in the new form."""
+    import importlib.util
+    import marshal
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "plain.py").write_text("VALUE = 3\n")
+    cache = tmp_path / "data" / "bytecode" / "units"
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("plain").VALUE == 3
+    magic = importlib.util.MAGIC_NUMBER
+    entries = marshal.loads(cache.read_bytes()[len(magic) :])
+    older = {key: compile("VALUE = 'old form'\n", key[0], "exec") for key in entries}
+    cache.write_bytes(magic + marshal.dumps(older))
+    with Host(root, tmp_path / "data") as host:
+        assert host.module("plain").VALUE == 3
+    rewritten = marshal.loads(cache.read_bytes()[len(magic) :])
+    assert rewritten.keys() == entries.keys() and all(isinstance(v, bytes) for v in rewritten.values())
 
 
 @pytest.mark.parametrize("content", [b"", b"not a cache at all", b"\x00" * 64])

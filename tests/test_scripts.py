@@ -145,3 +145,86 @@ async def test_scripts_serve_with_app_port_on_a_fresh_clone_serves_the_example_a
         greeting = (await web.get("greeter/Ada")).text
     assert "Hello from the clone, Ada!" in greeting, "the clone's own example units serve"
     assert process.stop(signal.SIGTERM) == 0
+
+
+FAKE_PIP_NOISE = "\n".join(f"pip says line {n}" for n in range(40))
+
+
+def clone_without_venv(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A clone of this checkout's commit with no `.venv`, and a `PYTHON` for its scripts: the real interpreter,
+    except that `-m pip` only logs its arguments, prints 40 lines of noise and installs the clone as
+    `fresh_clone` does (the real install is what tests/test_install.py proves, from the wheel, per role)."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(clone)], check=True, timeout=120)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", head.stdout.strip()], check=True, timeout=120)
+    log = tmp_path / "python-calls.log"
+    site = sysconfig.get_paths(vars={"base": str(clone / ".venv")})["purelib"]
+    python = tmp_path / "python3"
+    python.write_text(
+        f"""#!/bin/sh
+echo "$*" >> {log}
+if [ "$1 $2" != "-m pip" ]; then exec {sys.executable} "$@"; fi
+echo "{FAKE_PIP_NOISE}"
+echo "pip trouble on stderr" >&2
+if [ -n "${{FAKE_PIP_FAILS:-}}" ]; then exit 1; fi
+printf '%s\\n%s\\n' {clone} {sysconfig.get_paths()["purelib"]} > {site}/fresh_clone.pth
+printf '#!%s\\nimport sys\\nfrom unit_mcp.cli import main\\nsys.exit(main())\\n' {clone}/.venv/bin/python \\
+    > {clone}/.venv/bin/unit-mcp
+chmod 755 {clone}/.venv/bin/unit-mcp
+"""
+    )
+    python.chmod(0o755)
+    return clone, log, {**os.environ, "PYTHON": str(python)}
+
+
+def test_scripts_serve_on_a_fresh_clone_installs_only_the_package_quietly_and_says_what_it_serves(
+    tmp_path: Path, server_processes: list[ServerProcess]
+) -> None:
+    """The first `scripts/serve`: one line before the install, pip's output kept back, the package alone installed
+    (no extras), then the KEY=VALUE block and one line saying what is served from where and how to stop."""
+    clone, log, env = clone_without_venv(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    process = ServerProcess(
+        "--no-watch", "--app-port", "0", tmp=run, program=[str(clone / "scripts" / "serve")], env=env
+    )
+    server_processes.append(process)
+    printed = process.ready(timeout=300, last="UNITS_UI_URL")
+    pip_calls = [line for line in log.read_text().splitlines() if line.startswith("-m pip")]
+    assert pip_calls == ["-m pip --python .venv/bin/python install --disable-pip-version-check -e ."]
+    assert "-m venv --without-pip .venv" in log.read_text().splitlines()
+    assert process.stop(signal.SIGTERM) == 0
+    said = process.stderr().splitlines()
+    base = printed["MCP_URL"].removesuffix("/mcp")
+    data_dir = printed["OPENCODE_XDG_CONFIG_HOME"].removesuffix("/opencode-config")
+    assert said == [
+        "installing unit-mcp into .venv (about 20 s)...",
+        f"unit-mcp serve: serving 4 units from a private copy of the built-in example units in {data_dir}/"
+        f"example-units to MCP clients at {printed['MCP_URL']}; the page at {base}/units/ (log in with "
+        f"UNITS_UI_URL: each link works once); the app at {printed['APP_URL']}; Ctrl-C stops it",
+    ]
+    again = subprocess.run(
+        [str(clone / "scripts" / "bootstrap"), "serve"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", ""), "installed: a rerun installs nothing"
+    assert [line for line in log.read_text().splitlines() if line.startswith("-m pip")] == pip_calls
+
+
+def test_a_failed_install_shows_pips_output_and_one_line_then_stops(tmp_path: Path) -> None:
+    clone, _, env = clone_without_venv(tmp_path)
+    done = subprocess.run(
+        [str(clone / "scripts" / "serve")],
+        capture_output=True,
+        text=True,
+        env={**env, "FAKE_PIP_FAILS": "1"},
+        timeout=300,
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    said = done.stderr.splitlines()
+    assert said[0] == "installing unit-mcp into .venv (about 20 s)..."
+    assert said[-1] == (
+        "scripts/bootstrap: installing unit-mcp into .venv failed (pip's output above); fix that and rerun"
+    )
+    assert FAKE_PIP_NOISE.splitlines() == said[1:41] and "pip trouble on stderr" in said
+    assert not (clone / ".venv" / ".unit-mcp-serve-installed").exists(), "a failed install is tried again"

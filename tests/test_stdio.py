@@ -136,3 +136,68 @@ async def test_git_history_chooses_where_a_units_folder_in_git_records(
         assert not (await client.call_tool("unit_apply_patch", edit)).is_error
     log = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True, check=True).stdout
     assert log.splitlines()[0] == ("unit_apply_patch: counter/__init__.py" if mode == "branch" else "units")
+
+
+HTTP_ONLY = ("unit_mcp.bridge", "unit_mcp.mcphttp", "unit_mcp.unitpage", "unit_mcp.clients", "unit_mcp.asgi", "jinja2")
+"""What only the HTTP server uses: a server on stdio (launched by its client, which waits) imports none of it."""
+
+
+def imported_modules(importtime_stderr: str) -> list[str]:
+    """The module names of `python -X importtime` lines."""
+    return [
+        line.rpartition("|")[2].strip()
+        for line in importtime_stderr.splitlines()
+        if line.startswith("import time:") and "self [us]" not in line
+    ]
+
+
+def test_a_stdio_server_answers_initialize_without_client_or_http_modules(units_root: Path, tmp_path: Path) -> None:
+    """Exec to the answer of `initialize` is mostly imports: the server imports neither the SDK's client (which the
+    SDK's package `__init__` would) nor the high-level MCPServer, nor what only HTTP serving needs."""
+    command = [sys.executable, "-X", "importtime", "-m", "unit_mcp.server", "--stdio", "--no-watch"]
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}  # fmt: skip
+    server = subprocess.Popen(
+        [*command, "--units", str(units_root), "--data-dir", str(tmp_path / "d")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps(hello) + "\n")
+        server.stdin.flush()
+        answer = json.loads(server.stdout.readline())
+        server.stdin.close()  # the server ends once stdin closes
+        assert server.stderr is not None
+        stderr = server.stderr.read()
+        server.wait(timeout=60)
+    finally:
+        server.kill()
+    assert answer["result"]["serverInfo"]["name"] == "unit-mcp"
+    modules = imported_modules(stderr)
+    assert "mcp.server.lowlevel.server" in modules and "unit_mcp.tools" in modules, "importtime lines were read"
+    assert [m for m in modules if m.startswith(("mcp.client", "mcp.server.mcpserver", "httpx2"))] == []
+    assert [m for m in modules if m.startswith(HTTP_ONLY)] == []
+
+
+def test_the_sdks_lean_packages_still_give_every_name_they_define() -> None:
+    """`unit_mcp` imports the SDK's `mcp` and `mcp.server` packages without their `__init__` (_lazy.lean_packages):
+    a submodule import stays lean, and the first name only an `__init__` defines runs it, in the same module."""
+    probe = """
+import sys
+import unit_mcp
+import mcp.server.lowlevel
+from mcp import types
+lean = sorted(m for m in sys.modules if m.startswith(("mcp.client", "mcp.server.mcpserver")))
+from mcp import Client, ClientSession
+import mcp, mcp.server
+from mcp.server import MCPServer, Server
+assert mcp.Client is Client and mcp.types is types and Server is mcp.server.lowlevel.Server
+assert MCPServer.__module__ == "mcp.server.mcpserver.server" and "Client" in mcp.__all__
+print(lean, ClientSession.__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "[] ClientSession\n"

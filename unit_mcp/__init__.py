@@ -1,15 +1,18 @@
 """unit-mcp: develop a running Python application's hot-reloadable units through risk-labelled MCP tools.
 
 The public names load lazily, so a test subprocess that needs only the host does not pay for the
-service, the MCP SDK or the HTTP stack.
+service, the MCP SDK or the HTTP stack; and the SDK's packages run their `__init__` (its whole client) only
+for a caller that asks for a name it defines (`_lazy.lean_packages`), so a server imports no client module.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._lazy import lazy_exports
+from ._lazy import lazy_exports, lean_packages
 from ._version import __version__ as __version__
+
+lean_packages()  # the MCP SDK's package `__init__`s import its client: only when a caller asks for it
 
 _EXPORTS = {
     "Confirmations": "confirm",

@@ -13,18 +13,18 @@ import logging
 import os
 import re
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp.server import Server
+from mcp.server.lowlevel import Server
 from starlette.types import ASGIApp
 
 from .mcphttp import DEFAULT_LIMITS, Limits, McpHttpServer
 from .opencode_isolation import ConfigHome, IsolationRefused, opencode_config
-from .stdio import Streams
+from .stdio import first_signal
 
 if TYPE_CHECKING:
     import uvicorn
@@ -183,7 +183,7 @@ class Bridge:
             async with anyio.create_task_group() as group:
 
                 async def stop_on_signal() -> None:
-                    await _first_signal(signals)
+                    await first_signal(signals)
                     if beside is None:
                         group.cancel_scope.cancel()
                     else:
@@ -204,32 +204,3 @@ class Bridge:
             await self._http.stop()
         finally:
             self._config.remove()
-
-
-async def _first_signal(signals: AsyncIterator[int]) -> None:
-    """Wait for the first SIGINT or SIGTERM, and say so in the log."""
-    async for signum in signals:
-        log.info("stopping on %s", signal.Signals(signum).name)
-        return
-
-
-async def serve_until_stopped(
-    server: Server[Any], streams: Streams | None, serve_http: Callable[[], Awaitable[None]]
-) -> None:
-    """Serve `server` on `streams` (stdio) until they close, or run `serve_http` (which starts the bridge and
-    sleeps), until SIGINT/SIGTERM. The one serve loop of `python -m unit_mcp.server` and `python -m
-    unit_mcp.fleet`; the caller's exit stack, entered before, cleans up after."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as group:
-
-            async def stop_on_signal() -> None:
-                await _first_signal(signals)
-                group.cancel_scope.cancel()
-
-            group.start_soon(stop_on_signal)
-            if streams is not None:
-                read_stream, write_stream = streams
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-            else:
-                await serve_http()
-            group.cancel_scope.cancel()

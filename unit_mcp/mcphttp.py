@@ -20,8 +20,8 @@ from typing import Any
 
 import anyio
 import pydantic_core
-from mcp.server import Server
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.lowlevel import Server
 from mcp.server.sse import SseServerTransport
 from mcp.server.streamable_http import REQUEST_CANCELLED, EventMessage, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager

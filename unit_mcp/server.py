@@ -2,7 +2,9 @@
 or SIGTERM.
 
 A thin wrapper over `Host`, `UnitService`, `UnitTools` and `Bridge` that prints the lines clients need once
-listening; a failure a person can fix ends with one line on stderr (`--debug` for the traceback).
+listening; a failure a person can fix ends with one line on stderr (`--debug` for the traceback). What only
+HTTP serving needs (the bridge, the page, the app, the client configs) is imported when serving HTTP: a client
+that launches `--stdio` waits for every import before its `initialize` is answered.
 """
 
 from __future__ import annotations
@@ -24,25 +26,20 @@ import anyio
 
 from . import paths, tracing
 from .applog import StderrHandler
-from .asgi import units_app
-from .bridge import Bridge, BridgeError, serve_until_stopped
 from .changelog import Retention
-from .clients import Endpoint, write_client_configs
 from .commandline import CommandParser, print_error
 from .confirm import DEFAULT_TIMEOUT, Confirmations
 from .githistory import GIT_MODES
 from .host import Host
 from .loader import SQLITE_PREFIX, member_addresses, stores_address
 from .localaccess import LocalAccess
-from .loopback import Guard, LoopbackServer, security_settings
 from .pgconnect import held_passwords, is_postgres
 from .proctree import keep_memory_private
 from .service import UnitService
 from .sqliteloader import units_database_problem
-from .stdio import stdio_streams
+from .stdio import serve_until_stopped, stdio_streams
 from .testrun import WARM, passed_env_name
 from .tools import UnitTools, check_prefix
-from .unitpage import UnitsUI
 from .units import POSTGRES_PREFIXES, UnusableStore, postgres_problem, shown_address
 from .wire import RISKS
 
@@ -321,6 +318,10 @@ def _cannot_write(option: str, path: Path, remedy: str) -> Iterator[None]:
 
 
 async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path, stack: AsyncExitStack) -> None:
+    from .bridge import Bridge, BridgeError
+    from .clients import Endpoint, write_client_configs
+    from .unitpage import UnitsUI
+
     page = UnitsUI(
         tools.service,
         confirmations=tools.confirmations,
@@ -354,8 +355,10 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
         data_dir / "clients", endpoint, opencode_config_home=Path(status.config_root)
     ):
         lines.append(f"{key}={value}")
+    app_url = None
     if args.app_port is not None:
-        lines.append(f"APP_URL={await _serve_app(args.app_port, tools.service.host, stack)}")
+        app_url = await _serve_app(args.app_port, tools.service.host, stack)
+        lines.append(f"APP_URL={app_url}")
     link_file = data_dir / LOGIN_LINK_FILE
     lines.append(f"UNITS_UI_URL_FILE={link_file}")
     opencode_line = f"XDG_CONFIG_HOME={shlex.quote(str(status.config_root))} opencode"
@@ -383,11 +386,34 @@ async def _serve_http(args: argparse.Namespace, tools: UnitTools, data_dir: Path
 
     page.on_login = announce
     stack.callback(page.close_streams)
+    page_url = f"{bridge.base_url}{UNITS_PAGE}/"
+    print(ready_line(args, tools.service.host, data_dir, status.url, page_url, app_url), file=sys.stderr, flush=True)
     await anyio.sleep_forever()
+
+
+def ready_line(
+    args: argparse.Namespace, host: Host, data_dir: Path, mcp_url: str, page_url: str, app_url: str | None
+) -> str:
+    """The one line for a person after the KEY=VALUE block: what is served from where, the page's and the app's
+    URLs, how to stop."""
+    count = len(host.unit_kinds())
+    if args.units is None:
+        where = f"a private copy of the built-in example units in {data_dir / _DATA_FOLDERS[-1]}"
+    else:
+        where = " and ".join(shown_address(member) for member in member_addresses(args.units))
+    app = f"the app at {app_url}" if app_url else "no app (--app-port 0 serves the units' web routes too)"
+    return (
+        f"{PROG}: serving {count} unit{'s' * (count != 1)} from {where} to MCP clients at {mcp_url}; the page at "
+        f"{page_url} (log in with UNITS_UI_URL: each link works once, the fresh one is in UNITS_UI_URL_FILE); "
+        f"{app}; Ctrl-C stops it"
+    )
 
 
 async def _serve_app(port: int, host: Host, stack: AsyncExitStack) -> str:
     """The units' web routes on loopback (Host and Origin checked, no token: it is the application); its URL."""
+    from .asgi import units_app
+    from .loopback import Guard, LoopbackServer, security_settings
+
     server = LoopbackServer(port=port, error=StartError)
     bound = server.bind()
     await server.start(Guard(units_app(host), security=security_settings(server.host, bound), token=None))
@@ -442,7 +468,8 @@ def _expected(exc: BaseException) -> BaseException | None:
     """The StartError or BridgeError behind `exc` (task groups wrap it in exception groups), else None."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return exc if isinstance(exc, StartError | BridgeError) else None
+    bridge = sys.modules.get("unit_mcp.bridge")  # imported only by HTTP serving, the one source of BridgeError
+    return exc if isinstance(exc, StartError) or (bridge and isinstance(exc, bridge.BridgeError)) else None
 
 
 if __name__ == "__main__":

@@ -11,13 +11,15 @@ import asyncio
 import fcntl
 import logging
 import os
+import signal
 import stat
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
+from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared._stream_protocols import WriteStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
@@ -300,3 +302,33 @@ class _StdoutMessages:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+async def first_signal(signals: AsyncIterator[int]) -> None:
+    """Wait for the first SIGINT or SIGTERM, and say so in the log."""
+    async for signum in signals:
+        log.info("stopping on %s", signal.Signals(signum).name)
+        return
+
+
+async def serve_until_stopped(
+    server: Server[Any], streams: Streams | None, serve_http: Callable[[], Awaitable[None]]
+) -> None:
+    """Serve `server` on `streams` (stdio) until they close, or run `serve_http` (which starts the bridge and
+    sleeps), until SIGINT/SIGTERM. The one serve loop of `python -m unit_mcp.server` and `python -m
+    unit_mcp.fleet`; the caller's exit stack, entered before, cleans up after. It lives here, not beside the
+    bridge, so that a server on stdio imports no HTTP serving of its own."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def stop_on_signal() -> None:
+                await first_signal(signals)
+                group.cancel_scope.cancel()
+
+            group.start_soon(stop_on_signal)
+            if streams is not None:
+                read_stream, write_stream = streams
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+            else:
+                await serve_http()
+            group.cancel_scope.cancel()

@@ -22,9 +22,9 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from mcp.server import Server
 from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import is_version_at_least

@@ -81,7 +81,7 @@ def planted_bytecode(units: Path, tmp_path: Path, marker: Path) -> bytes:
     Host(units, honest).start().close()
     entries = marshal.loads((honest / "bytecode" / "units").read_bytes()[len(importlib.util.MAGIC_NUMBER) :])
     payload = f"open({str(marker)!r}, 'w').write('planted code ran')"
-    planted = {key: compile(payload, key[0], "exec") for key in entries}
+    planted = {key: marshal.dumps(compile(payload, key[0], "exec")) for key in entries}  # each entry marshalled
     assert planted, "the honest start cached no unit: nothing to plant"
     return importlib.util.MAGIC_NUMBER + marshal.dumps(planted)
 

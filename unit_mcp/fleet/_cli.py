@@ -18,13 +18,13 @@ from pathlib import Path
 import anyio
 
 from .. import tracing
-from ..bridge import Bridge, BridgeError, serve_until_stopped
+from ..bridge import Bridge, BridgeError
 from ..commandline import CommandParser, print_error
 from ..opencode_isolation import write_launcher
 from ..paths import UnsafeSecret
 from ..proctree import keep_memory_private
 from ..secret_options import add_secret_option, secret_value
-from ..stdio import stdio_streams
+from ..stdio import serve_until_stopped, stdio_streams
 from .nodes import Fleet, FleetError, NodeSpec, node_specs
 from .server import FleetTools
 
