@@ -202,7 +202,8 @@ def test_scripts_serve_on_a_fresh_clone_installs_only_the_package_quietly_and_sa
         "installing unit-mcp into .venv (about 20 s)...",
         f"unit-mcp serve: serving 4 units from a private copy of the built-in example units in {data_dir}/"
         f"example-units to MCP clients at {printed['MCP_URL']}; the page at {base}/units/ (log in with "
-        f"UNITS_UI_URL: each link works once); the app at {printed['APP_URL']}; Ctrl-C stops it",
+        f"UNITS_UI_URL: each link works once, the fresh one is in UNITS_UI_URL_FILE); the app at "
+        f"{printed['APP_URL']}; Ctrl-C stops it",
     ]
     again = subprocess.run(
         [str(clone / "scripts" / "bootstrap"), "serve"], capture_output=True, text=True, env=env, timeout=300
