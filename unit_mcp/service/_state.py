@@ -15,7 +15,7 @@ from ..localaccess import LocalAccess
 from ..models import LocalAccessResult, LocalFolderHandle, ReloadResult, RestoreSnapshotResult, SnapshotResult
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, json_size
 from ._caller import caller
-from ._commit import reload_unit
+from ._reloading import reload_unit
 from ._units import Units
 
 
