@@ -17,8 +17,7 @@ import pytest
 from opencode.opencode_stack import MODEL, scripted_provider, title_step
 from support.item_kinds import item_kinds
 
-from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, SessionStore
-from unit_mcp.agent._context import TurnContext
+from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, SessionStore, TurnContext
 from unit_mcp.agent._durable import DurableClient, _no_delegation
 from unit_mcp.agent._inbox import Inbox
 from unit_mcp.agent._turnapprovals import TurnApprovals

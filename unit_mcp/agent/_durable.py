@@ -35,7 +35,6 @@ from ._context import TurnContext
 from ._inbox import Inbox
 from ._loop import LoopAgent
 from ._mcpsource import REPLAYING
-from ._paused import DECIDED, DURABLE, REQUESTED
 from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
 from ._turnapprovals import TurnApprovals, save_session_data
@@ -49,6 +48,7 @@ from .opencode import OpenCodeAgent
 from .opencode._client import Sent
 from .opencode._permissions import NodeAsk, activate_preset, answer_permission, permission_risk
 from .opencode._transcript import Reply
+from .paused import DECIDED, DURABLE, REQUESTED
 from .presets import ACTIVATE
 from .sessions import STALE_SECONDS, SessionStore
 from .toolsurface import AgentToolSurface, ToolOutput

@@ -19,10 +19,10 @@ from typing import Any
 
 import anyio
 
-from ._paused import RESUMED_OUTPUT
 from .errors import TurnClosed
 from .events import EventHub
 from .items import ErrorItem, EventItem, Item, MessageItem, SessionStatus, ToolCallItem, ToolResultItem
+from .paused import RESUMED_OUTPUT
 from .sessions import SessionStore
 
 log = logging.getLogger("unit_mcp.agent.turns")
