@@ -289,6 +289,19 @@ def test_a_syntax_error_is_reported_with_position_and_nothing_is_written(folder_
     assert (root_of(host) / "greeter.py").read_bytes() == before
 
 
+def test_a_dry_run_is_refused_a_syntax_error_as_the_write_is(folder_service: UnitService) -> None:
+    """`commit` compiles a dry run's edit too (unless its edited statements alone prove it): the same refusal."""
+    service = folder_service
+    before = (root_of(service.host) / "greeter.py").read_bytes()
+    patch = {"old": "def greet(name):", "new": "def greet(name:"}
+    error = refusal("syntax_error", service.apply_patch, "greeter", "greeter.py", **patch, dry_run=True)
+    assert error.details["file"] == "greeter.py" and error.details["line"] == 8
+    fine = service.apply_patch("greeter", "greeter.py", old="def greet(name):", new="def greet(who):", dry_run=True)
+    assert fine.dry_run and fine.changed and fine.change_id is None
+    assert (root_of(service.host) / "greeter.py").read_bytes() == before
+    assert service.changes().changes == []
+
+
 def test_a_patch_whose_reload_fails_restores_the_original_bytes(folder_service: UnitService) -> None:
     service = folder_service
     host = folder_service.host

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from support.agent_cli import main
 
 from unit_mcp.agent import SessionStore
-from unit_mcp.agent._cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .conftest import REPO, UnitServer, agent_cli, ask_on_a_terminal_then_die

@@ -38,9 +38,9 @@ from unit_mcp.agent import (
     TurnHandle,
     TurnStatus,
 )
-from unit_mcp.agent._paused import paused_calls, pending_requests
 from unit_mcp.agent.approvals import GRANTS_KEY
 from unit_mcp.agent.items import EventItem, ToolResultItem
+from unit_mcp.agent.paused import paused_calls, pending_requests
 from unit_mcp.agent.projections import chat_messages
 
 from .conftest import reload, running

@@ -36,9 +36,9 @@ from unit_mcp.agent import (
     TurnContext,
     TurnStatus,
 )
-from unit_mcp.agent._paused import RESUMED_OUTPUT
 from unit_mcp.agent.errors import UnknownApproval
 from unit_mcp.agent.items import EventItem, MessageItem, ToolCallItem, ToolResultItem
+from unit_mcp.agent.paused import RESUMED_OUTPUT
 
 # What each call of the first life's turn had reached when the process ended:
 # ran by policy, no approval needed | asked, answered and ran | asked, answered, running when it ended |

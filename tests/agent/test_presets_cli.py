@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.agent_cli import main
 
-from unit_mcp.agent._cli import main
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .conftest import UnitServer, agent_cli, ask_on_a_terminal_then_die

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.agent_cli import main
 
 import unit_mcp.agent
 from unit_mcp.agent import AgentError, SessionStore
-from unit_mcp.agent._cli import main
 from unit_mcp.agent.errors import SessionLocked, SessionNotFound
 from unit_mcp.agent.items import EventItem, MessageItem, Session, ToolCallItem, ToolResultItem, Usage
 from unit_mcp.agent.projections import chat_messages, display_messages
@@ -497,8 +497,8 @@ def test_a_postgres_address_with_a_password_or_without_the_driver_is_refused_in_
     assert "hunter2" not in str(refused.value) and "carries a password; leave it out" in str(refused.value)
     without_driver = (
         "import sys; sys.modules['psycopg'] = None\n"
-        "from unit_mcp.agent._cli import main\n"
-        f"sys.exit(main(['--data-dir', {str(tmp_path / 'data')!r}, '--sessions', "
+        "from unit_mcp.cli import main\n"
+        f"sys.exit(main(['agent', '--data-dir', {str(tmp_path / 'data')!r}, '--sessions', "
         "'postgresql://me@127.0.0.1:5432/db', 'sessions', 'list']))"
     )
     done = subprocess.run([sys.executable, "-c", without_driver], capture_output=True, text=True, timeout=60)

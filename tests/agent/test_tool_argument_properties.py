@@ -27,12 +27,12 @@ from pydantic import BaseModel, Field
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import AgentApprovals, AgentToolSurface, McpToolSource
-from unit_mcp.agent._toolnames import openai_tool_name
 from unit_mcp.agent.codex._output import McpToolCall
 from unit_mcp.agent.items import ITEM, MessageItem, ToolCallItem
 from unit_mcp.agent.opencode._transcript import ToolPart
 from unit_mcp.agent.presets import Preset, PresetManager
 from unit_mcp.agent.projections import chat_messages
+from unit_mcp.agent.toolnames import openai_tool_name
 from unit_mcp.agent.toolsurface import ToolDef
 from unit_mcp.tools import TOOLS, UnitTools
 

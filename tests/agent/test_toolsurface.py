@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel
 
 from unit_mcp.agent import AgentApprovals, AgentError, AgentToolSurface, LocalTool, ToolError
-from unit_mcp.agent._toolnames import openai_tool_name
 from unit_mcp.agent.errors import ToolFailed
+from unit_mcp.agent.toolnames import openai_tool_name
 from unit_mcp.tools import tool_risks
 
 from .conftest import TEST_TOOLS, UnitServer

@@ -18,11 +18,18 @@ from unit_mcp.agent import (
     AgentError,
     AgentRegistry,
     AgentToolSurface,
+    ApprovalDecision,
+    DurableClient,
     DurableWorker,
+    FunctionAgent,
+    ModelRequest,
+    ModelResponse,
     OpenAIAgent,
     SessionStore,
+    TurnContext,
 )
-from unit_mcp.agent.items import EventItem, MessageItem
+from unit_mcp.agent.approvals import GRANTS_KEY
+from unit_mcp.agent.items import EventItem, MessageItem, ToolResultItem
 from unit_mcp.testing import Match, ScriptedModel, call, say, tool_call
 
 from .provider_worker import AGENT
@@ -118,3 +125,46 @@ async def test_a_streaming_agent_is_refused_a_durable_turn_in_one_line(tmp_path:
         assert store.require(SESSION).items == []
     finally:
         store.close()
+
+
+async def test_an_always_answer_to_a_durable_turn_grants_the_risk_in_the_decisions_write(tmp_path: Path) -> None:
+    """The answer's decision and its "always" grant are written together (`append_item(grant=)`): the session keeps
+    the grant, and the next turn runs the same risk without asking."""
+    surface = AgentToolSurface(AgentApprovals())
+
+    @surface.tool(risk="shell")
+    def run_tests() -> str:
+        return "passed"
+
+    def model(request: ModelRequest, ctx: TurnContext) -> ModelResponse | str:
+        return ModelResponse.calling(("run_tests", {})) if request.messages[-1]["role"] == "user" else "ok"
+
+    registry = AgentRegistry()
+    registry.register("f", lambda deps: FunctionAgent(model, id="f"))
+    store = SessionStore(tmp_path / "sessions")
+    try:
+        store.create("f", session_id=SESSION)
+        async with DurableWorker(store=store, registry=registry, tools=surface, data_dir=tmp_path) as worker:
+            first = await worker.submit(SESSION, "test")
+            with anyio.fail_after(60):
+                while not (pending := await anyio.to_thread.run_sync(store.pending, SESSION)):
+                    await anyio.sleep(0.05)
+            (asked,) = pending
+            assert asked.state == "durable" and store.require(SESSION).data.get(GRANTS_KEY) is None
+            request = asked.request
+            async with DurableClient(worker.system_database_url) as client:
+                await client.answer(
+                    request, ApprovalDecision(request_id=request.id, risk=request.risk, approved=True, remember=True)
+                )
+            with anyio.fail_after(60):
+                assert await worker.wait(first) == "ok"
+            assert store.require(SESSION).data[GRANTS_KEY] == ["shell"]
+            with anyio.fail_after(60):
+                assert await worker.wait(await worker.submit(SESSION, "test again")) == "ok"
+    finally:
+        store.close()
+    session = reload(tmp_path, SESSION)
+    assert session.data[GRANTS_KEY] == ["shell"]
+    asks = [i.kind for i in session.items if isinstance(i, EventItem) and i.kind.startswith("approval")]
+    assert asks == ["approval-requested", "approval-decided"]  # the second turn was not asked
+    assert [i.output for i in session.items if isinstance(i, ToolResultItem)] == ["passed", "passed"]

@@ -17,9 +17,16 @@ import pytest
 from opencode.opencode_stack import MODEL, scripted_provider, title_step
 from support.item_kinds import item_kinds
 
-from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentToolSurface, SessionStore
-from unit_mcp.agent._context import TurnContext
-from unit_mcp.agent._durable import DurableClient, _no_delegation
+from unit_mcp.agent import (
+    AgentApprovals,
+    AgentError,
+    AgentRegistry,
+    AgentToolSurface,
+    DurableClient,
+    SessionStore,
+    TurnContext,
+    TurnHandle,
+)
 from unit_mcp.agent._inbox import Inbox
 from unit_mcp.agent._turnapprovals import TurnApprovals
 from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, Session
@@ -34,6 +41,10 @@ pytestmark = pytest.mark.anyio
 
 SESSION = "ses-opencode-durable"
 ANSWER = "hello, once"
+
+
+async def no_delegation(*_: object) -> TurnHandle:
+    raise AgentError("this turn delegates nothing")
 
 
 @dataclass
@@ -134,7 +145,7 @@ async def test_the_prompt_step_run_again_sends_nothing_the_node_has_already(
         approvals=TurnApprovals(approvals, store, SESSION, turn.controller),
         inbox=Inbox(),
         store=store,
-        delegate=_no_delegation,
+        delegate=no_delegation,
         agents=registry,
     )
     try:

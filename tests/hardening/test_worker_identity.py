@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp.agent._durable import default_executor_id
-
 WORKER = [sys.executable, "-m", "unit_mcp.agent"]
 OPTIONS = ["worker", "--model", "m", "--base-url", "http://127.0.0.1:9/v1"]
 
@@ -53,7 +51,7 @@ def test_second_worker_with_a_live_workers_executor_id_is_refused(data: Path, tm
         assert not ready(second, tmp_path / "second.log"), "a second worker with the same executor id started"
         assert second.wait(30) == 1
         said = (tmp_path / "second.log").read_text()
-        executor = default_executor_id()
+        executor = f"worker@{socket.gethostname()}"  # the documented default identity (docs/durable.md)
         assert said == (
             f"unit-mcp agent: error: worker {executor} is already running (pid {first.pid} on "
             f"{socket.gethostname()}): stop it first, or give this one another --executor-id\n"

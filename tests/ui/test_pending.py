@@ -17,9 +17,9 @@ from agent.test_paused_properties import first_life
 from hypothesis import given
 from hypothesis import strategies as st
 from playwright.async_api import Browser, expect
+from support.agent_cli import main
 
 from unit_mcp.agent import AgentApprovals, AgentRegistry, AgentRunner, AgentToolSurface, TurnStatus
-from unit_mcp.agent._cli import main
 from unit_mcp.agent.ui import AgentUI
 from unit_mcp.agent.ui.folding import SHOW_CHARS, fold_arguments
 from unit_mcp.agent.ui.pending import proposed_diff

@@ -25,9 +25,9 @@ from ..commandline import CommandParser, print_error
 from ..paths import UnsafeSecret, UntrustedFolder, private_dir
 from ..proctree import keep_memory_private
 from ..secret_options import add_secret_option, secret_value
-from ._paused import RESUMED_OUTPUT
 from .approvals import RISKS, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import ErrorItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from .paused import RESUMED_OUTPUT
 from .projections import transcript_line
 from .sessions import SessionStore
 

@@ -11,8 +11,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
+
 from ._inbox import Inbox
-from ._turnapprovals import TurnApprovals, save_session_data
+from ._turnapprovals import TurnApprovals
 from .items import Session
 from .sessions import SessionStore
 from .turns import TurnController, TurnHandle
@@ -57,7 +59,9 @@ class TurnContext:
         return self.store.require(self.session_id)
 
     async def save_data(self, **values: Any) -> None:
-        await save_session_data(self.store, self.session_id, **values)
+        """Merge `values` into the session's data (what survives a restart: a provider's session id, say)."""
+        data = {**self.store.require(self.session_id).data, **values}
+        await anyio.to_thread.run_sync(lambda: self.store.update(self.session_id, data=data))
 
     def visible_tools(self) -> list[ToolDef]:
         return self.tools.visible(self.approvals.grants(), interactive=True)

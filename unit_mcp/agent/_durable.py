@@ -35,13 +35,12 @@ from ._context import TurnContext
 from ._inbox import Inbox
 from ._loop import LoopAgent
 from ._mcpsource import REPLAYING
-from ._paused import DECIDED, DURABLE, REQUESTED
 from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
 from ._status import WorkerBeat
-from ._turnapprovals import TurnApprovals, save_session_data
+from ._turnapprovals import TurnApprovals
 from ._undo import checkpoint_turn
-from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
+from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest
 from .codex import CodexAgent
 from .errors import AgentError, SessionLocked, StepLimitReached, WorkerRunning
 from .hooks import ModelResponse
@@ -50,6 +49,7 @@ from .opencode import OpenCodeAgent
 from .opencode._client import Sent
 from .opencode._permissions import NodeAsk, activate_preset, answer_permission, permission_risk
 from .opencode._transcript import Reply
+from .paused import DECIDED, DURABLE, REQUESTED
 from .presets import ACTIVATE
 from .sessions import STALE_SECONDS, SessionStore
 from .toolsurface import AgentToolSurface, ToolOutput
@@ -129,9 +129,9 @@ class _ReplayedTurn(Turn):
     def replaying(self) -> bool:
         return bool(self._replay)
 
-    async def append(self, item: Item, *, closing: bool = False, status: Any = None) -> Item:
-        if not self._replay:
-            return await super().append(item, closing=closing, status=status)
+    async def append(self, item: Item, *, closing: bool = False, status: Any = None, grant: str | None = None) -> Item:
+        if not self._replay:  # a replayed decision's grant was written with it
+            return await super().append(item, closing=closing, status=status, grant=grant)
         stored = self._replay[0]
         if type(stored) is not type(item):
             raise AgentError(f"turn {self.id} replayed differently from what it recorded (at item {stored.id})")
@@ -713,10 +713,8 @@ class DurableWorker:
             )
         )
         record = {"request": request.model_dump(mode="json"), "decision": decision.model_dump(mode="json")}
-        await turn.append(EventItem(kind=DECIDED, data=record))
-        if decision.approved and decision.remember:
-            granted = sorted({*ctx.approvals.grants(), normalise_risk(request.risk)})
-            await save_session_data(self.store, turn.session_id, **{GRANTS_KEY: granted})
+        grant = request.risk if decision.approved and decision.remember else None
+        await turn.append(EventItem(kind=DECIDED, data=record), grant=grant)  # one write: decision and grant
         return decision
 
     async def _policy(self, ctx: TurnContext, request: ApprovalRequest) -> ApprovalDecision | None:

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import tracing
-from ._paused import RESUMED_OUTPUT, paused_calls
 from ._recorder import TurnRecorder
 from .errors import AgentError, StepLimitReached
 from .hooks import Hooks, Messages, ModelRequest, ModelResponse, Refusal, StepResult, ToolCall, history_size
 from .items import EventItem, Item, MessageItem, Session, ToolCallItem
+from .paused import RESUMED_OUTPUT, paused_calls
 from .projections import chat_messages
 from .prompts import system_prompt
 from .toolsurface import ToolOutput

@@ -21,7 +21,6 @@ import anyio.abc
 from .. import tracing
 from ._context import TurnApprovals, TurnContext
 from ._inbox import Inbox
-from ._paused import AFTER_END, DECIDED, paused_calls
 from ._protocol import Agent
 from ._registry import AgentRegistry
 from ._undo import TurnUndo, checkpoint_turn, undo_turn
@@ -29,6 +28,7 @@ from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest, Pendin
 from .errors import AgentError, AnsweredElsewhere, TurnClosed, UnknownApproval
 from .events import DEFAULT_BUFFER, AgentState, EventHub, Subscription
 from .items import EventItem, MessageItem, Session, SessionMeta
+from .paused import AFTER_END, DECIDED, paused_calls
 from .sessions import Pending, SessionStore
 from .toolsurface import AgentToolSurface
 from .turns import Turn, TurnCallbacks, TurnHandle, TurnStatus, describe

@@ -6,19 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
-
 from .. import tracing
-from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest, normalise_risk
+from .approvals import GRANTS_KEY, AgentApprovals, ApprovalDecision, ApprovalRequest
 from .items import EventItem
 from .sessions import SessionStore
 from .turns import TurnController
-
-
-async def save_session_data(store: SessionStore, session_id: str, **values: Any) -> None:
-    """Merge `values` into a session's data (what survives a restart: grants, a provider's session id)."""
-    data = {**store.require(session_id).data, **values}
-    await anyio.to_thread.run_sync(lambda: store.update(session_id, data=data))
 
 
 @dataclass
@@ -46,7 +38,7 @@ class TurnApprovals:
         call_id: str | None = None,
     ) -> ApprovalDecision:
         """Ask for a risk (policy, grants, then the approver) and record every non-automatic decision as an
-        item; a remembered grant is written into the session's data so it survives a restart."""
+        item; a remembered grant is written into the session's data with it, so it survives a restart."""
         if call_id is not None and call_id in self.answered:
             return self.answered.pop(call_id)
         request = ApprovalRequest(
@@ -72,14 +64,12 @@ class TurnApprovals:
                 )
         else:
             decision = await self.policy.request_risk(request, grants)
-        if asking or not decision.approved:
+        if asking or not decision.approved:  # a remembered grant (only a person's answer gives one) is saved with it
             await self.turn.append_item(
                 EventItem(
                     kind="approval-decided",
                     data={"request": request.model_dump(mode="json"), "decision": decision.model_dump(mode="json")},
-                )
+                ),
+                grant=risk if decision.approved and decision.remember else None,
             )
-        if decision.approved and decision.remember:
-            granted = sorted({*grants, normalise_risk(risk)})
-            await save_session_data(self.store, self.session_id, **{GRANTS_KEY: granted})
         return decision

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ._toolnames import openai_tool_name
 from .items import ErrorItem, EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from .toolnames import openai_tool_name
 
 MISSING_RESULT = "[missing] No result was recorded for this tool call."
 

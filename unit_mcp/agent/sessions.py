@@ -28,7 +28,6 @@ from pydantic import TypeAdapter
 from ..database import Conn
 from ..paths import private_dir
 from ..pgconnect import is_postgres
-from ._paused import REQUESTED, State, repair, waiting
 from ._sessiondb import (
     AUDIT_ORDER,
     PG_SCHEMA,
@@ -43,6 +42,7 @@ from ._sessiondb import (
 from .approvals import GRANTS_KEY, ApprovalRequest, normalise_risk
 from .errors import AgentError, SessionLocked, SessionNotFound
 from .items import ITEM, SESSION_ID, EventItem, Item, Session, SessionMeta, SessionStatus
+from .paused import REQUESTED, State, repair, waiting
 
 log = logging.getLogger("unit_mcp.agent.sessions")
 
@@ -104,7 +104,7 @@ def _cursor(cursor: str) -> tuple[float, str]:
 
 @dataclass(frozen=True)
 class Pending:
-    """An approval request that waits for an answer, with the session it waits in (see `_paused.waiting`)."""
+    """An approval request that waits for an answer, with the session it waits in (see `paused.waiting`)."""
 
     request: ApprovalRequest
     session: SessionMeta
@@ -474,7 +474,7 @@ class SessionStore:
         self, session_id: str | None = None, live_turn: Callable[[str], str | None] = lambda _: None
     ) -> builtins.list[Pending]:
         """Approval requests that wait for an answer (in one session, or all), oldest first, by the one rule
-        (`_paused.waiting`); `live_turn` names the turn this process runs in a session. A session is read again
+        (`paused.waiting`); `live_turn` names the turn this process runs in a session. A session is read again
         only when it or its writer changed."""
         with self._lock:
             conn = self._reader()
@@ -755,7 +755,7 @@ class SessionStore:
         return opened
 
     def _repair(self, opened: _Open) -> None:
-        """Store what `_paused.repair` finds a dead turn left."""
+        """Store what `paused.repair` finds a dead turn left."""
         session = opened.session
         fix = repair(session)
         for item_id in fix.finals:

@@ -21,11 +21,11 @@ from ..tooldecl import Refusal, ToolDecl, mcp_tool_definition
 from ..wire import DRY_RUN_RISK_META_KEY, RISK_META_KEY, RISKS, call_risk
 from ._listeners import ChangeListener, Listeners
 from ._mcpsource import McpToolSource
-from ._toolnames import openai_tool_name
 from .approvals import AgentApprovals, Risk, normalise_risk
 from .errors import AgentError, ToolError, ToolFailed
 from .items import EventItem
 from .presets import ACTIVATE, DEACTIVATE, PresetError, PresetInfo, PresetManager
+from .toolnames import openai_tool_name
 from .turns import describe
 
 if TYPE_CHECKING:

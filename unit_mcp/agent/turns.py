@@ -19,10 +19,10 @@ from typing import Any
 
 import anyio
 
-from ._paused import RESUMED_OUTPUT
 from .errors import TurnClosed
 from .events import EventHub
 from .items import ErrorItem, EventItem, Item, MessageItem, SessionStatus, ToolCallItem, ToolResultItem
+from .paused import RESUMED_OUTPUT
 from .sessions import SessionStore
 
 log = logging.getLogger("unit_mcp.agent.turns")
@@ -122,12 +122,17 @@ class Turn:
 
     # -- items ------------------------------------------------------------------------------------
 
-    async def append(self, item: Item, *, closing: bool = False, status: SessionStatus | None = None) -> Item:
-        """Record an item of this turn (`status`: the session's, set in the same write)."""
+    async def append(
+        self, item: Item, *, closing: bool = False, status: SessionStatus | None = None, grant: str | None = None
+    ) -> Item:
+        """Record an item of this turn (`status`: the session's, set in the same write; `grant`: a risk the user
+        allowed for the rest of the session, saved with the decision that allowed it)."""
         if self._ending and not closing:
             raise TurnClosed(f"turn {self.id} has ended ({self.status}); the item was not recorded")
         item = item.model_copy(update={"turn_id": self.id, "parent_id": item.parent_id or self._last_item_id})
-        stored = await anyio.to_thread.run_sync(lambda: self.store.append_item(self.session_id, item, status=status))
+        stored = await anyio.to_thread.run_sync(
+            lambda: self.store.append_item(self.session_id, item, status=status, grant=grant)
+        )
         if isinstance(stored, ToolCallItem):
             self._open_calls[stored.call_id] = stored
         elif isinstance(stored, ToolResultItem):
@@ -396,9 +401,10 @@ class TurnController(_TurnView):
         """Cooperative check for agents that poll: cancellation has been requested."""
         return self._turn.cancel_reason is not None
 
-    async def append_item(self, item: Item) -> Item:
-        """Persist an item (parent defaults to the turn's previous item) and emit `on_item`."""
-        return await self._turn.append(item)
+    async def append_item(self, item: Item, *, grant: str | None = None) -> Item:
+        """Persist an item (parent defaults to the turn's previous item) and emit `on_item`; `grant` (a decision's)
+        is added to the session's grants in the same write."""
+        return await self._turn.append(item, grant=grant)
 
     async def update_item(self, item_id: str, *, persist: bool = True, **changes: Any) -> Item:
         """Change an item; `persist=False` for streaming partials (memory and `on_partial` only)."""

@@ -5,8 +5,9 @@ the tool layer passes the model it validated, a Python caller the arguments them
 Methods are blocking (storage and process work); async callers run them in a worker thread.
 
 The class below is the table of contents; each concept lives in its own module: `_units` (the shared handle: ids,
-reads, text, the loader's refusals), `_commit` (the one write transaction every writing tool ends in), `_edits`,
-`_changes`, `_reading`, `_resolving`, `_testruns` and `_state`.
+reads, text, the loader's refusals), `_commit` (the one write transaction every writing tool ends in; `_plan`,
+`_reloading`, `_recording` around it), `_patch` (one source's edit), `_edits`, `_undo`, `_changes`, `_reading`,
+`_resolving`, `_testruns` and `_state`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 from . import _changes, _checkpoints, _edits, _reading, _resolving, _state, _testruns, _undo
 from ._caller import call_as
 from ._changes import change_record
-from ._commit import reload_result
 from ._reading import QUICK_READ_BYTES
+from ._reloading import reload_result
 from ._units import Units
 
 __all__ = ["QUICK_READ_BYTES", "UnitService", "call_as", "change_record", "reload_result"]

@@ -4,47 +4,36 @@ A write is planned (read, checked, edited, validated), then, under the locks of 
 one order), the plan is checked against what the store holds now (planned again under the locks if it moved),
 compiled, written, each unit reloaded with one undo for all, accepted, and recorded in the change log. A declared
 replay (`call_as(replay=True)`) whose result is already in place answers `already_applied` with the first call's
-change, for every write tool alike. A dry run plans and answers, writing and recording nothing.
+change, for every write tool alike. A dry run plans (and compiles, where its plan asks) and answers, writing and
+recording nothing. A write asked to keep only if a test passes runs that test before anything is reloaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from .. import paths, tracing
-from ..changelog import Change, Outcome
+from ..changelog import Outcome
 from ..errors import Exists, ReloadFailed, StaleHash, UnitError
 from ..loader import Source, StaleSource, Written
-from ..models import ActivityEvidence, ReloadResult, RunTestsResult
-from ..paging import MAX_FIELD_BYTES, clip
-from ..reloading import OWN_STATE, Reloaded, ReloadError
+from ..models import RunTestsResult
+from ..reloading import OWN_STATE, ReloadError
 from ._caller import replaying
 from ._plan import Committed, Plan, Target, hash_or_none
+from ._recording import change_that_made
 from ._recording import record as _record_change
 from ._recording import tested as _tested
+from ._reloading import reload_unit, undone
+from ._testruns import gate as run_gate
 from ._units import Units
 
 R = TypeVar("R")
 _PLANS = 3
 """Plans made at most for one call: the units a plan touches may change between plans (a rollback's)."""
-
-
-def reload_result(reloaded: Reloaded) -> ReloadResult:
-    """The engine's account of a reload as the tools return it."""
-    return ReloadResult(
-        unit_id=reloaded.unit_id,
-        reloaded=True,
-        restored_state=reloaded.restored_state,
-        activity=ActivityEvidence.model_validate(
-            {key: clip(v, MAX_FIELD_BYTES) if isinstance(v, str) else v for key, v in reloaded.activity.items()}
-        ),
-        duration_ms=reloaded.duration_ms,
-        blocked_ms=reloaded.blocked_ms,
-        window_ms=reloaded.window_ms,
-    )
 
 
 def commit(
@@ -56,14 +45,18 @@ def commit(
     *,
     dry_run: bool = False,
     replayed: Callable[[], Plan[R] | None] | None = None,
-    gate: Callable[[], RunTestsResult] | None = None,
+    test: str | None = None,
 ) -> R:
     """Plan, check, compile, write, reload and record one call of `tool` (see the module). `unit_id` and `source_id`
     are what the change log files the call under; `replayed` gives the plan the first call made, where the caller
-    may be repeating it; `gate` runs a test against the written sources before anything is reloaded: the write
-    is kept (and reloaded) only if it passes, else put back and recorded as rolled back."""
+    may be repeating it; `test` names the unit's test run against the written sources before anything is reloaded:
+    the write is kept (and reloaded) only if it passes, else put back and recorded as rolled back."""
     if dry_run:
-        return plan().answer(Committed(dry_run=True))
+        planned = plan()
+        if planned.dry_compile:
+            _compile(svc, planned.targets)
+        return planned.answer(Committed(dry_run=True))
+    gate = None if test is None or unit_id is None else functools.partial(run_gate, svc, unit_id, test)
     with tracing.span("unit write", {"unit_mcp.tool": tool, "unit_mcp.unit_id": unit_id}):
         return _commit(svc, tool, unit_id, source_id, plan, replayed, gate)
 
@@ -173,7 +166,7 @@ def _repeat(
         if not _in_place(svc, [(t.source, t.hash_after) for t in first.targets]):
             return None
         reloads = {unit_id: reload_unit(svc, unit_id) for unit_id in first.units}
-    change = _change_that_made(svc, first.targets)
+    change = change_that_made(svc, first.targets)
     committed = Committed(reloads=reloads, change_id=None if change is None else change.id, already_applied=True)
     return committed, first.answer
 
@@ -204,9 +197,7 @@ def _apply(
     source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
     reloaded before are reloaded again (with the state they had before, where `states` gave them another). While
     the test runs the application serves the previous version."""
-    for target in targets:
-        if target.after is not None:
-            svc.compile(target.source, target.after)
+    _compile(svc, targets)
     states = states or {}
     before = {}  # the state each unit has now, to hand back to it if the call is undone
     for unit_id in sorted(states):
@@ -267,13 +258,20 @@ def _apply(
                     svc.host.reload(done, state=before.get(done, OWN_STATE))
                 except ReloadError:
                     svc.host.logger.exception("reloading unit %s again after a failed %s", done, tool)
-            raise _undone(failed, targets, superseded) from None
+            raise undone(failed, targets, superseded) from None
     for kept in accepted:
         try:
             svc.loader.accept(kept)
         except Exception:
             svc.host.logger.exception("recording %s in the history failed", kept.source.source_id)
     return committed
+
+
+def _compile(svc: Units, targets: list[Target]) -> None:
+    """Refuse a target whose Python does not compile, and hand the code of those that do to the host."""
+    for target in targets:
+        if target.after is not None:
+            svc.compile(target.source, target.after)
 
 
 def _put(
@@ -298,56 +296,3 @@ def _undo(superseded: list[tuple[Target, str | None]], target: Target, put_back:
         put_back()
     except StaleSource as exc:  # someone else wrote it meanwhile: their version stays
         superseded.append((target, exc.current_hash))
-
-
-def reload_unit(
-    svc: Units, unit_id: str, undo: Callable[[], bool] | None = None, state: Any = OWN_STATE
-) -> ReloadResult:
-    with tracing.span("unit reload", {"unit_mcp.unit_id": unit_id}) as span:
-        try:
-            result = reload_result(svc.host.reload(unit_id, rollback_source=undo, state=state))
-        except ReloadError as exc:
-            tracing.set_attributes(span, unit_mcp__reload__stage=exc.stage)
-            tracing.fail(span, "reload_failed")
-            raise ReloadFailed(
-                f"Reloading unit {unit_id!r} failed at {exc.stage}: {exc.error}.", **exc.evidence
-            ) from None
-        tracing.set_attributes(
-            span,
-            unit_mcp__reload__duration_ms=result.duration_ms,
-            unit_mcp__reload__blocked_ms=result.blocked_ms,
-            unit_mcp__reload__window_ms=result.window_ms,
-            unit_mcp__reload__restored_state=result.restored_state,
-        )
-        return result
-
-
-def _undone(failed: ReloadFailed, targets: list[Target], superseded: list[tuple[Target, str | None]]) -> ReloadFailed:
-    """The reload's failure, saying what became of the written sources."""
-    details, hint = dict(failed.details), None
-    if superseded:
-        target, now = superseded[0]
-        details["superseded_by"] = now
-        said = (
-            f" {target.source.source_id} was changed by someone else during the reload (it now "
-            f"{'hashes to ' + now if now else 'is gone'}): their version was kept, not overwritten with the previous "
-            "one."
-        )
-        hint = "Call unit_read_source to see the version someone else wrote before you edit again."
-    elif len(targets) == 1:
-        said = " The previous source was restored and is still running."
-    else:
-        said = " Every source was put back as it was before this call; nothing changed."
-    return ReloadFailed(failed.message + said, hint=hint, **details)
-
-
-def _change_that_made(svc: Units, targets: Sequence[Target]) -> Change | None:
-    """The newest applied (or outside) record that took every target from its hash before to its hash after (None:
-    no such record: its writer died before recording it)."""
-    wanted = {(t.source.unit_id, t.source.source_id, t.hash_before, t.hash_after) for t in targets}
-    first = targets[0].source
-    for change in svc.change_log.changes(unit_id=first.unit_id, source_id=first.source_id, limit=20):
-        made = {(s.unit_id, s.source_id, s.hash_before, s.hash_after) for s in change.sources}
-        if change.outcome in ("applied", "outside") and wanted <= made:
-            return change
-    return None

@@ -4,27 +4,20 @@ it reverts to). Each plans its write and ends in `commit`."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 
 from .. import paths
 from ..arguments import MAX_VERSION, ApplyPatchArgs, CreateSourceArgs, HistoryArgs, RevertArgs, takes
-from ..errors import Exists, InvalidSourceId, NotSupported, UnitError, UnknownVersion
+from ..errors import Exists, InvalidSourceId, NotSupported, UnknownVersion
 from ..loader import Source, SourceTooLarge
 from ..loader import UnknownVersion as MissingVersion
-from ..models import ApplyPatchResult, CreateSourceResult, HistoryResult, HistoryVersion, RunTestsResult
-from ..paging import PAGE_OVERHEAD, RESULT_BYTES, clip, decode_cursor, encode_cursor, fitting, size_of
-from ..patching import (
-    Edit,
-    unified_diff,
-)
+from ..models import ApplyPatchResult, CreateSourceResult, HistoryResult, HistoryVersion
+from ..paging import PAGE_OVERHEAD, RESULT_BYTES, decode_cursor, encode_cursor, fitting, size_of
+from ..patching import Edit
 from ._commit import commit
-from ._patch import Patch
+from ._patch import Patch, edit_plan
 from ._plan import Committed, Plan, Target
-from ._testruns import gate
+from ._recording import bytes_before
 from ._units import Units
-
-MAX_MATCHED = 100
-"""Places a result lists in `matched_lines` (a replace_all may change thousands; the result stays under 80 KB)."""
 
 
 @takes(ApplyPatchArgs)
@@ -33,10 +26,7 @@ def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
 
     def plan() -> Plan[ApplyPatchResult]:
         src, data, text = svc.editable(args.unit_id, args.source_id, args.expected_hash, write=not args.dry_run)
-        return _edit_plan(svc, src, data, text, edit.apply(text, paths.hash_bytes(data)), edit.mode, args.dry_run)
-
-    def replayed() -> Plan[ApplyPatchResult] | None:
-        return None if args.expected_hash is None else _patched(svc, args.unit_id, args.expected_hash, edit)
+        return edit_plan(svc, src, data, text, edit.apply(text, paths.hash_bytes(data)), edit.mode, args.dry_run)
 
     return commit(
         svc,
@@ -45,103 +35,14 @@ def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
         args.source_id,
         plan,
         dry_run=args.dry_run,
-        replayed=replayed,
-        gate=_gate(svc, args.unit_id, args.test),
+        replayed=edit.first_call,
+        test=args.test,
     )
-
-
-def _gate(svc: Units, unit_id: str, test: str | None) -> Callable[[], RunTestsResult] | None:
-    """The test a write keeps on (`test`, its name), run against the written sources."""
-    return None if test is None else lambda: gate(svc, unit_id, test)
-
-
-def _edit_plan(
-    svc: Units, src: Source, data: bytes, text: str, edit: Edit, mode: str, dry_run: bool
-) -> Plan[ApplyPatchResult]:
-    """An edit of `src` from `text` (its bytes `data`) to `new_text`. A dry run may skip the full compile when the
-    edited statements alone prove the source compiles; a write is compiled in full by `commit` (the reload runs
-    that code) and only keeps the statement map current."""
-    current, new_text, count = paths.hash_bytes(data), edit.text, edit.count
-    changed = new_text != text
-    new_data = svc.encode(src, new_text)
-    new_hash = paths.hash_bytes(new_data)
-    proven = (
-        changed
-        and src.source_id.endswith(".py")
-        and (dry_run or svc.syntax.knows(current))
-        and svc.syntax.compiles(current, text, new_hash, new_text, learn=not dry_run)
-    )
-    if changed and dry_run and not proven:
-        svc.compile(src, new_data)
-    targets = [Target(src, data, new_data)] if changed else []
-
-    def answer(done: Committed) -> ApplyPatchResult:
-        result = patch_result(src, mode, count, (current, text), (new_hash, new_text), dry_run=dry_run)
-        result.reload = done.reloads.get(src.unit_id)
-        result.change_id, result.already_applied = done.change_id, done.already_applied
-        result.test, result.kept = done.test, done.kept
-        result.match, result.matched_lines = edit.match, edit.lines[:MAX_MATCHED]
-        return result
-
-    return Plan(targets, answer)
-
-
-def _patched(svc: Units, unit_id: str, expected_hash: str, edit: Patch) -> Plan[ApplyPatchResult] | None:
-    """The first call of a repeated patch: the edit of the bytes hashing to `expected_hash`, if it makes what the
-    source holds now. Those bytes come from the change log's record of the write or, when the writer died before
-    recording it, from undoing the edit; the hash proves them."""
-    src, data, text = svc.editable(unit_id, edit.source_id, None, write=True)
-    befores = [] if (logged := _bytes_before(svc, src, expected_hash, paths.hash_bytes(data))) is None else [logged]
-    with contextlib.suppress(UnitError):
-        befores.append(svc.encode(src, edit.undo(text)[0]))
-    for before in befores:
-        if paths.hash_bytes(before) != expected_hash:
-            continue
-        before_text = svc.text(src, before)
-        try:
-            after = edit.apply(before_text)
-        except UnitError:
-            continue
-        if svc.encode(src, after.text) == data:
-            return _edit_plan(svc, src, before, before_text, after, edit.mode, dry_run=False)
-    return None
-
-
-def _bytes_before(svc: Units, src: Source, hash_before: str, hash_after: str) -> bytes | None:
-    """The bytes before the newest change-log record that took the source from `hash_before` to `hash_after`."""
-    for change in svc.change_log.changes(unit_id=src.unit_id, source_id=src.source_id, limit=20):
-        if change.outcome in ("applied", "outside") and (change.hash_before, change.hash_after) == (
-            hash_before,
-            hash_after,
-        ):
-            full = svc.change_log.change(change.id)
-            for source in full.sources if full else ():
-                if (source.unit_id, source.source_id) == (src.unit_id, src.source_id):
-                    return source.data_before
-            return None
-    return None
 
 
 def _whole(text: str) -> Edit:
     """A source replaced whole (a revert to a version)."""
     return Edit(text=text, count=1, match="exact", lines=[])
-
-
-def patch_result(
-    src: Source, mode: str, count: int, before: tuple[str, str], after: tuple[str, str], *, dry_run: bool
-) -> ApplyPatchResult:
-    """What an edit of `src` answers, from the (hash, text) it had `before` to the one it has `after`."""
-    return ApplyPatchResult(
-        unit_id=src.unit_id,
-        source_id=src.source_id,
-        mode=mode,  # type: ignore[arg-type]
-        dry_run=dry_run,
-        changed=after[1] != before[1],
-        replacements=count,
-        hash_before=before[0],
-        hash=after[0],
-        diff=clip(unified_diff(before[1], after[1], src.source_id), RESULT_BYTES // 2),
-    )
 
 
 @takes(CreateSourceArgs)
@@ -188,7 +89,7 @@ def create_source(svc: Units, args: CreateSourceArgs) -> CreateSourceResult:
         args.source_id,
         plan,
         replayed=lambda: plan(made=True),
-        gate=_gate(svc, args.unit_id, args.test),
+        test=args.test,
     )
 
 
@@ -244,7 +145,7 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
             svc.require("write", src.unit_id)
         data, text = svc.current(src, args.expected_hash)
         old = version(src)
-        return _edit_plan(svc, src, data, text, _whole(svc.text(src, old)), "revert", args.dry_run)
+        return edit_plan(svc, src, data, text, _whole(svc.text(src, old)), "revert", args.dry_run)
 
     def replayed() -> Plan[ApplyPatchResult] | None:
         """The first call, where the change log holds its record (a revert is not undone to find its bytes)."""
@@ -252,10 +153,10 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
             return None
         src = svc.source(args.unit_id, args.source_id)
         old = version(src)
-        before = _bytes_before(svc, src, args.expected_hash, paths.hash_bytes(old))
+        before = bytes_before(svc, src, args.expected_hash, paths.hash_bytes(old))
         if before is None:
             return None
-        return _edit_plan(svc, src, before, svc.text(src, before), _whole(svc.text(src, old)), "revert", dry_run=False)
+        return edit_plan(svc, src, before, svc.text(src, before), _whole(svc.text(src, old)), "revert", dry_run=False)
 
     return commit(
         svc,
@@ -265,5 +166,5 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
         plan,
         dry_run=args.dry_run,
         replayed=replayed,
-        gate=_gate(svc, args.unit_id, args.test),
+        test=args.test,
     )

@@ -61,6 +61,9 @@ class Plan(Generic[R]):
     states: dict[str, Any] | None = None
     """unit id → the state its restore() gets on the reload (a checkpoint's), instead of the state it has now; these
     units are reloaded even where no source of theirs changes."""
+    dry_compile: bool = False
+    """A dry run compiles the targets' Python as a write does (an edit's dry run answers whether it would compile;
+    one whose edited statements alone prove it, and a rollback's, which shows what it would put back, do not)."""
 
     @property
     def units(self) -> list[str]:

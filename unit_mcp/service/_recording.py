@@ -1,11 +1,13 @@
-"""The change log's record of one write call: who, which tool, the outcome, the change set (bytes of applied
-changes only), and the test a write was kept on."""
+"""The change log's record of one write call (who, which tool, the outcome, the change set: bytes of applied
+changes only, and the test a write was kept on), and the lookups that find a first call's record for a replay."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
-from ..changelog import Outcome, SourceChange
+from ..changelog import Change, Outcome, SourceChange
+from ..loader import Source
 from ..models import RunTestsResult
 from ._caller import caller
 from ._plan import Target
@@ -60,3 +62,30 @@ def record(
     except Exception:
         svc.host.logger.exception("recording a call of %s in the change log failed", tool)
         return None
+
+
+def change_that_made(svc: Units, targets: Sequence[Target]) -> Change | None:
+    """The newest applied (or outside) record that took every target from its hash before to its hash after (None:
+    no such record: its writer died before recording it)."""
+    wanted = {(t.source.unit_id, t.source.source_id, t.hash_before, t.hash_after) for t in targets}
+    first = targets[0].source
+    for change in svc.change_log.changes(unit_id=first.unit_id, source_id=first.source_id, limit=20):
+        made = {(s.unit_id, s.source_id, s.hash_before, s.hash_after) for s in change.sources}
+        if change.outcome in ("applied", "outside") and wanted <= made:
+            return change
+    return None
+
+
+def bytes_before(svc: Units, src: Source, hash_before: str, hash_after: str) -> bytes | None:
+    """The bytes before the newest change-log record that took the source from `hash_before` to `hash_after`."""
+    for change in svc.change_log.changes(unit_id=src.unit_id, source_id=src.source_id, limit=20):
+        if change.outcome in ("applied", "outside") and (change.hash_before, change.hash_after) == (
+            hash_before,
+            hash_after,
+        ):
+            full = svc.change_log.change(change.id)
+            for source in full.sources if full else ():
+                if (source.unit_id, source.source_id) == (src.unit_id, src.source_id):
+                    return source.data_before
+            return None
+    return None

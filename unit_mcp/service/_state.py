@@ -16,7 +16,7 @@ from ..models import LocalAccessResult, LocalFolderHandle, ReloadResult, Restore
 from ..paging import PAGE_OVERHEAD, RESULT_BYTES, json_size
 from ..reloading import DrainTimeout
 from ._caller import caller
-from ._commit import reload_unit
+from ._reloading import reload_unit
 from ._units import Units
 
 

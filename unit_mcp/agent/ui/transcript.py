@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .._paused import DECIDED, REQUESTED, RESUMED_OUTPUT
 from ..approvals import ApprovalDecision, ApprovalRequest
 from ..items import ITEM, SESSION_ID, ErrorItem, EventItem, Item, MessageItem, ToolCallItem, ToolResultItem
+from ..paused import DECIDED, REQUESTED, RESUMED_OUTPUT
 from .folding import Folded, fold_arguments, fold_text, fold_value
 
 MESSAGE_SHOW = 20_000  # characters of one message shown (models can write a lot)
