@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ._paused import DECIDED, durable_turn, pending_requests, running_turn
 from .items import EventItem, Session, ToolCallItem, ToolResultItem
+from .paused import DECIDED, durable_turn, pending_requests, running_turn
 from .sessions import SessionStore, Writer
 
 Step = Literal["starting", "model request", "tool call", "waiting for a person"]
