@@ -88,9 +88,16 @@ def clip(text: str, budget: int) -> str:
     return clipped(low)
 
 
+MAX_ESCAPE = 6
+"""The most bytes of JSON one byte of UTF-8 text takes (a control character as `\\u001f`; other characters take as
+many bytes as in UTF-8, or two when escaped with a backslash)."""
+
+
 def text_page(data: bytes, start: int, budget: int) -> int:
     """Where a page of UTF-8 `data` from byte `start` ends so its text takes at most `budget` bytes of JSON: after
     the last whole line that fits, or mid-line (at a character boundary) when not even one line does."""
+    if (len(data) - start) * MAX_ESCAPE + 2 <= budget:  # fits however it is escaped: no need to encode it to know
+        return len(data)
     end = min(len(data), start + budget)  # JSON takes at least a byte per byte
     while True:
         if end < len(data):
