@@ -99,8 +99,11 @@ def instructions(python: str, pythonpath: str, kind: str, calls: int, layer: str
             layer,
         ]
         env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONHASHSEED": "0"}
-        try:
-            run = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        try:  # run from `out`: `python -c` puts its working directory first on sys.path, which from the checkout
+            # imported the work tree's unit_mcp on both sides
+            run = subprocess.run(
+                command, capture_output=True, text=True, timeout=timeout, env=env, check=False, cwd=out
+            )
         except subprocess.TimeoutExpired:
             return None
         found = re.search(r"Collected : (\d+)", run.stderr)
@@ -108,12 +111,6 @@ def instructions(python: str, pythonpath: str, kind: str, calls: int, layer: str
             print(run.stderr[-2000:], file=sys.stderr)
             return None
         return int(found.group(1))
-
-
-def _export(commit: str, folder: str) -> None:
-    """The package as it was at `commit`, in `folder`."""
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "unit_mcp"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
 
 
 def _export(commit: str, folder: str) -> None:

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from unit_mcp import Host, UnitService
 from unit_mcp.arguments import ReadSourceArgs
 from unit_mcp.errors import UnitError
-from unit_mcp.paging import json_size, text_page
+from unit_mcp.paging import json_size, text_json_size, text_page
 from unit_mcp.service import QUICK_READ_BYTES
 from unit_mcp.tools import UnitTools
 
@@ -370,3 +370,14 @@ def test_pages_of_any_text_reassemble_within_their_budget(content: str, budget: 
         pages.append(data[start:end])
         start = end
     assert b"".join(pages) == data
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(st.characters(codec="utf-8"), max_size=300)
+    | st.text(alphabet='\x00\x01\x08\x0c\x1f\x7f"\\\n\r\t a\u00e9\u2028\U0001f600', max_size=60)
+)
+def test_the_json_size_counted_in_bytes_is_the_encoded_size(content: str) -> None:
+    """A page is measured without encoding it: the count must be the JSON's size for any text (quotes, backslashes,
+    every control character, DEL, line separators, characters of two to four bytes)."""
+    assert text_json_size(content.encode()) == json_size(content)

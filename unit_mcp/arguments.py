@@ -72,11 +72,16 @@ def takes(model: type[A], *, name: str | None = None) -> Callable[[Callable[[S, 
         ]
     )
 
+    fields = frozenset(model.model_fields)
+    required = frozenset(name for name, field in model.model_fields.items() if field.is_required())
+
     def decorate(method: Callable[[S, A], R]) -> Operation[R]:
         @functools.wraps(method)
         def call(self: S, *args: Any, **arguments: Any) -> R:
             if len(args) == 1 and not arguments and isinstance(args[0], model):
                 result = method(self, args[0])
+            elif not args and required <= arguments.keys() <= fields:  # what `bind` would give, without its cost
+                result = method(self, checked(model, f"unit_{name or method.__name__}", arguments))
             else:
                 bound = signature.bind(self, *args, **arguments).arguments
                 del bound["self"]

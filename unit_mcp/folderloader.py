@@ -13,7 +13,8 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -42,6 +43,11 @@ from .loader import (
 
 if TYPE_CHECKING:
     from .githistory import GitHistory, GitMode
+
+
+RECENT_NS = 2_000_000_000
+"""A file changed less than this long before its stamp is taken gets none (`source_stamps`): file times advance in
+clock ticks (and some file systems keep whole seconds), so two edits within one tick can leave the same mtime."""
 
 
 class FilesystemLoader(Loader):
@@ -150,6 +156,29 @@ class FilesystemLoader(Loader):
                 )
             )
         return result
+
+    def source_stamps(self, units: Mapping[str, UnitKind]) -> dict[str, dict[str, Hashable | None]]:
+        """Each source's (device, inode, size, mtime, ctime), from `lstat` alone. Any write changes the ctime (which
+        no one can set back), a replace the inode; a file whose mtime or ctime is within RECENT_NS of now gets no
+        stamp, so an edit in the same clock tick as the stamp (same size, same mtime) is still read next time."""
+        recent = time.time_ns() - RECENT_NS  # taken first: whatever changes during the walk is recent
+        out: dict[str, dict[str, Hashable | None]] = {}
+        for unit_id, kind in units.items():
+            stamps: dict[str, Hashable | None] = {}
+            folder = self.location if kind == "file" else os.path.join(self.location, unit_id)
+            for source_id in self.source_ids(unit_id, kind):
+                try:  # strings, not pathlib: this runs for every source of every unit at each turn's checkpoint
+                    st = os.lstat(os.path.join(folder, source_id))
+                except OSError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                fresh = st.st_mtime_ns >= recent or st.st_ctime_ns >= recent
+                stamps[source_id] = (
+                    None if fresh else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                )
+            out[unit_id] = stamps
+        return out
 
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         parts = self._parts(source)

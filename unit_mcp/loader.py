@@ -10,7 +10,7 @@ imports nothing of unit_mcp, and every loader, the host and the service import i
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -282,6 +282,13 @@ class Loader(Protocol):
         (`unit_inspect`'s `replica`); empty: the store is not shared."""
         return {}
 
+    def source_stamps(self, units: Mapping[str, UnitKind]) -> dict[str, dict[str, Hashable | None]] | None:
+        """A cheap mark of each source of `units` that changes whenever its bytes do (a file's inode, size, mtime
+        and ctime; a database row's newest version), without reading the bytes: unit id -> source id -> stamp. A
+        stamp of None vouches for nothing (the source changed too recently to tell); a unit left out, or None for
+        all, is read in full (`sources`). The checkpoint reuses a source's hash while its stamp stays the same."""
+        return None
+
     def unit_folder(self, unit_id: str) -> Path | None:
         """The unit's real folder on this machine (local access opens it); None: it has none (a single file, or a
         store that is not a folder)."""
@@ -306,3 +313,17 @@ def artifact_kind(source_id: str, data: bytes) -> Literal["python", "text", "bin
     except UnicodeDecodeError:
         return "binary"
     return "python" if source_id.endswith(".py") else "text"
+
+
+def version_stamps(
+    units: Mapping[str, UnitKind], rows: Iterable[tuple[str, str, int | None]], keep: Callable[[str, str], bool]
+) -> dict[str, dict[str, Hashable | None]]:
+    """`source_stamps` of a database store from (unit id, source id, newest version) rows: only the sources
+    `source_ids` would list (`keep`; a file unit's one source); a source with no version row gets no stamp."""
+    out: dict[str, dict[str, Hashable | None]] = {unit_id: {} for unit_id in units}
+    for unit_id, source_id, version in rows:
+        kind = units.get(unit_id)
+        if kind is None or (kind == "file" and source_id != f"{unit_id}.py") or not keep(unit_id, source_id):
+            continue
+        out[unit_id][source_id] = None if version is None else int(version)
+    return out

@@ -34,6 +34,21 @@ def json_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
+_ESCAPED_LONG = bytes(c for c in range(0x20) if c not in b"\n\r\t")
+"""Control characters `json.dumps` writes as six bytes (`\\u0000`) or as `\\b`/`\\f`: rare in a source."""
+_ESCAPED_SHORT = b'"\\\n\r\t'
+"""Bytes `json.dumps` writes with one backslash before (or in place of) them: two bytes each."""
+
+
+def text_json_size(data: bytes) -> int:
+    """`json_size` of the UTF-8 text `data`, counted in its bytes (two C passes, a third of encoding it): the bytes,
+    the quotes, and a byte more for each `"`, `\\`, newline, carriage return and tab (non-ASCII is written as is).
+    Text with any other control character is encoded to count it."""
+    if len(data.translate(None, _ESCAPED_LONG)) != len(data):
+        return json_size(data.decode())
+    return 2 * len(data) + 2 - len(data.translate(None, _ESCAPED_SHORT))
+
+
 def size_of(model: BaseModel) -> int:
     return len(model.model_dump_json().encode())
 
@@ -88,9 +103,16 @@ def clip(text: str, budget: int) -> str:
     return clipped(low)
 
 
+MAX_ESCAPE = 6
+"""The most bytes of JSON one byte of UTF-8 text takes (a control character as `\\u001f`; other characters take as
+many bytes as in UTF-8, or two when escaped with a backslash)."""
+
+
 def text_page(data: bytes, start: int, budget: int) -> int:
     """Where a page of UTF-8 `data` from byte `start` ends so its text takes at most `budget` bytes of JSON: after
     the last whole line that fits, or mid-line (at a character boundary) when not even one line does."""
+    if (len(data) - start) * MAX_ESCAPE + 2 <= budget:  # fits however it is escaped: no need to encode it to know
+        return len(data)
     end = min(len(data), start + budget)  # JSON takes at least a byte per byte
     while True:
         if end < len(data):
@@ -100,7 +122,7 @@ def text_page(data: bytes, start: int, budget: int) -> int:
             else:
                 while end > start + 1 and data[end] & 0xC0 == 0x80:
                     end -= 1
-        size = json_size(data[start:end].decode())
+        size = text_json_size(data[start:end])
         if size <= budget:
             return end
         end = start + max(1, min(end - start - 1, (end - start) * budget // size))  # escapes took room: shrink

@@ -168,7 +168,8 @@ def open_parent(root: Path, parts: Sequence[str], *, create: bool = False) -> It
         os.close(fd)
 
 
-def _open_regular(parent_fd: int, name: str) -> int:
+def _open_regular(parent_fd: int, name: str) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file `name` in `parent_fd` (never through a link), with its status."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(name, flags, dir_fd=parent_fd)
@@ -182,14 +183,14 @@ def _open_regular(parent_fd: int, name: str) -> int:
         if stat.S_ISDIR(st.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory", name)
         raise UnsafePath(f"{name} is not a regular file")
-    return fd
+    return fd, st
 
 
 def read_bytes(root: Path, parts: Sequence[str], *, max_bytes: int | None = None) -> bytes:
     with open_parent(root, parts) as dir_fd:
-        fd = _open_regular(dir_fd, parts[-1])
+        fd, st = _open_regular(dir_fd, parts[-1])
         try:
-            size = os.fstat(fd).st_size
+            size = st.st_size
             if max_bytes is not None and size > max_bytes:
                 raise OverflowError(size, f"larger than {max_bytes} bytes")
             chunks = []
@@ -231,11 +232,9 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, durable: bool = 
 def replace_bytes(root: Path, parts: Sequence[str], data: bytes) -> None:
     """Atomically replace an existing regular file, keeping its mode."""
     with open_parent(root, parts) as dir_fd:
-        fd = _open_regular(dir_fd, parts[-1])
-        try:
-            mode = stat.S_IMODE(os.fstat(fd).st_mode)
-        finally:
-            os.close(fd)
+        fd, st = _open_regular(dir_fd, parts[-1])
+        os.close(fd)
+        mode = stat.S_IMODE(st.st_mode)
         tmp = _write_temp(dir_fd, parts[-1], data, mode)
         try:
             os.replace(tmp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -12,7 +12,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from typing import Any, NoReturn
 
 import psycopg
@@ -40,6 +40,7 @@ from .loader import (
     Written,
     artifact_kind,
     primary_source_id,
+    version_stamps,
 )
 from .paths import StoredIds, hash_bytes, is_unit_id
 from .pgconnect import CONNECT_TIMEOUT, ForeignSchema, schema_is_ours
@@ -239,6 +240,22 @@ class PostgresLoader(Loader):
             for sid, data in rows
             if sid in wanted
         ]
+
+    def source_stamps(self, units: Mapping[str, UnitKind]) -> dict[str, dict[str, Hashable | None]] | None:
+        """Each source's newest version number: the trigger adds one for every change of `sources`, whoever makes
+        it, and numbers are never reused. None if the trigger is gone or disabled (a change could leave none)."""
+        with self._db.read() as conn:
+            if not conn.execute(
+                f"SELECT 1 FROM pg_trigger WHERE tgname = 'source_changed' AND tgrelid = '{SCHEMA}.sources'::regclass "
+                "AND tgenabled <> 'D'"
+            ).fetchone():
+                return None
+            rows = conn.execute(
+                f"SELECT s.unit_id, s.source_id, (SELECT max(v.version) FROM {SCHEMA}.versions v WHERE v.unit_id = "
+                f"s.unit_id AND v.source_id = s.source_id) FROM {SCHEMA}.sources s WHERE s.unit_id = ANY(?)",
+                (list(units),),
+            ).fetchall()
+        return version_stamps(units, rows, self._ids.source)
 
     # -- sources ----------------------------------------------------------------------------
 

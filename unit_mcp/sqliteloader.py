@@ -8,11 +8,13 @@ cannot lose an update. Changes committed by anyone else are noticed with `PRAGMA
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import sqlite3
 import threading
 import time
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 
 from .changelog import Retention, SqliteChangeLog
@@ -37,6 +39,7 @@ from .loader import (
     Written,
     artifact_kind,
     primary_source_id,
+    version_stamps,
 )
 from .paths import StoredIds, hash_bytes
 
@@ -202,6 +205,23 @@ class SqliteLoader(Loader):
             for sid, data in ((sid, _blob(value)) for sid, value in rows)
             if sid in wanted
         ]
+
+    def source_stamps(self, units: Mapping[str, UnitKind]) -> dict[str, dict[str, Hashable | None]] | None:
+        """Each source's newest version number: the triggers add a version for every change of `sources` (whoever
+        makes it) and numbers are never reused. None if a trigger is gone (a change could leave no version)."""
+        with self._db.read() as conn:
+            triggers = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'sources' "
+                "AND name IN ('source_added', 'source_changed', 'source_removed')"
+            ).fetchone()[0]
+            if triggers != 3:
+                return None
+            rows = conn.execute(
+                "SELECT s.unit_id, s.source_id, (SELECT max(v.version) FROM versions v WHERE v.unit_id = s.unit_id "
+                "AND v.source_id = s.source_id) FROM sources s WHERE s.unit_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(units)),),
+            ).fetchall()
+        return version_stamps(units, rows, self._ids.source)
 
     # -- sources --------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ across units). A capability is offered when every store has it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 
 from .loader import (
@@ -98,6 +99,18 @@ class Stores(Loader):
 
     def sources(self, unit_id: str, kind: UnitKind) -> list[SourceInfo]:
         return self._of(unit_id).sources(unit_id, kind)
+
+    def source_stamps(self, units: Mapping[str, UnitKind]) -> dict[str, dict[str, Hashable | None]]:
+        """Each member's stamps of its own units (a member that offers none leaves its units out: read in full)."""
+        mine: dict[int, dict[str, UnitKind]] = {}
+        for unit_id, kind in units.items():
+            with contextlib.suppress(MissingSource):
+                mine.setdefault(id(self._of(unit_id)), {})[unit_id] = kind
+        out: dict[str, dict[str, Hashable | None]] = {}
+        for member in self.members:
+            if id(member) in mine:
+                out.update(member.source_stamps(mine[id(member)]) or {})
+        return out
 
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         return self._of(source.unit_id).read(source, max_bytes=max_bytes)

@@ -158,14 +158,14 @@ def _read_source(svc: Units, args: ReadSourceArgs, limit: int) -> ReadSourceResu
     svc.require("read", src.unit_id)
     data = svc.read(src, limit)
     digest = paths.hash_bytes(data)
-    bound = binding(src.unit_id, src.source_id)
+    bound = None
     if args.cursor is None:
         start, text = 0, svc.text(src, data)
         line_ending = line_ending_kind(text)
     else:  # the hash of the first page vouches for the text: not decoded again, page after page
         fields: dict[str, type] = {"offset": int, "hash": str, "source": str, "le": str}
         state = decode_cursor(args.cursor, "unit_read_source", fields)
-        if state["source"] != bound:
+        if state["source"] != (bound := binding(src.unit_id, src.source_id)):
             raise InvalidArgument(
                 "cursor belongs to another source.", hint="Pass the unit_id and source_id the cursor was read with."
             )
@@ -193,7 +193,13 @@ def _read_source(svc: Units, args: ReadSourceArgs, limit: int) -> ReadSourceResu
         line_ending=line_ending,  # type: ignore[arg-type]
         offset=start,
         truncated=more,
-        next_cursor=encode_cursor("unit_read_source", offset=end, hash=digest, source=bound, le=line_ending)
+        next_cursor=encode_cursor(
+            "unit_read_source",
+            offset=end,
+            hash=digest,
+            source=bound or binding(src.unit_id, src.source_id),
+            le=line_ending,
+        )
         if more
         else None,
     )

@@ -7,7 +7,7 @@ import contextlib
 import re
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any, TypeVar
 
 from .. import paths
@@ -79,6 +79,8 @@ class Units:
         self.index_lock = threading.Lock()
         self.syntax = SyntaxCache()
         self.local_access = local_access
+        self.stamps: dict[str, dict[str, tuple[Hashable, str]]] = {}
+        """unit id -> source id -> (its stamp, its hash) when a checkpoint last hashed it (`_checkpoints`)."""
         """Given by `--allow-local-access`: unit_request_local_access is offered (docs/local-access.md)."""
         changed = weakref.WeakMethod(self._unit_changed)
         host.unit_listeners.append(lambda unit_id: (method := changed()) is not None and method(unit_id))
