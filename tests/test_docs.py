@@ -245,6 +245,7 @@ OTHER_PROGRAMS = {
     "opencode": {"--format", "--dir", "--attach", "--continue"},
     "codex": {"--strict-config", "--ephemeral"},
     "git": {"--only"},
+    "uvicorn": {"--reload"},
 }
 """Options of other programs the pages show, by program: their own docs are the reference for these."""
 SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
