@@ -123,17 +123,17 @@ def fresh_clone(tmp_path: Path) -> Path:
 
 
 @pytest.mark.anyio
-async def test_scripts_serve_with_app_port_on_a_fresh_clone_serves_the_example_app(
+async def test_scripts_serve_on_a_fresh_clone_serves_the_example_app_by_default(
     tmp_path: Path, server_processes: list[ServerProcess]
 ) -> None:
-    """`scripts/serve --app-port 0` in a fresh clone: it prints APP_URL beside MCP_URL, the example units answer
-    there from the clone's own code, and SIGTERM ends it with exit 0."""
+    """`scripts/serve` in a fresh clone (no --app-port: it adds `--app-port 0`): it prints APP_URL beside MCP_URL,
+    the example units answer there from the clone's own code, and SIGTERM ends it with exit 0."""
     clone = fresh_clone(tmp_path)
     greeter = clone / "unit_mcp" / "examples" / "units" / "greeter.py"
     greeter.write_text(greeter.read_text().replace('"Hello, ', '"Hello from the clone, '))
     run = tmp_path / "run"
     run.mkdir()
-    process = ServerProcess("--no-watch", "--app-port", "0", tmp=run, program=[str(clone / "scripts" / "serve")])
+    process = ServerProcess("--no-watch", tmp=run, program=[str(clone / "scripts" / "serve")])
     server_processes.append(process)
     printed = process.ready(timeout=300)
     assert printed["APP_URL"].startswith("http://127.0.0.1:") and printed["APP_URL"].endswith("/")
