@@ -90,7 +90,9 @@ async def test_status_lists_running_turns_by_agent_and_worker_with_their_step_in
             )
             assert seen["at"] - worker["beat"] < 30
 
-            again = await status(data, system_db)  # the same steps, each longer
+            with anyio.fail_after(30):  # the same steps, each longer, once the worker has beaten again
+                while (again := await status(data, system_db))["workers"][0]["beat"] <= worker["beat"]:
+                    await anyio.sleep(0.1)  # it beats every BEAT_SECONDS: a look at once may see the same beat
             later = {turn["session_id"]: turn for turn in again["turns"]}
             assert {sid: turn["since"] for sid, turn in later.items()} == {
                 sid: turn["since"] for sid, turn in turns.items()
