@@ -65,15 +65,18 @@ async def test_status_lists_running_turns_by_agent_and_worker_with_their_step_in
                      "--session", session_id, *words],
                     cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )  # fmt: skip
+            looked: dict[str, tuple[str, str | None, float]] = {}
             with anyio.fail_after(120):
-                while True:
+                while True:  # each turn in its step, the same since as a look a second ago (its checkpoint taken)
                     seen = await status(data, system_db)
                     steps = {turn["session_id"]: (turn["step"], turn["tool"]) for turn in seen["turns"]}
-                    if steps == EXPECTED:
+                    now = {turn["session_id"]: (turn["step"], turn["tool"], turn["since"]) for turn in seen["turns"]}
+                    if steps == EXPECTED and now == looked:
                         break
+                    looked = now
                     for session_id, run in runs.items():
                         assert run.poll() is None, f"agent run of {session_id} ended: {run.returncode}"
-                    await anyio.sleep(0.3)
+                    await anyio.sleep(1)
             turns = {turn["session_id"]: turn for turn in seen["turns"]}
             assert turns["ses-wipe"]["worker"] == "worker-a" and turns["ses-wipe"]["durable"] is True
             for session_id in ("ses-sleep", "ses-think"):
