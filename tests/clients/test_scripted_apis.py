@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 
@@ -129,3 +130,31 @@ async def test_every_api_streams_in_pieces_and_breaks_off_before_its_final_event
     finished, cut = model.requests
     assert finished.api == api and finished.stream and finished.finished and finished.error is None
     assert not cut.finished and cut.error == "the stream was broken off, as scripted" and not cut.disconnected
+
+
+async def test_a_step_after_another_waits_for_it_and_says_so_when_it_never_comes() -> None:
+    steps = [
+        say("first", when=Match(user_contains="one"), label="one", after="two"),
+        say("second", when=Match(user_contains="two"), label="two", after="one"),
+        say("alone", when=Match(user_contains="three"), label="three", after="nobody", after_timeout=0.2),
+    ]
+    body = {"model": "m", "messages": [{"role": "user", "content": "one"}]}
+    async with ScriptedModel(steps) as model, httpx2.AsyncClient(base_url=model.url, timeout=10) as http:
+        first = [None]
+
+        async def ask_one() -> None:
+            first[0] = (await http.post("/v1/chat/completions", json=body)).json()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask_one)
+            await anyio.sleep(0.3)
+            assert first[0] is None, "the step labelled one answered before step two was asked"
+            second = (await http.post("/v1/chat/completions", json=body | {"messages": [
+                {"role": "user", "content": "two"}]})).json()  # fmt: skip
+        alone = await http.post(
+            "/v1/chat/completions", json=body | {"messages": [{"role": "user", "content": "three"}]}
+        )
+    assert first[0]["choices"][0]["message"]["content"] == "first"  # type: ignore[index]
+    assert second["choices"][0]["message"]["content"] == "second"
+    assert alone.status_code == 400 and "waited 0.2 s for step 'nobody'" in alone.text
+    assert [r.label for r in model.requests] == ["one", "two", "three"]

@@ -29,7 +29,6 @@ from unit_mcp.testing import Match, call, say, tool_call
 from unit_mcp.wire import ERROR_META_KEY
 
 pytestmark = pytest.mark.anyio
-ANSWER_DELAY = 2.0  # each node's first model answer takes this long, so the two tasks overlap visibly
 POLL_TIMEOUT = 60
 TASKS = [("alpha", "echo_token", {"token": "alpha"}), ("beta", "unit_inspect", {"unit_id": "counter"})]
 
@@ -93,9 +92,10 @@ async def test_a_master_dispatches_polls_and_retrieves_on_two_nodes_in_parallel(
         call(
             tool_call(oc(tool), arguments),
             when=Match(user_contains=f"{word} task", last_role="user", has_tools=True),
-            delay=ANSWER_DELAY,
+            label=f"{word} asks",  # each node's first answer waits until the other node has asked: nodes
+            after=f"{other} asks",  # run one after the other never get both answers, and the error fails the test
         )
-        for word, tool, arguments in TASKS
+        for (word, tool, arguments), other in zip(TASKS, ("beta", "alpha"), strict=True)
     ]
     steps += [
         say(f"{word} done", when=Match(user_contains=f"{word} task", last_role="tool")) for word in ("alpha", "beta")

@@ -18,10 +18,6 @@ from .opencode_stack import TURN_TIMEOUT, agent_stack, oc
 pytestmark = pytest.mark.anyio
 
 ANSWER_DELAY = 2.0  # each scripted answer takes this long, so concurrent turns overlap visibly
-FIRST_ANSWER_DELAY = 8.0
-"""The first answer of each turn in the concurrency test: long enough that a node starting its turn seconds late
-(a doubled-up run on 2 cores: 3 s after the other) still asks before the other turn ends; two turns run one after
-the other never overlap, whatever the delay."""
 
 
 async def test_two_nodes_finish_both_turns_concurrently(tmp_path: Path, opencode_binary: Path) -> None:
@@ -29,12 +25,14 @@ async def test_two_nodes_finish_both_turns_concurrently(tmp_path: Path, opencode
         call(
             tool_call(oc("echo_token"), {"token": "{{user}}"}),
             when=Match(user_contains="alpha", last_role="user", has_tools=True),
-            delay=FIRST_ANSWER_DELAY,
-        ),
+            label="alpha asks",
+            after="beta asks",  # each node's first answer waits until the other node has asked: turns run one
+        ),  # after the other never get both answers, and the step's error fails the test
         call(
             tool_call(oc("echo_token"), {"token": "{{user}}"}),
             when=Match(user_contains="beta", last_role="user", has_tools=True),
-            delay=FIRST_ANSWER_DELAY,
+            label="beta asks",
+            after="alpha asks",
         ),
         say("alpha done", when=Match(user_contains="alpha", last_role="tool")),
         say("beta done", when=Match(user_contains="beta", last_role="tool")),

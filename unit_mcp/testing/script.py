@@ -122,6 +122,9 @@ class Step(BaseModel):
 
     `break_off` makes a streamed answer stop mid-way, as a dropped connection would: its deltas are sent,
     its final events (the finish chunk and `[DONE]`; `output_item.done` and `response.completed`) are not.
+    `after` holds the answer until some request has been answered by the step labelled so (at most
+    `after_timeout` seconds, then the client gets an error saying so): two clients that must overlap wait
+    for each other instead of for a guessed delay.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -132,6 +135,8 @@ class Step(BaseModel):
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     error: ScriptedError | None = None
     delay: float = 0.0
+    after: str | None = None
+    after_timeout: float = Field(default=30.0, gt=0)
     chunk_delay: float = 0.0
     chunk_size: int = Field(default=8, ge=1)
     usage: ScriptedUsage | None = None

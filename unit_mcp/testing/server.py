@@ -315,9 +315,21 @@ class ScriptedModel:
         except ScriptError as exc:
             return await self._refuse(record, str(exc))
         usage = _usage(step, view, text, [c["arguments"] for c in calls])
+        if step.after is not None and not await self._seen_label(step.after, step.after_timeout):
+            return await self._refuse(
+                record, f"step {step.label or record.step} waited {step.after_timeout:g} s for step {step.after!r}"
+            )
         if step.delay:
             await anyio.sleep(step.delay)
         return record, step, _in_api(record, str(view.get("model") or self.model), text, calls, usage)
+
+    async def _seen_label(self, label: str, timeout: float) -> bool:
+        """Whether a request answered by the step labelled `label` arrives within `timeout` seconds."""
+        with anyio.move_on_after(timeout):
+            while not any(r.label == label for r in self.requests):
+                await anyio.sleep(0.02)
+            return True
+        return False
 
     async def _serve(self, request: Request) -> Response:
         """Any API's request answered from the script, whole or streamed."""
