@@ -288,6 +288,8 @@ def test_a_listener_killed_during_a_burst_of_fifty_commits_misses_none(
             terminated.append(terminate_listener(database, reader))
     assert terminated[0] == 1
     wait_for(lambda: reader.host.module("greeter").BURST == 50, "the replica did not catch up with the burst")
+    # the host tells its listeners once the reload has returned, a moment after the new module serves
+    wait_for(lambda: served[-1:] == [50], f"the listener was not told of the caught-up version: {served}")
     assert served == sorted(served) and served[-1] == 50, served  # never an older version after a newer one
     assert "listening to the units database failed" in caplog.text
     wait_for(lambda: not replica_of(reader, "greeter")[2], "the replica reports itself behind")
