@@ -357,3 +357,58 @@ def test_the_start_pauses_the_cyclic_gc_and_leaves_it_as_it_found_it(tmp_path: P
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_the_start_imports_each_unit_as_an_import_would(tmp_path: Path) -> None:
+    """The start builds each unit's module itself (not through `importlib.import_module`), with what an import
+    gives: the module bound to its package and set in sys.modules before it runs (a unit it imports may import it
+    back), what a module leaves in sys.modules served, and its import lock held (another thread importing it
+    meanwhile waits for the whole module). The attributes match a reload's, and `__cached__` is not set: no
+    `.pyc` file exists for a unit."""
+    import importlib
+    import inspect
+    import threading
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "a_first.py").write_text("from units_imp import b_second\n\nB_AT_IMPORT = b_second\n")
+    (root / "b_second.py").write_text("from units_imp import a_first\n\nFIRST = a_first\n")
+    (root / "c_replaces.py").write_text(
+        "import sys\nimport types\n\n\nclass Replacement(types.ModuleType):\n    VALUE = 3\n\n\n"
+        "sys.modules[__name__] = Replacement(__name__)\n"
+    )
+    (root / "d_slow.py").write_text(
+        "import importlib\nimport threading\nimport time\n\nSEEN = []\n\n\n"
+        "def other():\n    SEEN.append(importlib.import_module(__name__).DONE)\n\n\n"
+        "OTHER = threading.Thread(target=other)\nOTHER.start()\ntime.sleep(0.3)\nDONE = True\n"
+    )
+    with Host(root, tmp_path / "data", namespace="units_imp") as host:
+        package = sys.modules["units_imp"]
+        first, second = host.module("a_first"), host.module("b_second")
+        assert first is not None and second is not None
+        assert second.FIRST is first and package.a_first is first and package.b_second is second
+        replaced = host.module("c_replaces")
+        assert replaced is not None and replaced.VALUE == 3 and package.c_replaces is replaced
+        assert sys.modules["units_imp.c_replaces"] is replaced
+        slow = host.module("d_slow")
+        assert slow is not None
+        slow.OTHER.join(10)
+        assert slow.SEEN == [True]
+        started = {
+            name: getattr(first, name)
+            for name in ("__name__", "__file__", "__package__", "__path__")
+            if hasattr(first, name)
+        }
+        assert started == {
+            "__name__": "units_imp.a_first",
+            "__file__": str(root.resolve() / "a_first.py"),
+            "__package__": "units_imp",
+        }
+        assert first.__loader__ is first.__spec__.loader and first.__spec__.origin == first.__file__
+        assert not hasattr(first, "__cached__") and first.__spec__.cached is None
+        assert inspect.getsource(first).startswith("from units_imp import b_second")
+        host.reload("a_first")
+        reloaded = host.module("a_first")
+        assert reloaded is not first and reloaded is not None and not hasattr(reloaded, "__cached__")
+        assert {name: getattr(reloaded, name) for name in started} == started
+        assert importlib.import_module("units_imp.a_first") is reloaded

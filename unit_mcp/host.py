@@ -711,7 +711,8 @@ class Host:
     def _import(self, unit_id: str) -> types.ModuleType:
         self._purge(unit_id)
         self._pending_activities = []
-        return importlib.import_module(self.module_name(unit_id))
+        assert self._finder is not None
+        return self._finder.load(self.module_name(unit_id))
 
     def _init(self, unit_id: str, module: types.ModuleType) -> LoadedUnit:
         lifecycle = lifecycle_of(module)  # as exported at import, before init can change it
