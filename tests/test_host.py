@@ -367,7 +367,6 @@ def test_the_start_imports_each_unit_as_an_import_would(tmp_path: Path) -> None:
     `.pyc` file exists for a unit."""
     import importlib
     import inspect
-    import threading
 
     root = tmp_path / "units"
     root.mkdir()
@@ -412,3 +411,27 @@ def test_the_start_imports_each_unit_as_an_import_would(tmp_path: Path) -> None:
         assert reloaded is not first and reloaded is not None and not hasattr(reloaded, "__cached__")
         assert {name: getattr(reloaded, name) for name in started} == started
         assert importlib.import_module("units_imp.a_first") is reloaded
+
+
+def test_the_start_reads_from_one_held_root_and_still_refuses_a_linked_module(tmp_path: Path) -> None:
+    """The start's reads walk from one descriptor of the units root (`FilesystemLoader.reading_all`), which is
+    closed when the start ends: a unit's module that is a symbolic link is still refused, and so is one reached
+    through a linked folder."""
+    import os
+
+    root = tmp_path / "units"
+    (root / "pkg").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "leak.py").write_text("SECRET = 1\n")
+    (root / "pkg" / "__init__.py").write_text("from . import leak\n")
+    (root / "pkg" / "leak.py").symlink_to(tmp_path / "outside" / "leak.py")
+    (root / "deep").mkdir()
+    (root / "deep" / "__init__.py").write_text("from .via import leak\n")
+    (root / "deep" / "via").symlink_to(tmp_path / "outside")
+    (root / "plain.py").write_text("VALUE = 1\n")
+    open_before = len(os.listdir("/proc/self/fd"))
+    with Host(root, tmp_path / "data", app_log=False) as host:
+        assert host.module("plain").VALUE == 1
+        assert "linked, irregular or outside source refused" in (host.load_error("pkg") or "")
+        assert "linked, irregular or outside source refused" in (host.load_error("deep") or "")
+    assert len(os.listdir("/proc/self/fd")) == open_before  # the held root was closed (and the host's files)

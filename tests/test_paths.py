@@ -111,6 +111,29 @@ def test_fifo_is_refused_without_blocking(tree: Path) -> None:
         paths.read_bytes(tree, ["u", "pipe.py"])
 
 
+def test_reads_from_a_held_root_refuse_what_reads_from_the_root_path_refuse(tree: Path) -> None:
+    """A start reads every unit from one descriptor of the root (`root_fd`): a symlinked file, a symlinked folder
+    and a FIFO are refused the same way, at the root's level and below; the root stays open for the next read."""
+    (tree / "u" / "link.py").symlink_to(tree.parent / "outside" / "secret.py")
+    (tree / "u" / "lnk").symlink_to(tree.parent / "outside")
+    (tree / "top.py").symlink_to(tree.parent / "outside" / "secret.py")
+    (tree / "via").symlink_to(tree.parent / "outside")
+    os.mkfifo(tree / "u" / "pipe.py")
+    (tree / "plain.py").write_bytes(b"x" * 200_000)  # more than one read's worth
+    root_fd = paths.open_root(tree)
+    try:
+        for parts in (["u", "link.py"], ["u", "lnk", "secret.py"], ["top.py"], ["via", "secret.py"], ["u", "pipe.py"]):
+            with pytest.raises(paths.UnsafePath):
+                paths.read_bytes(tree, parts, root_fd=root_fd)
+        assert paths.read_bytes(tree, ["u", "__init__.py"], root_fd=root_fd) == b"x = 1\n"
+        assert paths.read_bytes(tree, ["plain.py"], root_fd=root_fd) == b"x" * 200_000
+        with pytest.raises(OverflowError):
+            paths.read_bytes(tree, ["plain.py"], max_bytes=1000, root_fd=root_fd)
+        assert os.fstat(root_fd).st_ino == tree.stat().st_ino  # not closed by any of the reads
+    finally:
+        os.close(root_fd)
+
+
 def test_replace_is_atomic_and_keeps_the_mode(tree: Path) -> None:
     target = tree / "u" / "__init__.py"
     target.chmod(0o640)

@@ -68,6 +68,7 @@ class FilesystemLoader(Loader):
         self.capabilities = Capabilities(write=not read_only, create=not read_only, history=self._git is not None)
         self._write_lock = threading.Lock()
         self._own_writes: dict[str, str | None] = {}
+        self._held = _HeldRoot()
 
     # -- discovery ------------------------------------------------------------------------
 
@@ -180,10 +181,28 @@ class FilesystemLoader(Loader):
             out[unit_id] = stamps
         return out
 
+    @contextlib.contextmanager
+    def reading_all(self) -> Iterator[None]:
+        """This thread's reads walk from one descriptor of the root, opened here, instead of opening the root each
+        (a start of 10,000 units: 10,000 opens and closes fewer). The descriptor is this thread's alone, so it is
+        never closed under another thread's walk; what each read opens below it is still opened without following
+        a link."""
+        try:
+            fd = paths.open_root(self.root)
+        except OSError:  # each read opens the root itself, and says what is wrong
+            fd = None
+        outer, self._held.root_fd = self._held.root_fd, fd
+        try:
+            yield
+        finally:
+            self._held.root_fd = outer
+            if fd is not None:
+                os.close(fd)
+
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         parts = self._parts(source)
         try:  # not `with _refusals()`: this runs for every module import, and a context manager costs a tenth
-            return paths.read_bytes(self.root, parts, max_bytes=max_bytes)
+            return paths.read_bytes(self.root, parts, max_bytes=max_bytes, root_fd=self._held.root_fd)
         except OverflowError as exc:
             raise SourceTooLarge(exc.args[0]) from None
         except (OSError, paths.UnsafePath) as exc:
@@ -287,6 +306,12 @@ class FilesystemLoader(Loader):
 
     def close(self) -> None:
         pass
+
+
+class _HeldRoot(threading.local):
+    """The units root a thread holds open while it reads every unit (`FilesystemLoader.reading_all`)."""
+
+    root_fd: int | None = None
 
 
 @contextlib.contextmanager

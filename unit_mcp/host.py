@@ -314,27 +314,28 @@ class Host:
         def run() -> None:
             self._transaction_thread = threading.get_ident()
             try:
-                for index, unit_id in enumerate(unit_ids):
-                    if abandoned.is_set():
-                        return
-                    progress = Progress()
-                    marker[:] = [index, time.perf_counter(), progress]
-                    try:
-                        new = self._bring_up(unit_id, progress)
-                    except (Exception, SystemExit) as exc:
+                with self.loader.reading_all():
+                    for index, unit_id in enumerate(unit_ids):
                         if abandoned.is_set():
-                            with self._lock:
-                                self._resync_modules(unit_id)
-                            self.logger.warning("a timed-out start of unit %s returned late; discarded", unit_id)
                             return
-                        self._discard(unit_id)
-                        self._load_errors[unit_id] = self._describe(exc)
-                        self._failure(
-                            unit_id, progress.stage, exc, rolled_back=False, source_restored=False, first=True
-                        )
-                        continue
-                    self._loaded[unit_id] = new
-                    self._load_errors.pop(unit_id, None)
+                        progress = Progress()
+                        marker[:] = [index, time.perf_counter(), progress]
+                        try:
+                            new = self._bring_up(unit_id, progress)
+                        except (Exception, SystemExit) as exc:
+                            if abandoned.is_set():
+                                with self._lock:
+                                    self._resync_modules(unit_id)
+                                self.logger.warning("a timed-out start of unit %s returned late; discarded", unit_id)
+                                return
+                            self._discard(unit_id)
+                            self._load_errors[unit_id] = self._describe(exc)
+                            self._failure(
+                                unit_id, progress.stage, exc, rolled_back=False, source_restored=False, first=True
+                            )
+                            continue
+                        self._loaded[unit_id] = new
+                        self._load_errors.pop(unit_id, None)
             except BaseException as exc:
                 escaped.append(exc)
             finally:
