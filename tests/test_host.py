@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import root_of
 
-from unit_mcp import Host, ReloadError, UnitService
+from unit_mcp import Host, ReloadError, UnitService, paths
+from unit_mcp.reloading import version_of
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -435,3 +436,27 @@ def test_the_start_reads_from_one_held_root_and_still_refuses_a_linked_module(tm
         assert "linked, irregular or outside source refused" in (host.load_error("pkg") or "")
         assert "linked, irregular or outside source refused" in (host.load_error("deep") or "")
     assert len(os.listdir("/proc/self/fd")) == open_before  # the held root was closed (and the host's files)
+
+
+def test_lifecycle_functions_and_version_are_found_as_getattr_finds_them(tmp_path: Path) -> None:
+    """The start reads a plain module's exports from its dict (no AttributeError per missing name), and asks
+    `getattr` where that would find more: a module `__getattr__` (PEP 562) or a module of another class."""
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "plain.py").write_text("CALLS = []\nVERSION = 7\n\ndef init(host):\n    CALLS.append('init')\n")
+    (root / "lazy.py").write_text(
+        "CALLS = []\n\n\ndef __getattr__(name):\n    if name == 'init':\n"
+        "        return lambda host: CALLS.append(name)\n"
+        "    if name == 'VERSION':\n        return 'lazy-1'\n    raise AttributeError(name)\n"
+    )
+    (root / "classy.py").write_text(
+        "import sys\nimport types\n\nCALLS = []\n\n\nclass Classy(types.ModuleType):\n    VERSION = 'classy-1'\n\n"
+        "    def init(self, host):\n        CALLS.append('init')\n\n\nsys.modules[__name__].__class__ = Classy\n"
+    )
+    (root / "bare.py").write_text("VALUE = 1\n")
+    with Host(root, tmp_path / "data") as host:
+        modules = {unit_id: host.module(unit_id) for unit_id in ("plain", "lazy", "classy", "bare")}
+        versions = {u: version_of(m, {f"units.{u}": m}) for u, m in modules.items()}  # type: ignore[arg-type]
+        assert [host.module(u).CALLS for u in ("plain", "lazy", "classy")] == [["init"]] * 3  # type: ignore[union-attr]
+        assert versions["plain"] == 7 and versions["lazy"] == "lazy-1" and versions["classy"] == "classy-1"
+        assert versions["bare"] == paths.hash_bytes((root / "bare.py").read_bytes())
