@@ -265,12 +265,11 @@ class UnitFinder:
             loader = spec.loader
             assert isinstance(loader, UnitModuleLoader)
             module = types.ModuleType(fullname)
-            module.__loader__ = loader  # what importlib's `module_from_spec` sets for a module with a location
-            module.__package__ = spec.parent
-            module.__spec__ = spec
-            module.__file__ = loader.path
+            # What importlib's `module_from_spec` sets for a module with a location:
+            attributes = module.__dict__
+            attributes.update(__loader__=loader, __package__=spec.parent, __spec__=spec, __file__=loader.path)
             if spec.submodule_search_locations is not None:
-                module.__path__ = spec.submodule_search_locations
+                attributes["__path__"] = spec.submodule_search_locations
             spec._initializing = True  # type: ignore[attr-defined]  # before sys.modules: `import` reads it there
             try:
                 sys.modules[fullname] = module

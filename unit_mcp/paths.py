@@ -50,19 +50,21 @@ def hash_bytes(data: bytes) -> str:
 def validate_unit_id(unit_id: object) -> str:
     if not isinstance(unit_id, str) or not unit_id:
         raise InvalidUnitId("unit_id must be a non-empty string.")
-    shown = unit_id if len(unit_id) <= 80 else unit_id[:80] + "…"
-    if len(unit_id) > MAX_UNIT_ID_LENGTH or not _UNIT_ID.fullmatch(unit_id) or keyword.iskeyword(unit_id):
+    if not is_unit_id(unit_id):
+        shown = unit_id if len(unit_id) <= 80 else unit_id[:80] + "…"
         raise InvalidUnitId(f"{shown!r} is not a valid unit id.")
     return unit_id
 
 
 def is_unit_id(name: object) -> bool:
-    """Whether `name` may be a unit id: the one rule every loader applies to what its store lists."""
-    try:
-        validate_unit_id(name)
-    except InvalidUnitId:
-        return False
-    return True
+    """Whether `name` may be a unit id: the one rule every loader applies to what its store lists (and, without
+    raising, what a folder's listing runs for each of its entries)."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_UNIT_ID_LENGTH
+        and _UNIT_ID.fullmatch(name) is not None
+        and not keyword.iskeyword(name)
+    )
 
 
 def is_source_id(source_id: object) -> bool:

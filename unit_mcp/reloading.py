@@ -232,22 +232,24 @@ class LoadedUnit:
 
 
 def lifecycle_of(module: types.ModuleType) -> dict[str, Callable[..., Any]]:
-    return {name: fn for name in HOOKS if callable(fn := _exported(module, name))}
+    if (namespace := _plain_namespace(module)) is not None:
+        return {name: fn for name in HOOKS if callable(fn := namespace.get(name))}
+    return {name: fn for name in HOOKS if callable(fn := getattr(module, name, None))}
 
 
-def _exported(module: types.ModuleType, name: str) -> Any:
-    """`getattr(module, name, None)`, read from the module's dict when that is all getattr would look at (a plain
-    module without `__getattr__`): a missing attribute then costs no AttributeError (a start asks six names of
-    each of 10,000 units, most of them missing)."""
+def _plain_namespace(module: types.ModuleType) -> dict[str, Any] | None:
+    """The module's dict when it is all `getattr` would look at (a plain module without `__getattr__`): a missing
+    name read there costs no AttributeError (a start asks six names of each of 10,000 units, most missing)."""
     if type(module) is types.ModuleType and "__getattr__" not in (namespace := module.__dict__):
-        return namespace.get(name)
-    return getattr(module, name, None)
+        return namespace
+    return None
 
 
 def version_of(module: types.ModuleType, modules: dict[str, types.ModuleType]) -> Any:
     """`VERSION` as the unit declares it, else the `sha256:` hash of its source (of its module sources in name
     order, for a unit of several modules)."""
-    declared = _exported(module, "VERSION")
+    namespace = _plain_namespace(module)
+    declared = namespace.get("VERSION") if namespace is not None else getattr(module, "VERSION", None)
     if declared is not None:
         return declared
     hashes = [_source_hash(m) for _, m in sorted(modules.items())]
