@@ -256,29 +256,31 @@ class Host:
             self._install_namespace()
             self._started = True
             started = time.perf_counter()
-            discovered = self.loader.discover() if unit_ids is None else None
-            ids = list(discovered if discovered is not None else unit_ids or ())
-            assert self._finder is not None
-            self._finder.kinds = discovered  # a lookup per unit less while starting
-            # A store whose reads are round trips gives every source at once: a query per source less.
-            self._finder.prefetched = self.loader.read_python_sources() if discovered is not None else None
-            # A full start reuses the code compiled at the last one (a partial start, like the test host's, would
-            # read the whole cache for one unit, and must not shrink it).
-            cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
-            bytecode = None if cache is None else BytecodeCache(cache).load()
-            self._finder.bytecode = bytecode
-            # No cyclic GC while loading: each full collection walks every module loaded so far, and with
-            # thousands of units they were a third of the start's CPU time.
+            # No cyclic GC while discovering and loading: each full collection walks every object there is (the
+            # modules loaded so far, and what a host closed in this process left to collect), and with thousands
+            # of units they were a third of the start's CPU time.
             collecting = gc.isenabled()
             gc.disable()
             try:
+                discovered = self.loader.discover() if unit_ids is None else None
+                ids = list(discovered if discovered is not None else unit_ids or ())
+                assert self._finder is not None
+                self._finder.kinds = discovered  # a lookup per unit less while starting
+                # A store whose reads are round trips gives every source at once: a query per source less.
+                self._finder.prefetched = self.loader.read_python_sources() if discovered is not None else None
+                # A full start reuses the code compiled at the last one (a partial start, like the test host's,
+                # would read the whole cache for one unit, and must not shrink it).
+                cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
+                bytecode = None if cache is None else BytecodeCache(cache).load()
+                self._finder.bytecode = bytecode
                 pending = ids
                 while pending:
                     pending = self._bring_up_batch(pending)
             finally:
-                self._finder.kinds = None
-                self._finder.prefetched = None
-                self._finder.bytecode = None
+                if self._finder is not None:
+                    self._finder.kinds = None
+                    self._finder.prefetched = None
+                    self._finder.bytecode = None
                 if collecting:
                     gc.enable()
             if bytecode is not None:  # after the start, not in it (30-65 ms for 10,000 units); close() waits for it
