@@ -152,3 +152,25 @@ def test_create_never_overwrites_and_makes_parents(tree: Path) -> None:
     paths.remove_file(tree, ["u", "a", "b", "c.py"])
     paths.remove_empty_dirs(tree, created)
     assert not (tree / "u" / "a").exists()
+
+
+def test_the_folder_listing_finds_units_and_never_a_link_a_hidden_or_a_compiled_entry(tmp_path: Path) -> None:
+    from unit_mcp.folderloader import FilesystemLoader
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "__init__.py").write_text("")
+    for name in ("plain.py", "both.py", ".hidden.py", "class.py", "not-an-id.py", "notes.txt", "x.pyc"):
+        (root / name).write_text("")
+    for folder in ("both", "pkg", "__pycache__", ".git", "no_init", "dir.py"):
+        (root / folder).mkdir()
+        if folder != "no_init":
+            (root / folder / "__init__.py").write_text("")
+    (root / "linked_init").mkdir()
+    (root / "linked_init" / "__init__.py").symlink_to(tmp_path / "outside" / "__init__.py")
+    (root / "linked_file.py").symlink_to(root / "plain.py")
+    (root / "linked_unit").symlink_to(tmp_path / "outside")
+    found = FilesystemLoader(root).discover()
+    assert found == {"both": "directory", "pkg": "directory", "plain": "file"}
+    assert list(found) == sorted(found)

@@ -77,18 +77,17 @@ class FilesystemLoader(Loader):
         """Unit ids on disk. Symlinks are ignored; a package directory wins over a same-named module."""
         found: dict[str, UnitKind] = {}
         with os.scandir(self.root) as entries:
-            for entry in entries:
-                if entry.is_symlink() or paths.is_hidden_or_compiled(entry.name):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    init = os.path.join(entry.path, "__init__.py")
-                    if paths.is_unit_id(entry.name) and os.path.isfile(init) and not os.path.islink(init):
-                        found[entry.name] = "directory"
-                elif entry.is_file(follow_symlinks=False) and entry.name.endswith(".py"):
-                    stem = entry.name[:-3]
-                    if paths.is_unit_id(stem) and found.get(stem) != "directory":
+            for entry in entries:  # `follow_symlinks=False`: a link is neither a file nor a folder here
+                name = entry.name
+                if name.endswith(".py"):  # a hidden file's stem is no unit id
+                    stem = name[:-3]
+                    if entry.is_file(follow_symlinks=False) and paths.is_unit_id(stem):
                         found.setdefault(stem, "file")
-        return dict(sorted(found.items()))
+                elif entry.is_dir(follow_symlinks=False) and not paths.is_hidden_or_compiled(name):
+                    init = os.path.join(entry.path, "__init__.py")
+                    if paths.is_unit_id(name) and os.path.isfile(init) and not os.path.islink(init):
+                        found[name] = "directory"  # a package wins over a same-named module
+        return {unit_id: found[unit_id] for unit_id in sorted(found)}
 
     def kind(self, unit_id: str) -> UnitKind | None:
         """The kind of one unit, by looking at its two possible places only (no scan of the root)."""
