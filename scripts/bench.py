@@ -159,6 +159,36 @@ def start_row(count: int, milliseconds: float, which: str = "start") -> dict[str
     return row
 
 
+BARE_IMPORT = """
+import gc, importlib, sys, time
+sys.path.insert(0, sys.argv[1])
+gc.disable()  # as the host's start does
+started = time.perf_counter()
+for n in range(int(sys.argv[2])):
+    importlib.import_module(f"unit_{n:05d}")
+print((time.perf_counter() - started) * 1000)
+"""
+"""Python's own import of the `make_units` modules from sys.path, timed inside a fresh interpreter (its start-up left
+out); run with `-X pycache_prefix` so the units root gets no __pycache__ folder."""
+
+
+def bare_row(count: int, figures: dict[str, Any], which: str) -> dict[str, Any]:
+    """The host's start against Python's own import of the same units: no goal, but unlike the seconds it stays
+    about the same from one machine to another."""
+    ratio = figures[f"host_{which}_{count}_units_ms"] / figures[f"bare_import_{count}_units_ms"]
+    return {
+        "ratio": f"host {which} / bare Python import of the same {count} units (from sys.path, .pyc present, a fresh "
+        "interpreter; context)",
+        "value": round(ratio, 3),
+    }
+
+
+async def bare_import_ms(root: Path, count: int, pycache: Path) -> float:
+    command = [sys.executable, "-X", f"pycache_prefix={pycache}", "-c", BARE_IMPORT, str(root), str(count)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # the first run writes the .pyc
+    return float((await anyio.run_process(command, env=env)).stdout.decode().strip())
+
+
 def sqlite_bytes(path: Path) -> int:
     """A SQLite database's size once its write-ahead log is folded in (pages in use and free)."""
     conn = sqlite3.connect(path)
@@ -1012,6 +1042,12 @@ class Bench:
                     host.close()
             hosts.append(host)
             services[count] = UnitService(host)
+        # The same units imported by Python itself from sys.path with their .pyc present (the first run writes
+        # them): what the start figures are worth on this machine, whatever its speed.
+        pycache = self.work / "scale-pycache"
+        await bare_import_ms(self.work / f"scale-{big_count}", big_count, pycache)
+        bare = [await bare_import_ms(self.work / f"scale-{big_count}", big_count, pycache) for _ in range(3)]
+        figures[f"bare_import_{big_count}_units_ms"] = round(statistics.median(bare), 1)
         try:
             rounds = 10 if self.quick else 20
             # Called on the loop, not through a worker thread: on a loaded machine waking the loop after the
@@ -1039,6 +1075,7 @@ class Bench:
                 ),
                 start_row(big_count, figures[f"host_start_{big_count}_units_ms"]),
                 start_row(big_count, figures[f"host_restart_{big_count}_units_ms"], "restart, same data dir"),
+                *(bare_row(big_count, figures, which) for which in ("start", "restart")),
             ],
         )
 

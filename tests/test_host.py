@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import root_of
 
-from unit_mcp import Host, ReloadError, UnitService
+from unit_mcp import Host, ReloadError, UnitService, paths
+from unit_mcp.reloading import version_of
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -357,3 +358,105 @@ def test_the_start_pauses_the_cyclic_gc_and_leaves_it_as_it_found_it(tmp_path: P
             assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_the_start_imports_each_unit_as_an_import_would(tmp_path: Path) -> None:
+    """The start builds each unit's module itself (not through `importlib.import_module`), with what an import
+    gives: the module bound to its package and set in sys.modules before it runs (a unit it imports may import it
+    back), what a module leaves in sys.modules served, and its import lock held (another thread importing it
+    meanwhile waits for the whole module). The attributes match a reload's, and `__cached__` is not set: no
+    `.pyc` file exists for a unit."""
+    import importlib
+    import inspect
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "a_first.py").write_text("from units_imp import b_second\n\nB_AT_IMPORT = b_second\n")
+    (root / "b_second.py").write_text("from units_imp import a_first\n\nFIRST = a_first\n")
+    (root / "c_replaces.py").write_text(
+        "import sys\nimport types\n\n\nclass Replacement(types.ModuleType):\n    VALUE = 3\n\n\n"
+        "sys.modules[__name__] = Replacement(__name__)\n"
+    )
+    (root / "d_slow.py").write_text(
+        "import importlib\nimport threading\nimport time\n\nSEEN = []\n\n\n"
+        "def other():\n    SEEN.append(importlib.import_module(__name__).DONE)\n\n\n"
+        "OTHER = threading.Thread(target=other)\nOTHER.start()\ntime.sleep(0.3)\nDONE = True\n"
+    )
+    with Host(root, tmp_path / "data", namespace="units_imp") as host:
+        package = sys.modules["units_imp"]
+        first, second = host.module("a_first"), host.module("b_second")
+        assert first is not None and second is not None
+        assert second.FIRST is first and package.a_first is first and package.b_second is second
+        replaced = host.module("c_replaces")
+        assert replaced is not None and replaced.VALUE == 3 and package.c_replaces is replaced
+        assert sys.modules["units_imp.c_replaces"] is replaced
+        slow = host.module("d_slow")
+        assert slow is not None
+        slow.OTHER.join(10)
+        assert slow.SEEN == [True]
+        started = {
+            name: getattr(first, name)
+            for name in ("__name__", "__file__", "__package__", "__path__")
+            if hasattr(first, name)
+        }
+        assert started == {
+            "__name__": "units_imp.a_first",
+            "__file__": str(root.resolve() / "a_first.py"),
+            "__package__": "units_imp",
+        }
+        assert first.__loader__ is first.__spec__.loader and first.__spec__.origin == first.__file__
+        assert not hasattr(first, "__cached__") and first.__spec__.cached is None
+        assert inspect.getsource(first).startswith("from units_imp import b_second")
+        host.reload("a_first")
+        reloaded = host.module("a_first")
+        assert reloaded is not first and reloaded is not None and not hasattr(reloaded, "__cached__")
+        assert {name: getattr(reloaded, name) for name in started} == started
+        assert importlib.import_module("units_imp.a_first") is reloaded
+
+
+def test_the_start_reads_from_one_held_root_and_still_refuses_a_linked_module(tmp_path: Path) -> None:
+    """The start's reads walk from one descriptor of the units root (`FilesystemLoader.reading_all`), which is
+    closed when the start ends: a unit's module that is a symbolic link is still refused, and so is one reached
+    through a linked folder."""
+    import os
+
+    root = tmp_path / "units"
+    (root / "pkg").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "leak.py").write_text("SECRET = 1\n")
+    (root / "pkg" / "__init__.py").write_text("from . import leak\n")
+    (root / "pkg" / "leak.py").symlink_to(tmp_path / "outside" / "leak.py")
+    (root / "deep").mkdir()
+    (root / "deep" / "__init__.py").write_text("from .via import leak\n")
+    (root / "deep" / "via").symlink_to(tmp_path / "outside")
+    (root / "plain.py").write_text("VALUE = 1\n")
+    open_before = len(os.listdir("/proc/self/fd"))
+    with Host(root, tmp_path / "data", app_log=False) as host:
+        assert host.module("plain").VALUE == 1
+        assert "linked, irregular or outside source refused" in (host.load_error("pkg") or "")
+        assert "linked, irregular or outside source refused" in (host.load_error("deep") or "")
+    assert len(os.listdir("/proc/self/fd")) == open_before  # the held root was closed (and the host's files)
+
+
+def test_lifecycle_functions_and_version_are_found_as_getattr_finds_them(tmp_path: Path) -> None:
+    """The start reads a plain module's exports from its dict (no AttributeError per missing name), and asks
+    `getattr` where that would find more: a module `__getattr__` (PEP 562) or a module of another class."""
+    root = tmp_path / "units"
+    root.mkdir()
+    (root / "plain.py").write_text("CALLS = []\nVERSION = 7\n\ndef init(host):\n    CALLS.append('init')\n")
+    (root / "lazy.py").write_text(
+        "CALLS = []\n\n\ndef __getattr__(name):\n    if name == 'init':\n"
+        "        return lambda host: CALLS.append(name)\n"
+        "    if name == 'VERSION':\n        return 'lazy-1'\n    raise AttributeError(name)\n"
+    )
+    (root / "classy.py").write_text(
+        "import sys\nimport types\n\nCALLS = []\n\n\nclass Classy(types.ModuleType):\n    VERSION = 'classy-1'\n\n"
+        "    def init(self, host):\n        CALLS.append('init')\n\n\nsys.modules[__name__].__class__ = Classy\n"
+    )
+    (root / "bare.py").write_text("VALUE = 1\n")
+    with Host(root, tmp_path / "data") as host:
+        modules = {unit_id: host.module(unit_id) for unit_id in ("plain", "lazy", "classy", "bare")}
+        versions = {u: version_of(m, {f"units.{u}": m}) for u, m in modules.items()}  # type: ignore[arg-type]
+        assert [host.module(u).CALLS for u in ("plain", "lazy", "classy")] == [["init"]] * 3  # type: ignore[union-attr]
+        assert versions["plain"] == 7 and versions["lazy"] == "lazy-1" and versions["classy"] == "classy-1"
+        assert versions["bare"] == paths.hash_bytes((root / "bare.py").read_bytes())

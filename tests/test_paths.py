@@ -111,6 +111,29 @@ def test_fifo_is_refused_without_blocking(tree: Path) -> None:
         paths.read_bytes(tree, ["u", "pipe.py"])
 
 
+def test_reads_from_a_held_root_refuse_what_reads_from_the_root_path_refuse(tree: Path) -> None:
+    """A start reads every unit from one descriptor of the root (`root_fd`): a symlinked file, a symlinked folder
+    and a FIFO are refused the same way, at the root's level and below; the root stays open for the next read."""
+    (tree / "u" / "link.py").symlink_to(tree.parent / "outside" / "secret.py")
+    (tree / "u" / "lnk").symlink_to(tree.parent / "outside")
+    (tree / "top.py").symlink_to(tree.parent / "outside" / "secret.py")
+    (tree / "via").symlink_to(tree.parent / "outside")
+    os.mkfifo(tree / "u" / "pipe.py")
+    (tree / "plain.py").write_bytes(b"x" * 200_000)  # more than one read's worth
+    root_fd = paths.open_root(tree)
+    try:
+        for parts in (["u", "link.py"], ["u", "lnk", "secret.py"], ["top.py"], ["via", "secret.py"], ["u", "pipe.py"]):
+            with pytest.raises(paths.UnsafePath):
+                paths.read_bytes(tree, parts, root_fd=root_fd)
+        assert paths.read_bytes(tree, ["u", "__init__.py"], root_fd=root_fd) == b"x = 1\n"
+        assert paths.read_bytes(tree, ["plain.py"], root_fd=root_fd) == b"x" * 200_000
+        with pytest.raises(OverflowError):
+            paths.read_bytes(tree, ["plain.py"], max_bytes=1000, root_fd=root_fd)
+        assert os.fstat(root_fd).st_ino == tree.stat().st_ino  # not closed by any of the reads
+    finally:
+        os.close(root_fd)
+
+
 def test_replace_is_atomic_and_keeps_the_mode(tree: Path) -> None:
     target = tree / "u" / "__init__.py"
     target.chmod(0o640)
@@ -129,3 +152,25 @@ def test_create_never_overwrites_and_makes_parents(tree: Path) -> None:
     paths.remove_file(tree, ["u", "a", "b", "c.py"])
     paths.remove_empty_dirs(tree, created)
     assert not (tree / "u" / "a").exists()
+
+
+def test_the_folder_listing_finds_units_and_never_a_link_a_hidden_or_a_compiled_entry(tmp_path: Path) -> None:
+    from unit_mcp.folderloader import FilesystemLoader
+
+    root = tmp_path / "units"
+    root.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "__init__.py").write_text("")
+    for name in ("plain.py", "both.py", ".hidden.py", "class.py", "not-an-id.py", "notes.txt", "x.pyc"):
+        (root / name).write_text("")
+    for folder in ("both", "pkg", "__pycache__", ".git", "no_init", "dir.py"):
+        (root / folder).mkdir()
+        if folder != "no_init":
+            (root / folder / "__init__.py").write_text("")
+    (root / "linked_init").mkdir()
+    (root / "linked_init" / "__init__.py").symlink_to(tmp_path / "outside" / "__init__.py")
+    (root / "linked_file.py").symlink_to(root / "plain.py")
+    (root / "linked_unit").symlink_to(tmp_path / "outside")
+    found = FilesystemLoader(root).discover()
+    assert found == {"both": "directory", "pkg": "directory", "plain": "file"}
+    assert list(found) == sorted(found)

@@ -112,3 +112,27 @@ def test_a_unit_id_held_by_two_stores_is_refused_at_start_in_one_line(tmp_path: 
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert "counter" in lines[0] and "one store only" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_a_start_over_two_folders_holds_each_root_and_refuses_a_linked_module(tmp_path: Path) -> None:
+    """`Stores.reading_all` holds every member's root for the start's reads: each unit is read from its own
+    store, a linked module is refused there as in a single folder, and both roots are closed after the start."""
+    first, second, outside = tmp_path / "first", tmp_path / "second", tmp_path / "outside"
+    for folder in (first, second, outside):
+        folder.mkdir()
+    (first / "alpha.py").write_text(
+        "import contextlib\nimport os\n\nWHERE = 'first'\nHELD = set()\n"
+        "for fd in os.listdir('/proc/self/fd'):\n"
+        "    with contextlib.suppress(OSError):\n        HELD.add(os.readlink(f'/proc/self/fd/{fd}'))\n"
+    )
+    (second / "beta.py").write_text("WHERE = 'second'\n")
+    (outside / "leak.py").write_text("SECRET = 1\n")
+    (second / "gamma").mkdir()
+    (second / "gamma" / "__init__.py").write_text("from . import leak\n")
+    (second / "gamma" / "leak.py").symlink_to(outside / "leak.py")
+    open_before = len(os.listdir("/proc/self/fd"))
+    with Host(stores_address([str(first), str(second)]), tmp_path / "data", app_log=False) as host:
+        assert [host.module(u).WHERE for u in ("alpha", "beta")] == ["first", "second"]  # type: ignore[union-attr]
+        assert {str(first.resolve()), str(second.resolve())} <= host.module("alpha").HELD  # type: ignore[union-attr]
+        assert "linked, irregular or outside source refused" in (host.load_error("gamma") or "")
+    assert len(os.listdir("/proc/self/fd")) == open_before

@@ -60,6 +60,7 @@ class FilesystemLoader(Loader):
         if not self.root.is_dir():
             raise FileNotFoundError(f"units root {self.root} is not a directory")
         self.address = self.location = str(self.root)
+        self._prefix = os.path.join(self.location, "")  # the root with one trailing separator, for `origin`
         self._git: GitHistory | None = None
         if not read_only:
             from .githistory import GitHistory
@@ -68,6 +69,7 @@ class FilesystemLoader(Loader):
         self.capabilities = Capabilities(write=not read_only, create=not read_only, history=self._git is not None)
         self._write_lock = threading.Lock()
         self._own_writes: dict[str, str | None] = {}
+        self._held = _HeldRoot()
 
     # -- discovery ------------------------------------------------------------------------
 
@@ -75,18 +77,17 @@ class FilesystemLoader(Loader):
         """Unit ids on disk. Symlinks are ignored; a package directory wins over a same-named module."""
         found: dict[str, UnitKind] = {}
         with os.scandir(self.root) as entries:
-            for entry in entries:
-                if entry.is_symlink() or paths.is_hidden_or_compiled(entry.name):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    init = os.path.join(entry.path, "__init__.py")
-                    if paths.is_unit_id(entry.name) and os.path.isfile(init) and not os.path.islink(init):
-                        found[entry.name] = "directory"
-                elif entry.is_file(follow_symlinks=False) and entry.name.endswith(".py"):
-                    stem = entry.name[:-3]
-                    if paths.is_unit_id(stem) and found.get(stem) != "directory":
+            for entry in entries:  # `follow_symlinks=False`: a link is neither a file nor a folder here
+                name = entry.name
+                if name.endswith(".py"):  # a hidden file's stem is no unit id
+                    stem = name[:-3]
+                    if entry.is_file(follow_symlinks=False) and paths.is_unit_id(stem):
                         found.setdefault(stem, "file")
-        return dict(sorted(found.items()))
+                elif entry.is_dir(follow_symlinks=False) and not paths.is_hidden_or_compiled(name):
+                    init = os.path.join(entry.path, "__init__.py")
+                    if paths.is_unit_id(name) and os.path.isfile(init) and not os.path.islink(init):
+                        found[name] = "directory"  # a package wins over a same-named module
+        return {unit_id: found[unit_id] for unit_id in sorted(found)}
 
     def kind(self, unit_id: str) -> UnitKind | None:
         """The kind of one unit, by looking at its two possible places only (no scan of the root)."""
@@ -180,10 +181,28 @@ class FilesystemLoader(Loader):
             out[unit_id] = stamps
         return out
 
+    @contextlib.contextmanager
+    def reading_all(self) -> Iterator[None]:
+        """This thread's reads walk from one descriptor of the root, opened here, instead of opening the root each
+        (a start of 10,000 units: 10,000 opens and closes fewer). The descriptor is this thread's alone, so it is
+        never closed under another thread's walk; what each read opens below it is still opened without following
+        a link."""
+        try:
+            fd = paths.open_root(self.root)
+        except OSError:  # each read opens the root itself, and says what is wrong
+            fd = None
+        outer, self._held.root_fd = self._held.root_fd, fd
+        try:
+            yield
+        finally:
+            self._held.root_fd = outer
+            if fd is not None:
+                os.close(fd)
+
     def read(self, source: Source, *, max_bytes: int | None = None) -> bytes:
         parts = self._parts(source)
         try:  # not `with _refusals()`: this runs for every module import, and a context manager costs a tenth
-            return paths.read_bytes(self.root, parts, max_bytes=max_bytes)
+            return paths.read_bytes(self.root, parts, max_bytes=max_bytes, root_fd=self._held.root_fd)
         except OverflowError as exc:
             raise SourceTooLarge(exc.args[0]) from None
         except (OSError, paths.UnsafePath) as exc:
@@ -193,7 +212,7 @@ class FilesystemLoader(Loader):
             raise refusal from None
 
     def origin(self, source: Source) -> str:
-        return os.path.join(self.location, *self._parts(source))  # str(self._path(...)), faster
+        return self._prefix + "/".join(self._parts(source))  # str(self._path(...)), faster (one per module import)
 
     def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
         parts = self._parts(source)
@@ -287,6 +306,12 @@ class FilesystemLoader(Loader):
 
     def close(self) -> None:
         pass
+
+
+class _HeldRoot(threading.local):
+    """The units root a thread holds open while it reads every unit (`FilesystemLoader.reading_all`)."""
+
+    root_fd: int | None = None
 
 
 @contextlib.contextmanager

@@ -256,29 +256,31 @@ class Host:
             self._install_namespace()
             self._started = True
             started = time.perf_counter()
-            discovered = self.loader.discover() if unit_ids is None else None
-            ids = list(discovered if discovered is not None else unit_ids or ())
-            assert self._finder is not None
-            self._finder.kinds = discovered  # a lookup per unit less while starting
-            # A store whose reads are round trips gives every source at once: a query per source less.
-            self._finder.prefetched = self.loader.read_python_sources() if discovered is not None else None
-            # A full start reuses the code compiled at the last one (a partial start, like the test host's, would
-            # read the whole cache for one unit, and must not shrink it).
-            cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
-            bytecode = None if cache is None else BytecodeCache(cache).load()
-            self._finder.bytecode = bytecode
-            # No cyclic GC while loading: each full collection walks every module loaded so far, and with
-            # thousands of units they were a third of the start's CPU time.
+            # No cyclic GC while discovering and loading: each full collection walks every object there is (the
+            # modules loaded so far, and what a host closed in this process left to collect), and with thousands
+            # of units they were a third of the start's CPU time.
             collecting = gc.isenabled()
             gc.disable()
             try:
+                discovered = self.loader.discover() if unit_ids is None else None
+                ids = list(discovered if discovered is not None else unit_ids or ())
+                assert self._finder is not None
+                self._finder.kinds = discovered  # a lookup per unit less while starting
+                # A store whose reads are round trips gives every source at once: a query per source less.
+                self._finder.prefetched = self.loader.read_python_sources() if discovered is not None else None
+                # A full start reuses the code compiled at the last one (a partial start, like the test host's,
+                # would read the whole cache for one unit, and must not shrink it).
+                cache = None if discovered is None else paths.private_dir(self.data_dir, "bytecode") / "units"
+                bytecode = None if cache is None else BytecodeCache(cache).load()
+                self._finder.bytecode = bytecode
                 pending = ids
                 while pending:
                     pending = self._bring_up_batch(pending)
             finally:
-                self._finder.kinds = None
-                self._finder.prefetched = None
-                self._finder.bytecode = None
+                if self._finder is not None:
+                    self._finder.kinds = None
+                    self._finder.prefetched = None
+                    self._finder.bytecode = None
                 if collecting:
                     gc.enable()
             if bytecode is not None:  # after the start, not in it (30-65 ms for 10,000 units); close() waits for it
@@ -314,27 +316,28 @@ class Host:
         def run() -> None:
             self._transaction_thread = threading.get_ident()
             try:
-                for index, unit_id in enumerate(unit_ids):
-                    if abandoned.is_set():
-                        return
-                    progress = Progress()
-                    marker[:] = [index, time.perf_counter(), progress]
-                    try:
-                        new = self._bring_up(unit_id, progress)
-                    except (Exception, SystemExit) as exc:
+                with self.loader.reading_all():
+                    for index, unit_id in enumerate(unit_ids):
                         if abandoned.is_set():
-                            with self._lock:
-                                self._resync_modules(unit_id)
-                            self.logger.warning("a timed-out start of unit %s returned late; discarded", unit_id)
                             return
-                        self._discard(unit_id)
-                        self._load_errors[unit_id] = self._describe(exc)
-                        self._failure(
-                            unit_id, progress.stage, exc, rolled_back=False, source_restored=False, first=True
-                        )
-                        continue
-                    self._loaded[unit_id] = new
-                    self._load_errors.pop(unit_id, None)
+                        progress = Progress()
+                        marker[:] = [index, time.perf_counter(), progress]
+                        try:
+                            new = self._bring_up(unit_id, progress)
+                        except (Exception, SystemExit) as exc:
+                            if abandoned.is_set():
+                                with self._lock:
+                                    self._resync_modules(unit_id)
+                                self.logger.warning("a timed-out start of unit %s returned late; discarded", unit_id)
+                                return
+                            self._discard(unit_id)
+                            self._load_errors[unit_id] = self._describe(exc)
+                            self._failure(
+                                unit_id, progress.stage, exc, rolled_back=False, source_restored=False, first=True
+                            )
+                            continue
+                        self._loaded[unit_id] = new
+                        self._load_errors.pop(unit_id, None)
             except BaseException as exc:
                 escaped.append(exc)
             finally:
@@ -711,7 +714,8 @@ class Host:
     def _import(self, unit_id: str) -> types.ModuleType:
         self._purge(unit_id)
         self._pending_activities = []
-        return importlib.import_module(self.module_name(unit_id))
+        assert self._finder is not None
+        return self._finder.load(self.module_name(unit_id))
 
     def _init(self, unit_id: str, module: types.ModuleType) -> LoadedUnit:
         lifecycle = lifecycle_of(module)  # as exported at import, before init can change it

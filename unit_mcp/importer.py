@@ -14,8 +14,10 @@ import io
 import linecache
 import marshal
 import os
+import sys
 import types
 from collections.abc import Iterator
+from importlib import _bootstrap
 from pathlib import Path
 from typing import IO, Any
 
@@ -101,13 +103,15 @@ class UnitModuleLoader:
         self.codes = codes
         self.files = files
         self.bytecode = bytecode
+        self.digest: str | None = None
+        """The `sha256:` hash of `data`, once executed (the unit's version when it declares none)."""
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
         linecache.cache.pop(self.path, None)  # a traceback must show this version's lines, not a cached older one
-        digest = hash_bytes(self.data)
+        digest = self.digest = hash_bytes(self.data)
         code = self.codes.pop((self.path, digest), None)
         if code is None and self.bytecode is not None:
             code = self.bytecode.get(self.path, digest)
@@ -131,6 +135,14 @@ class UnitModuleLoader:
     def get_resource_reader(self, fullname: str) -> UnitFiles | None:
         """`importlib.resources.files(__package__)`: the package's data files, read through the unit's loader."""
         return self.files
+
+
+class UnitSpec(importlib.machinery.ModuleSpec):
+    """A unit module's spec. `cached` is None: its code comes from the host's bytecode cache or a compile, never
+    from a `__pycache__` file (importlib would compute that file's name for every module it sets up, and set it as
+    `__cached__`)."""
+
+    cached = None  # type: ignore[assignment]  # a plain attribute in place of ModuleSpec's computed property
 
 
 class UnitFiles:
@@ -228,7 +240,7 @@ class UnitFinder:
             origin = self.loader.origin(source)
             folder = source.source_id.rpartition("/")[0]
             files = UnitFiles(self.loader, unit_id, kind, folder) if package else None
-            spec = importlib.machinery.ModuleSpec(
+            spec = UnitSpec(
                 fullname,
                 UnitModuleLoader(fullname, origin, data, self.codes, files, self.bytecode),  # type: ignore[arg-type]  # a loader by its methods
                 origin=origin,
@@ -239,6 +251,40 @@ class UnitFinder:
                 spec.submodule_search_locations = [origin.rsplit("/", 1)[0]]
             return spec
         return None
+
+    def load(self, fullname: str) -> types.ModuleType:
+        """Import `fullname`, a module not in sys.modules, as `importlib.import_module` would (its module lock held,
+        so another thread importing it meanwhile waits for it; set in sys.modules before it runs, so a unit it
+        imports may import it back; bound to its package), without the walk of `sys.meta_path` (this finder
+        answers for its namespace) and importlib's generic set-up of the module's attributes: the host's start
+        loads thousands of units this way."""
+        with _bootstrap._ModuleLockManager(fullname):  # type: ignore[attr-defined]  # the lock an import takes
+            spec = self.find_spec(fullname)
+            if spec is None:
+                raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+            loader = spec.loader
+            assert isinstance(loader, UnitModuleLoader)
+            module = types.ModuleType(fullname)
+            # What importlib's `module_from_spec` sets for a module with a location:
+            attributes = module.__dict__
+            attributes.update(__loader__=loader, __package__=spec.parent, __spec__=spec, __file__=loader.path)
+            if spec.submodule_search_locations is not None:
+                attributes["__path__"] = spec.submodule_search_locations
+            spec._initializing = True  # type: ignore[attr-defined]  # before sys.modules: `import` reads it there
+            try:
+                sys.modules[fullname] = module
+                try:
+                    loader.exec_module(module)
+                except BaseException:
+                    sys.modules.pop(fullname, None)
+                    raise
+                module = sys.modules.pop(fullname)  # what the module left there (it may have replaced itself)
+                sys.modules[fullname] = module
+            finally:
+                spec._initializing = False  # type: ignore[attr-defined]
+        parent, _, child = fullname.rpartition(".")
+        setattr(sys.modules[parent], child, module)
+        return module
 
     def remember(self, origin: str, data: bytes, code: types.CodeType) -> None:
         if len(self.codes) > 64:

@@ -9,8 +9,9 @@ imports nothing of unit_mcp, and every loader, the host and the service import i
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -276,6 +277,12 @@ class Loader(Protocol):
         """Every Python source by (unit id, source id) at once, for a store whose reads are round trips (the host's
         start imports from it); None: the host reads them one by one."""
         return None
+
+    @contextlib.contextmanager
+    def reading_all(self) -> Iterator[None]:
+        """Around the host's start, which reads the modules of every unit in this thread: the store may keep open,
+        for this thread's reads, what each read would open and close (the folder loader: the units root)."""
+        yield
 
     def unit_versions(self, unit_ids: list[str]) -> dict[str, UnitVersions]:
         """What this server serves of each unit against what the store holds, for stores shared by several servers

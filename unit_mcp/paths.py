@@ -50,19 +50,21 @@ def hash_bytes(data: bytes) -> str:
 def validate_unit_id(unit_id: object) -> str:
     if not isinstance(unit_id, str) or not unit_id:
         raise InvalidUnitId("unit_id must be a non-empty string.")
-    shown = unit_id if len(unit_id) <= 80 else unit_id[:80] + "…"
-    if len(unit_id) > MAX_UNIT_ID_LENGTH or not _UNIT_ID.fullmatch(unit_id) or keyword.iskeyword(unit_id):
+    if not is_unit_id(unit_id):
+        shown = unit_id if len(unit_id) <= 80 else unit_id[:80] + "…"
         raise InvalidUnitId(f"{shown!r} is not a valid unit id.")
     return unit_id
 
 
 def is_unit_id(name: object) -> bool:
-    """Whether `name` may be a unit id: the one rule every loader applies to what its store lists."""
-    try:
-        validate_unit_id(name)
-    except InvalidUnitId:
-        return False
-    return True
+    """Whether `name` may be a unit id: the one rule every loader applies to what its store lists (and, without
+    raising, what a folder's listing runs for each of its entries)."""
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_UNIT_ID_LENGTH
+        and _UNIT_ID.fullmatch(name) is not None
+        and not keyword.iskeyword(name)
+    )
 
 
 def is_source_id(source_id: object) -> bool:
@@ -154,18 +156,26 @@ def _refuse_if_link(parent_fd: int, name: str) -> None:
         raise UnsafePath(f"{name} is a symbolic link")
 
 
+def open_root(root: Path) -> int:
+    """A descriptor of the units root itself, to walk from (`root_fd`); the caller closes it."""
+    return os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+
+
 @contextmanager
-def open_parent(root: Path, parts: Sequence[str], *, create: bool = False) -> Iterator[int]:
-    """Yield a descriptor of the directory holding parts[-1], walked from root without following links."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+def open_parent(root: Path, parts: Sequence[str], *, create: bool = False, root_fd: int | None = None) -> Iterator[int]:
+    """Yield a descriptor of the directory holding parts[-1], walked from root without following links (from
+    `root_fd`, the root opened by `open_root`, when given: it stays open)."""
+    fd = open_root(root) if root_fd is None else root_fd
     try:
         for name in parts[:-1]:
             next_fd = _open_dir_at(fd, name, create=create)
-            os.close(fd)
+            if fd != root_fd:
+                os.close(fd)
             fd = next_fd
         yield fd
     finally:
-        os.close(fd)
+        if fd != root_fd:
+            os.close(fd)
 
 
 def _open_regular(parent_fd: int, name: str) -> tuple[int, os.stat_result]:
@@ -186,19 +196,30 @@ def _open_regular(parent_fd: int, name: str) -> tuple[int, os.stat_result]:
     return fd, st
 
 
-def read_bytes(root: Path, parts: Sequence[str], *, max_bytes: int | None = None) -> bytes:
-    with open_parent(root, parts) as dir_fd:
-        fd, st = _open_regular(dir_fd, parts[-1])
-        try:
-            size = st.st_size
-            if max_bytes is not None and size > max_bytes:
-                raise OverflowError(size, f"larger than {max_bytes} bytes")
-            chunks = []
-            while chunk := os.read(fd, max(size + 1, 65536)):  # usually one read, then the EOF
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+def read_bytes(root: Path, parts: Sequence[str], *, max_bytes: int | None = None, root_fd: int | None = None) -> bytes:
+    """A regular file's bytes (`root_fd`: the root opened by `open_root`, walked from instead of opening it)."""
+    if root_fd is not None and len(parts) == 1:  # a file unit at a start: no directory to open
+        return _read_regular(root_fd, parts[0], max_bytes)
+    with open_parent(root, parts, root_fd=root_fd) as dir_fd:
+        return _read_regular(dir_fd, parts[-1], max_bytes)
+
+
+def _read_regular(dir_fd: int, name: str, max_bytes: int | None) -> bytes:
+    fd, st = _open_regular(dir_fd, name)
+    try:
+        size = st.st_size
+        if max_bytes is not None and size > max_bytes:
+            raise OverflowError(size, f"larger than {max_bytes} bytes")
+        asked = max(size + 1, 65536)
+        chunk = os.read(fd, asked)
+        if len(chunk) < asked:  # a short read of a regular file is its end: no second read to find it
+            return chunk
+        chunks = [chunk]
+        while chunk := os.read(fd, asked):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def exists(root: Path, parts: Sequence[str]) -> bool:

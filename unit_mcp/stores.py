@@ -10,7 +10,7 @@ across units). A capability is offered when every store has it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .loader import (
@@ -150,6 +150,13 @@ class Stores(Loader):
 
     def unit_folder(self, unit_id: str) -> Path | None:
         return self._of(unit_id).unit_folder(unit_id)
+
+    @contextlib.contextmanager
+    def reading_all(self) -> Iterator[None]:
+        with contextlib.ExitStack() as members:
+            for member in self.members:
+                members.enter_context(member.reading_all())
+            yield
 
     def close(self) -> None:
         for member in self.members:
