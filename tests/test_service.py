@@ -287,6 +287,8 @@ def test_a_syntax_error_is_reported_with_position_and_nothing_is_written(folder_
     )
     assert error.details["file"] == "greeter.py" and error.details["line"] == 8 and error.details["column"]
     assert (root_of(host) / "greeter.py").read_bytes() == before
+    assert [p.name for p in root_of(host).iterdir() if p.name.endswith(".tmp")] == []  # compiled while it synced
+    assert service.change_log.changes(limit=1)[0].outcome == "refused"
 
 
 def test_a_dry_run_is_refused_a_syntax_error_as_the_write_is(folder_service: UnitService) -> None:

@@ -197,7 +197,9 @@ def _apply(
     source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
     reloaded before are reloaded again (with the state they had before, where `states` gave them another). While
     the test runs the application serves the previous version."""
-    _compile(svc, targets)
+    overlap = _compiled_while_written(targets)
+    if not overlap:
+        _compile(svc, targets)  # every target, before any is written
     states = states or {}
     before = {}  # the state each unit has now, to hand back to it if the call is undone
     for unit_id in sorted(states):
@@ -217,7 +219,7 @@ def _apply(
     try:
         for target in targets:
             with svc.storage(target.source, "write"):
-                undo.append(_put(svc, target, tool, accepted, superseded))
+                undo.append(_put(svc, target, tool, accepted, superseded, compile_it=overlap))
             written.append(target)
     except StaleSource as exc:
         undo_all()
@@ -274,10 +276,27 @@ def _compile(svc: Units, targets: list[Target]) -> None:
             svc.compile(target.source, target.after)
 
 
+def _compiled_while_written(targets: list[Target]) -> bool:
+    """Whether the one Python source a call replaces is compiled by the loader's `write_checked` (the folder loader
+    compiles while the file syncs, and replaces it only if it compiled); a call writing several sources compiles
+    them all before it writes any."""
+    if len(targets) != 1:
+        return False
+    target = targets[0]
+    return target.before is not None and target.after is not None and target.source.source_id.endswith(".py")
+
+
 def _put(
-    svc: Units, target: Target, tool: str, accepted: list[Written], superseded: list[tuple[Target, str | None]]
+    svc: Units,
+    target: Target,
+    tool: str,
+    accepted: list[Written],
+    superseded: list[tuple[Target, str | None]],
+    *,
+    compile_it: bool = False,
 ) -> Callable[[], None]:
-    """Write one target (checked against the bytes it holds now); returns what puts those bytes back."""
+    """Write one target (checked against the bytes it holds now, and compiled first where `compile_it`); returns
+    what puts those bytes back."""
     src, before, after = target.source, target.before, target.after
     if after is None:
         assert before is not None
@@ -285,6 +304,11 @@ def _put(
         return lambda: _undo(superseded, target, lambda: svc.loader.create(src, before, tool_call=tool))
     if before is None:
         written = svc.loader.create(src, after, tool_call=tool)
+    elif compile_it:
+        check = functools.partial(svc.compile, src, after)
+        written = svc.loader.write_checked(
+            src, after, expected_hash=target.hash_before or "", tool_call=tool, check=check
+        )
     else:
         written = svc.loader.write(src, after, expected_hash=paths.hash_bytes(before), tool_call=tool)
     accepted.append(written)
