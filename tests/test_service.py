@@ -291,6 +291,19 @@ def test_a_syntax_error_is_reported_with_position_and_nothing_is_written(folder_
     assert service.change_log.changes(limit=1)[0].outcome == "refused"
 
 
+def test_a_written_edit_keeps_the_statement_map_and_answers_its_diff(folder_service: UnitService) -> None:
+    """The map of top-level statements (what proves a dry run cheaply) follows a chain of written edits: each write
+    learns its new source's map beside the file's sync, as it works out the diff it answers with."""
+    service = folder_service
+    edit = {"old": 'return f"Hello, {name}!"', "new": 'return f"Hi, {name}!"'}
+    dry = service.apply_patch("greeter", "greeter.py", **edit, dry_run=True)
+    assert service.syntax.knows(dry.hash_before) and not service.syntax.knows(dry.hash)
+    written = service.apply_patch("greeter", "greeter.py", **edit)
+    assert written.hash == dry.hash and service.syntax.knows(written.hash)
+    assert written.diff == dry.diff and '+    return f"Hi, {name}!"' in written.diff
+    assert service.host.module("greeter").greet("Ada") == "Hi, Ada!"
+
+
 def test_a_dry_run_is_refused_a_syntax_error_as_the_write_is(folder_service: UnitService) -> None:
     """`commit` compiles a dry run's edit too (unless its edited statements alone prove it): the same refusal."""
     service = folder_service

@@ -2,7 +2,9 @@
 
 A write is planned (read, checked, edited, validated), then, under the locks of every unit it touches (taken in
 one order), the plan is checked against what the store holds now (planned again under the locks if it moved),
-compiled, written, each unit reloaded with one undo for all, accepted, and recorded in the change log. A declared
+compiled, written, each unit reloaded with one undo for all, accepted, and recorded in the change log. A call on
+one unit (an edit) plans under that unit's lock already; the one Python source it replaces is compiled while the
+loader syncs the new file (`Loader.write_checked`). A declared
 replay (`call_as(replay=True)`) whose result is already in place answers `already_applied` with the first call's
 change, for every write tool alike. A dry run plans (and compiles, where its plan asks) and answers, writing and
 recording nothing. A write asked to keep only if a test passes runs that test before anything is reloaded.
@@ -73,7 +75,7 @@ def _commit(
     started = time.perf_counter()
     written: list[Target] = []
     try:
-        committed, answer = _transaction(svc, tool, plan, replayed, written, gate)
+        committed, answer = _transaction(svc, tool, unit_id, plan, replayed, written, gate)
     except UnitError as exc:
         outcome: Outcome = "refused"
         if written:  # written, then the reload failed
@@ -126,31 +128,41 @@ def _record(
 def _transaction(
     svc: Units,
     tool: str,
+    unit_id: str | None,
     plan: Callable[[], Plan[R]],
     replayed: Callable[[], Plan[R] | None] | None,
     written: list[Target],
     gate: Callable[[], RunTestsResult] | None,
 ) -> tuple[Committed, Callable[[Committed], R]]:
-    try:
-        planned = plan()
-    except (StaleHash, Exists):
-        if not (replaying() and replayed):
-            raise
-        planned = None
-    for _ in range(_PLANS):
-        if planned is None or (not planned.targets and replaying() and replayed):
-            repeat = _repeat(svc, tool, replayed) if replayed and replaying() else None
-            if repeat is not None:
-                return repeat
-            if planned is None:
-                planned = plan()  # not a repeat: its refusal stands
-        units = planned.units
-        with locked(svc, units):
-            if not _in_place(svc, [(t.source, t.hash_before) for t in planned.targets]):
-                planned = plan()  # the store moved since the plan was made: plan again under the locks
-                if not set(planned.units) <= set(units):
-                    continue
-            return _apply(svc, tool, planned.targets, written, gate, planned.states), planned.answer
+    """A call that names its unit (an edit: it writes that unit alone) plans under the unit's lock, so no other call
+    moves the source between its plan and its write and the plan is not checked against the store again (the
+    loader's write still checks the hash, against writers outside the tools). A call across units plans first,
+    then checks the plan under the locks of the units it found."""
+    held = set() if unit_id is None else {unit_id}
+    with locked(svc, sorted(held)):
+        try:
+            planned = plan()
+        except (StaleHash, Exists):
+            if not (replaying() and replayed):
+                raise
+            planned = None
+        for _ in range(_PLANS):
+            if planned is None or (not planned.targets and replaying() and replayed):
+                repeat = _repeat(svc, tool, replayed) if replayed and replaying() else None
+                if repeat is not None:
+                    return repeat
+                if planned is None:
+                    planned = plan()  # not a repeat: its refusal stands
+            units = planned.units
+            if held and not set(units) <= held:
+                raise RuntimeError(f"{tool} on unit {unit_id} planned to write units {units}")
+            with locked(svc, units):
+                if not held and not _in_place(svc, [(t.source, t.hash_before) for t in planned.targets]):
+                    planned = plan()  # the store moved since the plan was made: plan again under the locks
+                    if not set(planned.units) <= set(units):
+                        continue
+                committed = _apply(svc, tool, planned.targets, written, gate, planned.states, planned.meanwhile)
+                return committed, planned.answer
     raise StaleHash(f"The sources of this {tool} call kept changing while it was planned; nothing was written.")
 
 
@@ -192,6 +204,7 @@ def _apply(
     written: list[Target],
     gate: Callable[[], RunTestsResult] | None,
     states: dict[str, Any] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Committed:
     """Compile, write, (test,) then reload every unit, all or nothing: if a write, the test or a reload fails, every
     source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
@@ -219,7 +232,7 @@ def _apply(
     try:
         for target in targets:
             with svc.storage(target.source, "write"):
-                undo.append(_put(svc, target, tool, accepted, superseded, compile_it=overlap))
+                undo.append(_put(svc, target, tool, accepted, superseded, compile_it=overlap, meanwhile=meanwhile))
             written.append(target)
     except StaleSource as exc:
         undo_all()
@@ -294,9 +307,10 @@ def _put(
     superseded: list[tuple[Target, str | None]],
     *,
     compile_it: bool = False,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
-    """Write one target (checked against the bytes it holds now, and compiled first where `compile_it`); returns
-    what puts those bytes back."""
+    """Write one target (checked against the bytes it holds now; where `compile_it`, compiled beside the write's
+    sync, then `meanwhile` run there too); returns what puts those bytes back."""
     src, before, after = target.source, target.before, target.after
     if after is None:
         assert before is not None
@@ -305,7 +319,13 @@ def _put(
     if before is None:
         written = svc.loader.create(src, after, tool_call=tool)
     elif compile_it:
-        check = functools.partial(svc.compile, src, after)
+
+        def check() -> None:
+            svc.compile(src, after)
+            if meanwhile is not None:
+                with contextlib.suppress(Exception):  # the answer does it again, and raises there
+                    meanwhile()
+
         written = svc.loader.write_checked(
             src, after, expected_hash=target.hash_before or "", tool_call=tool, check=check
         )

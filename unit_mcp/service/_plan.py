@@ -34,6 +34,13 @@ class Target:
     def hash_after(self) -> str | None:
         return hash_or_none(self.after)
 
+    @classmethod
+    def hashed(cls, source: Source, before: bytes, after: bytes, hash_before: str, hash_after: str) -> Target:
+        """A target whose maker hashed both sides already (an edit's plan): not hashed again."""
+        target = cls(source, before, after)
+        target.__dict__.update(hash_before=hash_before, hash_after=hash_after)  # the cached properties' values
+        return target
+
     @property
     def action(self) -> Literal["modified", "created", "removed"]:
         return "removed" if self.after is None else "created" if self.before is None else "modified"
@@ -64,6 +71,9 @@ class Plan(Generic[R]):
     dry_compile: bool = False
     """A dry run compiles the targets' Python as a write does (an edit's dry run answers whether it would compile;
     one whose edited statements alone prove it, and a rollback's, which shows what it would put back, do not)."""
+    meanwhile: Callable[[], None] | None = None
+    """Work the answer needs that does not depend on the write (an edit's diff, the new source's statement map):
+    a write of one Python source runs it beside the file's sync, once the source compiled; else the answer does."""
 
     @property
     def units(self) -> list[str]:
