@@ -98,6 +98,7 @@ class UnitModuleLoader:
         self.name = fullname
         self.path = origin
         self.data = data
+        self.digest: str | None = None
         self.codes = codes
         self.files = files
         self.bytecode = bytecode
@@ -107,7 +108,7 @@ class UnitModuleLoader:
 
     def exec_module(self, module: types.ModuleType) -> None:
         linecache.cache.pop(self.path, None)  # a traceback must show this version's lines, not a cached older one
-        digest = hash_bytes(self.data)
+        self.digest = digest = hash_bytes(self.data)  # the unit's version, unless it declares one (`version_of`)
         code = self.codes.pop((self.path, digest), None)
         if code is None and self.bytecode is not None:
             code = self.bytecode.get(self.path, digest)

@@ -240,13 +240,19 @@ def version_of(module: types.ModuleType, modules: dict[str, types.ModuleType]) -
     declared = getattr(module, "VERSION", None)
     if declared is not None:
         return declared
-    datas = [getattr(getattr(m.__spec__, "loader", None), "data", b"") for _, m in sorted(modules.items())]
-    if len(datas) == 1:
-        return paths.hash_bytes(datas[0])
+    hashes = [_source_hash(m) for _, m in sorted(modules.items())]
+    if len(hashes) == 1:
+        return hashes[0]
     digest = hashlib.sha256()
-    for name, data in zip(sorted(modules), datas, strict=True):
-        digest.update(f"{name}\0{paths.hash_bytes(data)}\n".encode())
+    for name, source_hash in zip(sorted(modules), hashes, strict=True):
+        digest.update(f"{name}\0{source_hash}\n".encode())
     return f"sha256:{digest.hexdigest()}"
+
+
+def _source_hash(module: types.ModuleType) -> str:
+    """The hash of a unit module's source, as its loader took it at import (else hashed here)."""
+    loader = getattr(module.__spec__, "loader", None)
+    return getattr(loader, "digest", None) or paths.hash_bytes(getattr(loader, "data", b""))
 
 
 def install(modules: dict[str, types.ModuleType]) -> None:
