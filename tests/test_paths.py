@@ -154,9 +154,27 @@ def test_work_beside_runs_in_the_caller_when_the_thread_has_not_begun_it() -> No
     held()
     ran_in.clear()
     finished = paths.beside(lambda: ran_in.append(threading.get_ident()))
-    time.sleep(0.05)  # the idle thread begins it at once
+    deadline = time.monotonic() + 5
+    while not ran_in and time.monotonic() < deadline:  # the idle thread begins it
+        time.sleep(0.01)
     finished()
     assert len(ran_in) == 1 and ran_in[0] != threading.get_ident()
+
+
+def test_a_forked_child_gets_a_thread_beside_of_its_own() -> None:
+    """The parent's thread does not exist in a child: the child starts its own instead of queueing for a dead one."""
+    paths.beside(lambda: None)()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's exit code is the assertion
+        ran: list[str] = []
+        finished = paths.beside(lambda: ran.append(threading.current_thread().name))
+        deadline = time.monotonic() + 5
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.01)
+        finished()
+        os._exit(0 if ran == ["unit-mcp-beside"] else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_create_never_overwrites_and_makes_parents(tree: Path) -> None:

@@ -262,9 +262,12 @@ class _Beside:
     """One daemon thread for work that overlaps an fsync: the syncing thread waits in the kernel without the GIL,
     so CPU work (a compile) runs meanwhile instead of before it. Work the thread has not begun when its caller
     comes for it (a busy machine did not schedule the thread) runs in the caller: never later than without it.
-    Started on first use (and again after a fork)."""
+    Started on first use; a child process starts its own (`_reset` after a fork)."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -298,7 +301,7 @@ class _Beside:
                 raise failed[0]
 
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="unit-mcp-beside", daemon=True)
                 self._thread.start()
         self._jobs.put(job)
@@ -307,6 +310,7 @@ class _Beside:
 
 beside = _Beside()
 """`beside(work)` starts `work` on the shared thread and returns what waits for it (raising what it raised)."""
+os.register_at_fork(after_in_child=beside._reset)
 
 
 def write_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
