@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -404,6 +405,28 @@ def test_create_source_makes_parents_and_reloads(folder_service: UnitService) ->
     assert result.reload.reloaded and result.size == len("BONUS = 3\n")
     assert (root_of(host) / "counter" / "extras" / "bonus.py").read_text() == "BONUS = 3\n"
     assert "extras/bonus.py" in [a.source_id for a in service.inspect("counter").source_artifacts]
+
+
+def test_a_write_compiles_its_source_once(folder_service: UnitService) -> None:
+    """The write's compile hands its code to the reload's import: a create (checked first, then written) and a
+    patch (compiled while the file syncs, then imported) each compile the source once."""
+    service = folder_service
+    root = str(root_of(service.host))
+    compiled: list[str] = []
+    watching = [True]
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if watching and event == "compile" and isinstance(args[1], str) and args[1].startswith(root):
+            compiled.append(args[1].removeprefix(root))
+
+    sys.addaudithook(hook)  # an audit hook stays for the process: `watching` ends it with this test
+    try:
+        service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+        assert compiled.count("/counter/extras/bonus.py") == 1  # the reload compiles the unit's other modules
+        service.apply_patch("greeter", "greeter.py", old='"Hello, ', new='"Hi, ')
+        assert compiled.count("/greeter.py") == 1 and service.host.module("greeter").greet("Ada") == "Hi, Ada!"
+    finally:
+        watching.clear()
 
 
 def test_create_source_refusals(folder_service: UnitService) -> None:

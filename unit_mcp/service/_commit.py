@@ -161,7 +161,7 @@ def _transaction(
                     planned = plan()  # the store moved since the plan was made: plan again under the locks
                     if not set(planned.units) <= set(units):
                         continue
-                committed = _apply(svc, tool, planned.targets, written, gate, planned.states, planned.meanwhile)
+                committed = _apply(svc, tool, planned, written, gate)
                 return committed, planned.answer
     raise StaleHash(f"The sources of this {tool} call kept changing while it was planned; nothing was written.")
 
@@ -198,22 +198,16 @@ def locked(svc: Units, units: Sequence[str]) -> Iterator[None]:
 
 
 def _apply(
-    svc: Units,
-    tool: str,
-    targets: list[Target],
-    written: list[Target],
-    gate: Callable[[], RunTestsResult] | None,
-    states: dict[str, Any] | None = None,
-    meanwhile: Callable[[], None] | None = None,
+    svc: Units, tool: str, planned: Plan[Any], written: list[Target], gate: Callable[[], RunTestsResult] | None
 ) -> Committed:
     """Compile, write, (test,) then reload every unit, all or nothing: if a write, the test or a reload fails, every
     source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
     reloaded before are reloaded again (with the state they had before, where `states` gave them another). While
     the test runs the application serves the previous version."""
+    targets, states, meanwhile = planned.targets, planned.states or {}, planned.meanwhile
     overlap = _compiled_while_written(targets)
-    if not overlap:
+    if not overlap and not planned.compiled:
         _compile(svc, targets)  # every target, before any is written
-    states = states or {}
     before = {}  # the state each unit has now, to hand back to it if the call is undone
     for unit_id in sorted(states):
         if svc.host.is_loaded(unit_id):

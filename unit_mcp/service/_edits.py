@@ -80,7 +80,7 @@ def create_source(svc: Units, args: CreateSourceArgs) -> CreateSourceResult:
                 kept=done.kept,
             )
 
-        return Plan([Target(src, None, data)], answer)
+        return Plan([Target(src, None, data)], answer, compiled=True)
 
     return commit(
         svc,

@@ -71,6 +71,9 @@ class Plan(Generic[R]):
     dry_compile: bool = False
     """A dry run compiles the targets' Python as a write does (an edit's dry run answers whether it would compile;
     one whose edited statements alone prove it, and a rollback's, which shows what it would put back, do not)."""
+    compiled: bool = False
+    """The plan compiled its targets' Python already (a create refuses a syntax error before anything else): the
+    write does not compile them again."""
     meanwhile: Callable[[], None] | None = None
     """Work the answer needs that does not depend on the write (an edit's diff, the new source's statement map):
     a write of one Python source runs it beside the file's sync, once the source compiled; else the answer does."""
