@@ -407,9 +407,10 @@ def test_create_source_makes_parents_and_reloads(folder_service: UnitService) ->
     assert "extras/bonus.py" in [a.source_id for a in service.inspect("counter").source_artifacts]
 
 
-def test_a_write_compiles_its_source_once(folder_service: UnitService) -> None:
+def test_a_write_compiles_its_source_once_and_a_reload_only_what_changed(folder_service: UnitService) -> None:
     """The write's compile hands its code to the reload's import: a create (checked first, then written) and a
-    patch (compiled while the file syncs, then imported) each compile the source once."""
+    patch (compiled while the file syncs, then imported) each compile the source once; the unit's other modules
+    keep the code their last reload compiled."""
     service = folder_service
     root = str(root_of(service.host))
     compiled: list[str] = []
@@ -425,6 +426,9 @@ def test_a_write_compiles_its_source_once(folder_service: UnitService) -> None:
         assert compiled.count("/counter/extras/bonus.py") == 1  # the reload compiles the unit's other modules
         service.apply_patch("greeter", "greeter.py", old='"Hello, ', new='"Hi, ')
         assert compiled.count("/greeter.py") == 1 and service.host.module("greeter").greet("Ada") == "Hi, Ada!"
+        compiled.clear()  # a reload keeps the code of the modules it did not change for the next one
+        service.apply_patch("counter", "__init__.py", old="step = 1", new="step = 2")
+        assert compiled == ["/counter/__init__.py"]
     finally:
         watching.clear()
 
