@@ -2,9 +2,8 @@
 
 A write is planned (read, checked, edited, validated), then, under the locks of every unit it touches (taken in
 one order), the plan is checked against what the store holds now (planned again under the locks if it moved),
-compiled, written, each unit reloaded with one undo for all, accepted, and recorded in the change log. A call on
-one unit (an edit) plans under that unit's lock already; the one Python source it replaces is compiled while the
-loader syncs the new file (`Loader.write_checked`). A declared
+compiled (one replaced Python source: while its file syncs), written, each unit reloaded with one undo for all,
+accepted, and recorded in the change log. A declared
 replay (`call_as(replay=True)`) whose result is already in place answers `already_applied` with the first call's
 change, for every write tool alike. A dry run plans (and compiles, where its plan asks) and answers, writing and
 recording nothing. A write asked to keep only if a test passes runs that test before anything is reloaded.
@@ -27,7 +26,7 @@ from ..reloading import OWN_STATE, ReloadError
 from ._caller import replaying
 from ._plan import Committed, Plan, Target, hash_or_none
 from ._recording import change_that_made
-from ._recording import record as _record_change
+from ._recording import record as _record
 from ._recording import tested as _tested
 from ._reloading import reload_unit, undone
 from ._testruns import gate as run_gate
@@ -99,32 +98,6 @@ def _commit(
     return answer(committed)
 
 
-def _record(
-    svc: Units,
-    tool: str,
-    unit_id: str | None,
-    source_id: str | None,
-    outcome: Outcome,
-    written: list[Target],
-    started: float,
-    code: str | None = None,
-    message: str | None = None,
-) -> int | None:
-    """Record the call in the change log and on the write's span (outcome, change id, the sources' hashes)."""
-    change_id = _record_change(svc, tool, unit_id, source_id, outcome, written, started, code, message)
-    span = tracing.current()
-    tracing.set_attributes(
-        span,
-        unit_mcp__outcome=outcome,
-        unit_mcp__change_id=change_id,
-        unit_mcp__hashes_before=[t.hash_before or "" for t in written] or None,
-        unit_mcp__hashes_after=[t.hash_after or "" for t in written] or None,
-    )
-    if outcome != "applied":
-        tracing.fail(span, code or outcome, message if outcome == "refused" else None)
-    return change_id
-
-
 def _transaction(
     svc: Units,
     tool: str,
@@ -134,10 +107,8 @@ def _transaction(
     written: list[Target],
     gate: Callable[[], RunTestsResult] | None,
 ) -> tuple[Committed, Callable[[Committed], R]]:
-    """A call that names its unit (an edit: it writes that unit alone) plans under the unit's lock, so no other call
-    moves the source between its plan and its write and the plan is not checked against the store again (the
-    loader's write still checks the hash, against writers outside the tools). A call across units plans first,
-    then checks the plan under the locks of the units it found."""
+    """A call naming its unit (an edit: it writes that unit alone) plans under the unit's lock, not checked again
+    (the loader's write checks the hash, against writers outside the tools); one across units plans, then checks."""
     held = set() if unit_id is None else {unit_id}
     with locked(svc, sorted(held)):
         try:
@@ -154,8 +125,7 @@ def _transaction(
                 if planned is None:
                     planned = plan()  # not a repeat: its refusal stands
             units = planned.units
-            if held and not set(units) <= held:
-                raise RuntimeError(f"{tool} on unit {unit_id} planned to write units {units}")
+            assert not held or set(units) <= held, f"{tool} on unit {unit_id} planned to write units {units}"
             with locked(svc, units):
                 if not held and not _in_place(svc, [(t.source, t.hash_before) for t in planned.targets]):
                     planned = plan()  # the store moved since the plan was made: plan again under the locks
@@ -204,9 +174,9 @@ def _apply(
     source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
     reloaded before are reloaded again (with the state they had before, where `states` gave them another). While
     the test runs the application serves the previous version."""
-    targets, states, meanwhile = planned.targets, planned.states or {}, planned.meanwhile
-    overlap = _compiled_while_written(targets)
-    if not overlap and not planned.compiled:
+    targets, states = planned.targets, planned.states or {}
+    check = planned.compile_beside(svc.compile)
+    if check is None and not planned.compiled:
         _compile(svc, targets)  # every target, before any is written
     before = {}  # the state each unit has now, to hand back to it if the call is undone
     for unit_id in sorted(states):
@@ -226,7 +196,7 @@ def _apply(
     try:
         for target in targets:
             with svc.storage(target.source, "write"):
-                undo.append(_put(svc, target, tool, accepted, superseded, compile_it=overlap, meanwhile=meanwhile))
+                undo.append(_put(svc, target, tool, accepted, superseded, check))
             written.append(target)
     except StaleSource as exc:
         undo_all()
@@ -283,28 +253,16 @@ def _compile(svc: Units, targets: list[Target]) -> None:
             svc.compile(target.source, target.after)
 
 
-def _compiled_while_written(targets: list[Target]) -> bool:
-    """Whether the one Python source a call replaces is compiled by the loader's `write_checked` (the folder loader
-    compiles while the file syncs, and replaces it only if it compiled); a call writing several sources compiles
-    them all before it writes any."""
-    if len(targets) != 1:
-        return False
-    target = targets[0]
-    return target.before is not None and target.after is not None and target.source.source_id.endswith(".py")
-
-
 def _put(
     svc: Units,
     target: Target,
     tool: str,
     accepted: list[Written],
     superseded: list[tuple[Target, str | None]],
-    *,
-    compile_it: bool = False,
-    meanwhile: Callable[[], None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
-    """Write one target (checked against the bytes it holds now; where `compile_it`, compiled beside the write's
-    sync, then `meanwhile` run there too); returns what puts those bytes back."""
+    """Write one target (checked against the bytes it holds now, and `check`ed beside its sync); returns what puts
+    those bytes back."""
     src, before, after = target.source, target.before, target.after
     if after is None:
         assert before is not None
@@ -312,14 +270,7 @@ def _put(
         return lambda: _undo(superseded, target, lambda: svc.loader.create(src, before, tool_call=tool))
     if before is None:
         written = svc.loader.create(src, after, tool_call=tool)
-    elif compile_it:
-
-        def check() -> None:
-            svc.compile(src, after)
-            if meanwhile is not None:
-                with contextlib.suppress(Exception):  # the answer does it again, and raises there
-                    meanwhile()
-
+    elif check is not None:
         written = svc.loader.write_checked(
             src, after, expected_hash=target.hash_before or "", tool_call=tool, check=check
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -77,6 +78,25 @@ class Plan(Generic[R]):
     meanwhile: Callable[[], None] | None = None
     """Work the answer needs that does not depend on the write (an edit's diff, the new source's statement map):
     a write of one Python source runs it beside the file's sync, once the source compiled; else the answer does."""
+
+    def compile_beside(self, compile_source: Callable[[Source, bytes], None]) -> Callable[[], None] | None:
+        """The check `Loader.write_checked` runs beside the sync of the one Python source this plan replaces (the
+        folder loader replaces the file only if it passed): its compile, then `meanwhile`. None: the plan writes
+        several sources or another kind, compiled before any is written."""
+        if len(self.targets) != 1:
+            return None
+        source, before, after = self.targets[0].source, self.targets[0].before, self.targets[0].after
+        if before is None or after is None or not source.source_id.endswith(".py"):
+            return None
+        meanwhile = self.meanwhile
+
+        def check() -> None:
+            compile_source(source, after)
+            if meanwhile is not None:
+                with contextlib.suppress(Exception):  # the answer works it out again, and raises there
+                    meanwhile()
+
+        return check
 
     @property
     def units(self) -> list[str]:
