@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +143,61 @@ def test_replace_is_atomic_and_keeps_the_mode(tree: Path) -> None:
     assert target.read_bytes() == b"x = 2\n"
     assert target.stat().st_mode & 0o777 == 0o640
     assert [p.name for p in (tree / "u").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_check_beside_the_sync_runs_before_the_replace_and_a_failing_one_writes_nothing(tree: Path) -> None:
+    target = tree / "u" / "__init__.py"
+    seen: list[bytes] = []
+    paths.replace_bytes(tree, ["u", "__init__.py"], b"x = 2\n", alongside=lambda: seen.append(target.read_bytes()))
+    assert seen == [b"x = 1\n"] and target.read_bytes() == b"x = 2\n"
+
+    def refuse() -> None:
+        raise ValueError("does not compile")
+
+    with pytest.raises(ValueError, match="does not compile"):
+        paths.replace_bytes(tree, ["u", "__init__.py"], b"x = (\n", alongside=refuse)
+    assert target.read_bytes() == b"x = 2\n"
+    assert [p.name for p in (tree / "u").iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_work_beside_runs_in_the_caller_when_the_thread_has_not_begun_it() -> None:
+    """A busy thread (or one the machine did not schedule yet) never makes its caller wait longer than the work."""
+    busy, release = threading.Event(), threading.Event()
+
+    def occupy() -> None:
+        busy.set()
+        release.wait(10)
+
+    held = paths.beside(occupy)
+    assert busy.wait(10)
+    ran_in: list[int] = []
+    paths.beside(lambda: ran_in.append(threading.get_ident()))()
+    assert ran_in == [threading.get_ident()]
+    release.set()
+    held()
+    ran_in.clear()
+    finished = paths.beside(lambda: ran_in.append(threading.get_ident()))
+    deadline = time.monotonic() + 5
+    while not ran_in and time.monotonic() < deadline:  # the idle thread begins it
+        time.sleep(0.01)
+    finished()
+    assert len(ran_in) == 1 and ran_in[0] != threading.get_ident()
+
+
+def test_a_forked_child_gets_a_thread_beside_of_its_own() -> None:
+    """The parent's thread does not exist in a child: the child starts its own instead of queueing for a dead one."""
+    paths.beside(lambda: None)()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child's exit code is the assertion
+        ran: list[str] = []
+        finished = paths.beside(lambda: ran.append(threading.current_thread().name))
+        deadline = time.monotonic() + 5
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.01)
+        finished()
+        os._exit(0 if ran == ["unit-mcp-beside"] else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_create_never_overwrites_and_makes_parents(tree: Path) -> None:

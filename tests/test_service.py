@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -287,6 +288,21 @@ def test_a_syntax_error_is_reported_with_position_and_nothing_is_written(folder_
     )
     assert error.details["file"] == "greeter.py" and error.details["line"] == 8 and error.details["column"]
     assert (root_of(host) / "greeter.py").read_bytes() == before
+    assert [p.name for p in root_of(host).iterdir() if p.name.endswith(".tmp")] == []  # compiled while it synced
+    assert service.change_log.changes(limit=1)[0].outcome == "refused"
+
+
+def test_a_written_edit_keeps_the_statement_map_and_answers_its_diff(folder_service: UnitService) -> None:
+    """The map of top-level statements (what proves a dry run cheaply) follows a chain of written edits: each write
+    learns its new source's map beside the file's sync, as it works out the diff it answers with."""
+    service = folder_service
+    edit = {"old": 'return f"Hello, {name}!"', "new": 'return f"Hi, {name}!"'}
+    dry = service.apply_patch("greeter", "greeter.py", **edit, dry_run=True)
+    assert service.syntax.knows(dry.hash_before) and not service.syntax.knows(dry.hash)
+    written = service.apply_patch("greeter", "greeter.py", **edit)
+    assert written.hash == dry.hash and service.syntax.knows(written.hash)
+    assert written.diff == dry.diff and '+    return f"Hi, {name}!"' in written.diff
+    assert service.host.module("greeter").greet("Ada") == "Hi, Ada!"
 
 
 def test_a_dry_run_is_refused_a_syntax_error_as_the_write_is(folder_service: UnitService) -> None:
@@ -389,6 +405,32 @@ def test_create_source_makes_parents_and_reloads(folder_service: UnitService) ->
     assert result.reload.reloaded and result.size == len("BONUS = 3\n")
     assert (root_of(host) / "counter" / "extras" / "bonus.py").read_text() == "BONUS = 3\n"
     assert "extras/bonus.py" in [a.source_id for a in service.inspect("counter").source_artifacts]
+
+
+def test_a_write_compiles_its_source_once_and_a_reload_only_what_changed(folder_service: UnitService) -> None:
+    """The write's compile hands its code to the reload's import: a create (checked first, then written) and a
+    patch (compiled while the file syncs, then imported) each compile the source once; the unit's other modules
+    keep the code their last reload compiled."""
+    service = folder_service
+    root = str(root_of(service.host))
+    compiled: list[str] = []
+    watching = [True]
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if watching and event == "compile" and isinstance(args[1], str) and args[1].startswith(root):
+            compiled.append(args[1].removeprefix(root))
+
+    sys.addaudithook(hook)  # an audit hook stays for the process: `watching` ends it with this test
+    try:
+        service.create_source("counter", "extras/bonus.py", "BONUS = 3\n")
+        assert compiled.count("/counter/extras/bonus.py") == 1  # the reload compiles the unit's other modules
+        service.apply_patch("greeter", "greeter.py", old='"Hello, ', new='"Hi, ')
+        assert compiled.count("/greeter.py") == 1 and service.host.module("greeter").greet("Ada") == "Hi, Ada!"
+        compiled.clear()  # a reload keeps the code of the modules it did not change for the next one
+        service.apply_patch("counter", "__init__.py", old="step = 1", new="step = 2")
+        assert compiled == ["/counter/__init__.py"]
+    finally:
+        watching.clear()
 
 
 def test_create_source_refusals(folder_service: UnitService) -> None:

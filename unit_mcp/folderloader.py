@@ -215,13 +215,33 @@ class FilesystemLoader(Loader):
         return self._prefix + "/".join(self._parts(source))  # str(self._path(...)), faster (one per module import)
 
     def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
+        return self._write(source, data, expected_hash, tool_call, None)
+
+    def write_checked(
+        self, source: Source, data: bytes, *, expected_hash: str, tool_call: str, check: Callable[[], None]
+    ) -> Written:
+        """`check` runs on another thread while the new file syncs (`paths.beside`): a write costs the longer of
+        the two, not their sum. The file is replaced only once both are done and the check passed."""
+        return self._write(source, data, expected_hash, tool_call, check)
+
+    def _write(
+        self, source: Source, data: bytes, expected_hash: str, tool_call: str, check: Callable[[], None] | None
+    ) -> Written:
         parts = self._parts(source)
         with self._write_lock, _refusals():
             previous = paths.read_bytes(self.root, parts)
             if paths.hash_bytes(previous) != expected_hash:
                 raise StaleSource(paths.hash_bytes(previous))
-            self._note(parts, data)
-            paths.replace_bytes(self.root, parts, data)
+            if check is None:
+                self._note(parts, data)
+                paths.replace_bytes(self.root, parts, data)
+            else:
+
+                def checked() -> None:
+                    check()
+                    self._note(parts, data)  # only once checked: a refused write is no write of ours
+
+                paths.replace_bytes(self.root, parts, data, alongside=checked)
         return Written(source, data, previous, tool_call)
 
     def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:

@@ -111,14 +111,16 @@ class UnitModuleLoader:
 
     def exec_module(self, module: types.ModuleType) -> None:
         linecache.cache.pop(self.path, None)  # a traceback must show this version's lines, not a cached older one
-        digest = self.digest = hash_bytes(self.data)
-        code = self.codes.pop((self.path, digest), None)
+        self.digest = digest = hash_bytes(self.data)  # the unit's version, unless it declares one (`version_of`)
+        code = self.codes.get((self.path, digest))
         if code is None and self.bytecode is not None:
             code = self.bytecode.get(self.path, digest)
         if code is None:
             code = compile(self.data, self.path, "exec", dont_inherit=True)
             if self.bytecode is not None:
                 self.bytecode.put(self.path, digest, code)
+            else:  # a reload: the unit's modules it did not change are not compiled again on the next one
+                keep_code(self.codes, (self.path, digest), code)
         # The start's cache holds every unit's module code: a loader kept on `__spec__` must not keep it alive.
         self.bytecode = None
         exec(code, module.__dict__)
@@ -287,9 +289,18 @@ class UnitFinder:
         return module
 
     def remember(self, origin: str, data: bytes, code: types.CodeType) -> None:
-        if len(self.codes) > 64:
-            self.codes.clear()
-        self.codes[(origin, hash_bytes(data))] = code
+        keep_code(self.codes, (origin, hash_bytes(data)), code)
+
+
+KEPT_CODES = 64
+"""Module code kept between imports, by source name and hash: what a write compiled, what a reload compiled."""
+
+
+def keep_code(codes: dict[tuple[str, str], types.CodeType], key: tuple[str, str], code: types.CodeType) -> None:
+    """Keep `code` for the next import of the same bytes under the same name (all are dropped past KEPT_CODES)."""
+    if len(codes) >= KEPT_CODES:
+        codes.clear()
+    codes[key] = code
 
 
 def _candidates(unit_id: str, kind: UnitKind, rest: list[str]) -> list[tuple[Source, bool]]:

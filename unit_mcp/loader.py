@@ -263,6 +263,15 @@ class Loader(Protocol):
 
     # -- optional: the defaults say "not offered" ------------------------------------------------------------
 
+    def write_checked(
+        self, source: Source, data: bytes, *, expected_hash: str, tool_call: str, check: Callable[[], None]
+    ) -> Written:
+        """`write`, with `check` (the compile of the new bytes) run before they can be read: if it raises, nothing is
+        written. The default runs it first; a loader may run it while it makes the write durable (the folder
+        loader compiles while the file syncs)."""
+        check()
+        return self.write(source, data, expected_hash=expected_hash, tool_call=tool_call)
+
     @property
     def locations(self) -> list[str]:
         """Every host path of the store, each replaced by '<units>' in what a client sees (several stores: each)."""

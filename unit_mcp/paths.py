@@ -7,16 +7,19 @@ and secrets come from the environment or a private file, never argv.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import hashlib
 import keyword
 import logging
 import os
+import queue
 import re
 import secrets
 import stat
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -233,7 +236,11 @@ def exists(root: Path, parts: Sequence[str]) -> bool:
         return False
 
 
-def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, durable: bool = True) -> str:
+def _write_temp(
+    dir_fd: int, name: str, data: bytes, mode: int, durable: bool = True, alongside: Callable[[], None] | None = None
+) -> str:
+    """A hidden temporary file holding `data`, synced unless not `durable`; `alongside` runs on another thread while
+    the file syncs (`beside`), and the file is removed if it raises."""
     tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
@@ -242,26 +249,89 @@ def _write_temp(dir_fd: int, name: str, data: bytes, mode: int, durable: bool = 
             handle.write(data)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            if durable:
-                os.fsync(handle.fileno())
+            finished = None if alongside is None else beside(alongside)
+            try:
+                if durable:
+                    os.fsync(handle.fileno())
+            finally:
+                if finished is not None:
+                    finished()
     except BaseException:
         os.unlink(tmp, dir_fd=dir_fd)
         raise
     return tmp
 
 
-def replace_bytes(root: Path, parts: Sequence[str], data: bytes) -> None:
-    """Atomically replace an existing regular file, keeping its mode."""
+def replace_bytes(
+    root: Path, parts: Sequence[str], data: bytes, *, alongside: Callable[[], None] | None = None
+) -> None:
+    """Atomically replace an existing regular file, keeping its mode. `alongside` (a check of the new bytes) runs
+    while they are synced, before they replace the file: if it raises, the file is left as it was."""
     with open_parent(root, parts) as dir_fd:
         fd, st = _open_regular(dir_fd, parts[-1])
         os.close(fd)
         mode = stat.S_IMODE(st.st_mode)
-        tmp = _write_temp(dir_fd, parts[-1], data, mode)
+        tmp = _write_temp(dir_fd, parts[-1], data, mode, alongside=alongside)
         try:
             os.replace(tmp, parts[-1], src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             os.unlink(tmp, dir_fd=dir_fd)
             raise
+
+
+class _Beside:
+    """One daemon thread for work that overlaps an fsync: the syncing thread waits in the kernel without the GIL,
+    so CPU work (a compile) runs meanwhile instead of before it. Work the thread has not begun when its caller
+    comes for it (a busy machine did not schedule the thread) runs in the caller: never later than without it.
+    Started on first use; a child process starts its own (`_reset` after a fork)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _loop(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    def __call__(self, work: Callable[[], None]) -> Callable[[], None]:
+        claim = threading.Lock()  # whoever takes it runs `work`: the thread, or the caller that found it not begun
+        done = threading.Event()
+        failed: list[BaseException] = []
+        context = contextvars.copy_context()
+
+        def job() -> None:
+            if not claim.acquire(blocking=False):
+                return
+            try:
+                context.run(work)
+            except BaseException as exc:
+                failed.append(exc)
+            finally:
+                done.set()
+
+        def finished() -> None:
+            if claim.acquire(blocking=False):
+                work()
+                return
+            done.wait()
+            if failed:
+                raise failed[0]
+
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="unit-mcp-beside", daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+        return finished
+
+
+beside = _Beside()
+"""`beside(work)` starts `work` on the shared thread and returns what waits for it (raising what it raised)."""
+os.register_at_fork(after_in_child=beside._reset)
 
 
 def write_file(folder: Path, name: str, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:

@@ -10,7 +10,7 @@ across units). A capability is offered when every store has it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .loader import (
@@ -120,6 +120,12 @@ class Stores(Loader):
 
     def write(self, source: Source, data: bytes, *, expected_hash: str, tool_call: str) -> Written:
         return self._of(source.unit_id).write(source, data, expected_hash=expected_hash, tool_call=tool_call)
+
+    def write_checked(
+        self, source: Source, data: bytes, *, expected_hash: str, tool_call: str, check: Callable[[], None]
+    ) -> Written:
+        member = self._of(source.unit_id)
+        return member.write_checked(source, data, expected_hash=expected_hash, tool_call=tool_call, check=check)
 
     def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:
         return self._of(source.unit_id).create(source, data, tool_call=tool_call)

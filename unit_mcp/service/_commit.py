@@ -2,7 +2,8 @@
 
 A write is planned (read, checked, edited, validated), then, under the locks of every unit it touches (taken in
 one order), the plan is checked against what the store holds now (planned again under the locks if it moved),
-compiled, written, each unit reloaded with one undo for all, accepted, and recorded in the change log. A declared
+compiled (one replaced Python source: while its file syncs), written, each unit reloaded with one undo for all,
+accepted, and recorded in the change log. A declared
 replay (`call_as(replay=True)`) whose result is already in place answers `already_applied` with the first call's
 change, for every write tool alike. A dry run plans (and compiles, where its plan asks) and answers, writing and
 recording nothing. A write asked to keep only if a test passes runs that test before anything is reloaded.
@@ -25,7 +26,7 @@ from ..reloading import OWN_STATE, ReloadError
 from ._caller import replaying
 from ._plan import Committed, Plan, Target, hash_or_none
 from ._recording import change_that_made
-from ._recording import record as _record_change
+from ._recording import record as _record
 from ._recording import tested as _tested
 from ._reloading import reload_unit, undone
 from ._testruns import gate as run_gate
@@ -73,7 +74,7 @@ def _commit(
     started = time.perf_counter()
     written: list[Target] = []
     try:
-        committed, answer = _transaction(svc, tool, plan, replayed, written, gate)
+        committed, answer = _transaction(svc, tool, unit_id, plan, replayed, written, gate)
     except UnitError as exc:
         outcome: Outcome = "refused"
         if written:  # written, then the reload failed
@@ -97,60 +98,41 @@ def _commit(
     return answer(committed)
 
 
-def _record(
-    svc: Units,
-    tool: str,
-    unit_id: str | None,
-    source_id: str | None,
-    outcome: Outcome,
-    written: list[Target],
-    started: float,
-    code: str | None = None,
-    message: str | None = None,
-) -> int | None:
-    """Record the call in the change log and on the write's span (outcome, change id, the sources' hashes)."""
-    change_id = _record_change(svc, tool, unit_id, source_id, outcome, written, started, code, message)
-    span = tracing.current()
-    tracing.set_attributes(
-        span,
-        unit_mcp__outcome=outcome,
-        unit_mcp__change_id=change_id,
-        unit_mcp__hashes_before=[t.hash_before or "" for t in written] or None,
-        unit_mcp__hashes_after=[t.hash_after or "" for t in written] or None,
-    )
-    if outcome != "applied":
-        tracing.fail(span, code or outcome, message if outcome == "refused" else None)
-    return change_id
-
-
 def _transaction(
     svc: Units,
     tool: str,
+    unit_id: str | None,
     plan: Callable[[], Plan[R]],
     replayed: Callable[[], Plan[R] | None] | None,
     written: list[Target],
     gate: Callable[[], RunTestsResult] | None,
 ) -> tuple[Committed, Callable[[Committed], R]]:
-    try:
-        planned = plan()
-    except (StaleHash, Exists):
-        if not (replaying() and replayed):
-            raise
-        planned = None
-    for _ in range(_PLANS):
-        if planned is None or (not planned.targets and replaying() and replayed):
-            repeat = _repeat(svc, tool, replayed) if replayed and replaying() else None
-            if repeat is not None:
-                return repeat
-            if planned is None:
-                planned = plan()  # not a repeat: its refusal stands
-        units = planned.units
-        with locked(svc, units):
-            if not _in_place(svc, [(t.source, t.hash_before) for t in planned.targets]):
-                planned = plan()  # the store moved since the plan was made: plan again under the locks
-                if not set(planned.units) <= set(units):
-                    continue
-            return _apply(svc, tool, planned.targets, written, gate, planned.states), planned.answer
+    """A call naming its unit (an edit: it writes that unit alone) plans under the unit's lock, not checked again
+    (the loader's write checks the hash, against writers outside the tools); one across units plans, then checks."""
+    held = set() if unit_id is None else {unit_id}
+    with locked(svc, sorted(held)):
+        try:
+            planned = plan()
+        except (StaleHash, Exists):
+            if not (replaying() and replayed):
+                raise
+            planned = None
+        for _ in range(_PLANS):
+            if planned is None or (not planned.targets and replaying() and replayed):
+                repeat = _repeat(svc, tool, replayed) if replayed and replaying() else None
+                if repeat is not None:
+                    return repeat
+                if planned is None:
+                    planned = plan()  # not a repeat: its refusal stands
+            units = planned.units
+            assert not held or set(units) <= held, f"{tool} on unit {unit_id} planned to write units {units}"
+            with locked(svc, units):
+                if not held and not _in_place(svc, [(t.source, t.hash_before) for t in planned.targets]):
+                    planned = plan()  # the store moved since the plan was made: plan again under the locks
+                    if not set(planned.units) <= set(units):
+                        continue
+                committed = _apply(svc, tool, planned, written, gate)
+                return committed, planned.answer
     raise StaleHash(f"The sources of this {tool} call kept changing while it was planned; nothing was written.")
 
 
@@ -186,19 +168,16 @@ def locked(svc: Units, units: Sequence[str]) -> Iterator[None]:
 
 
 def _apply(
-    svc: Units,
-    tool: str,
-    targets: list[Target],
-    written: list[Target],
-    gate: Callable[[], RunTestsResult] | None,
-    states: dict[str, Any] | None = None,
+    svc: Units, tool: str, planned: Plan[Any], written: list[Target], gate: Callable[[], RunTestsResult] | None
 ) -> Committed:
     """Compile, write, (test,) then reload every unit, all or nothing: if a write, the test or a reload fails, every
     source already written is put back (unless someone else changed it meanwhile: theirs stays) and the units
     reloaded before are reloaded again (with the state they had before, where `states` gave them another). While
     the test runs the application serves the previous version."""
-    _compile(svc, targets)
-    states = states or {}
+    targets, states = planned.targets, planned.states or {}
+    check = planned.compile_beside(svc.compile)
+    if check is None and not planned.compiled:
+        _compile(svc, targets)  # every target, before any is written
     before = {}  # the state each unit has now, to hand back to it if the call is undone
     for unit_id in sorted(states):
         if svc.host.is_loaded(unit_id):
@@ -217,7 +196,7 @@ def _apply(
     try:
         for target in targets:
             with svc.storage(target.source, "write"):
-                undo.append(_put(svc, target, tool, accepted, superseded))
+                undo.append(_put(svc, target, tool, accepted, superseded, check))
             written.append(target)
     except StaleSource as exc:
         undo_all()
@@ -275,9 +254,15 @@ def _compile(svc: Units, targets: list[Target]) -> None:
 
 
 def _put(
-    svc: Units, target: Target, tool: str, accepted: list[Written], superseded: list[tuple[Target, str | None]]
+    svc: Units,
+    target: Target,
+    tool: str,
+    accepted: list[Written],
+    superseded: list[tuple[Target, str | None]],
+    check: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
-    """Write one target (checked against the bytes it holds now); returns what puts those bytes back."""
+    """Write one target (checked against the bytes it holds now, and `check`ed beside its sync); returns what puts
+    those bytes back."""
     src, before, after = target.source, target.before, target.after
     if after is None:
         assert before is not None
@@ -285,6 +270,10 @@ def _put(
         return lambda: _undo(superseded, target, lambda: svc.loader.create(src, before, tool_call=tool))
     if before is None:
         written = svc.loader.create(src, after, tool_call=tool)
+    elif check is not None:
+        written = svc.loader.write_checked(
+            src, after, expected_hash=target.hash_before or "", tool_call=tool, check=check
+        )
     else:
         written = svc.loader.write(src, after, expected_hash=paths.hash_bytes(before), tool_call=tool)
     accepted.append(written)

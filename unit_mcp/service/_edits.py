@@ -63,7 +63,7 @@ def create_source(svc: Units, args: CreateSourceArgs) -> CreateSourceResult:
                 f"{source_id!r} would be hidden or a compiled file.", hint="Pick a visible file name."
             )
         data = svc.encode(src, args.source)
-        svc.compile(src, data)  # before the lock: a syntax error is refused without waiting for a reload
+        svc.compile(src, data)  # a syntax error is refused before the existence check and the write
         if not made and svc.exists(src):
             raise Exists(f"Unit {unit_id!r} already has {source_id!r}.")
 
@@ -80,7 +80,7 @@ def create_source(svc: Units, args: CreateSourceArgs) -> CreateSourceResult:
                 kept=done.kept,
             )
 
-        return Plan([Target(src, None, data)], answer)
+        return Plan([Target(src, None, data)], answer, compiled=True)
 
     return commit(
         svc,

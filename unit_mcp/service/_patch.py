@@ -122,18 +122,26 @@ def edit_plan(
     svc: Units, src: Source, data: bytes, text: str, edit: Edit, mode: str, dry_run: bool
 ) -> Plan[ApplyPatchResult]:
     """An edit of `src` from `text` (its bytes `data`) to `edit.text`. `commit` compiles a write in full (the reload
-    runs that code; the statement map is only kept current here), and a dry run unless the edited statements alone
-    prove the source compiles."""
+    runs that code; the statement map is only kept current, beside the write's sync), and a dry run unless the
+    edited statements alone prove the source compiles."""
     current, new_text = paths.hash_bytes(data), edit.text
     changed = new_text != text
     new_data = svc.encode(src, new_text)
     new_hash = paths.hash_bytes(new_data)
-    proven = (
-        changed
-        and src.source_id.endswith(".py")
-        and (dry_run or svc.syntax.knows(current))
-        and svc.syntax.compiles(current, text, new_hash, new_text, learn=not dry_run)
-    )
+    python = changed and src.source_id.endswith(".py")
+    proven = python and dry_run and svc.syntax.compiles(current, text, new_hash, new_text, learn=False)
+    diffs: list[str] = []
+
+    def diff() -> str:
+        if not diffs:
+            diffs.append(clip(unified_diff(text, new_text, src.source_id), RESULT_BYTES // 2))
+        return diffs[0]
+
+    def meanwhile() -> None:
+        """A write's diff, and the new source's statement map (a chain of written edits stays cheap to prove)."""
+        diff()
+        if python and svc.syntax.knows(current):
+            svc.syntax.compiles(current, text, new_hash, new_text)
 
     def answer(done: Committed) -> ApplyPatchResult:
         return ApplyPatchResult(
@@ -145,7 +153,7 @@ def edit_plan(
             replacements=edit.count,
             hash_before=current,
             hash=new_hash,
-            diff=clip(unified_diff(text, new_text, src.source_id), RESULT_BYTES // 2),
+            diff=diff(),
             reload=done.reloads.get(src.unit_id),
             change_id=done.change_id,
             already_applied=done.already_applied,
@@ -155,7 +163,8 @@ def edit_plan(
             matched_lines=edit.lines[:MAX_MATCHED],
         )
 
-    return Plan([Target(src, data, new_data)] if changed else [], answer, dry_compile=changed and not proven)
+    targets = [Target.hashed(src, data, new_data, current, new_hash)] if changed else []
+    return Plan(targets, answer, dry_compile=changed and not proven, meanwhile=None if dry_run else meanwhile)
 
 
 def _compiles(text: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -34,6 +35,13 @@ class Target:
     def hash_after(self) -> str | None:
         return hash_or_none(self.after)
 
+    @classmethod
+    def hashed(cls, source: Source, before: bytes, after: bytes, hash_before: str, hash_after: str) -> Target:
+        """A target whose maker hashed both sides already (an edit's plan): not hashed again."""
+        target = cls(source, before, after)
+        target.__dict__.update(hash_before=hash_before, hash_after=hash_after)  # the cached properties' values
+        return target
+
     @property
     def action(self) -> Literal["modified", "created", "removed"]:
         return "removed" if self.after is None else "created" if self.before is None else "modified"
@@ -64,6 +72,31 @@ class Plan(Generic[R]):
     dry_compile: bool = False
     """A dry run compiles the targets' Python as a write does (an edit's dry run answers whether it would compile;
     one whose edited statements alone prove it, and a rollback's, which shows what it would put back, do not)."""
+    compiled: bool = False
+    """The plan compiled its targets' Python already (a create refuses a syntax error before anything else): the
+    write does not compile them again."""
+    meanwhile: Callable[[], None] | None = None
+    """Work the answer needs that does not depend on the write (an edit's diff, the new source's statement map):
+    a write of one Python source runs it beside the file's sync, once the source compiled; else the answer does."""
+
+    def compile_beside(self, compile_source: Callable[[Source, bytes], None]) -> Callable[[], None] | None:
+        """The check `Loader.write_checked` runs beside the sync of the one Python source this plan replaces (the
+        folder loader replaces the file only if it passed): its compile, then `meanwhile`. None: the plan writes
+        several sources or another kind, compiled before any is written."""
+        if len(self.targets) != 1:
+            return None
+        source, before, after = self.targets[0].source, self.targets[0].before, self.targets[0].after
+        if before is None or after is None or not source.source_id.endswith(".py"):
+            return None
+        meanwhile = self.meanwhile
+
+        def check() -> None:
+            compile_source(source, after)
+            if meanwhile is not None:
+                with contextlib.suppress(Exception):  # the answer works it out again, and raises there
+                    meanwhile()
+
+        return check
 
     @property
     def units(self) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from .. import tracing
 from ..changelog import Change, Outcome, SourceChange
 from ..loader import Source
 from ..models import RunTestsResult
@@ -32,8 +33,33 @@ def record(
     code: str | None = None,
     message: str | None = None,
 ) -> int | None:
-    """One record; bytes are kept of applied changes only. A log that cannot be written is logged, and the call's
-    outcome stands."""
+    """One record, also set on the write's span (outcome, change id, the sources' hashes); bytes are kept of applied
+    changes only. A log that cannot be written is logged, and the call's outcome stands."""
+    change_id = _logged(svc, tool, unit_id, source_id, outcome, targets, started, code, message)
+    span = tracing.current()
+    tracing.set_attributes(
+        span,
+        unit_mcp__outcome=outcome,
+        unit_mcp__change_id=change_id,
+        unit_mcp__hashes_before=[t.hash_before or "" for t in targets] or None,
+        unit_mcp__hashes_after=[t.hash_after or "" for t in targets] or None,
+    )
+    if outcome != "applied":
+        tracing.fail(span, code or outcome, message if outcome == "refused" else None)
+    return change_id
+
+
+def _logged(
+    svc: Units,
+    tool: str,
+    unit_id: str | None,
+    source_id: str | None,
+    outcome: Outcome,
+    targets: list[Target],
+    started: float,
+    code: str | None,
+    message: str | None,
+) -> int | None:
     keep = outcome == "applied"
     sources = [
         SourceChange(
