@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from unit_mcp import Host, UnitService
+from unit_mcp.arguments import ApplyPatchArgs
 from unit_mcp.models import ReadSourceResult, UnitListResult
 from unit_mcp.tooldecl import PlainSchema
 from unit_mcp.tools import HISTORY_TOOLS, TOOLS, UnitTools, tool_risks
@@ -301,6 +302,31 @@ async def test_edit_workflow_with_expected_hash_diff_and_dry_run(folder_tools: U
             {"unit_id": "counter", "source_id": "util/helpers.py", "source": "def twice(x):\n    return 2 * x\n"},
         )
         assert created["reload"]["reloaded"] and (units_root / "counter" / "util" / "helpers.py").is_file()
+
+
+async def test_a_text_dry_run_answered_at_once_is_the_worker_threads_answer(
+    folder_tools: UnitTools, units_root: Path
+) -> None:
+    """A dry run of an exact replacement in a small non-Python source is answered on the event loop
+    (`apply_patch_at_once`): the same answer as the dry run the worker thread makes, nothing written, the same
+    refusals; a replacement it does not find as sent is left to the worker thread's tolerant matchers."""
+    notes = units_root / "counter" / "notes.txt"
+    notes.write_text("first line\nsecond line   \nthird line\n")
+    before = sha(notes)
+    service = folder_tools.service
+    exact = {"unit_id": "counter", "source_id": "notes.txt", "old": "second", "new": "2nd", "dry_run": True}
+    quick = service.apply_patch_at_once(ApplyPatchArgs.model_validate(exact))
+    assert quick is not None and quick == service.apply_patch(**exact)
+    loose = dict(exact, old="second line\n", new="2nd line\n")  # trailing spaces: a tolerant match
+    assert service.apply_patch_at_once(ApplyPatchArgs.model_validate(loose)) is None
+    async with session(folder_tools) as s:
+        dry = await s.ok("unit_apply_patch", exact)
+        assert dry == quick.model_dump(mode="json") and dry["hash_before"] == before
+        assert dry["changed"] and "+2nd line" in dry["diff"] and dry["reload"] is None and dry["change_id"] is None
+        assert (await s.ok("unit_apply_patch", loose))["match"] == "trimmed"
+        await s.refused("unit_apply_patch", dict(exact, expected_hash="sha256:" + "0" * 64), "stale_hash")
+        await s.refused("unit_apply_patch", dict(exact, old="line"), "ambiguous_match")
+    assert sha(notes) == before
 
 
 async def test_run_tests_reports_progress_while_it_runs(tools: UnitTools) -> None:

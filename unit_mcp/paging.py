@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .errors import InvalidArgument
+from .paths import KEPT_BYTES
 
 RESULT_BYTES = 40_000
 """The most bytes of a result's JSON text. Its structured content is as large again, so a whole result stays under
@@ -43,10 +45,20 @@ _ESCAPED_SHORT = b'"\\\n\r\t'
 def text_json_size(data: bytes) -> int:
     """`json_size` of the UTF-8 text `data`, counted in its bytes (two C passes, a third of encoding it): the bytes,
     the quotes, and a byte more for each `"`, `\\`, newline, carriage return and tab (non-ASCII is written as is).
-    Text with any other control character is encoded to count it."""
+    Text with any other control character is encoded to count it. A source read again unchanged is not counted
+    again: the size of text of `KEPT_BYTES` is kept by content, as its hash is."""
+    if type(data) is bytes and KEPT_BYTES[0] <= len(data) <= KEPT_BYTES[1]:
+        return _kept_json_size(data)
+    return _json_size_of(data)
+
+
+def _json_size_of(data: bytes) -> int:
     if len(data.translate(None, _ESCAPED_LONG)) != len(data):
         return json_size(data.decode())
     return 2 * len(data) + 2 - len(data.translate(None, _ESCAPED_SHORT))
+
+
+_kept_json_size = functools.lru_cache(maxsize=64)(_json_size_of)
 
 
 def size_of(model: BaseModel) -> int:

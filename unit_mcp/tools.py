@@ -199,6 +199,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         destructive=True,
         idempotent=False,
         dry_run_risk="filesystem-read",
+        at_once=UnitService.apply_patch_at_once,
     ),
     ToolSpec(
         "unit_create_source",

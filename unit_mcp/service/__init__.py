@@ -37,6 +37,7 @@ class UnitService(Units):
     history = _edits.history
     # writing: each ends in _commit.commit
     apply_patch = _edits.apply_patch
+    apply_patch_at_once = _edits.apply_patch_at_once
     create_source = _edits.create_source
     revert = _edits.revert
     rollback = _undo.rollback

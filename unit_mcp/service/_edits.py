@@ -7,7 +7,8 @@ import contextlib
 
 from .. import paths
 from ..arguments import MAX_VERSION, ApplyPatchArgs, CreateSourceArgs, HistoryArgs, RevertArgs, takes
-from ..errors import Exists, InvalidSourceId, NotSupported, UnknownVersion
+from ..errors import Exists, InvalidSourceId, NotSupported, TooLarge, UnknownVersion
+from ..folderloader import FilesystemLoader
 from ..loader import Source, SourceTooLarge
 from ..loader import UnknownVersion as MissingVersion
 from ..models import ApplyPatchResult, CreateSourceResult, HistoryResult, HistoryVersion
@@ -16,6 +17,7 @@ from ..patching import Edit
 from ._commit import commit
 from ._patch import Patch, edit_plan
 from ._plan import Committed, Plan, Target
+from ._reading import QUICK_READ_BYTES
 from ._recording import bytes_before
 from ._units import Units
 
@@ -38,6 +40,29 @@ def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
         replayed=edit.first_call,
         test=args.test,
     )
+
+
+def apply_patch_at_once(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult | None:
+    """`apply_patch` of a dry run cheap enough for the event loop (less than the hop to a worker thread): an exact
+    replacement whose `old` is in a folder's non-Python source of at most QUICK_READ_BYTES as sent. None for anything
+    else (a syntax check, a tolerant match, a diff, a larger source), which the loader refuses before reading."""
+    if not args.dry_run or args.old is None or args.source_id.endswith(".py"):
+        return None
+    if not isinstance(svc.loader, FilesystemLoader):
+        return None
+    edit = Patch.of(svc, args)
+    src = svc.source(args.unit_id, args.source_id)
+    try:
+        data, text = svc.current(src, args.expected_hash, limit=QUICK_READ_BYTES)
+    except TooLarge:
+        return None
+    if "\r" in args.old or args.old not in text:
+        return None
+
+    def plan() -> Plan[ApplyPatchResult]:
+        return edit_plan(svc, src, data, text, edit.apply(text, paths.hash_bytes(data)), edit.mode, dry_run=True)
+
+    return commit(svc, "unit_apply_patch", args.unit_id, args.source_id, plan, dry_run=True)
 
 
 def _whole(text: str) -> Edit:

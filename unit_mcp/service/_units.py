@@ -180,9 +180,10 @@ class Units:
             return False
         return True
 
-    def current(self, src: Source, expected_hash: str | None) -> tuple[bytes, str]:
-        """The source's bytes and text, refused if it no longer hashes to `expected_hash`."""
-        data = self.read(src)
+    def current(self, src: Source, expected_hash: str | None, limit: int | None = None) -> tuple[bytes, str]:
+        """The source's bytes and text, refused if it no longer hashes to `expected_hash` (or is over `limit`, as
+        `read` refuses it)."""
+        data = self.read(src, limit)
         text = self.text(src, data)
         current = paths.hash_bytes(data)
         if expected_hash is not None and expected_hash != current:
