@@ -101,8 +101,9 @@ class RecordingLoader(FilesystemLoader):
 
 
 async def test_only_reads_of_one_page_run_on_the_event_loop(units_root: Path, tmp_path: Path) -> None:
-    """A read of a folder's source may be answered on the loop (cheaper than a thread hop), but never of more than
-    one page: a larger source, and every dry run, is read in a worker thread."""
+    """A read of a folder's source, or a dry run of an exact replacement in a small text source, may be answered on
+    the loop (cheaper than a thread hop), but never reading more than one page: a larger source is read in a worker
+    thread."""
     (units_root / "weather" / "large.txt").write_text("x" * 100 + "\n" * (2 * QUICK_READ_BYTES))
     loader = RecordingLoader(units_root)
     with Host(loader, tmp_path / "data") as host:
@@ -117,5 +118,6 @@ async def test_only_reads_of_one_page_run_on_the_event_loop(units_root: Path, tm
     assert not read.is_error and not large.is_error and not previewed.is_error, (read.content, previewed.content)
     on_loop = [limit for thread, limit in loader.reads if thread == loop]
     in_threads = [limit for thread, limit in loader.reads if thread != loop]
-    assert on_loop == [QUICK_READ_BYTES, QUICK_READ_BYTES], "the small source, and the large one refused unread"
-    assert len(in_threads) == 2 and all(limit is None or limit > QUICK_READ_BYTES for limit in in_threads)
+    # the small source, the large one refused unread, and the text dry run answered at once
+    assert on_loop == [QUICK_READ_BYTES] * 3, loader.reads
+    assert len(in_threads) == 1 and all(limit is None or limit > QUICK_READ_BYTES for limit in in_threads)
