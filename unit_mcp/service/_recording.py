@@ -35,31 +35,6 @@ def record(
 ) -> int | None:
     """One record, also set on the write's span (outcome, change id, the sources' hashes); bytes are kept of applied
     changes only. A log that cannot be written is logged, and the call's outcome stands."""
-    change_id = _logged(svc, tool, unit_id, source_id, outcome, targets, started, code, message)
-    span = tracing.current()
-    tracing.set_attributes(
-        span,
-        unit_mcp__outcome=outcome,
-        unit_mcp__change_id=change_id,
-        unit_mcp__hashes_before=[t.hash_before or "" for t in targets] or None,
-        unit_mcp__hashes_after=[t.hash_after or "" for t in targets] or None,
-    )
-    if outcome != "applied":
-        tracing.fail(span, code or outcome, message if outcome == "refused" else None)
-    return change_id
-
-
-def _logged(
-    svc: Units,
-    tool: str,
-    unit_id: str | None,
-    source_id: str | None,
-    outcome: Outcome,
-    targets: list[Target],
-    started: float,
-    code: str | None,
-    message: str | None,
-) -> int | None:
     keep = outcome == "applied"
     sources = [
         SourceChange(
@@ -73,8 +48,9 @@ def _logged(
         )
         for t in targets
     ]
+    change_id: int | None = None
     try:
-        return svc.change_log.record(
+        change_id = svc.change_log.record(
             caller=caller(),
             tool=tool,
             unit_id=None if unit_id is None else str(unit_id)[:200],
@@ -87,7 +63,17 @@ def _logged(
         )
     except Exception:
         svc.host.logger.exception("recording a call of %s in the change log failed", tool)
-        return None
+    span = tracing.current()
+    tracing.set_attributes(
+        span,
+        unit_mcp__outcome=outcome,
+        unit_mcp__change_id=change_id,
+        unit_mcp__hashes_before=[t.hash_before or "" for t in targets] or None,
+        unit_mcp__hashes_after=[t.hash_after or "" for t in targets] or None,
+    )
+    if outcome != "applied":
+        tracing.fail(span, code or outcome, message if outcome == "refused" else None)
+    return change_id
 
 
 def change_that_made(svc: Units, targets: Sequence[Target]) -> Change | None:
