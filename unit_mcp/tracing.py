@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import inspect
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -35,6 +37,9 @@ SPANS_FILE = ".unit-mcp-spans.jsonl"
 """Where a test process leaves the spans it hands back to the server, in its scratch folder."""
 _HANDED_BACK = frozenset({"unit load", "unit test"})
 """The only span names a test process may hand back (it runs the unit's code: anything else is dropped)."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _tracer = trace.get_tracer("unit_mcp", __version__)
 _OFF: AbstractContextManager[Span] = contextlib.nullcontext(INVALID_SPAN)
@@ -62,6 +67,27 @@ def span(
         return _OFF
     values = {k: v for k, v in (attributes or {}).items() if v is not None}
     return _tracer.start_as_current_span(name, context=context, kind=kind, attributes=values)
+
+
+def traced(name: str, **attributes: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """The function run inside a `span` named `name` whose attributes are the call's arguments: `attributes` maps
+    an attribute (`__` for `.`, as in `set_attributes`) to the parameter that gives its value. The function is
+    called as it is with tracing off."""
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            if not enabled():
+                return function(*args, **kwargs)
+            given = signature.bind(*args, **kwargs).arguments
+            with span(name, {k.replace("__", "."): given.get(p) for k, p in attributes.items()}):
+                return function(*args, **kwargs)
+
+        return call
+
+    return decorate
 
 
 def current() -> Span:

@@ -121,6 +121,7 @@ async def test_a_turn_is_one_trace_across_runner_server_and_test_process(
     assert parent(parent(served, spans), spans) is patching
     (write,) = by_name(finished, "unit write")
     assert parent(write, spans) is served
+    assert (write.attributes["unit_mcp.tool"], write.attributes["unit_mcp.unit_id"]) == ("unit_apply_patch", "counter")
     assert write.attributes["unit_mcp.outcome"] == "applied"
     assert write.attributes["unit_mcp.change_id"] >= 1
     assert len(write.attributes["unit_mcp.hashes_after"][0]) >= 64

@@ -47,6 +47,29 @@ def test_the_context_round_trips_through_meta_and_the_environment(exporter: InMe
         )
 
 
+def test_a_traced_function_runs_in_a_span_named_after_its_arguments(exporter: InMemorySpanExporter) -> None:
+    """`traced` takes the span's attributes from the call's arguments (positional, keyword or a default; None left
+    out), runs the function inside it, and records what it raises."""
+
+    @tracing.traced("work", unit_mcp__tool="tool", unit_mcp__unit_id="unit_id")
+    def work(tool: str, unit_id: str | None = None, *, fail: bool = False) -> int:
+        if fail:
+            raise ValueError("no")
+        return tracing.current().get_span_context().span_id
+
+    ran = [work("unit_apply_patch", "counter"), work(tool="unit_rollback")]
+    with pytest.raises(ValueError, match="no"):
+        work("unit_revert", unit_id="greeter", fail=True)
+    spans = by_name(exporter.get_finished_spans(), "work")
+    assert [s.context.span_id for s in spans[:2]] == ran
+    assert [dict(s.attributes or {}) for s in spans] == [
+        {"unit_mcp.tool": "unit_apply_patch", "unit_mcp.unit_id": "counter"},
+        {"unit_mcp.tool": "unit_rollback"},
+        {"unit_mcp.tool": "unit_revert", "unit_mcp.unit_id": "greeter"},
+    ]
+    assert [s.status.status_code for s in spans] == [StatusCode.UNSET, StatusCode.UNSET, StatusCode.ERROR]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.dictionaries(st.sampled_from(["traceparent", "tracestate", "baggage", "x"]), JUNK, max_size=4),

@@ -58,10 +58,10 @@ def commit(
             _compile(svc, planned.targets)
         return planned.answer(Committed(dry_run=True))
     gate = None if test is None or unit_id is None else functools.partial(run_gate, svc, unit_id, test)
-    with tracing.span("unit write", {"unit_mcp.tool": tool, "unit_mcp.unit_id": unit_id}):
-        return _commit(svc, tool, unit_id, source_id, plan, replayed, gate)
+    return _commit(svc, tool, unit_id, source_id, plan, replayed, gate)
 
 
+@tracing.traced("unit write", unit_mcp__tool="tool", unit_mcp__unit_id="unit_id")
 def _commit(
     svc: Units,
     tool: str,

@@ -27,8 +27,10 @@ def apply_patch(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult:
     edit = Patch.of(svc, args)
 
     def plan() -> Plan[ApplyPatchResult]:
-        src, data, text = svc.editable(args.unit_id, args.source_id, args.expected_hash, write=not args.dry_run)
-        return edit_plan(svc, src, data, text, edit.apply(text, paths.hash_bytes(data)), edit.mode, args.dry_run)
+        src, data, text, current = svc.editable(
+            args.unit_id, args.source_id, args.expected_hash, write=not args.dry_run
+        )
+        return edit_plan(svc, src, data, text, current, edit.apply(text, current), edit.mode, args.dry_run)
 
     return commit(
         svc,
@@ -53,14 +55,14 @@ def apply_patch_at_once(svc: Units, args: ApplyPatchArgs) -> ApplyPatchResult | 
     edit = Patch.of(svc, args)
     src = svc.source(args.unit_id, args.source_id)
     try:
-        data, text = svc.current(src, args.expected_hash, limit=QUICK_READ_BYTES)
+        data, text, current = svc.current(src, args.expected_hash, limit=QUICK_READ_BYTES)
     except TooLarge:
         return None
     if "\r" in args.old or args.old not in text:
         return None
 
     def plan() -> Plan[ApplyPatchResult]:
-        return edit_plan(svc, src, data, text, edit.apply(text, paths.hash_bytes(data)), edit.mode, dry_run=True)
+        return edit_plan(svc, src, data, text, current, edit.apply(text, current), edit.mode, dry_run=True)
 
     return commit(svc, "unit_apply_patch", args.unit_id, args.source_id, plan, dry_run=True)
 
@@ -168,9 +170,9 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
         svc.require_history(src.unit_id)
         if not args.dry_run:
             svc.require("write", src.unit_id)
-        data, text = svc.current(src, args.expected_hash)
+        data, text, current = svc.current(src, args.expected_hash)
         old = version(src)
-        return edit_plan(svc, src, data, text, _whole(svc.text(src, old)), "revert", args.dry_run)
+        return edit_plan(svc, src, data, text, current, _whole(svc.text(src, old)), "revert", args.dry_run)
 
     def replayed() -> Plan[ApplyPatchResult] | None:
         """The first call, where the change log holds its record (a revert is not undone to find its bytes)."""
@@ -181,7 +183,8 @@ def revert(svc: Units, args: RevertArgs) -> ApplyPatchResult:
         before = bytes_before(svc, src, args.expected_hash, paths.hash_bytes(old))
         if before is None:
             return None
-        return edit_plan(svc, src, before, svc.text(src, before), _whole(svc.text(src, old)), "revert", dry_run=False)
+        before_text, edit = svc.text(src, before), _whole(svc.text(src, old))
+        return edit_plan(svc, src, before, before_text, paths.hash_bytes(before), edit, "revert", dry_run=False)
 
     return commit(
         svc,

@@ -101,8 +101,8 @@ class Patch:
         svc, expected = self.svc, self.expected_hash
         if expected is None:
             return None
-        src, data, text = svc.editable(self.unit_id, self.source_id, None, write=True)
-        befores = [] if (logged := bytes_before(svc, src, expected, paths.hash_bytes(data))) is None else [logged]
+        src, data, text, current = svc.editable(self.unit_id, self.source_id, None, write=True)
+        befores = [] if (logged := bytes_before(svc, src, expected, current)) is None else [logged]
         with contextlib.suppress(UnitError):
             befores.append(svc.encode(src, self.undo(text)[0]))
         for before in befores:
@@ -114,17 +114,17 @@ class Patch:
             except UnitError:
                 continue
             if svc.encode(src, after.text) == data:
-                return edit_plan(svc, src, before, before_text, after, self.mode, dry_run=False)
+                return edit_plan(svc, src, before, before_text, expected, after, self.mode, dry_run=False)
         return None
 
 
 def edit_plan(
-    svc: Units, src: Source, data: bytes, text: str, edit: Edit, mode: str, dry_run: bool
+    svc: Units, src: Source, data: bytes, text: str, current: str, edit: Edit, mode: str, dry_run: bool
 ) -> Plan[ApplyPatchResult]:
-    """An edit of `src` from `text` (its bytes `data`) to `edit.text`. `commit` compiles a write in full (the reload
-    runs that code; the statement map is only kept current, beside the write's sync), and a dry run unless the
-    edited statements alone prove the source compiles."""
-    current, new_text = paths.hash_bytes(data), edit.text
+    """An edit of `src` from `text` (its bytes `data`, which hash to `current`) to `edit.text`. `commit` compiles a
+    write in full (the reload runs that code; the statement map is only kept current, beside the write's sync), and
+    a dry run unless the edited statements alone prove the source compiles."""
+    new_text = edit.text
     changed = new_text != text
     new_data = svc.encode(src, new_text)
     new_hash = paths.hash_bytes(new_data)

@@ -98,7 +98,7 @@ class Units:
 
     def unit(self, unit_id: Any) -> UnitKind:
         unit_id = paths.validate_unit_id(unit_id)
-        kind = self.host.unit_kind(unit_id)
+        kind = self.loader.kind(unit_id)
         if kind is None:
             raise UnknownUnit(f"There is no unit {unit_id!r}.")
         return kind
@@ -161,9 +161,9 @@ class Units:
 
     def editable(
         self, unit_id: str, source_id: str, expected_hash: str | None, *, write: bool
-    ) -> tuple[Source, bytes, str]:
-        """The source an edit changes, with its bytes and text, refused if it no longer hashes to `expected_hash`
-        (or, for a `write`, if the store cannot be written)."""
+    ) -> tuple[Source, bytes, str, str]:
+        """The source an edit changes, with its bytes, text and hash, refused if it no longer hashes to
+        `expected_hash` (or, for a `write`, if the store cannot be written)."""
         src = self.source(unit_id, source_id)
         if write:
             self.require("write", unit_id)
@@ -180,9 +180,9 @@ class Units:
             return False
         return True
 
-    def current(self, src: Source, expected_hash: str | None, limit: int | None = None) -> tuple[bytes, str]:
-        """The source's bytes and text, refused if it no longer hashes to `expected_hash` (or is over `limit`, as
-        `read` refuses it)."""
+    def current(self, src: Source, expected_hash: str | None, limit: int | None = None) -> tuple[bytes, str, str]:
+        """The source's bytes, text and hash (read and hashed once for the whole edit), refused if it no longer
+        hashes to `expected_hash` (or is over `limit`, as `read` refuses it)."""
         data = self.read(src, limit)
         text = self.text(src, data)
         current = paths.hash_bytes(data)
@@ -193,7 +193,7 @@ class Units:
                 expected_hash=expected_hash,
                 current_hash=current,
             )
-        return data, text
+        return data, text, current
 
     @staticmethod
     def text(src: Source, data: bytes) -> str:
