@@ -1803,8 +1803,7 @@ class Bench:
     async def _durable_recovery(self, rounds: int) -> list[float]:
         """Milliseconds from SIGKILLing the worker that runs a turn (inside a model request) to the replayed
         request arriving from the other worker (`worker --takeover`, SQLite system database)."""
-        from unit_mcp.agent import SessionStore
-        from unit_mcp.agent._durable import DurableClient, system_database
+        from unit_mcp.agent import DurableClient, SessionStore
         from unit_mcp.testing import ScriptedModel, say
 
         data = self.work / "durable-recovery"
@@ -1834,7 +1833,8 @@ class Bench:
             try:
                 await start()
                 await start()
-                async with DurableClient(system_database(data)) as client:
+                system_db = f"sqlite:///{data.resolve() / 'dbos.sqlite'}"  # the workers' default (docs/durable.md)
+                async with DurableClient(system_db) as client:
                     for _ in range(rounds):
                         asked = len(model.requests)
                         session = await anyio.to_thread.run_sync(store.create, "unit-agent")

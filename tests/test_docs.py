@@ -32,19 +32,11 @@ from pathlib import Path
 
 import pytest
 
-from unit_mcp import UnitError, UnitService, cli, server, tool_risks, units
-from unit_mcp.agent import _cli as agent_cli
-from unit_mcp.fleet import _cli as fleet_cli
+from unit_mcp import UnitError, UnitService, cli, tool_risks
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
 MARKER = re.compile(r"<!-- docs: (run, prints (?P<prints>.+?)|not checked: (?P<why>.+?)) -->")
-PARSERS = {
-    "serve": server.command_parser,
-    "agent": agent_cli.command_parser,
-    "fleet": fleet_cli.command_parser,
-    "units": units.command_parser,
-}
 MODULES = {"unit_mcp.server": "serve", "unit_mcp.agent": "agent", "unit_mcp.fleet": "fleet", "unit_mcp.units": "units"}
 OPERATORS = set("|&;()<>")
 
@@ -176,7 +168,7 @@ def check_command(words: list[str], block: Block | str) -> None:
         return
     else:
         return
-    walk(PARSERS[name](), rest, block)
+    walk(cli.command_parser(name), rest, block)
 
 
 @functools.cache
@@ -273,7 +265,7 @@ def scripts_named(text: str) -> set[tuple[str, ...]]:
 def our_options() -> frozenset[str]:
     """Every option of every parser of the `unit-mcp` command, however deep."""
     found: set[str] = set()
-    pending = [cli.parser(), *(make() for make in PARSERS.values())]
+    pending = [cli.parser(), *(cli.command_parser(name) for name in cli.COMMANDS)]
     while pending:
         parser = pending.pop()
         for action in parser._actions:
@@ -456,7 +448,7 @@ def test_python_md_names_every_refusal_code() -> None:
 
 def test_operations_md_names_every_option_of_serve() -> None:
     text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
-    options = {option for action in server.command_parser()._actions for option in action.option_strings}
+    options = {option for action in cli.command_parser("serve")._actions for option in action.option_strings}
     missing = sorted(option for option in options if option.startswith("--") and option != "--help"
                      and not re.search(re.escape(option) + r"(?![\w-])", text))  # fmt: skip
     assert not missing, f"docs/operations.md does not name these options of unit-mcp serve: {missing}"
@@ -495,7 +487,7 @@ def test_the_code_names_only_pages_and_sections_that_exist() -> None:
 
 
 def test_units_copy_help_names_every_kind_of_store() -> None:
-    parser = units.command_parser()
+    parser = cli.command_parser("units")
     sub = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     for shown in (parser.format_help(), sub.choices["copy"].format_help()):
         assert all(kind in shown for kind in ("folder", "sqlite:PATH", "postgresql://")), shown

@@ -2,6 +2,7 @@
 
 Each subcommand is its module's own parser and `main` (the `python -m` forms run the same code), loaded only
 when named, so a command whose extra is not installed says which one in a line instead of failing to import.
+`command_parser(name)` is a subcommand's parser, for what reads its options (the docs' checks, completions).
 """
 
 from __future__ import annotations
@@ -10,39 +11,48 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ._version import __version__
 from .commandline import CommandParser
 from .extras import require_extra
 
 
-def _serve(argv: Sequence[str], prog: str) -> int:
-    from .server import main
+class CommandModule(Protocol):
+    """What each subcommand's module has: its parser and its `main` (the `python -m` forms run the same)."""
 
-    return main(argv, prog)
+    def command_parser(self, prog: str = ...) -> argparse.ArgumentParser: ...
 
-
-def _agent(argv: Sequence[str], prog: str) -> int:
-    from .agent._cli import main
-
-    return main(argv, prog)
+    def main(self, argv: Sequence[str] | None = None, prog: str = ...) -> int: ...
 
 
-def _fleet(argv: Sequence[str], prog: str) -> int:
-    from .fleet._cli import main
+def _serve() -> CommandModule:
+    from . import server
 
-    return main(argv, prog)
+    return server
 
 
-def _units(argv: Sequence[str], prog: str) -> int:
-    from .units import main
+def _agent() -> CommandModule:
+    from .agent import _cli
 
-    return main(argv, prog)
+    return _cli
+
+
+def _fleet() -> CommandModule:
+    from .fleet import _cli
+
+    return _cli
+
+
+def _units() -> CommandModule:
+    from . import units
+
+    return units
 
 
 @dataclass(frozen=True)
 class Command:
-    run: Callable[[Sequence[str], str], int]
+    load: Callable[[], CommandModule]
     help: str
     extra: str | None = None
 
@@ -53,6 +63,11 @@ COMMANDS = {
     "fleet": Command(_fleet, "serve fleet_* tools that let a master agent drive several OpenCode nodes", "agent"),
     "units": Command(_units, "copy units between a folder, sqlite:PATH and postgresql://…"),
 }
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of `unit-mcp NAME` (a key of `COMMANDS`), as its `--help` shows it: every option, its default."""
+    return COMMANDS[name].load().command_parser(f"unit-mcp {name}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -80,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"unit-mcp {name}"
     if command.extra is not None:
         require_extra(command.extra, prog)
-    return command.run(rest, prog)
+    return command.load().main(rest, prog)
 
 
 if __name__ == "__main__":

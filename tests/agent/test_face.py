@@ -19,9 +19,9 @@ def test_importing_the_face_loads_neither_sdk() -> None:
     """Browsing sessions from the command line must not pay for the MCP SDK or the OpenAI SDK."""
     code = "\n".join([
         "import sys, unit_mcp.agent",
-        "def lean(module):  # a package unit_mcp registered without running its __init__ (unit_mcp._lazy)",
+        "def lean(module):  # a package unit_mcp registered without running its __init__ (the hook is ours)",
         "    hook = vars(module).get('__getattr__')",
-        "    return getattr(hook, '__module__', None) == 'unit_mcp._lazy'",
+        "    return (getattr(hook, '__module__', None) or '').split('.')[0] == 'unit_mcp'",
         "sdks = ('mcp', 'mcp_types', 'openai', 'starlette')",
         "print(sorted(name for name, module in list(sys.modules.items())",
         "             if name.split('.')[0] in sdks and not lean(module)))",

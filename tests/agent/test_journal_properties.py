@@ -1,6 +1,6 @@
 """Properties of what sessions keep. The store: whatever mix of appends, item updates and session updates was
 written, and wherever a writer let go or a new store opened, the session loads to exactly what was acknowledged
-and the store keeps working. The importer of old journals: wherever the last write was cut short, a journal
+and the store keeps working. `sessions import` of old journals: wherever the last write was cut short, a journal
 imports to a prefix of what was written (all but a torn last record)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support.agent_cli import main
 
 from unit_mcp.agent import SessionStore
-from unit_mcp.agent._import import read_journal
 from unit_mcp.agent.items import MessageItem, Session
 
 text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=24)
@@ -105,8 +105,12 @@ def test_a_torn_old_journal_imports_to_a_prefix_of_what_was_written(ops: list[tu
     last_line = len(data) - data.rstrip(b"\n").rfind(b"\n") - 1
     torn = cut % (last_line + 1)
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "ses-old.jsonl"
-        path.write_bytes(data[: len(data) - torn])
-        session = read_journal(path)
+        old, data_dir = Path(folder) / "old", Path(folder) / "data"
+        old.mkdir()
+        (old / "ses-old.jsonl").write_bytes(data[: len(data) - torn])
+        assert main(["--data-dir", str(data_dir), "sessions", "import", str(old)]) == 0
+        store = SessionStore(data_dir, read_only=True)
+        session = store.require("ses-old")
+        store.close()
     loaded = (session.title, [item.content for item in session.items if isinstance(item, MessageItem)])
     assert loaded == (states[-2] if torn else states[-1])

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.turn_parts import TurnRecorder
 
 from unit_mcp.agent import AgentApprovals, AgentToolSurface, TurnContext, TurnStatus
-from unit_mcp.agent._recorder import TurnRecorder
 from unit_mcp.agent.items import MessageItem, Session, ToolCallItem, ToolResultItem
 from unit_mcp.agent.toolsurface import ToolOutput
 

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from unit_mcp.agent import SessionStore
-from unit_mcp.agent._status import current_step, read_status
 from unit_mcp.agent.approvals import ApprovalDecision, ApprovalRequest
 from unit_mcp.agent.items import EventItem, Item, MessageItem, Session, ToolCallItem, ToolResultItem
+from unit_mcp.agent.status import current_step, read_status
 
 TURN = "turn-now"
 OPS = st.lists(st.sampled_from(["say", "call", "result", "ask", "answer"]), max_size=12)

@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageToolCall
 from pydantic import BaseModel, Field
+from support.codex_parts import McpToolCall
 
 from unit_mcp import Host, UnitService
 from unit_mcp.agent import AgentApprovals, AgentToolSurface, McpToolSource
-from unit_mcp.agent.codex._output import McpToolCall
 from unit_mcp.agent.items import ITEM, MessageItem, ToolCallItem
-from unit_mcp.agent.opencode._transcript import ToolPart
+from unit_mcp.agent.opencode import tool_part
 from unit_mcp.agent.presets import Preset, PresetManager
 from unit_mcp.agent.projections import chat_messages
 from unit_mcp.agent.toolnames import openai_tool_name
@@ -141,9 +141,8 @@ def test_generated_arguments_pass_validation_and_survive_every_encoding(
         assert json.loads(item.arguments_json()) == arguments
 
     # OpenCode: a tool part's input
-    part = ToolPart.model_validate_json(
-        json.dumps({"call_id": "c", "tool": tool.name, "status": "running", "input": arguments})
-    )
+    raw = json.dumps({"callID": "c", "tool": tool.name, "state": {"status": "running", "input": arguments}})
+    part = tool_part(json.loads(raw))  # as the node sends it
     assert json.loads(part.arguments) == arguments
 
     # MCP tools/call, as the surface sends it to a server and as an endpoint receives it

@@ -9,12 +9,20 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from support.codex_parts import (
+    CLIPPED,
+    MCP_TOKEN_ENV,
+    MODEL_KEY_ENV,
+    CodexHome,
+    McpServer,
+    McpToolCall,
+    codex_config,
+    codex_prompt,
+    dumps_toml,
+    parse_line,
+)
 
 from unit_mcp.agent.codex import CodexModel
-from unit_mcp.agent.codex._config import MCP_TOKEN_ENV, MODEL_KEY_ENV, McpServer, codex_config, dumps_toml
-from unit_mcp.agent.codex._history import CLIPPED, codex_prompt
-from unit_mcp.agent.codex._home import CodexHome
-from unit_mcp.agent.codex._output import McpToolCall, parse_line
 from unit_mcp.agent.items import MessageItem, ToolCallItem, ToolResultItem
 
 MODEL = CodexModel(name="m-1", base_url="http://127.0.0.1:9/v1", api_key="model-secret")

@@ -8,13 +8,10 @@ import socket
 from pathlib import Path
 
 import pytest
+from support.codex_parts import CodexHome, McpServer, codex_exec
 
 from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.codex import CodexModel
-from unit_mcp.agent.codex._agent import EXEC_ARGS
-from unit_mcp.agent.codex._config import McpServer
-from unit_mcp.agent.codex._home import CodexHome
-from unit_mcp.agent.codex._process import CodexProcess
 from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, ToolCallItem, ToolResultItem
 from unit_mcp.testing import Match, ScriptedError, ScriptedModel, Step, call, say, tool_call
 
@@ -97,14 +94,7 @@ async def test_an_unreachable_mcp_endpoint_fails_the_run(tmp_path: Path, codex_b
     async with ScriptedModel([say("I answered without tools", repeat=True)]) as model:
         codex_model = CodexModel(name="m", base_url=model.base_url)
         server = McpServer(name="unit-agent", url=f"http://127.0.0.1:{free_port()}/mcp", token="t", startup_timeout=2)
-        home.write(codex_model, server)
-        process = CodexProcess(
-            codex_binary,
-            [*EXEC_ARGS, "--strict-config", "-"],
-            prompt="hello",
-            env=home.env(codex_model, server),
-            cwd=home.workdir,
-        )
+        process = codex_exec(codex_binary, home, codex_model, server, "hello")
         async with process:
             events = [event async for event in process.events()]
             code = await process.wait()

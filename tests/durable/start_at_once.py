@@ -1,11 +1,11 @@
 """Start four `worker`s at the same moment, round after round: `python start_at_once.py FOLDER SYSTEM_DB... -- OPTIONS`.
 
 Each round (one per SYSTEM_DB; `default` is the data dir's SQLite one) gets a fresh data dir FOLDER/round-N/data and
-four forked children of this interpreter, which imported the CLI once, run `unit-mcp agent worker OPTIONS
---executor-id worker-K` (the CLI's own `main`, each logging to FOLDER/round-N/worker-K.log); all four wait on one pipe
-and start within a millisecond of each other (four separate interpreters' imports would spread the starts over
-seconds). Each must print its ready line; then all are stopped with SIGTERM. Exit 0 when every round came up, else 1
-naming the worker and its log's end."""
+four forked children of this interpreter, which imported the agent command once, run `unit-mcp agent worker
+OPTIONS --executor-id worker-K` (the command's own `main`, each logging to FOLDER/round-N/worker-K.log); all four
+wait on one pipe and start within a millisecond of each other (four separate interpreters' imports would spread the
+starts over seconds). Each must print its ready line; then all are stopped with SIGTERM. Exit 0 when every round came
+up, else 1 naming the worker and its log's end."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ import time
 import traceback
 from pathlib import Path
 
-from unit_mcp.agent._cli import main
+from unit_mcp.cli import command_parser, main
 
 WORKERS = 4
 READY_WITHIN = 120.0  # seconds for all four of a round
+
+command_parser("agent")  # imports the agent command here, once before the forks, not in each worker
 
 
 def start_round(folder: Path, system_db: str, options: list[str]) -> str | None:
@@ -39,7 +41,8 @@ def start_round(folder: Path, system_db: str, options: list[str]) -> str | None:
             os.read(read, 1)
             code = 1
             try:
-                code = main(["--data-dir", str(folder / "data"), "worker", *options, *extra, "--executor-id", name])
+                data = ["--data-dir", str(folder / "data")]
+                code = main(["agent", *data, "worker", *options, *extra, "--executor-id", name])
             except BaseException:
                 traceback.print_exc()
             finally:

@@ -7,6 +7,7 @@ system database engine it builds itself (`sqlite_engine`) sets what DBOS's own w
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import signal
 import subprocess
@@ -18,10 +19,13 @@ import pytest
 import sqlalchemy as sa
 from dbos import DBOS, DBOSClient
 from dbos._sys_db_sqlite import SQLiteSystemDatabase
+from support.dbos_contract import recover, sqlite_engine
 
-from unit_mcp.agent._durable import DurableClient, recover, sqlite_engine
+from unit_mcp.agent import DurableClient
 
 pytestmark = pytest.mark.anyio
+
+TESTS = Path(__file__).resolve().parents[1]  # the process below imports `support` from here, as this file does
 
 PROCESS = r"""
 import sys
@@ -51,7 +55,7 @@ if dead == "-":
     with SetWorkflowID("wf-1"):
         DBOS.start_workflow(contract)
 else:
-    from unit_mcp.agent._durable import recover
+    from support.dbos_contract import recover  # tests/ on PYTHONPATH
 
     recover(dead)
     print("recovered", flush=True)
@@ -67,8 +71,12 @@ def test_the_private_call_keeps_its_shape() -> None:
 async def test_a_live_process_resumes_the_workflow_a_killed_executor_left_pending(tmp_path: Path) -> None:
     script = tmp_path / "process.py"
     script.write_text(PROCESS, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
     gone = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path), "gone", "-"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        [sys.executable, str(script), str(tmp_path), "gone", "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     assert gone.stdout is not None
     with anyio.fail_after(60):
@@ -80,7 +88,9 @@ async def test_a_live_process_resumes_the_workflow_a_killed_executor_left_pendin
     async with DurableClient(f"sqlite:///{tmp_path / 'dbos.sqlite'}") as client:
         await client.client.send_async("wf-1", "yes", "go")  # while no process runs the workflow
     with anyio.fail_after(120):
-        live = await anyio.run_process([sys.executable, str(script), str(tmp_path), "live", "gone"], check=False)
+        live = await anyio.run_process(
+            [sys.executable, str(script), str(tmp_path), "live", "gone"], check=False, env=env
+        )
     assert live.returncode == 0, live.stderr.decode()[-2000:]
     assert "result got yes" in live.stdout.decode().splitlines()
     assert (tmp_path / "first-ran").read_text() == "gone\n"  # the completed step was not run again

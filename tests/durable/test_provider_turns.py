@@ -16,19 +16,14 @@ import anyio
 import pytest
 from opencode.opencode_stack import MODEL, scripted_provider, title_step
 from support.item_kinds import item_kinds
+from support.turn_parts import turn_context
 
 from unit_mcp.agent import (
     AgentApprovals,
-    AgentError,
     AgentRegistry,
-    AgentToolSurface,
     DurableClient,
     SessionStore,
-    TurnContext,
-    TurnHandle,
 )
-from unit_mcp.agent._inbox import Inbox
-from unit_mcp.agent._turnapprovals import TurnApprovals
 from unit_mcp.agent.items import ErrorItem, EventItem, MessageItem, Session
 from unit_mcp.agent.opencode import IsolatedRoot, NodeProcess, OpenCodeAgent
 from unit_mcp.agent.turns import Turn
@@ -41,10 +36,6 @@ pytestmark = pytest.mark.anyio
 
 SESSION = "ses-opencode-durable"
 ANSWER = "hello, once"
-
-
-async def no_delegation(*_: object) -> TurnHandle:
-    raise AgentError("this turn delegates nothing")
 
 
 @dataclass
@@ -138,16 +129,7 @@ async def test_the_prompt_step_run_again_sends_nothing_the_node_has_already(
     session = store.create(AGENT, session_id=SESSION)
     approvals, registry = AgentApprovals(), AgentRegistry()
     turn = Turn(turn_id="turn-1", session_id=SESSION, agent_id=AGENT, store=store)
-    ctx = TurnContext(
-        session_id=SESSION,
-        turn=turn.controller,
-        tools=AgentToolSurface(approvals),
-        approvals=TurnApprovals(approvals, store, SESSION, turn.controller),
-        inbox=Inbox(),
-        store=store,
-        delegate=no_delegation,
-        agents=registry,
-    )
+    ctx = turn_context(turn, store, approvals, registry)
     try:
         async with ScriptedModel(steps) as model:
             root.add_config(scripted_provider(model.base_url))

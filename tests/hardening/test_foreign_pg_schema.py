@@ -20,11 +20,11 @@ from support.pgcluster import Cluster
 
 from unit_mcp import Host
 from unit_mcp.agent import AgentError, SessionStore
-from unit_mcp.agent._sessiondb import PG_MARK, PG_SCHEMA, _pg_tables
 from unit_mcp.pgloader import _DDL, _LOCK_KEY, SCHEMA
 from unit_mcp.units import UnusableStore
 
 _NAMES = itertools.count(1)
+SESSION_SCHEMA = "unit_mcp_sessions"  # the session store's schema, as docs/sessions.md names it
 
 
 @dataclass
@@ -103,13 +103,15 @@ def test_units_schema_precreated_by_another_role_is_refused(roles: Roles, tmp_pa
 
 
 def test_session_schema_precreated_by_another_role_is_refused(roles: Roles) -> None:
-    roles.run(roles.mallory, _pg_tables(PG_SCHEMA))
-    roles.run(roles.mallory, open_to_all(PG_SCHEMA))
-    assert PG_MARK in _pg_tables(PG_SCHEMA)
+    """Mallory makes the store's schema the way the store itself does (tables, mark and all) by opening one."""
+    SessionStore(roles.url(roles.mallory)).close()
+    roles.run(roles.mallory, open_to_all(SESSION_SCHEMA))
     with pytest.raises(AgentError) as refusal:
         SessionStore(roles.url(roles.alice))
     message = str(refusal.value)
-    assert f"has a schema {PG_SCHEMA} owned by role {roles.mallory}, not by you ({roles.alice})" in message, message
+    assert f"has a schema {SESSION_SCHEMA} owned by role {roles.mallory}, not by you ({roles.alice})" in message, (
+        message
+    )
     assert "\n" not in message
 
 

@@ -15,8 +15,7 @@ import pytest
 
 from unit_mcp.agent import TurnStatus
 from unit_mcp.agent.items import EventItem, ToolCallItem, ToolResultItem
-from unit_mcp.agent.opencode import SESSION_KEY
-from unit_mcp.agent.opencode._transcript import read_reply
+from unit_mcp.agent.opencode import SESSION_KEY, read_reply
 from unit_mcp.proctree import kill_tree, running
 from unit_mcp.testing import Match, ScriptedError, Step, call, say, tool_call
 

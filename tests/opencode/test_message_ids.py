@@ -9,8 +9,7 @@ import secrets
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from unit_mcp.agent.opencode._client import message_id_after
+from support.opencode_parts import message_id_after
 
 SHAPE = re.compile(r"msg_[0-9a-f]{12}[0-9A-Za-z]{14}")
 WRAP = 1 << 36  # OpenCode keeps 48 bits of `ms << 12`: its ids wrap every 2**36 ms (~795 days), its own limit

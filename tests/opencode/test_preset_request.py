@@ -13,7 +13,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from unit_mcp.agent import AgentApprovals, ApprovalRequest, PendingApprovals, TurnStatus
 from unit_mcp.agent.items import EventItem, ToolResultItem
-from unit_mcp.agent.opencode._event_stream import NodeEvent
+from unit_mcp.agent.opencode import NodeEvent
 from unit_mcp.agent.presets import Preset, PresetManager
 from unit_mcp.testing import Match, call, say, tool_call
 

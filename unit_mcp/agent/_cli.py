@@ -657,8 +657,8 @@ async def undo_command(args: argparse.Namespace, address: Store) -> int:
 def status_command(args: argparse.Namespace, address: Store) -> int:
     """`status`: the running turns of the store, by agent and worker, with their step and for how long; the durable
     workers with their last beat."""
-    from ._status import read_status, status_lines
     from .errors import AgentError
+    from .status import read_status, status_lines
 
     workers = []
     if args.system_db or (args.data_dir / "dbos.sqlite").exists():

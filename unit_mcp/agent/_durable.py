@@ -37,7 +37,6 @@ from ._loop import LoopAgent
 from ._mcpsource import REPLAYING
 from ._recorder import TurnRecorder
 from ._registry import AgentRegistry
-from ._status import WorkerBeat
 from ._turnapprovals import TurnApprovals
 from ._undo import checkpoint_turn
 from .approvals import AgentApprovals, ApprovalDecision, ApprovalRequest
@@ -52,6 +51,7 @@ from .opencode._transcript import Reply
 from .paused import DECIDED, DURABLE, REQUESTED
 from .presets import ACTIVATE
 from .sessions import STALE_SECONDS, SessionStore
+from .status import WorkerBeat
 from .toolsurface import AgentToolSurface, ToolOutput
 from .turns import Turn, TurnHandle, TurnStatus, describe
 

@@ -23,10 +23,10 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ...webpage import RECONNECT, PageApp, PageOptions, event_stream, sse
-from .._status import AgentStatus, read_status, seconds
 from ..errors import AgentError, SessionLocked, UnknownApproval
 from ..items import SESSION_ID, SessionMeta
 from ..sessions import Retirement, SessionStore
+from ..status import AgentStatus, read_status, seconds
 from .pending import PendingEntry, PendingIndex
 from .transcript import TURN_ID, Change, Transcript
 
