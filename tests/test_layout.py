@@ -74,3 +74,10 @@ def test_only_tests_support_reaches_into_private_modules() -> None:
     )
     assert found, "tests/support reaches inside (the Codex parts, the DBOS contract): the count found nothing"
     assert {reach.path.parts[:2] for reach in found} == {("tests", "support")}
+
+
+def test_no_module_of_the_service_is_over_300_lines() -> None:
+    """The service is split by concept around one write transaction (issue 41): each module stays readable."""
+    lengths = {p.name: len(p.read_text().splitlines()) for p in (REPO / "unit_mcp" / "service").glob("*.py")}
+    assert len(lengths) > 10, lengths
+    assert {name: n for name, n in lengths.items() if n > 300} == {}

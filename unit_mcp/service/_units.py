@@ -79,9 +79,9 @@ class Units:
         self.index_lock = threading.Lock()
         self.syntax = SyntaxCache()
         self.local_access = local_access
+        """Given by `--allow-local-access`: unit_request_local_access is offered (docs/local-access.md)."""
         self.stamps: dict[str, dict[str, tuple[Hashable, str]]] = {}
         """unit id -> source id -> (its stamp, its hash) when a checkpoint last hashed it (`_checkpoints`)."""
-        """Given by `--allow-local-access`: unit_request_local_access is offered (docs/local-access.md)."""
         changed = weakref.WeakMethod(self._unit_changed)
         host.unit_listeners.append(lambda unit_id: (method := changed()) is not None and method(unit_id))
 
@@ -117,12 +117,8 @@ class Units:
     def test_names(self, unit_id: str, kind: UnitKind) -> list[str]:
         if kind != "directory":
             return []
-        names = []
-        for source_id in self.loader.source_ids(unit_id, kind):
-            match = re.fullmatch(r"test_([A-Za-z0-9_]+)\.py", source_id)
-            if match:
-                names.append(match.group(1))
-        return names
+        found = (re.fullmatch(r"test_([A-Za-z0-9_]+)\.py", s) for s in self.loader.source_ids(unit_id, kind))
+        return [match.group(1) for match in found if match]
 
     def edit_capabilities(self, kind: UnitKind) -> list[str]:
         caps = self.loader.capabilities
