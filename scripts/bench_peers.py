@@ -469,7 +469,7 @@ def write_section(text: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds, 1 fresh process each")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, 1 fresh process each, no warm-up")
     parser.add_argument("--only", choices=["ours"], help="ours: the bare loop and this runner only (no peers venv)")
     parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds (default 30)")
     parser.add_argument(
@@ -481,7 +481,7 @@ def main() -> None:
     if args.worker:
         asyncio.run(serve(args.worker, STARTED))
         return
-    rounds, fresh, warmups = (2, 1, 1) if args.quick else (args.rounds, args.fresh, 2)
+    rounds, fresh, warmups = (1, 1, 0) if args.quick else (args.rounds, args.fresh, 2)
     names = OURS if args.only == "ours" else ALL
     before = os.getloadavg()[0]
     figures = run(names, rounds, fresh, warmups)
