@@ -160,6 +160,24 @@ def test_a_check_beside_the_sync_runs_before_the_replace_and_a_failing_one_write
     assert [p.name for p in (tree / "u").iterdir() if p.name.endswith(".tmp")] == []
 
 
+def test_a_replace_reads_the_bytes_it_replaces_in_its_own_walk_and_a_check_of_them_can_refuse(tree: Path) -> None:
+    target = tree / "u" / "__init__.py"
+    seen: list[bytes] = []
+    assert paths.replace_bytes(tree, ["u", "__init__.py"], b"x = 2\n", check_previous=seen.append) == b"x = 1\n"
+    assert seen == [b"x = 1\n"] and target.read_bytes() == b"x = 2\n"
+
+    def stale(previous: bytes) -> None:
+        raise ValueError(f"changed meanwhile: {previous!r}")
+
+    ran: list[str] = []
+    with pytest.raises(ValueError, match="x = 2"):
+        paths.replace_bytes(
+            tree, ["u", "__init__.py"], b"x = 3\n", check_previous=stale, alongside=lambda: ran.append("x")
+        )
+    assert target.read_bytes() == b"x = 2\n" and ran == []  # refused before the new bytes were written or checked
+    assert [p.name for p in (tree / "u").iterdir() if p.name.endswith(".tmp")] == []
+
+
 def test_work_beside_runs_in_the_caller_when_the_thread_has_not_begun_it() -> None:
     """A busy thread (or one the machine did not schedule yet) never makes its caller wait longer than the work."""
     busy, release = threading.Event(), threading.Event()

@@ -342,6 +342,9 @@ def test_python_callers_pass_arguments_or_the_validated_model(service: UnitServi
     """The tool layer passes the model it validated; a Python caller the arguments, validated against that model."""
     by_position = service.read_source("greeter", "greeter.py")
     assert service.read_source(source_id="greeter.py", unit_id="greeter") == by_position
+    assert service.read_source("greeter", source_id="greeter.py") == by_position
+    with pytest.raises(TypeError, match="multiple values for argument 'unit_id'"):
+        service.read_source("greeter", unit_id="greeter")
     assert service.read_source(ReadSourceArgs(unit_id="greeter", source_id="greeter.py")) == by_position
     wrong = refusal("invalid_argument", service.read_source, "greeter", 7)
     assert wrong.message == "Invalid arguments for unit_read_source: source_id: Input should be a valid string."

@@ -72,7 +72,8 @@ def takes(model: type[A], *, name: str | None = None) -> Callable[[Callable[[S, 
         ]
     )
 
-    fields = frozenset(model.model_fields)
+    names = tuple(model.model_fields)
+    fields = frozenset(names)
     required = frozenset(name for name, field in model.model_fields.items() if field.is_required())
 
     def decorate(method: Callable[[S, A], R]) -> Operation[R]:
@@ -82,6 +83,12 @@ def takes(model: type[A], *, name: str | None = None) -> Callable[[Callable[[S, 
                 result = method(self, args[0])
             elif not args and required <= arguments.keys() <= fields:  # what `bind` would give, without its cost
                 result = method(self, checked(model, f"unit_{name or method.__name__}", arguments))
+            elif (
+                len(args) <= len(names)
+                and arguments.keys().isdisjoint(names[: len(args)])
+                and required <= (given := {**dict(zip(names, args, strict=False)), **arguments}).keys() <= fields
+            ):  # the leading fields given by position, the rest by name: `bind` again, without its cost
+                result = method(self, checked(model, f"unit_{name or method.__name__}", given))
             else:
                 bound = signature.bind(self, *args, **arguments).arguments
                 del bound["self"]

@@ -228,20 +228,23 @@ class FilesystemLoader(Loader):
         self, source: Source, data: bytes, expected_hash: str, tool_call: str, check: Callable[[], None] | None
     ) -> Written:
         parts = self._parts(source)
-        with self._write_lock, _refusals():
-            previous = paths.read_bytes(self.root, parts)
+
+        def unchanged(previous: bytes) -> None:
+            """The file still holds what the caller expects (read in the write's own walk)."""
             if paths.hash_bytes(previous) != expected_hash:
                 raise StaleSource(paths.hash_bytes(previous))
             if check is None:
                 self._note(parts, data)
-                paths.replace_bytes(self.root, parts, data)
-            else:
 
-                def checked() -> None:
-                    check()
-                    self._note(parts, data)  # only once checked: a refused write is no write of ours
+        def checked() -> None:
+            assert check is not None
+            check()
+            self._note(parts, data)  # only once checked: a refused write is no write of ours
 
-                paths.replace_bytes(self.root, parts, data, alongside=checked)
+        with self._write_lock, _refusals():
+            previous = paths.replace_bytes(
+                self.root, parts, data, alongside=None if check is None else checked, check_previous=unchanged
+            )
         return Written(source, data, previous, tool_call)
 
     def create(self, source: Source, data: bytes, *, tool_call: str) -> Written:

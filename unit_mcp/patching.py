@@ -75,7 +75,7 @@ def line_ending_kind(text: str) -> str:
 
 
 def _to_lf(text: str) -> str:
-    return text.replace("\r\n", "\n")
+    return text.replace("\r\n", "\n") if "\r" in text else text  # the scan for a CR alone is a memchr
 
 
 def replace_exact(
@@ -372,7 +372,7 @@ def unified_diff(before: str, after: str, source_id: str, *, context: int = 3) -
     if a == b:
         return ""
     head = a.rfind("\n", 0, common_prefix(a, b)) + 1  # start of the first line that differs
-    suffix = min(common_prefix(a[::-1], b[::-1]), min(len(a), len(b)) - head)
+    suffix = common_suffix(a, b, min(len(a), len(b)) - head)
     newline = a.find("\n", len(a) - suffix)  # the first line whose preceding newline is in the common suffix
     tail = len(a) if newline == -1 else newline + 1
     start = head

@@ -220,7 +220,11 @@ def read_bytes(root: Path, parts: Sequence[str], *, max_bytes: int | None = None
 
 
 def _read_regular(dir_fd: int, name: str, max_bytes: int | None) -> bytes:
-    fd, st = _open_regular(dir_fd, name)
+    return _read_opened(*_open_regular(dir_fd, name), max_bytes)
+
+
+def _read_opened(fd: int, st: os.stat_result, max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file open as `fd` (whose status is `st`), which is closed."""
     try:
         size = st.st_size
         if max_bytes is not None and size > max_bytes:
@@ -257,17 +261,20 @@ def _write_temp(
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
+        try:  # the descriptor itself, not a buffered file object: one write call, no probing of the file
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
             finished = None if alongside is None else beside(alongside)
             try:
                 if durable:
-                    os.fsync(handle.fileno())
+                    os.fsync(fd)
             finally:
                 if finished is not None:
                     finished()
+        finally:
+            os.close(fd)
     except BaseException:
         os.unlink(tmp, dir_fd=dir_fd)
         raise
@@ -275,13 +282,21 @@ def _write_temp(
 
 
 def replace_bytes(
-    root: Path, parts: Sequence[str], data: bytes, *, alongside: Callable[[], None] | None = None
-) -> None:
-    """Atomically replace an existing regular file, keeping its mode. `alongside` (a check of the new bytes) runs
-    while they are synced, before they replace the file: if it raises, the file is left as it was."""
+    root: Path,
+    parts: Sequence[str],
+    data: bytes,
+    *,
+    alongside: Callable[[], None] | None = None,
+    check_previous: Callable[[bytes], None] | None = None,
+) -> bytes:
+    """Atomically replace an existing regular file, keeping its mode; returns the bytes it held. `check_previous`
+    gets those bytes first (read in the same walk) and refuses the write by raising; `alongside` (a check of the new
+    bytes) runs while they are synced, before they replace the file: if either raises, the file is left as it was."""
     with open_parent(root, parts) as dir_fd:
         fd, st = _open_regular(dir_fd, parts[-1])
-        os.close(fd)
+        previous = _read_opened(fd, st)
+        if check_previous is not None:
+            check_previous(previous)
         mode = stat.S_IMODE(st.st_mode)
         tmp = _write_temp(dir_fd, parts[-1], data, mode, alongside=alongside)
         try:
@@ -289,6 +304,7 @@ def replace_bytes(
         except BaseException:
             os.unlink(tmp, dir_fd=dir_fd)
             raise
+    return previous
 
 
 class _Beside:
