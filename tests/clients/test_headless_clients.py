@@ -60,10 +60,15 @@ def run_claude(
         config.write_text(json.dumps(data), encoding="utf-8")
         command[command.index("--mcp-config") + 1] = str(config)
     # MCP_CONNECTION_NONBLOCKING=0: wait for the server before the first model request (by default Claude Code
-    # waits up to 5 s, and a stdio server starting on a busy machine can take longer).
+    # waits up to 5 s, and a stdio server starting on a busy machine can take longer); MCP_TIMEOUT: how long that
+    # wait may be (default 30 s: a stdio server at a load of 17 took longer, and the request went without tools).
     home = tmp_path / "home"
     env = client_env(
-        home, ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="scripted-key", MCP_CONNECTION_NONBLOCKING="0"
+        home,
+        ANTHROPIC_BASE_URL=model.url,
+        ANTHROPIC_API_KEY="scripted-key",
+        MCP_CONNECTION_NONBLOCKING="0",
+        MCP_TIMEOUT="60000",
     )
     argv = [str(binary), *command[1:], "-p", PROMPT, "--output-format", "stream-json", "--verbose"]
     return run([*argv, "--no-session-persistence", "--model", "claude-scripted"], env, home)

@@ -43,9 +43,10 @@ class ServerProcess:
         for line in stream:
             self.lines.put(line.rstrip("\n"))
 
-    def ready(self, timeout: float = 30, *, last: str = "XDG_CONFIG_HOME") -> dict[str, str]:
+    def ready(self, timeout: float = 90, *, last: str = "XDG_CONFIG_HOME") -> dict[str, str]:
         """The printed `KEY=value` lines, up to the line of key `last` (by default the server's ready-to-paste
-        `XDG_CONFIG_HOME=… opencode` line)."""
+        `XDG_CONFIG_HOME=… opencode` line); `timeout` for each line (a fleet master took over 30 s to print its
+        first at a load of 17 on 2 cores)."""
         printed: dict[str, str] = {}
         while True:
             try:
