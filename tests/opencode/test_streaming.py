@@ -31,7 +31,7 @@ async def test_text_streams_and_calls_are_recorded_as_they_happen(tmp_path: Path
             chunk_size=6,
             chunk_delay=0.05,
         ),
-        say(FINAL_TEXT, when=Match(last_role="tool"), chunk_size=6, chunk_delay=0.05),
+        say(FINAL_TEXT, when=Match(last_role="tool"), chunk_size=6, chunk_delay=0.1),
     ]
     partials: list[tuple[str, str]] = []
     live: list[Item] = []
@@ -49,7 +49,9 @@ async def test_text_streams_and_calls_are_recorded_as_they_happen(tmp_path: Path
     streamed = {item.id: item.content for item in live if isinstance(item, MessageItem) and item.partial}
     assert len(streamed) == 2, live  # one partial item per model step
     final_updates = [content for item_id, content in partials if content and FINAL_TEXT.startswith(content)]
-    assert len(set(final_updates)) >= 3, partials  # the final text arrived in several growing pieces
+    # The final text arrived in growing pieces: a part of it before the whole (under load OpenCode sends fewer,
+    # bigger updates: 2 distinct pieces at a load of 10, so more is not asked).
+    assert len(set(final_updates)) >= 2 and min(map(len, final_updates)) < len(FINAL_TEXT), partials
     live_kinds = item_kinds(live)
     first_partial = next(n for n, i in enumerate(live) if isinstance(i, MessageItem) and i.partial)
     assert live_kinds.index("tool-call") > first_partial, live_kinds  # the call was recorded after its step's text
