@@ -66,7 +66,11 @@ class QuietUvicorn(uvicorn.Server):
 
 REQUEST_TIMEOUT = 30.0  # seconds for a request to arrive whole; a local client sends one in milliseconds
 MAX_CONNECTIONS = 256  # open connections, well below the usual 1,024 file descriptors
-KEEP_ALIVE_TIMEOUT = 5  # seconds an idle keep-alive connection stays open
+# Seconds an idle keep-alive connection stays open: longer than any client keeps one idle (httpx 5 s, Node's
+# fetch 4 s, aiohttp 15 s, reqwest 90 s), so the client always closes first. A server that closes at the same
+# moment a client reuses the connection makes that request fail (a ReadError in httpx). Idle connections still
+# make room when the slots are full, so a long keep-alive holds nothing another client needs.
+KEEP_ALIVE_TIMEOUT = 120
 ACCEPT_BATCH = 64  # connections accepted per turn of the event loop (and the kernel's accept queue)
 
 

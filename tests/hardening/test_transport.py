@@ -400,8 +400,17 @@ async def test_connections_are_bounded_and_idle_ones_are_closed(host: Host, fron
         idle_connections_at_the_limit="closed to make room: the next request is served",
         requests_in_flight_at_the_limit="503 for the next request",
         idle_keep_alive_closed_after_s=round(closed_after, 1),
-        defaults={"max_connections": 256, "max_streams": 64, "max_sessions": 512, "keep_alive_timeout_s": 5},
+        defaults={"max_connections": 256, "max_streams": 64, "max_sessions": 512, "keep_alive_timeout_s": 120},
     )
+
+
+def test_the_server_keeps_an_idle_connection_longer_than_clients_do() -> None:
+    """A client reuses an idle connection until its own expiry; a server that closes it at the same moment makes
+    that request fail (seen in CI: httpx's ReadError at uvicorn's and httpx's common 5 s). The server waits longer
+    than the SDK's client and reqwest's 90 s (Codex), so the client always closes first."""
+    client_expiry = httpx2.Limits().keepalive_expiry
+    assert client_expiry is not None
+    assert DEFAULT_LIMITS.keep_alive_timeout > max(client_expiry, 90)
 
 
 async def test_requests_that_do_not_arrive_in_time_are_cut_off(host: Host, front: str, figures: Report) -> None:
