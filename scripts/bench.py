@@ -676,7 +676,8 @@ class Bench:
         }
         figures: dict[str, Any] = {"load": f"{bench_live.RATE} req/s over {bench_live.CONNECTIONS} keep-alive "
                                    f"connections (half POSTs) + {bench_live.SSE_CLIENTS} SSE clients; "
-                                   f"{baseline_s:g} s baseline, then {edits} changes in {seconds:g} s"}  # fmt: skip
+                                   f"{baseline_s:g} s baseline and {edits} changes in {seconds:g} s, in "
+                                   f"{bench_live.ROUNDS} alternating blocks (quiet, changing)"}  # fmt: skip
         for name, run in contestants.items():
             figures[name] = await bench_live.bounded(bound, run)
         rows: list[dict[str, Any]] = []
