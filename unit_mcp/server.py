@@ -410,13 +410,16 @@ def ready_line(
 
 
 async def _serve_app(port: int, host: Host, stack: AsyncExitStack) -> str:
-    """The units' web routes on loopback (Host and Origin checked, no token: it is the application); its URL."""
+    """The units' web routes on loopback (Host and Origin checked, no token: it is the application), from an event
+    loop of their own so that requests do not wait for the MCP calls; its URL."""
     from .asgi import units_app
     from .loopback import Guard, LoopbackServer, security_settings
 
     server = LoopbackServer(port=port, error=StartError)
     bound = server.bind()
-    await server.start(Guard(units_app(host), security=security_settings(server.host, bound), token=None))
+    await server.start_on_own_loop(
+        Guard(units_app(host), security=security_settings(server.host, bound), token=None), name="unit-mcp app"
+    )
     stack.push_async_callback(server.stop)
     return f"{server.base_url}/"
 
