@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import signal
 import textwrap
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -65,6 +67,20 @@ def restore(state):
 
 
 routes = [Route("/", show), Route("/add", add, methods=["POST"]), Route("/fail", fail)]
+"""
+
+WHERE = """\
+import threading
+
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+async def where(request):
+    return JSONResponse({"thread": threading.current_thread().name})
+
+
+routes = [Route("/", where)]
 """
 
 TICKER = """\
@@ -191,6 +207,35 @@ async def test_the_units_app_mounts_in_your_own_starlette_app(host: Host) -> Non
         assert (await client.post("/units/counter/increment")).json() == {"count": 1}
         assert (await client.get("/units/counter/")).json() == {"count": 1, "step": 1}
         assert (await client.get("/units/")).json()["units"]["counter"] == "counter/"
+
+
+async def test_a_server_on_its_own_loop_answers_while_the_callers_loop_is_busy(host: Host) -> None:
+    """`unit-mcp serve --app-port` serves the app so: a request is answered while the loop that started the server
+    (the one the MCP calls run on) is busy, and stop() ends the thread; a port taken is the caller's error."""
+    put_unit(host, "where", WHERE)
+    server = LoopbackServer()
+    await server.start_on_own_loop(units_app(host), name="app-under-test")
+    answered: list[tuple[float, str]] = []
+
+    def get() -> None:
+        reply = httpx.get(f"{server.base_url}/where/", timeout=30)
+        answered.append((time.monotonic(), reply.json()["thread"]))
+
+    try:
+        asker = threading.Thread(target=get)
+        asker.start()
+        time.sleep(1.0)  # the caller's loop does nothing else meanwhile: a request queued on it would wait
+        busy_until = time.monotonic()
+        asker.join(30)
+        assert answered and answered[0][0] < busy_until, "the request waited for the caller's loop"
+        assert answered[0][1] == "app-under-test"
+        taken = LoopbackServer(port=server.port or 0)
+        with pytest.raises(RuntimeError, match="cannot listen"):
+            await taken.start_on_own_loop(units_app(host), name="second")
+    finally:
+        await server.stop()
+    assert not any(thread.name == "app-under-test" for thread in threading.enumerate())
+    assert await server.stop() is None, "a second stop does nothing"
 
 
 async def test_serve_with_app_port_serves_the_examples_an_agent_changes_through_mcp(
