@@ -231,17 +231,19 @@ def read_log(svc: Units, args: ReadLogArgs) -> ReadLogResult:
         page = applog.forward(files, grep=grep or None, count=count, start=offset)
     else:
         page = applog.newest(files, grep=grep or None, count=count, before=before)
-    numbered = [(number, svc.host.redact(text)) for number, text in page.lines]
     budget = RESULT_BYTES - PAGE_OVERHEAD - json_size(grep or "")
+    redact = svc.host.redact
 
     def size(line: tuple[int, str]) -> int:
         return json_size(line[1]) + len(str(line[0])) + 1
 
-    if offset is not None:  # forward: the oldest lines that fit
-        kept = [*fitting(numbered, budget, size)]
-    else:  # newest first: the newest lines that fit
-        kept = [*fitting(reversed(numbered), budget, size)][::-1]
-    truncated = len(kept) < len(numbered)
+    # Forward: the oldest lines that fit; back: the newest. Only the lines weighed are redacted (one past the last
+    # that fits): a page of long lines keeps a few of the `count` found, and redacting them all was 80% of a call.
+    ordered = page.lines if offset is not None else reversed(page.lines)
+    kept = [*fitting(((number, redact(text)) for number, text in ordered), budget, size)]
+    if offset is None:
+        kept.reverse()
+    truncated = len(kept) < len(page.lines)
     has_more = page.has_more or truncated
     cursor = None
     if has_more and kept:
