@@ -131,9 +131,12 @@ async def test_deny_leaves_the_units_file_unchanged(
     steps = [call(tool_call("unit_apply_patch", PATCH)), say("Not allowed: {{last}}", when=Match(last_role="tool"))]
     async with ScriptedModel(steps) as model, embedded(tmp_path, unit_server, model.base_url) as app:
         page = await logged_in(browser, app.login_url)
+        await expect(page.locator("#live-state")).to_have_text("live")
         session = await app.runner.create_session(AGENT)
         handle = await app.runner.run_turn(session.id, "make greeter say howdy")
-        await page.locator(".request").get_by_role("button", name="Deny").click()
+        request = page.locator(".request")
+        await expect(request.locator(".tool")).to_have_text("unit_apply_patch")
+        await request.get_by_role("button", name="Deny").click()
         await expect(page.locator(".notice-ok")).to_contain_text("Denied: unit_apply_patch")
         await handle.wait(60)
         assert handle.status is TurnStatus.COMPLETED, handle.error

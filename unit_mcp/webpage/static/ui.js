@@ -119,9 +119,15 @@
     try {
       const response = await call(fragment);
       if (response.ok) {
-        const keys = openKeys(target);
-        target.innerHTML = await response.text();
-        reopen(target, keys);
+        // Put in only what changed: a part replaced by the same content would take a click that lands on it
+        // meanwhile (its button gone from under the pointer). Both sides serialized by the browser compare.
+        const fresh = document.createElement("template");
+        fresh.innerHTML = await response.text();
+        if (fresh.innerHTML !== target.innerHTML) {
+          const keys = openKeys(target);
+          target.replaceChildren(fresh.content);
+          reopen(target, keys);
+        }
         body.dataset.refreshed = String(Number(body.dataset.refreshed || "0") + 1);
       }
     } finally {
