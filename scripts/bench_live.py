@@ -151,8 +151,18 @@ class Load:
     sse_events: int = 0
     sse_breaks: int = 0
 
-    def fail(self, why: str) -> None:
-        self.failures[why] = self.failures.get(why, 0) + 1
+    def fail(self, why: str, count: int = 1) -> None:
+        self.failures[why] = self.failures.get(why, 0) + count
+
+    def add(self, other: Load, shift: float) -> None:
+        """Count in what another block's load saw, its send times moved `shift` seconds on."""
+        self.requests += [(at + shift, latency, ok) for at, latency, ok in other.requests]
+        self.posts_acked += other.posts_acked
+        self.backwards += other.backwards
+        self.sse_events += other.sse_events
+        self.sse_breaks += other.sse_breaks
+        for why, count in other.failures.items():
+            self.fail(why, count)
 
 
 async def _response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
@@ -279,33 +289,29 @@ async def drive(port: int, change: Change, baseline_s: float, seconds: float, ed
     changes at a fixed interval); the figures of the quiet parts make the baseline, those of the others the
     changing phase. Each part has a load process of its own, started once the previous part's requests are all
     answered or failed."""
-    gathered: dict[str, dict[str, Any]] = {
-        phase: {"latencies": [], "after": [], "failed": 0, "failures": {}, "requests": 0, "backwards": 0,
-                "posts": 0, "sse_events": 0, "sse_breaks": 0, "reports": [], "failed_bad": 0}
-        for phase in ("baseline", "changing")
-    }  # fmt: skip
+    loads = {"baseline": Load(), "changing": Load()}
+    asked: dict[str, list[float]] = {"baseline": [], "changing": []}
+    reports: list[dict[str, Any]] = []
     kinds = {round(edits * SYNTAX_ERROR_AT): "syntax", round(edits * HANG_AT): "hang"}
-    per_block = edits // ROUNDS
-    parts = (("baseline", baseline_s, 0), ("changing", seconds, per_block))
+    parts = (("baseline", baseline_s, 0), ("changing", seconds, edits // ROUNDS))
     blocks = [(phase, length / ROUNDS, changes) for _ in range(ROUNDS) for phase, length, changes in parts]
     made = 0
-    for phase, phase_s, changes in blocks:
+    for n, (phase, phase_s, changes) in enumerate(blocks):
         start_wall = time.time() + 2.0  # the load process is started and connected by then
         start = time.perf_counter() + (start_wall - time.time())
-        asked: list[float] = []
-        reports: list[dict[str, Any]] = []
+        block_asked: list[float] = []
         first = made + 1
         made += changes
 
         async def changer(
             start: float = start, changes: int = changes, first: int = first, phase_s: float = phase_s,
-            asked: list[float] = asked, reports: list[Any] = reports,
+            block_asked: list[float] = block_asked,
         ) -> None:  # fmt: skip
             interval = phase_s / max(changes, 1)
-            for n, k in enumerate(range(first, first + changes), 1):
-                await asyncio.sleep(max(0.0, start + n * interval - interval / 2 - time.perf_counter()))
+            for m, k in enumerate(range(first, first + changes), 1):
+                await asyncio.sleep(max(0.0, start + m * interval - interval / 2 - time.perf_counter()))
                 kind = kinds.get(k, "version")
-                asked.append(time.perf_counter() - start)
+                block_asked.append(time.perf_counter() - start)
                 began = time.perf_counter()
                 report = await change(k, kind)
                 reports.append({"k": k, "kind": kind, "s": round(time.perf_counter() - began, 3), **report})
@@ -314,45 +320,35 @@ async def drive(port: int, change: Change, baseline_s: float, seconds: float, ed
             sys.executable, __file__, "--load", str(port), repr(start_wall), repr(phase_s), stdout=subprocess.PIPE
         )
         _, (out, _) = await asyncio.gather(changer(), loader.communicate())
-        load = Load(**json.loads(out))
-        into = gathered[phase]
-        into["latencies"] += [latency for _, latency, ok in load.requests if ok]
-        into["after"] += [lat for at, lat, ok in load.requests if ok and any(0 <= at - a < 1.0 for a in asked)]
-        into["requests"] += len(load.requests)
-        into["failed"] += sum(not ok for *_, ok in load.requests)
-        for why, count in load.failures.items():
-            into["failures"][why] = into["failures"].get(why, 0) + count
-        into["backwards"] += load.backwards
-        into["posts"] += load.posts_acked
-        into["sse_events"] += load.sse_events
-        into["sse_breaks"] += load.sse_breaks
-        into["reports"] += reports
-        into["failed_bad"] += sum(
-            not ok
-            for at, _, ok in load.requests
-            for report, a in zip(reports, asked, strict=False)
-            if report["kind"] != "version" and 0 <= at - a < 5.0
-        )
+        shift = n * (baseline_s + seconds + 10.0)  # blocks laid end to end, further apart than the 5 s windows below
+        loads[phase].add(Load(**json.loads(out)), shift)
+        asked[phase] += [at + shift for at in block_asked]
     figures: dict[str, Any] = {}
-    for phase, got in gathered.items():
-        latencies = got["latencies"]
+    for phase, load in loads.items():
+        latencies = [latency for _, latency, ok in load.requests if ok]
         figures[phase] = {
-            "requests": got["requests"],
-            "failed": got["failed"],
-            "failures": got["failures"],
+            "requests": len(load.requests),
+            "failed": sum(not ok for *_, ok in load.requests),
+            "failures": load.failures,
             "p50_ms": round(statistics.median(latencies), 2) if latencies else None,
             "p99_ms": round(p99(latencies), 2),
             "max_ms": round(max(latencies), 1) if latencies else None,
-            "versions_backwards": got["backwards"],
-            "posts_acked": got["posts"],
-            "sse_events": got["sse_events"],
-            "sse_breaks": got["sse_breaks"],
+            "versions_backwards": load.backwards,
+            "posts_acked": load.posts_acked,
+            "sse_events": load.sse_events,
+            "sse_breaks": load.sse_breaks,
         }
         if phase == "changing":
-            figures[phase]["p99_in_second_after_change_ms"] = round(p99(got["after"]), 2)
-            figures[phase]["changes"] = got["reports"]
-            figures[phase]["failed_within_5s_of_bad_changes"] = got["failed_bad"]
-        figures[phase]["_posts"] = got["posts"]
+            after = [lat for at, lat, ok in load.requests if ok and any(0 <= at - a < 1.0 for a in asked[phase])]
+            figures[phase]["p99_in_second_after_change_ms"] = round(p99(after), 2)
+            figures[phase]["changes"] = reports
+            figures[phase]["failed_within_5s_of_bad_changes"] = sum(
+                not ok
+                for at, _, ok in load.requests
+                for report, a in zip(reports, asked[phase], strict=True)
+                if report["kind"] != "version" and 0 <= at - a < 5.0
+            )
+        figures[phase]["_posts"] = load.posts_acked
     return figures
 
 
