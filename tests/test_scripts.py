@@ -49,8 +49,8 @@ def fake_project(tmp_path: Path, python_body: str) -> Path:
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(REPO / "scripts" / "test", repo / "scripts" / "test")
     script = (REPO / "scripts" / "test").read_text()
-    steps = re.findall(r"^(scripts/[\w-]+)$", script, flags=re.MULTILINE)  # every install step it runs
-    assert "scripts/bootstrap" in steps, "scripts/test changed shape: update this stub list"
+    steps = set(re.findall(r"(?<![\w/.])scripts/[\w-]+", script)) - {"scripts/test"}  # every set-up step it runs
+    assert {"scripts/bootstrap", "scripts/npm-tools"} <= steps, "scripts/test changed shape: update this stub list"
     stubs = dict.fromkeys(steps, "")
     stubs |= {
         ".venv/bin/ruff": "",
@@ -98,6 +98,22 @@ def test_scripts_test_accepts_a_tree_that_was_dirty_before_and_that_the_run_leav
     done = run_scripts_test(repo)
     assert done.returncode == 0, done.stderr
     assert (repo / "ignored" / "report.md").exists(), "the stubbed test run did run"
+
+
+def test_a_failed_set_up_step_ends_the_run_with_its_output_and_runs_no_test(tmp_path: Path) -> None:
+    """The set-up steps run side by side: one that fails (here the Codex install) is named, its output shown, the
+    others still finish, and pytest does not start."""
+    repo = fake_project(tmp_path, "echo pytest ran > ran.txt")
+    (repo / "scripts" / "codex-tool").write_text("#!/bin/sh\necho 'codex: download refused' >&2\nexit 3\n")
+    (repo / "scripts" / "postgres-tool").write_text("#!/bin/sh\nsleep 0.5\necho postgres-done > pg.txt\n")
+    done = run_scripts_test(repo)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-2:] == [
+        "codex: download refused",
+        "scripts/test: the set-up step 'scripts/codex-tool' failed (its output above); fix that and rerun",
+    ]
+    assert not (repo / "ran.txt").exists(), "pytest ran after a failed set-up"
+    assert (repo / "pg.txt").read_text() == "postgres-done\n", "a chain beside the failed one was not waited for"
 
 
 def fresh_clone(tmp_path: Path) -> Path:
