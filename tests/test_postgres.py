@@ -391,7 +391,7 @@ async def test_three_servers_on_one_database_serve_a_patch_made_on_one(
     from support.server_process import ServerProcess
     from test_sqlite_servers import connect, ok
 
-    servers = [ServerProcess("--units", database, tmp=tmp_path) for _ in range(3)]
+    servers = [ServerProcess("--units", database, tmp=tmp_path, cold=True) for _ in range(3)]  # argv read in /proc
     try:
         printed = [server.ready() for server in servers]
         for server, lines in zip(servers, printed, strict=True):  # the password reaches them in PGPASSFILE only

@@ -80,7 +80,9 @@ def no_secret_in_lines(lines: list[str], token: str) -> None:
 
 
 async def test_no_secret_in_printed_lines_or_docs(tmp_path: Path) -> None:
-    server = ServerProcess("--data-dir", str(tmp_path / "data"), "--env-file", str(tmp_path / "env"), tmp=tmp_path)
+    server = ServerProcess(
+        "--data-dir", str(tmp_path / "data"), "--env-file", str(tmp_path / "env"), tmp=tmp_path, cold=True
+    )
     try:
         printed = server.ready()
     finally:
@@ -102,6 +104,7 @@ async def test_no_secret_in_printed_lines_or_docs(tmp_path: Path) -> None:
         "a=http://opencode@127.0.0.1:9",
         tmp=tmp_path,
         module="unit_mcp.fleet",
+        cold=True,
         env={"FLEET_PASSWORD": password},
     )
     try:
@@ -198,7 +201,9 @@ async def test_no_secret_in_the_argv_of_any_process_the_server_the_agent_or_the_
     unit.mkdir(parents=True)
     (unit / "__init__.py").write_text("")
     (unit / "test_init.py").write_text(WAITING_TEST.format(started=str(started), release=str(release), wait=WAIT))
-    server = ServerProcess("--units", str(tmp_path / "units"), "--data-dir", str(tmp_path / "data"), tmp=tmp_path)
+    server = ServerProcess(
+        "--units", str(tmp_path / "units"), "--data-dir", str(tmp_path / "data"), tmp=tmp_path, cold=True
+    )
     try:
         printed = await anyio.to_thread.run_sync(server.ready)
         token = printed["MCP_TOKEN"]
@@ -231,7 +236,7 @@ async def test_no_secret_in_the_argv_of_any_process_the_server_the_agent_or_the_
         ui = ServerProcess(
             "--data-dir", str(tmp_path / "agent"), "ui", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
             "--mcp-url", printed["MCP_URL"], tmp=tmp_path, module="unit_mcp.agent",
-            env={"MCP_TOKEN": token, "OPENAI_API_KEY": api_key},
+            env={"MCP_TOKEN": token, "OPENAI_API_KEY": api_key}, cold=True,
         )  # fmt: skip
         try:
             await anyio.to_thread.run_sync(lambda: ui.ready(60, last="AGENT_UI_URL"))
@@ -245,7 +250,7 @@ async def test_no_secret_in_the_argv_of_any_process_the_server_the_agent_or_the_
     password = secrets.token_urlsafe(16)
     fleet = ServerProcess(
         "--node", "a=http://opencode@127.0.0.1:9", tmp=tmp_path, module="unit_mcp.fleet",
-        env={"FLEET_PASSWORD_A": password},
+        env={"FLEET_PASSWORD_A": password}, cold=True,
     )  # fmt: skip
     try:
         fleet_printed = await anyio.to_thread.run_sync(fleet.ready)

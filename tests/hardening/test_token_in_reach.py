@@ -61,7 +61,14 @@ async def test_a_unit_test_that_reads_the_token_returns_it_redacted(tmp_path: Pa
     (units / "thief" / "test_steal.py").write_text(STEAL.replace("DATA_DIR", repr(str(data))))
     pg_password = f"pg-password-{secrets.token_hex(8)}"
     server = ServerProcess(
-        "--units", str(units), "--data-dir", str(data), "--no-watch", tmp=tmp_path, env={"PGPASSWORD": pg_password}
+        "--units",
+        str(units),
+        "--data-dir",
+        str(data),
+        "--no-watch",
+        tmp=tmp_path,
+        env={"PGPASSWORD": pg_password},
+        cold=True,  # the thief finds the server by its argv in /proc
     )
     try:
         printed = server.ready()

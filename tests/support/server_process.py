@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from support.warm_cli import MODULES, WarmProcess, warm_cli
+
 
 class ServerProcess:
     """Starts the entry point; stdout is read on a thread so waiting for the ready lines can time out."""
@@ -24,17 +26,28 @@ class ServerProcess:
         module: str = "unit_mcp.server",
         env: dict[str, str] | None = None,
         program: Sequence[str] | None = None,
+        cold: bool = False,
     ) -> None:
         """`env` adds variables: a secret goes there (or in a 0600 file), never in `args`. `program` runs instead
-        of `python -m module`, e.g. an installed `unit-mcp serve`."""
-        self.proc = subprocess.Popen(
-            [*(program or (sys.executable, "-m", module)), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "TMPDIR": str(tmp), **(env or {})},
-            cwd=tmp,
-        )
+        of `python -m module`, e.g. an installed `unit-mcp serve`.
+
+        `python -m module` is a fork of this test process's warm interpreter (`support.warm_cli`: the imports,
+        about 1.2 s of CPU a start, made once), a process of its own with these arguments, environment and
+        working folder, stdin from /dev/null. `cold=True` starts a fresh interpreter instead: for a test that
+        reads the process's argv or environment in /proc (a fork shows the warm interpreter's there)."""
+        environment = {**os.environ, "TMPDIR": str(tmp), **(env or {})}
+        self.proc: subprocess.Popen[str] | WarmProcess
+        if program is None and not cold and module in MODULES:
+            self.proc = warm_cli().popen(module, list(args), env=environment, cwd=tmp)
+        else:
+            self.proc = subprocess.Popen(
+                [*(program or (sys.executable, "-m", module)), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=environment,
+                cwd=tmp,
+            )
         self.lines: queue.Queue[str] = queue.Queue()
         assert self.proc.stdout is not None
         threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True).start()

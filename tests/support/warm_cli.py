@@ -29,9 +29,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
@@ -54,7 +55,11 @@ WARM = [  # what `run`, `answer` and `worker` import once they start (the CLI im
     "unit_mcp.agent.opencode",
     "httpx2",
     "openai",
+    "unit_mcp.server",  # what support.server_process starts: `python -m unit_mcp.server` and `unit_mcp.fleet`
+    "unit_mcp.fleet",
 ]
+MODULES = ("unit_mcp.agent", "unit_mcp.server", "unit_mcp.fleet")
+"""The `python -m` entry points a child may become."""
 
 
 # -- the server (its own process) --
@@ -142,11 +147,17 @@ def _become_cli(request: dict[str, Any], fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # as a fresh interpreter: the caller's TMPDIR, not one this server looked up
         script = request.get("script")
         try:
             if script is None:
-                sys.argv = [str(REPO / "unit_mcp" / "agent" / "__main__.py"), *request["args"]]
-                runpy.run_module("unit_mcp.agent", run_name="__main__", alter_sys=True)
+                module = request.get("module", "unit_mcp.agent")
+                if module not in MODULES:
+                    raise SystemExit(f"warm_cli: {module} is not one of {MODULES}")
+                sys.argv = [module, *request["args"]]  # run_module sets argv[0] to its file, as `python -m` does
+                # A module imported above runs again as __main__ (a copy, as `python -m` makes); runpy says so.
+                warnings.filterwarnings("ignore", f"'{module}' found in sys.modules", RuntimeWarning)
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
             else:  # `python SCRIPT ARGS`: its folder first on sys.path
                 sys.argv = [script, *request["args"]]
                 sys.path.insert(0, os.path.dirname(script))
@@ -177,6 +188,8 @@ class WarmProcess:
     def __init__(self, connection: socket.socket, pid: int, args: list[str]) -> None:
         self.connection, self.pid, self.args = connection, pid, args
         self.returncode: int | None = None
+        self.stdout: IO[str] | None = None  # set by `WarmCli.popen`
+        self.stderr: IO[str] | None = None
 
     def poll(self) -> int | None:
         return self._status(0)
@@ -232,14 +245,16 @@ class WarmCli:
         env: Mapping[str, str] | None = None,
         cwd: Path = REPO,
         script: Path | None = None,
+        module: str = "unit_mcp.agent",
     ) -> WarmProcess:
-        """`python -m unit_mcp.agent ARGS`, or `python SCRIPT ARGS`, with these descriptors (the caller keeps and
-        closes its own)."""
+        """`python -m MODULE ARGS` (by default `unit_mcp.agent`; one of MODULES), or `python SCRIPT ARGS`, with these
+        descriptors (the caller keeps and closes its own)."""
         request = {
             "args": list(args),
             "env": dict(os.environ if env is None else env),
             "cwd": str(cwd),
             "script": None if script is None else str(script),
+            "module": module,
         }
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         connection.connect(self.address)
@@ -249,6 +264,27 @@ class WarmCli:
             connection.close()
             raise RuntimeError(f"warm_cli: {answer.get('error', answer)}")
         return WarmProcess(connection, int(answer["pid"]), list(args))
+
+    def popen(self, module: str, args: list[str], *, env: Mapping[str, str], cwd: Path) -> WarmProcess:
+        """`python -m MODULE ARGS` as `subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)` with stdin from
+        /dev/null: the process's `stdout` and `stderr` are text streams of the caller's."""
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            process = self.spawn(
+                list(args), stdin=null, stdout=out_write, stderr=err_write, env=env, cwd=cwd, module=module
+            )
+        except BaseException:
+            os.close(out_read)
+            os.close(err_read)
+            raise
+        finally:
+            for fd in (null, out_write, err_write):
+                os.close(fd)
+        process.stdout = open(out_read, encoding="utf-8")  # noqa: SIM115  # the caller's to read
+        process.stderr = open(err_read, encoding="utf-8")  # noqa: SIM115
+        return process
 
     async def run(self, args: list[str], *, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
         """Exit code, stdout and stderr of `python -m unit_mcp.agent ARGS` (stdin /dev/null), like
