@@ -3,12 +3,13 @@ every source is always byte-for-byte one of the versions that were written, neve
 
 from __future__ import annotations
 
+import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+from support.warm_cli import warm_cli
 
 WRITER = r"""
 import sys
@@ -44,14 +45,12 @@ def test_sigkill_during_writes_never_leaves_a_torn_source(tmp_path: Path) -> Non
     target = units / "bulk" / "table.py"
     target.write_bytes(allowed[0])
     rng = random.Random(7)
+    script = tmp_path / "writer.py"  # each writer a fork of the warm interpreter: unit_mcp's imports made once
+    script.write_text(WRITER)
     written = changed = 0
     previous = target.read_bytes()
     for kills in range(1, 26):
-        writer = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(units), str(tmp_path / "data")],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        writer = warm_cli().popen([str(units), str(tmp_path / "data")], env=os.environ, cwd=tmp_path, script=script)
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
         if kills % 5 == 0:  # every fifth writer is killed after a whole write, however slow the machine
             assert writer.stdout.readline().strip() == "wrote"

@@ -5,6 +5,7 @@ writer killed with SIGKILL mid-write leaving the database whole."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import sqlite3
@@ -23,6 +24,7 @@ from conftest import copy_units
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from support.server_process import ServerProcess
+from support.warm_cli import warm_cli
 
 pytestmark = pytest.mark.anyio
 
@@ -146,11 +148,12 @@ def test_sigkill_during_database_writes_leaves_it_whole(tmp_path: Path) -> None:
     )
     store.close()
     rng = random.Random(7)
+    script = tmp_path / "writer.py"  # each writer a fork of the warm interpreter: unit_mcp's imports made once
+    script.write_text(WRITER)
     reported = 0  # writes the writer said were done (each printed after its apply_patch returned)
     for kill in range(1, 16):
-        writer = subprocess.Popen(
-            [sys.executable, "-c", WRITER, f"sqlite:{path}", str(tmp_path / "data")], stdout=subprocess.PIPE, text=True
-        )
+        arguments = [f"sqlite:{path}", str(tmp_path / "data")]
+        writer = warm_cli().popen(arguments, env=os.environ, cwd=tmp_path, script=script)
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
         if kill % 3 == 0:  # killed after a whole write too (a loaded machine writes slower than the longest pause)
             assert writer.stdout.readline().strip() == "wrote"

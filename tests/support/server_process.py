@@ -38,7 +38,7 @@ class ServerProcess:
         environment = {**os.environ, "TMPDIR": str(tmp), **(env or {})}
         self.proc: subprocess.Popen[str] | WarmProcess
         if program is None and not cold and module in MODULES:
-            self.proc = warm_cli().popen(module, list(args), env=environment, cwd=tmp)
+            self.proc = warm_cli().popen(list(args), env=environment, cwd=tmp, module=module)
         else:
             self.proc = subprocess.Popen(
                 [*(program or (sys.executable, "-m", module)), *args],

@@ -265,16 +265,25 @@ class WarmCli:
             raise RuntimeError(f"warm_cli: {answer.get('error', answer)}")
         return WarmProcess(connection, int(answer["pid"]), list(args))
 
-    def popen(self, module: str, args: list[str], *, env: Mapping[str, str], cwd: Path) -> WarmProcess:
-        """`python -m MODULE ARGS` as `subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)` with stdin from
-        /dev/null: the process's `stdout` and `stderr` are text streams of the caller's."""
+    def popen(
+        self,
+        args: list[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        module: str = "unit_mcp.agent",
+        script: Path | None = None,
+    ) -> WarmProcess:
+        """`python -m MODULE ARGS` (or `python SCRIPT ARGS`) as `subprocess.Popen(..., stdout=PIPE, stderr=PIPE,
+        text=True)` with stdin from /dev/null: the process's `stdout` and `stderr` are text streams of the caller's."""
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
         try:
             process = self.spawn(
-                list(args), stdin=null, stdout=out_write, stderr=err_write, env=env, cwd=cwd, module=module
-            )
+                list(args), stdin=null, stdout=out_write, stderr=err_write, env=env, cwd=cwd, module=module,
+                script=script,
+            )  # fmt: skip
         except BaseException:
             os.close(out_read)
             os.close(err_read)
