@@ -14,7 +14,10 @@ from support.server_process import ServerProcess
 
 from unit_mcp import Host, UnitService
 
-pytest_plugins = ["support.resultcheck"]  # no tool result holds a host path (checked at the end of the run)
+pytest_plugins = [
+    "support.resultcheck",  # no tool result holds a host path (checked at the end of the run)
+    "support.cpu_report",  # each test's CPU, when UNIT_MCP_CPU_REPORT names a folder (docs/operations.md)
+]
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_UNITS = REPO / "unit_mcp" / "examples" / "units"
