@@ -1,4 +1,5 @@
-"""`python -m unit_mcp.agent ARGS` as a fork of one warm interpreter per test process, not a fresh interpreter.
+"""`python -m unit_mcp.agent ARGS` (and `unit_mcp.server`, `unit_mcp.fleet`, a script) as a fork of one warm
+interpreter per test process, not a fresh interpreter.
 
 A fresh `python -m unit_mcp.agent run …` spends about 3 s of CPU importing the OpenAI and MCP clients before it does
 anything; the agent tests start it about 50 times (and the durable tests start workers the same way). The CLI's
@@ -10,9 +11,9 @@ under `runpy` (or a script: the durable tests' `provider_worker.py`), with SIGKI
 subprocess has them. The interpreter's own start is still
 checked cold: `test_help_shows_the_real_defaults` and the other tests that run `python -m unit_mcp.agent` directly.
 
-No module the server imports reads the environment at import time (each child gets the caller's whole environment
-before the CLI runs), and no thread runs when it forks (checked at its start); it ends when its parent's pipe
-closes (the test process ended) or at the test process's exit.
+No module the server imports reads the environment at import time but `unit_mcp.resultlog`, which each child reads
+again (each child gets the caller's whole environment before the CLI runs), and no thread runs when it forks (checked
+at its start); it ends when its parent's pipe closes (the test process ended) or at the test process's exit.
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ def _become_cli(request: dict[str, Any], fds: list[int]) -> None:
     import runpy
     import traceback
 
+    from unit_mcp import resultlog
+
     code: int = 1
     try:
         for target, fd in enumerate(fds):
@@ -148,6 +151,7 @@ def _become_cli(request: dict[str, Any], fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # as a fresh interpreter: the caller's TMPDIR, not one this server looked up
+        resultlog.recorder = resultlog._from_env()  # read at its import: this caller's environment decides
         script = request.get("script")
         try:
             if script is None:
