@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import httpx
@@ -114,6 +115,34 @@ def test_a_failed_set_up_step_ends_the_run_with_its_output_and_runs_no_test(tmp_
     ]
     assert not (repo / "ran.txt").exists(), "pytest ran after a failed set-up"
     assert (repo / "pg.txt").read_text() == "postgres-done\n", "a chain beside the failed one was not waited for"
+
+
+def test_an_interrupted_set_up_leaves_no_install_running(tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C) while the set-up chains run ends every chain's processes, not only the script."""
+    repo = fake_project(tmp_path, "echo pytest ran > ran.txt")
+    (repo / "scripts" / "opencode-tool").write_text("#!/bin/sh\necho $$ > installer.pid\nexec sleep 120\n")
+    done = subprocess.Popen(["bash", "scripts/test"], cwd=repo, env={"PATH": f"{repo / 'bin'}:/usr/bin:/bin"})
+    pid_file = repo / "installer.pid"
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the stub install never started"
+        time.sleep(0.05)
+    installer = int(pid_file.read_text())
+    done.send_signal(signal.SIGTERM)
+    assert done.wait(30) == 130
+    deadline = time.monotonic() + 10
+    while running(installer):
+        assert time.monotonic() < deadline, "the install went on after the run was stopped"
+        time.sleep(0.05)
+    assert not (repo / "ran.txt").exists()
+
+
+def running(pid: int) -> bool:
+    """The process is there and not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def fresh_clone(tmp_path: Path) -> Path:
