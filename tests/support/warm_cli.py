@@ -280,6 +280,33 @@ class WarmCli:
     ) -> WarmProcess:
         """`python -m MODULE ARGS` (or `python SCRIPT ARGS`) as `subprocess.Popen(..., stdout=PIPE, stderr=PIPE,
         text=True)` with stdin from /dev/null: the process's `stdout` and `stderr` are text streams of the caller's."""
+        process, out_read, err_read = self._piped(args, env=env, cwd=cwd, module=module, script=script)
+        process.stdout = open(out_read, encoding="utf-8")  # noqa: SIM115  # the caller's to read
+        process.stderr = open(err_read, encoding="utf-8")  # noqa: SIM115
+        return process
+
+    async def run(self, args: list[str], *, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+        """Exit code, stdout and stderr of `python -m unit_mcp.agent ARGS` (stdin /dev/null), like
+        `anyio.run_process`: a cancelled caller kills the process."""
+        process, out_read, err_read = self._piped(args, env=env)
+        try:
+            out, err = await anyio.to_thread.run_sync(_read_to_end, out_read, err_read, abandon_on_cancel=True)
+        except BaseException:
+            process.kill()  # its pipes end with it, and the abandoned reader with them
+            raise
+        return await anyio.to_thread.run_sync(process.wait), out.decode(), err.decode()
+
+    def _piped(
+        self,
+        args: list[str],
+        *,
+        env: Mapping[str, str] | None,
+        cwd: Path = REPO,
+        module: str = "unit_mcp.agent",
+        script: Path | None = None,
+    ) -> tuple[WarmProcess, int, int]:
+        """The process started with stdin from /dev/null and stdout and stderr on new pipes: it, and the pipes' read
+        ends (the caller's to close; its own copies of the write ends are closed)."""
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
@@ -295,31 +322,7 @@ class WarmCli:
         finally:
             for fd in (null, out_write, err_write):
                 os.close(fd)
-        process.stdout = open(out_read, encoding="utf-8")  # noqa: SIM115  # the caller's to read
-        process.stderr = open(err_read, encoding="utf-8")  # noqa: SIM115
-        return process
-
-    async def run(self, args: list[str], *, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
-        """Exit code, stdout and stderr of `python -m unit_mcp.agent ARGS` (stdin /dev/null), like
-        `anyio.run_process`: a cancelled caller kills the process."""
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        try:
-            process = self.spawn(list(args), stdin=null, stdout=out_write, stderr=err_write, env=env)
-        except BaseException:
-            os.close(out_read)
-            os.close(err_read)
-            raise
-        finally:
-            for fd in (null, out_write, err_write):
-                os.close(fd)
-        try:
-            out, err = await anyio.to_thread.run_sync(_read_to_end, out_read, err_read, abandon_on_cancel=True)
-        except BaseException:
-            process.kill()  # its pipes end with it, and the abandoned reader with them
-            raise
-        return await anyio.to_thread.run_sync(process.wait), out.decode(), err.decode()
+        return process, out_read, err_read
 
     def close(self) -> None:
         if self.server.poll() is None:
