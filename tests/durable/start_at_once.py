@@ -1,14 +1,16 @@
 """Start four `worker`s at the same moment, round after round: `python start_at_once.py FOLDER SYSTEM_DB... -- OPTIONS`.
 
 Each round (one per SYSTEM_DB; `default` is the data dir's SQLite one) gets a fresh data dir FOLDER/round-N/data and
-four forked children of this interpreter, which imported the agent command once, run `unit-mcp agent worker
-OPTIONS --executor-id worker-K` (the command's own `main`, each logging to FOLDER/round-N/worker-K.log); all four
-wait on one pipe and start within a millisecond of each other (four separate interpreters' imports would spread the
-starts over seconds). Each must print its ready line; then all are stopped with SIGTERM. Exit 0 when every round came
-up, else 1 naming the worker and its log's end."""
+four forked children of this interpreter, which imported the agent command and what its worker imports once
+(`support.warm_cli.WARM`: DBOS, the OpenAI client), run `unit-mcp agent worker OPTIONS --executor-id worker-K` (the
+command's own `main`, each logging to FOLDER/round-N/worker-K.log); all four wait on one pipe and start within a
+millisecond of each other (four separate interpreters' imports would spread the starts over seconds, and each
+worker's own imports cost it about 2 s of CPU). Each must print its ready line; then all are stopped with SIGTERM.
+Exit 0 when every round came up, else 1 naming the worker and its log's end."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -18,10 +20,15 @@ from pathlib import Path
 
 from unit_mcp.cli import command_parser, main
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.warm_cli import WARM
+
 WORKERS = 4
 READY_WITHIN = 120.0  # seconds for all four of a round
 
 command_parser("agent")  # imports the agent command here, once before the forks, not in each worker
+for _name in WARM:  # and what a worker imports once it runs
+    importlib.import_module(_name)
 
 
 def start_round(folder: Path, system_db: str, options: list[str]) -> str | None:
