@@ -245,3 +245,6 @@ async def agent_stack(
             AgentRunner(store=tmp / "sessions", registry=registry, tools=surface, cancel_timeout=settle_timeout + 7)
         )
         yield Stack(tmp, runner, surface, approvals, model, built, recorder, units)
+        for node in built:  # OpenCode installs its plugin SDK into a config folder unless told it is there
+            installed = sorted(path.name for path in (node.root.workdir / "node_modules").iterdir())
+            assert not installed, f"node {node.agent_id} installed npm packages in its config folder: {installed}"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ...opencode_isolation import ISOLATION_FLAGS, write_json_atomically
+from ...opencode_isolation import ISOLATION_FLAGS, seed_plugin_lock, write_json_atomically
 from ._errors import OpenCodeError
 
 _KEPT = ("PATH", "LANG", "LC_ALL", "TZ")
@@ -33,6 +33,7 @@ class IsolatedRoot:
         for name in ("home", "data", "cache", "state", "tmp", "managed"):
             (self.root / name).mkdir(parents=True, exist_ok=True, mode=0o700)
         self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        seed_plugin_lock(self.workdir)  # no npm install of the plugin SDK at each start (the launcher's rule)
         self.extra_config: Path | None = None
 
     @property
