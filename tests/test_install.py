@@ -64,9 +64,9 @@ def fresh_venv(where: Path, requirement: str) -> Path:
     venv.EnvBuilder(with_pip=False).create(where)  # installed into by this pip (--python): ensurepip costs ~5 s CPU
     bin_dir = where / "bin"
     _run(
-        sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "--quiet", "--no-index",
+        sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "--quiet", "--no-compile", "--no-index",
         "--find-links", WHEELHOUSE, requirement,
-    )  # fmt: skip
+    )  # fmt: skip  # --no-compile: pip would compile every installed module (the server then imports a few)
     return bin_dir
 
 
