@@ -117,6 +117,23 @@ def test_a_failed_set_up_step_ends_the_run_with_its_output_and_runs_no_test(tmp_
     assert (repo / "pg.txt").read_text() == "postgres-done\n", "a chain beside the failed one was not waited for"
 
 
+def test_mypy_beside_the_other_checks_fails_the_checks_after_they_ran(tmp_path: Path) -> None:
+    """mypy runs beside the other checks and the collection warm-up: its failure, which comes last here, still
+    fails the checks chain with mypy's output, and no test runs."""
+    repo = fake_project(tmp_path, "echo pytest ran > ran.txt")
+    (repo / ".venv" / "bin" / "mypy").write_text("#!/bin/sh\nsleep 0.5\necho 'x.py:1: error: typed wrong'\nexit 1\n")
+    (repo / ".venv" / "bin" / "lint-imports").write_text("#!/bin/sh\necho layers-checked > layers.txt\n")
+    done = run_scripts_test(repo)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-2:] == [
+        "x.py:1: error: typed wrong",
+        "scripts/test: the set-up step 'checks' failed (its output above); fix that and rerun",
+    ]
+    assert (repo / "layers.txt").exists(), "the other checks did not run beside mypy"
+    assert not (repo / "ran.txt").exists(), "pytest ran after mypy failed"
+    assert "scripts/test: set-up step 'node_tools' done in " in done.stdout
+
+
 def test_an_interrupted_set_up_leaves_no_install_running(tmp_path: Path) -> None:
     """SIGTERM (or Ctrl-C) while the set-up chains run ends every chain's processes, not only the script."""
     repo = fake_project(tmp_path, "echo pytest ran > ran.txt")
