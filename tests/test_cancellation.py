@@ -17,6 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from support.processes import running
 from support.server_process import ServerProcess
 
 pytestmark = pytest.mark.anyio
@@ -46,14 +47,6 @@ def units(units_root: Path) -> Path:
     pids = str(units_root.parent / "test-pids")
     (units_root / "sleeper" / "test_init.py").write_text(SLEEPER_TEST.replace("{pids!r}", repr(pids)))
     return units_root
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 Connect = Callable[[Path, Path], Any]
@@ -109,13 +102,13 @@ async def test_cancelling_a_test_run_kills_its_process_group(
                 while not pids_file.exists():
                     await anyio.sleep(0.05)
             pids = [int(pid) for pid in pids_file.read_text().split()]
-            assert all(alive(pid) for pid in pids)
+            assert all(running(pid) for pid in pids)
             scope.cancel()
             cancelled_at = time.monotonic()
         assert outcome == [], "the call ended cancelled, with no result"
 
         with anyio.fail_after(10):  # the test's own timeout is 300 s: only the cancel can have killed it
-            while any(alive(pid) for pid in pids):
+            while any(running(pid) for pid in pids):
                 await anyio.sleep(0.02)
         killed_after = time.monotonic() - cancelled_at
         print(f"test process group gone {killed_after * 1000:.0f} ms after the cancel ({transport.__name__}, {mode})")

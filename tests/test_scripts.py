@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.processes import running
 from support.server_process import ServerProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,14 +153,6 @@ def test_an_interrupted_set_up_leaves_no_install_running(tmp_path: Path) -> None
         assert time.monotonic() < deadline, "the install went on after the run was stopped"
         time.sleep(0.05)
     assert not (repo / "ran.txt").exists()
-
-
-def running(pid: int) -> bool:
-    """The process is there and not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def fresh_clone(tmp_path: Path) -> Path:

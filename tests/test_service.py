@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import LOADERS, root_of, store_of
+from support.processes import running
 
 from unit_mcp import Host, UnitService
 from unit_mcp.arguments import ReadSourceArgs
@@ -517,15 +518,6 @@ def test_a_test_that_spawns_children_leaves_none_behind(folder_service: UnitServ
     error = refusal("test_timeout", service.run_tests, "looper", "spawner", timeout=6)
     pid = int(error.details["stdout"].split("child ")[1].split()[0])
     assert not running(pid)
-
-
-def running(pid: int) -> bool:
-    """A killed orphan may linger as a zombie until init reaps it; that is not running."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
 
 
 def test_reload_tool_reports_evidence(service: UnitService, host: Host) -> None:

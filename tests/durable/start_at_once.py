@@ -10,7 +10,6 @@ Exit 0 when every round came up, else 1 naming the worker and its log's end."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
@@ -21,14 +20,13 @@ from pathlib import Path
 from unit_mcp.cli import command_parser, main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.warm_cli import WARM
+from support.warm_cli import warm_up
 
 WORKERS = 4
 READY_WITHIN = 120.0  # seconds for all four of a round
 
 command_parser("agent")  # imports the agent command here, once before the forks, not in each worker
-for _name in WARM:  # and what a worker imports once it runs
-    importlib.import_module(_name)
+warm_up()  # and what a worker imports once it runs
 
 
 def start_round(folder: Path, system_db: str, options: list[str]) -> str | None:

@@ -66,12 +66,17 @@ MODULES = ("unit_mcp.agent", "unit_mcp.server", "unit_mcp.fleet")
 # -- the server (its own process) --
 
 
-def serve(address: str) -> None:
-    """Import the CLI once, then fork a child per request on `address` until stdin (the parent's pipe) closes."""
+def warm_up() -> None:
+    """Import what `WARM` names (what a child would otherwise import itself), here, before any fork."""
     import importlib
 
     for name in WARM:
         importlib.import_module(name)
+
+
+def serve(address: str) -> None:
+    """Import the CLI once, then fork a child per request on `address` until stdin (the parent's pipe) closes."""
+    warm_up()
     if threading.active_count() != 1:  # a fork copies only the forking thread: a child could inherit a held lock
         raise SystemExit(f"warm_cli: a thread runs after the imports ({threading.enumerate()}); fork is unsafe")
     sys.path[:] = [entry for entry in sys.path if entry != str(TESTS)]
