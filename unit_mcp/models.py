@@ -397,7 +397,7 @@ class RevertChangeResult(_Model):
 
 
 class LocalFolderHandle(_Model):
-    kind: Literal["local-folder"] = "local-folder"
+    kind: Literal["local-folder"] = Field(description="What the handle is (always sent: results leave defaults out).")
     path: str = Field(description="Read and edit the unit's files under this folder, with OpenCode's own tools.")
     folder: str = Field(description="The unit's real folder, which `path` leads to while the access lasts.")
 

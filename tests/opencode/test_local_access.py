@@ -210,6 +210,7 @@ async def test_local_access_on_the_real_opencode(tmp_path: Path, opencode_binary
 
         # The yes on the page: the unit's folder as a source handle, through a link, with its expiry.
         grant = await s.request_access("counter", minutes=30)
+        assert grant["source_handle"]["kind"] == "local-folder"  # a tag is sent, though results leave defaults out
         link = Path(grant["source_handle"]["path"])
         assert grant["source_handle"]["folder"] == str(counter.parent) and link.resolve() == counter.parent
         assert link.parent == local_access_dir(Path(s.printed["OPENCODE_XDG_CONFIG_HOME"]))

@@ -135,7 +135,7 @@ def request_local_access(svc: Units, args: LocalAccessArgs) -> LocalAccessResult
     return LocalAccessResult(
         grant_id=grant.id,
         unit_id=args.unit_id,
-        source_handle=LocalFolderHandle(path=str(grant.link), folder=str(folder)),
+        source_handle=LocalFolderHandle(kind="local-folder", path=str(grant.link), folder=str(folder)),
         expires_at=iso_time(grant.expires),
         restart="OpenCode reads its permissions when it starts: quit it and start it again from $OPENCODE_CMD "
         "(add --continue to go on with this conversation). Use the path above; the unit's folder itself, "
