@@ -75,3 +75,33 @@ def test_appended_lines_are_counted_incrementally_and_a_new_file_afresh(tmp_path
     live.write_bytes(b"four\n")
     page = applog.forward(files, grep=None, count=10, start=2)
     assert page.lines == [(2, "two"), (3, "three"), (4, "four")] and page.total == 4
+
+
+def test_the_handler_writes_every_record_whole_and_rolls_over_at_its_size(tmp_path: Path) -> None:
+    """One line a record, a text no encoder takes (a lone surrogate) escaped rather than lost, the time stamp
+    the stock formatter gives, and a rollover once the file has reached max_bytes."""
+    import logging
+
+    live = tmp_path / "logs" / "app.log"
+    handler = applog.open_app_log(live, max_bytes=2000, backups=1)
+    stock = logging.Formatter(applog.LOG_FORMAT)
+    log = logging.getLogger("units.applog_test")
+    try:
+        log.info("first %s", "line")
+        log.warning("odd \udcff text")
+        lines = live.read_text().splitlines()
+        assert lines[0].endswith(" INFO units.applog_test: first line")
+        assert lines[1].endswith(" WARNING units.applog_test: odd \\udcff text")
+        record = log.makeRecord(log.name, logging.INFO, "f", 1, "m", None, None)
+        for created in (1765151999.9991, 1765152000.0, record.created):
+            record.created, record.msecs = created, (created - int(created)) * 1000
+            assert handler.format(record) == stock.format(record)
+        for n in range(60):
+            log.info("filler %02d %s", n, "x" * 40)
+        backup = live.with_name("app.log.1")
+        assert backup.exists() and live.stat().st_size < 2000 + 100 and backup.stat().st_size >= 2000
+        kept = backup.read_text().splitlines() + live.read_text().splitlines()
+        fillers = [line.split("filler ")[1][:2] for line in kept if "filler" in line]
+        assert fillers == sorted(fillers) and fillers[-1] == "59"
+    finally:
+        applog.close_app_log(handler)
