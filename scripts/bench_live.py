@@ -409,8 +409,9 @@ async def ours(work: Path, baseline_s: float, seconds: float, edits: int, http_c
                 return {
                     "error": bool(result.is_error),
                     "code": (content.get("error") or {}).get("code") if result.is_error else None,
-                    "blocked_ms": reload.get("blocked_ms"),
-                    "window_ms": reload.get("window_ms"),
+                    # A reload's evidence leaves a zero out (a result's defaults are not sent): 0.0 then.
+                    "blocked_ms": reload.get("blocked_ms", 0.0) if reload else None,
+                    "window_ms": reload.get("window_ms", 0.0) if reload else None,
                 }
 
             figures = await drive(port, change, baseline_s, seconds, edits)
