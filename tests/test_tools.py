@@ -202,6 +202,7 @@ async def test_instructions_describe_the_workflow_and_nothing_else_is_served(too
     steps = ["unit_list", "unit_resolve", "unit_inspect", "unit_read_source", "expected_hash", "unit_run_tests"]
     positions = [instructions.index(step) for step in [*steps, "unit_reload", "unit_read_log"]]
     assert positions == sorted(positions)
+    assert "leaves out each field at its default" in instructions  # the model reads results without the schema
 
 
 async def test_prefix_renames_tools_and_their_cross_references(folder_tools: UnitTools) -> None:

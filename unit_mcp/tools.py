@@ -77,7 +77,8 @@ active activity came back.
 8. unit_checkpoint before a risky series of edits; unit_rollback puts every source back to it (dry_run first); \
 unit_changes lists what was written, refused or changed outside; unit_revert_change undoes one change.
 
-A long answer is cut to fit: truncated is true and next_cursor, passed back as cursor, reads on.
+A long answer is cut to fit: truncated is true and next_cursor, passed back as cursor, reads on. A result \
+leaves out each field at its default (null, false, 0, an empty list): no next_cursor means the end.
 
 A refused call is an error result starting with a stable code in brackets, e.g. [stale_hash] or \
 [no_match], followed by a hint that says what to do next."""
